@@ -1,0 +1,94 @@
+// The run configuration: plain structs with the documented defaults. One YAML file (config/*.yaml) fills them for
+// every process of a run (coordinator, workers, launcher); config_loader.h reads and checks it.
+// The key names are a public interface: add keys, rename none. Plain data; not synchronized.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace diloco {
+
+struct RunConfig {
+  std::string name = "diloco";
+  int64_t seed = 0;                          // theta_0 init and data sampling
+  std::string output_dir = "runs/diloco";    // token cache, checkpoints, summaries
+};
+
+struct ModelConfig {
+  int64_t vocab_size = 512;
+  int64_t seq_len = 64;
+  int64_t n_layer = 2;
+  int64_t n_head = 4;
+  int64_t d_model = 128;
+  std::string init_from;                     // a checkpoint whose parameters become theta_0 (paper: pretrained start)
+};
+
+struct DataConfig {
+  std::string text = "tests/data/tinyshakespeare.txt";
+  double val_fraction = 0.1;                 // the tail of the text kept for validation
+  std::string cache_dir;                     // token shards; default <run.output_dir>/data
+};
+
+struct InnerConfig {
+  std::string optimizer = "adamw";
+  double lr = 2e-3;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  int64_t warmup_steps = 50;
+  double min_lr_ratio = 0.1;                 // cosine decays to lr * min_lr_ratio at the last inner step
+  double grad_clip = 1.0;                    // max global grad norm; 0 disables
+  int64_t batch_size = 16;
+  int64_t steps = 50;                        // H: inner steps per round
+};
+
+struct OuterConfig {
+  std::string optimizer = "nesterov";        // nesterov | sgd (sgd with momentum 0 and lr 1 is FedAvg)
+  double lr = 0.7;
+  double momentum = 0.9;
+  int64_t rounds = 20;                       // T: outer rounds
+};
+
+struct CoordinatorConfig {
+  std::string listen = "127.0.0.1:50051";    // HOST:PORT; port 0 picks a free one
+  int64_t min_workers = 1;                   // never close a round with fewer pushes
+  double round_timeout_s = 600;              // close with >= min_workers pushes once a round is this old
+  int64_t checkpoint_every = 5;              // rounds; 0 = only the final checkpoint
+  std::string checkpoint_dir;                // default <run.output_dir>/checkpoints
+  int64_t keep_checkpoints = 3;
+  int64_t eval_every = 1;                    // rounds; also once before round 1; 0 = never
+  int64_t eval_batches = 8;
+  int64_t threads = 1;                       // intra-op threads for the outer step and evaluation
+  double heartbeat_interval_s = 1.0;
+  double lease_s = 10.0;                     // a member silent this long is marked lost
+};
+
+struct WorkersConfig {
+  int64_t count = 4;
+  std::string device = "cpu";                // cpu | cuda | cuda:N
+  int64_t threads = 1;                       // intra-op threads per worker
+  double connect_timeout_s = 600;            // how long a worker retries to reach its coordinator
+  double rpc_timeout_s = 60;                 // deadline of each RPC
+};
+
+struct CommConfig {
+  int64_t chunk_bytes = 1 << 20;             // payload bytes per streamed chunk
+};
+
+struct Config {
+  RunConfig run;
+  ModelConfig model;
+  DataConfig data;
+  InnerConfig inner;
+  OuterConfig outer;
+  CoordinatorConfig coordinator;
+  WorkersConfig workers;
+  CommConfig comm;
+
+  std::string CacheDir() const { return data.cache_dir.empty() ? run.output_dir + "/data" : data.cache_dir; }
+  std::string CheckpointDir() const {
+    return coordinator.checkpoint_dir.empty() ? run.output_dir + "/checkpoints" : coordinator.checkpoint_dir;
+  }
+};
+
+}  // namespace diloco

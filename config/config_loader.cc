@@ -1,0 +1,310 @@
+#include "config/config_loader.h"
+
+#include <xxhash.h>
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/match.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace diloco {
+namespace {
+
+// One key of the schema: how to set it from a YAML scalar and how to print it.
+struct Field {
+  std::string key;  // "section.name"
+  std::function<absl::Status(Config&, const YAML::Node&)> set;
+  std::function<std::string(const Config&)> get;
+};
+
+template <typename T>
+const char* TypeName() {
+  if constexpr (std::is_same_v<T, bool>) return "true or false";
+  if constexpr (std::is_integral_v<T>) return "an integer";
+  if constexpr (std::is_floating_point_v<T>) return "a number";
+  return "a string";
+}
+
+template <typename T>
+std::string Show(const T& v) {
+  if constexpr (std::is_same_v<T, std::string>) return v.empty() ? "\"\"" : v;
+  if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
+  if constexpr (!std::is_same_v<T, std::string> && !std::is_same_v<T, bool>) {
+    std::ostringstream os;
+    os << v;
+    return os.str();
+  }
+}
+
+template <typename Section, typename T>
+Field MakeField(std::string key, Section Config::*section, T Section::*member) {
+  Field f;
+  f.key = key;
+  f.set = [key, section, member](Config& c, const YAML::Node& n) -> absl::Status {
+    if constexpr (std::is_same_v<T, std::string>) {
+      if (n.IsNull()) {
+        (c.*section).*member = "";
+        return absl::OkStatus();
+      }
+    }
+    T value{};
+    if (!n.IsScalar() || !YAML::convert<T>::decode(n, value)) {
+      std::string got = n.IsScalar() ? absl::StrCat("'", n.Scalar(), "'") : "a list or map";
+      return absl::InvalidArgumentError(absl::StrCat(key, ": expected ", TypeName<T>(), ", got ", got));
+    }
+    (c.*section).*member = value;
+    return absl::OkStatus();
+  };
+  f.get = [section, member](const Config& c) { return Show((c.*section).*member); };
+  return f;
+}
+
+const std::vector<Field>& Fields() {
+  static const std::vector<Field> fields = {
+      MakeField("run.name", &Config::run, &RunConfig::name),
+      MakeField("run.seed", &Config::run, &RunConfig::seed),
+      MakeField("run.output_dir", &Config::run, &RunConfig::output_dir),
+      MakeField("model.vocab_size", &Config::model, &ModelConfig::vocab_size),
+      MakeField("model.seq_len", &Config::model, &ModelConfig::seq_len),
+      MakeField("model.n_layer", &Config::model, &ModelConfig::n_layer),
+      MakeField("model.n_head", &Config::model, &ModelConfig::n_head),
+      MakeField("model.d_model", &Config::model, &ModelConfig::d_model),
+      MakeField("model.init_from", &Config::model, &ModelConfig::init_from),
+      MakeField("data.text", &Config::data, &DataConfig::text),
+      MakeField("data.val_fraction", &Config::data, &DataConfig::val_fraction),
+      MakeField("data.cache_dir", &Config::data, &DataConfig::cache_dir),
+      MakeField("inner.optimizer", &Config::inner, &InnerConfig::optimizer),
+      MakeField("inner.lr", &Config::inner, &InnerConfig::lr),
+      MakeField("inner.weight_decay", &Config::inner, &InnerConfig::weight_decay),
+      MakeField("inner.beta1", &Config::inner, &InnerConfig::beta1),
+      MakeField("inner.beta2", &Config::inner, &InnerConfig::beta2),
+      MakeField("inner.warmup_steps", &Config::inner, &InnerConfig::warmup_steps),
+      MakeField("inner.min_lr_ratio", &Config::inner, &InnerConfig::min_lr_ratio),
+      MakeField("inner.grad_clip", &Config::inner, &InnerConfig::grad_clip),
+      MakeField("inner.batch_size", &Config::inner, &InnerConfig::batch_size),
+      MakeField("inner.steps", &Config::inner, &InnerConfig::steps),
+      MakeField("outer.optimizer", &Config::outer, &OuterConfig::optimizer),
+      MakeField("outer.lr", &Config::outer, &OuterConfig::lr),
+      MakeField("outer.momentum", &Config::outer, &OuterConfig::momentum),
+      MakeField("outer.rounds", &Config::outer, &OuterConfig::rounds),
+      MakeField("coordinator.listen", &Config::coordinator, &CoordinatorConfig::listen),
+      MakeField("coordinator.min_workers", &Config::coordinator, &CoordinatorConfig::min_workers),
+      MakeField("coordinator.round_timeout_s", &Config::coordinator, &CoordinatorConfig::round_timeout_s),
+      MakeField("coordinator.checkpoint_every", &Config::coordinator, &CoordinatorConfig::checkpoint_every),
+      MakeField("coordinator.checkpoint_dir", &Config::coordinator, &CoordinatorConfig::checkpoint_dir),
+      MakeField("coordinator.keep_checkpoints", &Config::coordinator, &CoordinatorConfig::keep_checkpoints),
+      MakeField("coordinator.eval_every", &Config::coordinator, &CoordinatorConfig::eval_every),
+      MakeField("coordinator.eval_batches", &Config::coordinator, &CoordinatorConfig::eval_batches),
+      MakeField("coordinator.threads", &Config::coordinator, &CoordinatorConfig::threads),
+      MakeField("coordinator.heartbeat_interval_s", &Config::coordinator,
+                &CoordinatorConfig::heartbeat_interval_s),
+      MakeField("coordinator.lease_s", &Config::coordinator, &CoordinatorConfig::lease_s),
+      MakeField("workers.count", &Config::workers, &WorkersConfig::count),
+      MakeField("workers.device", &Config::workers, &WorkersConfig::device),
+      MakeField("workers.threads", &Config::workers, &WorkersConfig::threads),
+      MakeField("workers.connect_timeout_s", &Config::workers, &WorkersConfig::connect_timeout_s),
+      MakeField("workers.rpc_timeout_s", &Config::workers, &WorkersConfig::rpc_timeout_s),
+      MakeField("comm.chunk_bytes", &Config::comm, &CommConfig::chunk_bytes),
+  };
+  return fields;
+}
+
+const Field* FindField(const std::string& key) {
+  for (const Field& f : Fields()) {
+    if (f.key == key) return &f;
+  }
+  return nullptr;
+}
+
+std::string KnownKeysOf(const std::string& section) {
+  std::vector<std::string> keys;
+  for (const Field& f : Fields()) {
+    if (absl::StartsWith(f.key, section + ".")) keys.push_back(f.key.substr(section.size() + 1));
+  }
+  return absl::StrJoin(keys, ", ");
+}
+
+std::string KnownSections() {
+  std::vector<std::string> sections;
+  for (const Field& f : Fields()) {
+    std::string s = f.key.substr(0, f.key.find('.'));
+    if (sections.empty() || sections.back() != s) sections.push_back(s);
+  }
+  return absl::StrJoin(sections, ", ");
+}
+
+absl::Status UnknownKey(const std::string& origin, const std::string& key) {
+  const std::string section = key.substr(0, key.find('.'));
+  const std::string known = KnownKeysOf(section);
+  if (known.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": unknown section '", section,
+                                                   "' (known sections: ", KnownSections(), ")"));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(origin, ": unknown key '", key, "' (known keys of ", section, ": ", known, ")"));
+}
+
+absl::Status ApplyDocument(const YAML::Node& root, const std::string& origin, Config& config) {
+  if (!root || root.IsNull()) return absl::OkStatus();
+  if (!root.IsMap()) return absl::InvalidArgumentError(absl::StrCat(origin, ": top level must be a map of sections"));
+  for (const auto& section : root) {
+    const std::string name = section.first.as<std::string>();
+    if (KnownKeysOf(name).empty()) return UnknownKey(origin, name);
+    if (section.second.IsNull()) continue;
+    if (!section.second.IsMap()) {
+      return absl::InvalidArgumentError(absl::StrCat(origin, ": section '", name, "' must be a map of keys"));
+    }
+    for (const auto& entry : section.second) {
+      const std::string key = absl::StrCat(name, ".", entry.first.as<std::string>());
+      const Field* field = FindField(key);
+      if (field == nullptr) return UnknownKey(origin, key);
+      absl::Status s = field->set(config, entry.second);
+      if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(origin, ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApplyOverride(const std::string& override_text, Config& config) {
+  const size_t eq = override_text.find('=');
+  if (eq == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--set ", override_text, ": expected section.key=value, e.g. --set inner.lr=0.001"));
+  }
+  const std::string key = override_text.substr(0, eq);
+  const std::string value = override_text.substr(eq + 1);
+  const Field* field = FindField(key);
+  if (field == nullptr) return UnknownKey(absl::StrCat("--set ", override_text), key);
+  YAML::Node node;
+  try {
+    node = value.empty() ? YAML::Node(YAML::NodeType::Null) : YAML::Load(value);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("--set ", override_text, ": ", e.what()));
+  }
+  absl::Status s = field->set(config, node);
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("--set ", override_text, ": ", s.message()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::string& origin,
+                                   const std::vector<std::string>& overrides) {
+  Config config;
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": not valid YAML: ", e.what()));
+  }
+  absl::Status s = ApplyDocument(root, origin, config);
+  if (!s.ok()) return s;
+  for (const std::string& o : overrides) {
+    s = ApplyOverride(o, config);
+    if (!s.ok()) return s;
+  }
+  s = ValidateConfig(config);
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(origin, ": ", s.message()));
+  return config;
+}
+
+absl::StatusOr<Config> LoadConfig(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("config file ", path, ": cannot be read (",
+                                            std::strerror(errno), "); pass an existing file to --config"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseConfig(text.str(), path, overrides);
+}
+
+absl::Status ValidateConfig(const Config& c) {
+  auto positive = [](const char* key, double v) -> absl::Status {
+    if (v > 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(key, ": must be > 0, got ", v));
+  };
+  for (auto [key, v] : std::vector<std::pair<const char*, double>>{
+           {"model.vocab_size", double(c.model.vocab_size)}, {"model.seq_len", double(c.model.seq_len)},
+           {"model.n_layer", double(c.model.n_layer)},       {"model.n_head", double(c.model.n_head)},
+           {"model.d_model", double(c.model.d_model)},       {"inner.lr", c.inner.lr},
+           {"inner.batch_size", double(c.inner.batch_size)}, {"inner.steps", double(c.inner.steps)},
+           {"outer.lr", c.outer.lr},                         {"outer.rounds", double(c.outer.rounds)},
+           {"coordinator.min_workers", double(c.coordinator.min_workers)},
+           {"coordinator.round_timeout_s", c.coordinator.round_timeout_s},
+           {"coordinator.eval_batches", double(c.coordinator.eval_batches)},
+           {"coordinator.threads", double(c.coordinator.threads)},
+           {"coordinator.heartbeat_interval_s", c.coordinator.heartbeat_interval_s},
+           {"coordinator.lease_s", c.coordinator.lease_s},
+           {"workers.count", double(c.workers.count)},       {"workers.threads", double(c.workers.threads)},
+           {"workers.rpc_timeout_s", c.workers.rpc_timeout_s},
+           {"comm.chunk_bytes", double(c.comm.chunk_bytes)}}) {
+    absl::Status s = positive(key, v);
+    if (!s.ok()) return s;
+  }
+  if (c.model.d_model % c.model.n_head != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("model.d_model (", c.model.d_model,
+                                                   ") must be divisible by model.n_head (", c.model.n_head, ")"));
+  }
+  if (c.model.vocab_size > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("model.vocab_size: at most 65535, got ", c.model.vocab_size));
+  }
+  if (!(c.data.val_fraction > 0 && c.data.val_fraction < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.val_fraction: must be between 0 and 1 (exclusive), got ", c.data.val_fraction));
+  }
+  if (c.inner.optimizer != "adamw") {
+    return absl::InvalidArgumentError(absl::StrCat("inner.optimizer: only 'adamw' is supported, got '",
+                                                   c.inner.optimizer, "'"));
+  }
+  if (c.outer.optimizer != "nesterov" && c.outer.optimizer != "sgd") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("outer.optimizer: expected 'nesterov' or 'sgd', got '", c.outer.optimizer, "'"));
+  }
+  if (c.outer.momentum < 0 || c.outer.momentum >= 1) {
+    return absl::InvalidArgumentError(absl::StrCat("outer.momentum: must be in [0, 1), got ", c.outer.momentum));
+  }
+  for (auto [key, v] : std::vector<std::pair<const char*, double>>{
+           {"inner.weight_decay", c.inner.weight_decay}, {"inner.warmup_steps", double(c.inner.warmup_steps)},
+           {"inner.grad_clip", c.inner.grad_clip}, {"inner.min_lr_ratio", c.inner.min_lr_ratio},
+           {"coordinator.checkpoint_every", double(c.coordinator.checkpoint_every)},
+           {"coordinator.eval_every", double(c.coordinator.eval_every)},
+           {"coordinator.keep_checkpoints", double(c.coordinator.keep_checkpoints)}}) {
+    if (v < 0) return absl::InvalidArgumentError(absl::StrCat(key, ": must be >= 0, got ", v));
+  }
+  if (c.run.output_dir.empty()) return absl::InvalidArgumentError("run.output_dir: must not be empty");
+  return absl::OkStatus();
+}
+
+std::string RenderConfig(const Config& config) {
+  std::string out;
+  for (const Field& f : Fields()) absl::StrAppend(&out, f.key, ": ", f.get(config), "\n");
+  return out;
+}
+
+std::string ConfigHash(const Config& config) {
+  const std::string text = RenderConfig(config);
+  char buf[17];
+  snprintf(buf, sizeof(buf), "%016llx",
+           static_cast<unsigned long long>(XXH64(text.data(), text.size(), 0)));
+  return buf;
+}
+
+std::vector<std::pair<std::string, std::string>> ConfigKeysWithDefaults() {
+  const Config defaults;
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const Field& f : Fields()) out.emplace_back(f.key, f.get(defaults));
+  return out;
+}
+
+}  // namespace diloco

@@ -1,0 +1,33 @@
+// Strict YAML loading of Config: every key of the file and of each `--set a.b=value` override must be a known
+// field of the right type, or loading fails with one line naming the file, the key and what is expected.
+// Also renders the resolved config (for the start-up log) and its hash. Stateless functions; thread-safe.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "config/config.h"
+
+namespace diloco {
+
+// Reads `path` (must exist), applies `overrides` ("section.key=value", YAML scalar syntax), validates.
+absl::StatusOr<Config> LoadConfig(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// Same, from YAML text (for tests); `origin` names the source in error messages.
+absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::string& origin,
+                                   const std::vector<std::string>& overrides = {});
+
+// Cross-field checks (positive sizes, d_model divisible by n_head, known optimizer names, ...).
+absl::Status ValidateConfig(const Config& config);
+
+// "section.key: value" lines in schema order.
+std::string RenderConfig(const Config& config);
+
+// 16 hex digits over RenderConfig().
+std::string ConfigHash(const Config& config);
+
+// Every key with its default, for the README's config reference: "section.key  default".
+std::vector<std::pair<std::string, std::string>> ConfigKeysWithDefaults();
+
+}  // namespace diloco

@@ -1,0 +1,426 @@
+#include "coordinator/coordinator.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "proto/status_json.h"
+#include "worker/lm/evaluate.h"
+#include "worker/lm/token_data.h"
+#include "worker/lm/transformer.h"
+
+namespace diloco {
+
+// Holds a model instance and the validation split; evaluates a theta. Used by the round thread only.
+class Evaluator {
+ public:
+  Evaluator(TransformerLM model, TokenData val, int64_t batches, int64_t batch_size)
+      : model_(std::move(model)), val_(std::move(val)), batches_(batches), batch_size_(batch_size) {}
+  double Evaluate(const std::vector<std::pair<std::string, at::Tensor>>& theta) {
+    LoadParameters(*model_, theta);
+    return EvaluateLoss(model_, val_, batches_, batch_size_);
+  }
+
+ private:
+  TransformerLM model_;
+  TokenData val_;
+  int64_t batches_, batch_size_;
+};
+
+namespace {
+
+double SteadySeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string ModelMismatch(const ModelSpec& w, const ModelConfig& c) {
+  std::vector<std::string> diffs;
+  auto check = [&](const char* key, int64_t worker, int64_t coordinator) {
+    if (worker != coordinator) {
+      diffs.push_back(absl::StrCat("model.", key, ": worker has ", worker, ", coordinator has ", coordinator));
+    }
+  };
+  check("vocab_size", w.vocab_size(), c.vocab_size);
+  check("seq_len", w.seq_len(), c.seq_len);
+  check("n_layer", w.n_layer(), c.n_layer);
+  check("n_head", w.n_head(), c.n_head);
+  check("d_model", w.d_model(), c.d_model);
+  std::string out;
+  for (const std::string& d : diffs) absl::StrAppend(&out, out.empty() ? "" : "; ", d);
+  return out;
+}
+
+}  // namespace
+
+CoordinatorCore::CoordinatorCore(const Config& config, Clock clock)
+    : config_(config),
+      clock_(clock ? std::move(clock) : Clock(SteadySeconds)),
+      outer_(OuterOptimizer::KindFromName(config.outer.optimizer), config.outer.lr, config.outer.momentum),
+      accumulator_({}),
+      membership_(static_cast<int>(config.workers.count)) {}
+
+CoordinatorCore::~CoordinatorCore() = default;
+
+absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const Config& config, const TokenCache& cache,
+                                                                 Clock clock) {
+  std::unique_ptr<CoordinatorCore> c(new CoordinatorCore(config, std::move(clock)));
+  TransformerLM model = MakeTransformerLM(config.model, config.run.seed);
+  auto snapshot = std::make_shared<ParamSnapshot>();
+  for (const auto& [name, p] : NamedParameters(*model)) snapshot->params.emplace_back(name, p.detach().clone());
+  c->specs_ = SpecsOf(snapshot->params);
+  c->fingerprint_ = Fingerprint(c->specs_);
+  c->num_params_ = TotalElements(c->specs_);
+
+  if (!config.model.init_from.empty()) {
+    auto ckpt = LoadCheckpoint(config.model.init_from);
+    if (!ckpt.ok()) return absl::Status(ckpt.status().code(), absl::StrCat("model.init_from: ", ckpt.status().message()));
+    if (ckpt->fingerprint != c->fingerprint_) {
+      return absl::FailedPreconditionError(absl::StrCat("model.init_from ", config.model.init_from, ": fingerprint ",
+                                                        ckpt->fingerprint, " does not match model: (",
+                                                        c->fingerprint_, "); use a checkpoint of the same model"));
+    }
+    snapshot->params = std::move(ckpt->params);
+    spdlog::info("theta_0 from {} (a round-{} checkpoint)", config.model.init_from, ckpt->round);
+  }
+  c->accumulator_ = RoundAccumulator(c->specs_);
+
+  auto val = TokenData::Load(cache.val_path(), config.model.seq_len);
+  if (!val.ok()) return val.status();
+  c->evaluator_ = std::make_unique<Evaluator>(std::move(model), std::move(*val), config.coordinator.eval_batches,
+                                              config.inner.batch_size);
+  c->snapshot_ = snapshot;
+  c->round_opened_at_ = c->clock_();
+  if (config.coordinator.eval_every > 0) c->EvaluateIfDue(*snapshot, /*force=*/true);
+  return c;
+}
+
+absl::Status CoordinatorCore::CheckMeta(const RequestMeta& meta, bool require_member) const {
+  if (meta.worker_id().empty()) return absl::InvalidArgumentError("request without a worker id");
+  if (meta.fingerprint() != fingerprint_) {
+    return absl::FailedPreconditionError(absl::StrCat("model fingerprint ", meta.fingerprint(),
+                                                      " does not match the coordinator's ", fingerprint_));
+  }
+  if (require_member && !membership_.IsActive(meta.worker_id())) {
+    return absl::NotFoundError(absl::StrCat("worker '", meta.worker_id(), "' is not an active member; Join again"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JoinReply> CoordinatorCore::Join(const JoinRequest& request) {
+  const std::string mismatch = ModelMismatch(request.model(), config_.model);
+  if (!mismatch.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("model config differs from the coordinator's: ", mismatch));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::Status s = CheckMeta(request.meta(), /*require_member=*/false);
+  if (!s.ok()) return s;
+  const bool known = membership_.Find(request.meta().worker_id()) != nullptr;
+  const Member& m = membership_.Join(request.meta().worker_id(), clock_());
+  spdlog::info("{} worker {} (shard {}/{}, {} threads, {}) at round {}", known ? "rejoined:" : "joined:", m.id,
+               m.shard_index, membership_.shard_count(), request.threads(), request.device(), snapshot_->round);
+  cv_.notify_all();
+  JoinReply reply;
+  reply.set_round(snapshot_->round);
+  reply.set_rounds_total(config_.outer.rounds);
+  reply.set_shard_index(m.shard_index);
+  reply.set_shard_count(membership_.shard_count());
+  reply.set_heartbeat_interval_ms(static_cast<int64_t>(config_.coordinator.heartbeat_interval_s * 1000));
+  reply.set_run_complete(complete_);
+  return reply;
+}
+
+absl::Status CoordinatorCore::Leave(const LeaveRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::Status s = CheckMeta(request.meta(), /*require_member=*/false);
+  if (!s.ok()) return s;
+  if (membership_.IsActive(request.meta().worker_id())) {
+    membership_.Leave(request.meta().worker_id());
+    spdlog::info("left: worker {} ({})", request.meta().worker_id(), request.reason());
+    cv_.notify_all();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<HeartbeatReply> CoordinatorCore::Heartbeat(const HeartbeatRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::Status s = CheckMeta(request.meta(), /*require_member=*/true);
+  if (!s.ok()) return s;
+  membership_.Touch(request.meta().worker_id(), clock_());
+  HeartbeatReply reply;
+  reply.set_round(snapshot_->round);
+  reply.set_run_complete(complete_);
+  reply.set_pushed(pushed_.count(request.meta().worker_id()) != 0);
+  reply.set_phase(phase_);
+  return reply;
+}
+
+absl::StatusOr<std::shared_ptr<const ParamSnapshot>> CoordinatorCore::BeginPull(const PullRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::Status s = CheckMeta(request.meta(), /*require_member=*/true);
+  if (!s.ok()) return s;
+  membership_.Touch(request.meta().worker_id(), clock_());
+  return snapshot_;
+}
+
+void CoordinatorCore::CountBytesSent(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  bytes_sent_ += bytes;
+}
+
+absl::StatusOr<PushTicket> CoordinatorCore::BeginPush(const PushHeader& header) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::Status s = CheckMeta(header.meta(), /*require_member=*/true);
+  if (!s.ok()) return s;
+  const std::string& id = header.meta().worker_id();
+  if (complete_) return absl::FailedPreconditionError("the run is complete");
+  if (header.meta().round() != snapshot_->round || phase_ != "training") {
+    return absl::FailedPreconditionError(absl::StrCat("push for round ", header.meta().round(),
+                                                      " refused: the open round is based on round ", snapshot_->round,
+                                                      " (phase ", phase_, "); pull the current parameters"));
+  }
+  if (pushed_.count(id) != 0) {
+    return absl::AlreadyExistsError(absl::StrCat("worker '", id, "' already pushed for round ", snapshot_->round));
+  }
+  if (header.tokens() <= 0) return absl::InvalidArgumentError("push header: tokens must be > 0");
+  membership_.Touch(id, clock_());
+  PushTicket t;
+  t.worker_id = id;
+  t.round = snapshot_->round;
+  t.epoch = epoch_;
+  t.weight = static_cast<double>(header.tokens());
+  t.tokens = header.tokens();
+  t.inner_steps = header.inner_steps();
+  t.loss = header.loss();
+  t.seconds = header.seconds();
+  return t;
+}
+
+absl::Status CoordinatorCore::FoldChunk(PushTicket& ticket, size_t index, int64_t offset, const at::Tensor& values) {
+  if (!at::isfinite(values).all().item<bool>()) {
+    return absl::InvalidArgumentError(absl::StrCat("pseudo-gradient of '", specs_[index].name,
+                                                   "' holds NaN or Inf near element ", offset, "; push refused"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ticket.round != snapshot_->round || phase_ != "training") {
+    return absl::FailedPreconditionError(absl::StrCat("round ", ticket.round, " closed while the push was streaming"));
+  }
+  if (ticket.epoch != epoch_) {
+    return absl::AbortedError("the round's aggregation restarted after a broken push; push again");
+  }
+  accumulator_.Fold(index, offset, values, ticket.weight);
+  ticket.folded_any = true;
+  ticket.bytes += values.numel() * values.element_size();
+  bytes_received_ += values.numel() * values.element_size();
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorCore::CommitPush(PushTicket& ticket) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ticket.finished = true;
+  if (ticket.round != snapshot_->round || phase_ != "training") {
+    return absl::FailedPreconditionError(absl::StrCat("round ", ticket.round, " closed before the push completed"));
+  }
+  if (ticket.epoch != epoch_) return absl::AbortedError("the round's aggregation restarted; push again");
+  accumulator_.AddContribution(ticket.weight);
+  pushed_.insert(ticket.worker_id);
+  if (Member* m = membership_.Find(ticket.worker_id)) {
+    m->tokens += ticket.tokens;
+    m->last_loss = ticket.loss;
+    m->bytes_pushed += ticket.bytes;
+    m->last_tokens_per_s = ticket.seconds > 0 ? ticket.tokens / ticket.seconds : 0;
+  }
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
+void CoordinatorCore::AbortPush(PushTicket& ticket, const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ticket.finished) return;
+  ticket.finished = true;
+  if (!ticket.folded_any || ticket.epoch != epoch_ || ticket.round != snapshot_->round) return;
+  // Some of this push is in the sums and the rest never came: discard the round's aggregation so far.
+  accumulator_.Reset();
+  ++epoch_;
+  spdlog::warn("push from {} for round {} broke off ({}); restarting the round's aggregation, {} worker(s) push again",
+               ticket.worker_id, ticket.round, why, pushed_.size());
+  pushed_.clear();
+}
+
+StatusReply CoordinatorCore::Status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  StatusReply s;
+  s.set_run_name(config_.run.name);
+  s.set_round(snapshot_->round);
+  s.set_rounds_total(config_.outer.rounds);
+  s.set_phase(phase_);
+  s.set_phase_reason(phase_reason_);
+  s.set_params(num_params_);
+  s.set_fingerprint(fingerprint_);
+  s.set_bytes_received(bytes_received_);
+  s.set_bytes_sent(bytes_sent_);
+  s.set_last_round_seconds(last_round_seconds_);
+  s.set_last_outer_step_seconds(last_outer_step_seconds_);
+  const double now = clock_();
+  for (const auto& [id, m] : membership_.members()) {
+    WorkerStatus* w = s.add_workers();
+    w->set_id(id);
+    w->set_state(MemberStateName(m.state));
+    w->set_rounds_contributed(m.rounds_contributed);
+    w->set_tokens(m.tokens);
+    w->set_last_loss(m.last_loss);
+    w->set_heartbeat_age_s(now - m.last_seen);
+    w->set_shard_index(m.shard_index);
+    w->set_tokens_per_s(m.last_tokens_per_s);
+    w->set_bytes_pushed(m.bytes_pushed);
+    w->set_pushed_this_round(pushed_.count(id) != 0);
+  }
+  for (const EvalRecord& e : evals_) {
+    EvalPoint* p = s.add_evals();
+    p->set_round(e.round);
+    p->set_val_loss(e.val_loss);
+  }
+  return s;
+}
+
+void CoordinatorCore::Run() {
+  const RoundPolicyOptions options{config_.coordinator.min_workers, config_.coordinator.round_timeout_s};
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_ && !complete_) {
+    cv_.wait_for(lock, std::chrono::milliseconds(100));
+    if (stop_) break;
+    const double now = clock_();
+    for (const std::string& id : membership_.ExpireLeases(now, config_.coordinator.lease_s)) {
+      spdlog::warn("lost: worker {} (no heartbeat for {} s)", id, config_.coordinator.lease_s);
+    }
+    const RoundDecision decision = DecideRoundClose({membership_.ActiveIds(), pushed_, round_opened_at_}, now, options);
+    if (decision.reason != phase_reason_) {
+      phase_reason_ = decision.reason;
+      if (!decision.close) spdlog::info("round {}: {}", snapshot_->round + 1, decision.reason);
+    }
+    if (decision.close) {
+      lock.unlock();
+      CloseRound(decision.reason);
+      lock.lock();
+    }
+  }
+}
+
+void CoordinatorCore::CloseRound(const std::string& reason) {
+  std::shared_ptr<const ParamSnapshot> base;
+  std::vector<at::Tensor> delta;
+  std::set<std::string> contributors;
+  double tokens = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    phase_ = "stepping";
+    base = snapshot_;
+    delta = accumulator_.Average();
+    tokens = accumulator_.total_weight();
+    contributors.swap(pushed_);
+    accumulator_.Reset();
+    ++epoch_;
+    for (const std::string& id : contributors) {
+      if (Member* m = membership_.Find(id)) ++m->rounds_contributed;
+    }
+  }
+  const double t0 = clock_();
+  std::vector<at::Tensor> theta;
+  for (const auto& [name, p] : base->params) theta.push_back(p);
+  std::vector<at::Tensor> next = outer_.Step(theta, delta);
+  auto snapshot = std::make_shared<ParamSnapshot>();
+  snapshot->round = base->round + 1;
+  snapshot->complete = snapshot->round >= config_.outer.rounds;
+  for (size_t i = 0; i < next.size(); ++i) snapshot->params.emplace_back(base->params[i].first, next[i]);
+  const double t1 = clock_();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_outer_step_seconds_ = t1 - t0;
+    last_round_seconds_ = t1 - round_opened_at_;
+    round_opened_at_ = t1;
+    snapshot_ = snapshot;
+    phase_ = snapshot->complete ? "finishing" : "training";
+    phase_reason_.clear();
+  }
+  spdlog::info("round {}/{} closed ({}): {} pushes, {:.0f} tokens, outer step {:.3f} s, round {:.2f} s",
+               snapshot->round, config_.outer.rounds, reason, contributors.size(), tokens, t1 - t0,
+               last_round_seconds_);
+  EvaluateIfDue(*snapshot, snapshot->complete);
+  CheckpointIfDue(snapshot->complete);
+  if (snapshot->complete) {
+    WriteSummary();
+    std::lock_guard<std::mutex> lock(mu_);
+    complete_ = true;
+    phase_ = "complete";
+    cv_.notify_all();
+  }
+}
+
+void CoordinatorCore::EvaluateIfDue(const ParamSnapshot& snapshot, bool force) {
+  const int64_t every = config_.coordinator.eval_every;
+  if (every <= 0 || (!force && snapshot.round % every != 0)) return;
+  const double t0 = clock_();
+  const double loss = evaluator_->Evaluate(snapshot.params);
+  spdlog::info("eval: round {} val_loss {:.4f} (ppl {:.2f}, {:.2f} s)", snapshot.round, loss, std::exp(loss),
+               clock_() - t0);
+  std::lock_guard<std::mutex> lock(mu_);
+  evals_.push_back({snapshot.round, loss});
+}
+
+void CoordinatorCore::CheckpointIfDue(bool force) {
+  CheckpointData data;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t every = config_.coordinator.checkpoint_every;
+    if (!force && (every <= 0 || snapshot_->round % every != 0)) return;
+    data.round = snapshot_->round;
+    data.params = snapshot_->params;
+    data.evals = evals_;
+  }
+  data.fingerprint = fingerprint_;
+  data.momentum = outer_.momentum_buffers();
+  const std::string path = CheckpointPath(config_.CheckpointDir(), data.round);
+  absl::Status s = SaveCheckpoint(path, data);
+  if (!s.ok()) {
+    spdlog::error("checkpoint failed, training goes on: {}", std::string(s.message()));
+    return;
+  }
+  PruneCheckpoints(config_.CheckpointDir(), config_.coordinator.keep_checkpoints);
+  spdlog::info("checkpoint: {}", path);
+}
+
+void CoordinatorCore::WriteSummary() const {
+  const std::string path = config_.run.output_dir + "/summary.json";
+  const std::string tmp = path + ".tmp";
+  std::error_code ec;
+  std::filesystem::create_directories(config_.run.output_dir, ec);
+  {
+    std::ofstream out(tmp);
+    out << StatusToJson(Status()).dump(2) << "\n";
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) spdlog::error("cannot write {}: {}", path, ec.message());
+}
+
+void CoordinatorCore::Stop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stop_ = true;
+  cv_.notify_all();
+}
+
+bool CoordinatorCore::complete() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return complete_;
+}
+
+void CoordinatorCore::WaitForWorkersToLeave(double timeout_s) {
+  const double deadline = clock_() + timeout_s;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_ && !membership_.ActiveIds().empty() && clock_() < deadline) {
+    cv_.wait_for(lock, std::chrono::milliseconds(100));
+  }
+}
+
+}  // namespace diloco

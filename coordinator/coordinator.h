@@ -1,0 +1,134 @@
+// CoordinatorCore: the state of a DiLoCo run on the coordinator side, without any networking.
+//
+// Owns theta_t (published as immutable snapshots, so a pull in flight keeps a consistent theta while the next one
+// is computed), the outer optimizer and its momentum, the round accumulator, the membership, the evaluation history,
+// byte counters and checkpoints. The gRPC service (service.h) translates RPCs into the methods below.
+//
+// Round lifecycle (DESIGN.md §2): round t+1 is open while theta_t is published; pushes tagged with round t are folded
+// into the accumulator chunk by chunk; the round thread (Run) closes the round when DecideRoundClose says so,
+// applies the outer step, publishes theta_{t+1}, evaluates and checkpoints when due.
+// If a push breaks off after some of its chunks were folded, the round's aggregation restarts (accumulator zeroed,
+// `epoch` bumped): every worker whose push was counted sees pushed=false in its next heartbeat and pushes again.
+// So the global model only ever sees complete pseudo-gradients.
+//
+// Thread-safety: every public method is thread-safe (one mutex); Run() is called by exactly one thread.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "config/config.h"
+#include "config/data_cache.h"
+#include "coordinator/checkpoint.h"
+#include "coordinator/membership.h"
+#include "coordinator/outer_optimizer.h"
+#include "coordinator/round_accumulator.h"
+#include "coordinator/round_policy.h"
+#include "proto/diloco.pb.h"
+#include "proto/tensor_spec.h"
+
+namespace diloco {
+
+class Evaluator;
+
+struct ParamSnapshot {
+  int64_t round = 0;
+  bool complete = false;
+  std::vector<std::pair<std::string, at::Tensor>> params;  // theta_round, float32, never modified once published
+};
+
+// One push in flight: created by BeginPush, passed to FoldChunk and CommitPush/AbortPush.
+struct PushTicket {
+  std::string worker_id;
+  int64_t round = 0;
+  int64_t epoch = 0;
+  double weight = 0;
+  int64_t tokens = 0;
+  int64_t inner_steps = 0;
+  double loss = 0;
+  double seconds = 0;
+  int64_t bytes = 0;
+  bool folded_any = false;
+  bool finished = false;
+};
+
+class CoordinatorCore {
+ public:
+  using Clock = std::function<double()>;  // seconds
+
+  // Builds theta_0 (random init from model: and run.seed, or model.init_from), loads the validation split from
+  // `cache`, and evaluates theta_0 once if eval_every > 0.
+  static absl::StatusOr<std::unique_ptr<CoordinatorCore>> Create(const Config& config, const TokenCache& cache,
+                                                             Clock clock = nullptr);
+  ~CoordinatorCore();
+
+  absl::StatusOr<JoinReply> Join(const JoinRequest& request);
+  absl::Status Leave(const LeaveRequest& request);
+  absl::StatusOr<HeartbeatReply> Heartbeat(const HeartbeatRequest& request);
+  absl::StatusOr<std::shared_ptr<const ParamSnapshot>> BeginPull(const PullRequest& request);
+  void CountBytesSent(int64_t bytes);
+
+  absl::StatusOr<PushTicket> BeginPush(const PushHeader& header);
+  // Folds one validated chunk (values: 1-D float view) of tensor `index` at element `offset`.
+  absl::Status FoldChunk(PushTicket& ticket, size_t index, int64_t offset, const at::Tensor& values);
+  absl::Status CommitPush(PushTicket& ticket);
+  void AbortPush(PushTicket& ticket, const std::string& why);
+
+  StatusReply Status() const;
+  const std::vector<TensorSpec>& specs() const { return specs_; }
+  const std::string& fingerprint() const { return fingerprint_; }
+
+  // The round loop: closes rounds, steps, evaluates, checkpoints. Returns when the run is complete (after writing
+  // the final checkpoint and summary) or after Stop().
+  void Run();
+  void Stop();
+  bool complete() const;
+  // After completion: waits until no member is active (workers saw run_complete and left) or timeout_s passes.
+  void WaitForWorkersToLeave(double timeout_s);
+
+ private:
+  CoordinatorCore(const Config& config, Clock clock);
+  absl::Status CheckMeta(const RequestMeta& meta, bool require_member) const;  // mu_ held
+  void CloseRound(const std::string& reason);  // round thread; takes mu_ itself
+  void EvaluateIfDue(const ParamSnapshot& snapshot, bool force);
+  void CheckpointIfDue(bool force);
+  void WriteSummary() const;
+
+  const Config config_;
+  const Clock clock_;
+  std::vector<TensorSpec> specs_;
+  std::string fingerprint_;
+  int64_t num_params_ = 0;
+  std::unique_ptr<Evaluator> evaluator_;  // round thread only
+  OuterOptimizer outer_;                   // round thread only
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::shared_ptr<const ParamSnapshot> snapshot_;
+  RoundAccumulator accumulator_;
+  Membership membership_;
+  std::set<std::string> pushed_;      // workers counted in the open round
+  int64_t epoch_ = 0;                 // bumped when the open round's aggregation restarts or the round closes
+  double round_opened_at_ = 0;
+  std::string phase_ = "training";
+  std::string phase_reason_;
+  std::vector<EvalRecord> evals_;
+  int64_t bytes_received_ = 0;
+  int64_t bytes_sent_ = 0;
+  double last_round_seconds_ = 0;
+  double last_outer_step_seconds_ = 0;
+  bool complete_ = false;
+  bool stop_ = false;
+};
+
+}  // namespace diloco

@@ -1,0 +1,94 @@
+// diloco-coordinator: serves one DiLoCo run. Loads the config, makes sure the token cache exists, builds theta_0,
+// starts the gRPC service and the round loop, and exits 0 once the last round is done and the workers have left.
+#include <ATen/Parallel.h>
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <csignal>
+#include <fstream>
+#include <thread>
+
+#include "config/config_loader.h"
+#include "config/data_cache.h"
+#include "config/subprocess.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/service.h"
+
+namespace {
+
+std::atomic<int> g_signal{0};
+void OnSignal(int sig) { g_signal = sig; }
+
+int Fail(const std::string& message, int code = 2) {
+  spdlog::error("{}", message);
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"DiLoCo coordinator: holds the global parameters and runs the outer optimizer"};
+  std::string config_path, port_file;
+  std::vector<std::string> overrides;
+  app.add_option("--config", config_path, "run config (YAML)")->required();
+  app.add_option("--set", overrides, "override a config key: section.key=value (repeatable)");
+  app.add_option("--port-file", port_file, "write HOST:PORT here once listening (for coordinator.listen port 0)");
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_pattern("%H:%M:%S.%e %^%l%$ coordinator: %v");
+
+  auto config = diloco::LoadConfig(config_path, overrides);
+  if (!config.ok()) return Fail(std::string(config.status().message()));
+  spdlog::info("config {} (hash {}):\n{}", config_path, diloco::ConfigHash(*config), diloco::RenderConfig(*config));
+  at::set_num_threads(static_cast<int>(config->coordinator.threads));
+
+  auto cache = diloco::EnsureTokenized(*config, diloco::SiblingExecutable("diloco-tokenize"));
+  if (!cache.ok()) return Fail(std::string(cache.status().message()));
+  auto core = diloco::CoordinatorCore::Create(*config, *cache);
+  if (!core.ok()) return Fail(std::string(core.status().message()));
+  spdlog::info("model: {} parameters, fingerprint {}", diloco::TotalElements((*core)->specs()),
+               (*core)->fingerprint());
+
+  diloco::CoordinatorService service(core->get(), config->comm.chunk_bytes);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(config->coordinator.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config->comm.chunk_bytes) + (1 << 20));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    return Fail("coordinator.listen: cannot listen on '" + config->coordinator.listen +
+                "' (address in use or invalid? use HOST:PORT, port 0 picks a free one)");
+  }
+  const std::string host = config->coordinator.listen.substr(0, config->coordinator.listen.rfind(':'));
+  const std::string address = host + ":" + std::to_string(port);
+  spdlog::info("listening on {}; waiting for workers ({} rounds of {} inner steps)", address, config->outer.rounds,
+               config->inner.steps);
+  if (!port_file.empty()) {
+    std::ofstream(port_file + ".tmp") << address << "\n";
+    std::rename((port_file + ".tmp").c_str(), port_file.c_str());
+  }
+
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  std::thread watcher([&] {
+    while (!(*core)->complete() && g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (g_signal != 0) {
+      spdlog::warn("signal {}: stopping (the last checkpoint stays on disk)", g_signal.load());
+      (*core)->Stop();
+    }
+  });
+  (*core)->Run();
+  const bool complete = (*core)->complete();
+  if (complete) {
+    spdlog::info("run complete; waiting for workers to leave");
+    (*core)->WaitForWorkersToLeave(std::max(5.0, 3 * config->coordinator.heartbeat_interval_s));
+  }
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  watcher.join();
+  spdlog::info("exit");
+  return complete ? 0 : 130;
+}

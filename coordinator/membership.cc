@@ -1,0 +1,77 @@
+#include "coordinator/membership.h"
+
+#include <set>
+
+namespace diloco {
+
+const char* MemberStateName(MemberState s) {
+  switch (s) {
+    case MemberState::kActive: return "active";
+    case MemberState::kLost: return "lost";
+    case MemberState::kLeft: return "left";
+  }
+  return "unknown";
+}
+
+const Member& Membership::Join(const std::string& id, double now) {
+  auto it = members_.find(id);
+  if (it == members_.end()) {
+    std::set<int> taken;
+    for (const auto& [other_id, m] : members_) {
+      if (m.state == MemberState::kActive) taken.insert(m.shard_index);
+    }
+    int shard = 0;
+    while (taken.count(shard) != 0 && shard < shard_count_) ++shard;
+    Member m;
+    m.id = id;
+    m.joined_at = now;
+    m.shard_index = shard % shard_count_;
+    it = members_.emplace(id, m).first;
+  }
+  it->second.state = MemberState::kActive;
+  it->second.last_seen = now;
+  return it->second;
+}
+
+bool Membership::Touch(const std::string& id, double now) {
+  auto it = members_.find(id);
+  if (it == members_.end() || it->second.state != MemberState::kActive) return false;
+  it->second.last_seen = now;
+  return true;
+}
+
+void Membership::Leave(const std::string& id) {
+  auto it = members_.find(id);
+  if (it != members_.end()) it->second.state = MemberState::kLeft;
+}
+
+std::vector<std::string> Membership::ExpireLeases(double now, double lease_s) {
+  std::vector<std::string> lost;
+  for (auto& [id, m] : members_) {
+    if (m.state == MemberState::kActive && now - m.last_seen > lease_s) {
+      m.state = MemberState::kLost;
+      lost.push_back(id);
+    }
+  }
+  return lost;
+}
+
+bool Membership::IsActive(const std::string& id) const {
+  auto it = members_.find(id);
+  return it != members_.end() && it->second.state == MemberState::kActive;
+}
+
+std::vector<std::string> Membership::ActiveIds() const {
+  std::vector<std::string> ids;
+  for (const auto& [id, m] : members_) {
+    if (m.state == MemberState::kActive) ids.push_back(id);
+  }
+  return ids;
+}
+
+Member* Membership::Find(const std::string& id) {
+  auto it = members_.find(id);
+  return it == members_.end() ? nullptr : &it->second;
+}
+
+}  // namespace diloco

@@ -1,0 +1,53 @@
+// Membership: who belongs to the run and in what state, as pure logic over an injected clock (seconds as double).
+// A member is `active` from Join until it leaves (`left`) or stays silent longer than the lease (`lost`); a lost or
+// left member that joins again with the same id becomes active again and keeps its shard. Each active member owns
+// one of `shard_count` disjoint data shards: the lowest index no other active member holds.
+// Not thread-safe: the coordinator calls it under its own mutex.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace diloco {
+
+enum class MemberState { kActive, kLost, kLeft };
+const char* MemberStateName(MemberState s);
+
+struct Member {
+  std::string id;
+  MemberState state = MemberState::kActive;
+  double joined_at = 0;
+  double last_seen = 0;
+  int shard_index = 0;
+  int64_t rounds_contributed = 0;
+  int64_t tokens = 0;
+  double last_loss = 0;
+  double last_tokens_per_s = 0;
+  int64_t bytes_pushed = 0;
+};
+
+class Membership {
+ public:
+  explicit Membership(int shard_count) : shard_count_(shard_count) {}
+
+  // Adds or reactivates `id`; returns the member (with its shard index).
+  const Member& Join(const std::string& id, double now);
+  // Refreshes the lease. Returns false if `id` is unknown or not active (it must Join again).
+  bool Touch(const std::string& id, double now);
+  void Leave(const std::string& id);
+  // Marks active members silent for more than lease_s as lost; returns their ids.
+  std::vector<std::string> ExpireLeases(double now, double lease_s);
+
+  bool IsActive(const std::string& id) const;
+  std::vector<std::string> ActiveIds() const;
+  Member* Find(const std::string& id);
+  const std::map<std::string, Member>& members() const { return members_; }
+  int shard_count() const { return shard_count_; }
+
+ private:
+  int shard_count_;
+  std::map<std::string, Member> members_;
+};
+
+}  // namespace diloco

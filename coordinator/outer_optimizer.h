@@ -1,0 +1,39 @@
+// OuterOptimizer: the outer step of DiLoCo (arXiv 2311.08105, Algorithm 1, line 12), applied to the averaged
+// pseudo-gradient delta = sum_i w_i (theta_{t-1} - theta_i) / sum_i w_i as if it were a gradient.
+// Bit-compatible with PyTorch's SGD(lr, momentum, dampening=0, nesterov):
+//   first step: buf = delta; later: buf = momentum * buf + delta
+//   nesterov:   theta_t = theta_{t-1} - lr * (delta + momentum * buf)
+//   sgd:        theta_t = theta_{t-1} - lr * buf          (momentum 0: - lr * delta; with lr 1 this is FedAvg)
+// Shapes: theta and delta are lists of float32 tensors with matching shapes. Owns the momentum buffers.
+// Not thread-safe: the coordinator's round thread alone calls Step().
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+namespace diloco {
+
+class OuterOptimizer {
+ public:
+  enum class Kind { kNesterov, kSgd };
+  static Kind KindFromName(const std::string& name);  // "nesterov" | "sgd"
+
+  OuterOptimizer(Kind kind, double lr, double momentum);
+
+  // Returns theta_t as new tensors; `theta` is left untouched (pulls in flight may still read it).
+  std::vector<at::Tensor> Step(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& delta);
+
+  // Momentum buffers (empty before the first step or when momentum is 0), for checkpoints.
+  const std::vector<at::Tensor>& momentum_buffers() const { return buffers_; }
+  void set_momentum_buffers(std::vector<at::Tensor> buffers) { buffers_ = std::move(buffers); }
+
+ private:
+  Kind kind_;
+  double lr_;
+  double momentum_;
+  std::vector<at::Tensor> buffers_;
+};
+
+}  // namespace diloco

@@ -1,0 +1,35 @@
+#include "coordinator/round_accumulator.h"
+
+#include <stdexcept>
+
+namespace diloco {
+
+RoundAccumulator::RoundAccumulator(const std::vector<TensorSpec>& specs) {
+  for (const TensorSpec& s : specs) sums_.push_back(at::zeros(s.shape, at::kFloat));
+}
+
+void RoundAccumulator::Fold(size_t index, int64_t offset, const at::Tensor& values, double weight) {
+  at::Tensor flat = sums_.at(index).view({-1});
+  flat.narrow(0, offset, values.numel()).add_(values.to(at::kFloat), weight);
+}
+
+void RoundAccumulator::AddContribution(double weight) {
+  total_weight_ += weight;
+  ++contributions_;
+}
+
+std::vector<at::Tensor> RoundAccumulator::Average() const {
+  if (total_weight_ <= 0) throw std::logic_error("RoundAccumulator::Average with no contribution");
+  std::vector<at::Tensor> out;
+  out.reserve(sums_.size());
+  for (const at::Tensor& s : sums_) out.push_back(s / total_weight_);
+  return out;
+}
+
+void RoundAccumulator::Reset() {
+  for (at::Tensor& s : sums_) s.zero_();
+  total_weight_ = 0;
+  contributions_ = 0;
+}
+
+}  // namespace diloco

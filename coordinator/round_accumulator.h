@@ -1,0 +1,42 @@
+// RoundAccumulator: the token-weighted sum of the pseudo-gradients pushed in one round, folded chunk by chunk as
+// they arrive, so memory is one float32 copy of the parameters whatever the number of workers (DESIGN.md §2).
+//   sum_t = sum_i w_i * delta_i        (w_i = tokens worker i processed; Fold adds w_i * chunk)
+//   delta = sum_t / sum_i w_i          (Average)
+// Shapes: one float32 tensor per model parameter, in parameter order. Not thread-safe: the coordinator calls it
+// under its own mutex.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+#include "proto/tensor_spec.h"
+
+namespace diloco {
+
+class RoundAccumulator {
+ public:
+  explicit RoundAccumulator(const std::vector<TensorSpec>& specs);
+
+  // Adds weight * values to elements [offset, offset + values.numel()) of tensor `index`. values: 1-D, any float dtype.
+  void Fold(size_t index, int64_t offset, const at::Tensor& values, double weight);
+
+  // Counts one complete contribution of the given weight.
+  void AddContribution(double weight);
+
+  int64_t contributions() const { return contributions_; }
+  double total_weight() const { return total_weight_; }
+
+  // sum / total_weight as new tensors shaped like the parameters. Requires total_weight() > 0.
+  std::vector<at::Tensor> Average() const;
+
+  // Zeroes the sums and counts (start of a round, or a round whose aggregation had to restart).
+  void Reset();
+
+ private:
+  std::vector<at::Tensor> sums_;
+  double total_weight_ = 0;
+  int64_t contributions_ = 0;
+};
+
+}  // namespace diloco

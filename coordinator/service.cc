@@ -1,0 +1,196 @@
+#include "coordinator/service.h"
+
+#include <spdlog/spdlog.h>
+
+#include <exception>
+#include <memory>
+
+#include "proto/grpc_status.h"
+#include "proto/tensor_chunks.h"
+
+namespace diloco {
+namespace {
+
+// Runs `body` and finishes a unary reactor with its status; exceptions become INTERNAL.
+template <typename Body>
+grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, Body body) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  grpc::Status status;
+  try {
+    status = ToGrpc(body());
+  } catch (const std::exception& e) {
+    status = grpc::Status(grpc::StatusCode::INTERNAL, e.what());
+  }
+  reactor->Finish(status);
+  return reactor;
+}
+
+// Streams one snapshot of theta: a header, then the chunks.
+class PullReactor : public grpc::ServerWriteReactor<PullMessage> {
+ public:
+  PullReactor(CoordinatorCore* core, std::shared_ptr<const ParamSnapshot> snapshot, int64_t chunk_bytes)
+      : core_(core), snapshot_(std::move(snapshot)), chunker_(snapshot_->params, chunk_bytes) {
+    PullHeader* h = message_.mutable_header();
+    h->set_round(snapshot_->round);
+    h->set_run_complete(snapshot_->complete);
+    h->set_num_tensors(static_cast<int64_t>(snapshot_->params.size()));
+    int64_t n = 0;
+    for (const auto& [name, t] : snapshot_->params) n += t.numel();
+    h->set_num_elements(n);
+    StartWrite(&message_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "pull stream broken"));
+      return;
+    }
+    try {
+      if (chunker_.Next(message_.mutable_chunk())) {
+        StartWrite(&message_);
+        return;
+      }
+      core_->CountBytesSent(chunker_.bytes_emitted());
+      Finish(grpc::Status::OK);
+    } catch (const std::exception& e) {
+      Finish(grpc::Status(grpc::StatusCode::INTERNAL, e.what()));
+    }
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  CoordinatorCore* core_;
+  std::shared_ptr<const ParamSnapshot> snapshot_;
+  TensorChunker chunker_;
+  PullMessage message_;
+};
+
+// Receives one pseudo-gradient: a header, then chunks in parameter order, each folded as it arrives.
+class PushReactor : public grpc::ServerReadReactor<PushMessage> {
+ public:
+  PushReactor(CoordinatorCore* core, PushReply* reply) : core_(core), reply_(reply), reader_(core->specs()) {
+    StartRead(&message_);
+  }
+
+  void OnReadDone(bool ok) override {
+    absl::Status status;
+    try {
+      if (!ok) {  // the client closed its side: the push must be complete
+        if (!ticket_) {
+          status = absl::InvalidArgumentError("push stream ended before its header");
+        } else if (!reader_.Done()) {
+          status = absl::InvalidArgumentError("push stream ended early, at " + reader_.Position());
+        } else {
+          status = core_->CommitPush(*ticket_);
+          reply_->set_round(ticket_->round);
+          reply_->set_bytes(ticket_->bytes);
+        }
+        Fail(status, "incomplete push");
+        Finish(ToGrpc(status));
+        return;
+      }
+      status = Consume();
+    } catch (const std::exception& e) {
+      status = absl::InternalError(e.what());
+    }
+    if (!status.ok()) {
+      Fail(status, std::string(status.message()));
+      Finish(ToGrpc(status));
+      return;
+    }
+    StartRead(&message_);
+  }
+
+  void OnDone() override {
+    if (ticket_) core_->AbortPush(*ticket_, "stream ended");  // no-op once committed or failed
+    delete this;
+  }
+
+ private:
+  absl::Status Consume() {
+    if (!ticket_) {
+      if (!message_.has_header()) return absl::InvalidArgumentError("push stream must start with a header");
+      auto ticket = core_->BeginPush(message_.header());
+      if (!ticket.ok()) return ticket.status();
+      ticket_ = std::make_unique<PushTicket>(std::move(*ticket));
+      return absl::OkStatus();
+    }
+    if (!message_.has_chunk()) return absl::InvalidArgumentError("a push header may appear only once");
+    auto view = reader_.Next(message_.chunk());
+    if (!view.ok()) return view.status();
+    return core_->FoldChunk(*ticket_, reader_.tensor_index(), reader_.chunk_offset(), *view);
+  }
+
+  void Fail(const absl::Status& status, const std::string& why) {
+    if (status.ok() || !ticket_) return;
+    spdlog::warn("push from {} refused: {}", ticket_->worker_id, std::string(status.message()));
+    core_->AbortPush(*ticket_, why);
+  }
+
+  CoordinatorCore* core_;
+  PushReply* reply_;
+  ChunkStreamReader reader_;
+  PushMessage message_;
+  std::unique_ptr<PushTicket> ticket_;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* ctx, const JoinRequest* request,
+                                                   JoinReply* reply) {
+  return Unary(ctx, [&]() -> absl::Status {
+    auto r = coordinator_->Join(*request);
+    if (!r.ok()) {
+      spdlog::warn("join refused for '{}': {}", request->meta().worker_id(), std::string(r.status().message()));
+      return r.status();
+    }
+    *reply = std::move(*r);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Leave(grpc::CallbackServerContext* ctx, const LeaveRequest* request,
+                                                    LeaveReply*) {
+  return Unary(ctx, [&] { return coordinator_->Leave(*request); });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* ctx,
+                                                        const HeartbeatRequest* request, HeartbeatReply* reply) {
+  return Unary(ctx, [&]() -> absl::Status {
+    auto r = coordinator_->Heartbeat(*request);
+    if (!r.ok()) return r.status();
+    *reply = std::move(*r);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::GetStatus(grpc::CallbackServerContext* ctx, const StatusRequest*,
+                                                        StatusReply* reply) {
+  return Unary(ctx, [&] {
+    *reply = coordinator_->Status();
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerWriteReactor<PullMessage>* CoordinatorService::PullParameters(grpc::CallbackServerContext* ctx,
+                                                                          const PullRequest* request) {
+  auto snapshot = coordinator_->BeginPull(*request);
+  if (!snapshot.ok()) {
+    // A reactor that finishes at once with the error.
+    class Refuse : public grpc::ServerWriteReactor<PullMessage> {
+     public:
+      explicit Refuse(const absl::Status& s) { Finish(ToGrpc(s)); }
+      void OnDone() override { delete this; }
+    };
+    return new Refuse(snapshot.status());
+  }
+  return new PullReactor(coordinator_, std::move(*snapshot), chunk_bytes_);
+}
+
+grpc::ServerReadReactor<PushMessage>* CoordinatorService::PushPseudoGradient(grpc::CallbackServerContext* ctx,
+                                                                             PushReply* reply) {
+  return new PushReactor(coordinator_, reply);
+}
+
+}  // namespace diloco

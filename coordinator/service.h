@@ -1,0 +1,36 @@
+// CoordinatorService: the gRPC face of a Coordinator (callback API). Reactors only move bytes: they validate each
+// streamed chunk against the model's specs (ChunkStreamReader) and hand it to the Coordinator, which folds it into
+// the round accumulator; the outer step runs on the coordinator's round thread, never here.
+// Exceptions never escape a reactor: every handler turns them into INTERNAL.
+// Thread-safety: gRPC calls the handlers from its own threads; all state lives in the (thread-safe) Coordinator.
+#pragma once
+
+#include "coordinator/coordinator.h"
+#include "proto/diloco.grpc.pb.h"
+
+namespace diloco {
+
+class CoordinatorService final : public diloco::Coordinator::CallbackService {
+ public:
+  CoordinatorService(CoordinatorCore* coordinator, int64_t chunk_bytes)
+      : coordinator_(coordinator), chunk_bytes_(chunk_bytes) {}
+
+  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const JoinRequest* request,
+                                 JoinReply* reply) override;
+  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx, const LeaveRequest* request,
+                                  LeaveReply* reply) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx, const HeartbeatRequest* request,
+                                      HeartbeatReply* reply) override;
+  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx, const StatusRequest* request,
+                                      StatusReply* reply) override;
+  grpc::ServerWriteReactor<PullMessage>* PullParameters(grpc::CallbackServerContext* ctx,
+                                                        const PullRequest* request) override;
+  grpc::ServerReadReactor<PushMessage>* PushPseudoGradient(grpc::CallbackServerContext* ctx,
+                                                           PushReply* reply) override;
+
+ private:
+  CoordinatorCore* coordinator_;
+  int64_t chunk_bytes_;
+};
+
+}  // namespace diloco

@@ -1,0 +1,23 @@
+// absl::Status <-> grpc::Status at the service and client edges (the codes are numerically identical).
+// Header-only; thread-safe.
+#pragma once
+
+#include <grpcpp/support/status.h>
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace diloco {
+
+inline grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+inline absl::Status FromGrpc(const grpc::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+}  // namespace diloco

@@ -1,0 +1,36 @@
+#include "proto/status_json.h"
+
+namespace diloco {
+
+nlohmann::json StatusToJson(const StatusReply& s) {
+  nlohmann::json workers = nlohmann::json::array();
+  for (const WorkerStatus& w : s.workers()) {
+    workers.push_back({{"id", w.id()},
+                       {"state", w.state()},
+                       {"rounds_contributed", w.rounds_contributed()},
+                       {"tokens", w.tokens()},
+                       {"last_loss", w.last_loss()},
+                       {"heartbeat_age_s", w.heartbeat_age_s()},
+                       {"shard_index", w.shard_index()},
+                       {"tokens_per_s", w.tokens_per_s()},
+                       {"bytes_pushed", w.bytes_pushed()},
+                       {"pushed_this_round", w.pushed_this_round()}});
+  }
+  nlohmann::json evals = nlohmann::json::array();
+  for (const EvalPoint& e : s.evals()) evals.push_back({{"round", e.round()}, {"val_loss", e.val_loss()}});
+  return {{"run_name", s.run_name()},
+          {"round", s.round()},
+          {"rounds_total", s.rounds_total()},
+          {"phase", s.phase()},
+          {"phase_reason", s.phase_reason()},
+          {"params", s.params()},
+          {"fingerprint", s.fingerprint()},
+          {"bytes_received", s.bytes_received()},
+          {"bytes_sent", s.bytes_sent()},
+          {"last_round_seconds", s.last_round_seconds()},
+          {"last_outer_step_seconds", s.last_outer_step_seconds()},
+          {"workers", workers},
+          {"evals", evals}};
+}
+
+}  // namespace diloco

@@ -1,0 +1,112 @@
+#include "proto/tensor_chunks.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace diloco {
+
+TensorChunker::TensorChunker(std::vector<std::pair<std::string, at::Tensor>> tensors, int64_t chunk_bytes)
+    : tensors_(std::move(tensors)), chunk_bytes_(std::max<int64_t>(chunk_bytes, 64)) {
+  for (auto& [name, t] : tensors_) t = t.contiguous();
+}
+
+bool TensorChunker::Next(TensorChunk* out) {
+  while (index_ < tensors_.size() && offset_ >= tensors_[index_].second.numel()) {
+    ++index_;
+    offset_ = 0;
+  }
+  if (index_ >= tensors_.size()) return false;
+  const auto& [name, t] = tensors_[index_];
+  const int64_t elem = t.element_size();
+  const int64_t per_chunk = std::max<int64_t>(1, chunk_bytes_ / elem);
+  const int64_t count = std::min(per_chunk, t.numel() - offset_);
+  out->Clear();
+  out->set_name(name);
+  out->set_dtype(ToWireDType(t.scalar_type()).value());
+  for (int64_t d : t.sizes()) out->add_shape(d);
+  out->set_offset(offset_);
+  out->set_count(count);
+  out->set_codec(CODEC_RAW);
+  const char* base = static_cast<const char*>(t.data_ptr()) + offset_ * elem;
+  out->set_data(base, count * elem);
+  offset_ += count;
+  bytes_emitted_ += count * elem;
+  return true;
+}
+
+ChunkStreamReader::ChunkStreamReader(std::vector<TensorSpec> specs) : specs_(std::move(specs)) {
+  // Zero-element tensors carry no chunk: skip them up front.
+  while (index_ < specs_.size() && specs_[index_].numel() == 0) ++index_;
+}
+
+std::string ChunkStreamReader::Position() const {
+  if (Done()) return absl::StrCat("end of stream (", specs_.size(), " tensors)");
+  return absl::StrCat("tensor ", index_ + 1, "/", specs_.size(), " '", specs_[index_].name, "' at element ",
+                      offset_);
+}
+
+absl::StatusOr<at::Tensor> ChunkStreamReader::Next(const TensorChunk& chunk) {
+  if (Done()) {
+    return absl::InvalidArgumentError(absl::StrCat("unexpected chunk '", chunk.name(), "' after the last tensor"));
+  }
+  const TensorSpec& spec = specs_[index_];
+  if (chunk.name() != spec.name) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected ", Position(), ", got a chunk of '", chunk.name(), "'"));
+  }
+  auto dtype = FromWireDType(chunk.dtype());
+  if (!dtype.ok()) return dtype.status();
+  if (*dtype != spec.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "': dtype ", c10::toString(*dtype),
+                                                   ", expected ", c10::toString(spec.dtype)));
+  }
+  if (std::vector<int64_t>(chunk.shape().begin(), chunk.shape().end()) != spec.shape) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "': shape [",
+                                                   absl::StrJoin(chunk.shape(), ","), "], expected [",
+                                                   absl::StrJoin(spec.shape, ","), "]"));
+  }
+  if (chunk.codec() != CODEC_RAW) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "': unsupported codec ", chunk.codec()));
+  }
+  if (chunk.offset() != offset_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", spec.name, "': chunk at element ", chunk.offset(), ", expected ", offset_));
+  }
+  const int64_t remaining = spec.numel() - offset_;
+  if (chunk.count() <= 0 || chunk.count() > remaining) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "': chunk of ", chunk.count(),
+                                                   " elements at ", offset_, ", only ", remaining, " remain"));
+  }
+  const int64_t elem = c10::elementSize(spec.dtype);
+  if (static_cast<int64_t>(chunk.data().size()) != chunk.count() * elem) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "': chunk declares ", chunk.count(),
+                                                   " elements (", chunk.count() * elem, " bytes) but carries ",
+                                                   chunk.data().size(), " bytes"));
+  }
+  at::Tensor view = at::from_blob(const_cast<char*>(chunk.data().data()), {chunk.count()},
+                                  at::TensorOptions().dtype(spec.dtype));
+  last_index_ = index_;
+  last_offset_ = offset_;
+  offset_ += chunk.count();
+  if (offset_ == spec.numel()) {
+    offset_ = 0;
+    ++index_;
+    while (index_ < specs_.size() && specs_[index_].numel() == 0) ++index_;
+  }
+  return view;
+}
+
+ChunkAssembler::ChunkAssembler(std::vector<std::pair<std::string, at::Tensor>> dest)
+    : dest_(std::move(dest)), reader_(SpecsOf(dest_)) {}
+
+absl::Status ChunkAssembler::Accept(const TensorChunk& chunk) {
+  auto view = reader_.Next(chunk);
+  if (!view.ok()) return view.status();
+  at::Tensor flat = dest_[reader_.tensor_index()].second.view({-1});
+  flat.narrow(0, reader_.chunk_offset(), view->numel()).copy_(*view);
+  return absl::OkStatus();
+}
+
+}  // namespace diloco

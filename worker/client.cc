@@ -1,0 +1,126 @@
+#include "worker/client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "proto/grpc_status.h"
+#include "proto/tensor_chunks.h"
+
+namespace diloco {
+
+CoordinatorClient::CoordinatorClient(const std::string& address, std::string worker_id, std::string fingerprint,
+                                     double rpc_timeout_s, int64_t chunk_bytes)
+    : worker_id_(std::move(worker_id)),
+      fingerprint_(std::move(fingerprint)),
+      rpc_timeout_s_(rpc_timeout_s),
+      chunk_bytes_(chunk_bytes) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  args.SetMaxReceiveMessageSize(static_cast<int>(chunk_bytes) + (1 << 20));
+  channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  stub_ = diloco::Coordinator::NewStub(channel_);
+}
+
+RequestMeta CoordinatorClient::Meta(int64_t round) const {
+  RequestMeta meta;
+  meta.set_worker_id(worker_id_);
+  meta.set_round(round);
+  meta.set_fingerprint(fingerprint_);
+  return meta;
+}
+
+void CoordinatorClient::SetDeadline(grpc::ClientContext* ctx) const {
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::milliseconds(static_cast<int64_t>(rpc_timeout_s_ * 1000)));
+}
+
+absl::StatusOr<JoinReply> CoordinatorClient::Join(const ModelSpec& model, int32_t threads, const std::string& device) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  JoinRequest request;
+  *request.mutable_meta() = Meta(0);
+  *request.mutable_model() = model;
+  request.set_threads(threads);
+  request.set_device(device);
+  JoinReply reply;
+  grpc::Status s = stub_->Join(&ctx, request, &reply);
+  if (!s.ok()) return FromGrpc(s);
+  return reply;
+}
+
+absl::Status CoordinatorClient::Leave(const std::string& reason) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  LeaveRequest request;
+  *request.mutable_meta() = Meta(0);
+  request.set_reason(reason);
+  LeaveReply reply;
+  return FromGrpc(stub_->Leave(&ctx, request, &reply));
+}
+
+absl::StatusOr<HeartbeatReply> CoordinatorClient::Heartbeat(int64_t round) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  HeartbeatRequest request;
+  *request.mutable_meta() = Meta(round);
+  HeartbeatReply reply;
+  grpc::Status s = stub_->Heartbeat(&ctx, request, &reply);
+  if (!s.ok()) return FromGrpc(s);
+  return reply;
+}
+
+absl::StatusOr<PullResult> CoordinatorClient::Pull(NamedTensors& theta) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  PullRequest request;
+  *request.mutable_meta() = Meta(0);
+  std::unique_ptr<grpc::ClientReader<PullMessage>> reader = stub_->PullParameters(&ctx, request);
+  PullMessage message;
+  PullResult result;
+  ChunkAssembler assembler(theta);
+  bool have_header = false;
+  absl::Status error;
+  while (reader->Read(&message)) {
+    if (message.has_header()) {
+      have_header = true;
+      result.round = message.header().round();
+      result.run_complete = message.header().run_complete();
+    } else if (error.ok()) {
+      result.bytes += static_cast<int64_t>(message.chunk().data().size());
+      error = assembler.Accept(message.chunk());
+    }
+  }
+  grpc::Status s = reader->Finish();
+  if (!s.ok()) return FromGrpc(s);
+  if (!error.ok()) return absl::DataLossError(absl::StrCat("pull: ", error.message()));
+  if (!have_header || !assembler.Done()) return absl::DataLossError("pull: stream ended before all parameters came");
+  return result;
+}
+
+absl::StatusOr<int64_t> CoordinatorClient::Push(int64_t round, const RoundResult& result) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  PushReply reply;
+  std::unique_ptr<grpc::ClientWriter<PushMessage>> writer = stub_->PushPseudoGradient(&ctx, &reply);
+  PushMessage message;
+  PushHeader* header = message.mutable_header();
+  *header->mutable_meta() = Meta(round);
+  header->set_tokens(result.tokens);
+  header->set_inner_steps(result.steps);
+  header->set_loss(result.mean_loss);
+  header->set_seconds(result.seconds);
+  bool ok = writer->Write(message);
+  TensorChunker chunker(result.pseudo_gradient, chunk_bytes_);
+  while (ok && chunker.Next(message.mutable_chunk())) ok = writer->Write(message);
+  if (ok) writer->WritesDone();
+  grpc::Status s = writer->Finish();
+  if (!s.ok()) return FromGrpc(s);
+  return chunker.bytes_emitted();
+}
+
+}  // namespace diloco

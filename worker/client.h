@@ -1,0 +1,48 @@
+// CoordinatorClient: a worker's connection to the coordinator. One channel and stub reused for every call, keepalive
+// on, a deadline on every RPC. Pull streams theta into preallocated tensors; Push streams a pseudo-gradient as
+// chunks after a header. Errors come back as absl::Status with the gRPC code (UNAVAILABLE: retry; ABORTED: push
+// again; FAILED_PRECONDITION: round closed or config refused; NOT_FOUND: not a member, Join again).
+// Thread-safe (gRPC stubs are); the heartbeat thread and the main loop share one client.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "proto/diloco.grpc.pb.h"
+#include "worker/trainer.h"
+
+namespace diloco {
+
+struct PullResult {
+  int64_t round = 0;
+  bool run_complete = false;
+  int64_t bytes = 0;
+};
+
+class CoordinatorClient {
+ public:
+  CoordinatorClient(const std::string& address, std::string worker_id, std::string fingerprint,
+                    double rpc_timeout_s, int64_t chunk_bytes);
+
+  absl::StatusOr<JoinReply> Join(const ModelSpec& model, int32_t threads, const std::string& device);
+  absl::Status Leave(const std::string& reason);
+  absl::StatusOr<HeartbeatReply> Heartbeat(int64_t round);
+  // Fills `theta` (from InnerTrainer::MakeParameterBuffers) with the current global parameters.
+  absl::StatusOr<PullResult> Pull(NamedTensors& theta);
+  // Sends the pseudo-gradient computed against round `round`; returns the payload bytes sent.
+  absl::StatusOr<int64_t> Push(int64_t round, const RoundResult& result);
+
+ private:
+  RequestMeta Meta(int64_t round) const;
+  void SetDeadline(grpc::ClientContext* ctx) const;
+
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<diloco::Coordinator::Stub> stub_;
+  std::string worker_id_;
+  std::string fingerprint_;
+  double rpc_timeout_s_;
+  int64_t chunk_bytes_;
+};
+
+}  // namespace diloco

@@ -1,0 +1,14 @@
+// Validation loss of a model: mean cross-entropy (nats per token) over the fixed evaluation batches of a split
+// (TokenData::EvalBatch). Deterministic for a given model, split and batch settings. Uses the caller's model
+// (not thread-safe with respect to it); switches it to eval mode and back.
+#pragma once
+
+#include "worker/lm/token_data.h"
+#include "worker/lm/transformer.h"
+
+namespace diloco {
+
+double EvaluateLoss(TransformerLM& model, const TokenData& data, int64_t num_batches, int64_t batch_size,
+                    const torch::Device& device = torch::kCPU);
+
+}  // namespace diloco

@@ -1,0 +1,84 @@
+#include "worker/lm/transformer.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace diloco {
+
+TransformerBlockImpl::TransformerBlockImpl(int64_t d_model, int64_t n_head) : n_head_(n_head) {
+  ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d_model})));
+  qkv_ = register_module("qkv", torch::nn::Linear(d_model, 3 * d_model));
+  attn_out_ = register_module("attn_out", torch::nn::Linear(d_model, d_model));
+  ln2_ = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d_model})));
+  fc_ = register_module("fc", torch::nn::Linear(d_model, 4 * d_model));
+  mlp_out_ = register_module("mlp_out", torch::nn::Linear(4 * d_model, d_model));
+}
+
+torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& causal_mask) {
+  const int64_t B = x.size(0), T = x.size(1), D = x.size(2), hd = D / n_head_;
+  // Attention: [B, T, 3D] -> q, k, v each [B, h, T, hd].
+  auto qkv = qkv_->forward(ln1_->forward(x)).view({B, T, 3, n_head_, hd}).permute({2, 0, 3, 1, 4});
+  auto q = qkv[0], k = qkv[1], v = qkv[2];
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd))) + causal_mask;
+  auto attn = torch::matmul(torch::softmax(scores, -1), v);  // [B, h, T, hd]
+  auto h = x + attn_out_->forward(attn.transpose(1, 2).reshape({B, T, D}));
+  return h + mlp_out_->forward(torch::gelu(fc_->forward(ln2_->forward(h))));
+}
+
+TransformerLMImpl::TransformerLMImpl(const ModelConfig& config) : config_(config) {
+  tok_emb_ = register_module("tok_emb", torch::nn::Embedding(config.vocab_size, config.d_model));
+  pos_emb_ = register_module("pos_emb", torch::nn::Embedding(config.seq_len, config.d_model));
+  blocks_ = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.n_layer; ++i) blocks_->push_back(TransformerBlock(config.d_model, config.n_head));
+  ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.d_model})));
+
+  torch::NoGradGuard no_grad;
+  for (auto& p : named_parameters()) {
+    const std::string& name = p.key();
+    if (name.find("ln") != std::string::npos) continue;  // LayerNorm: weight 1, bias 0 (their defaults)
+    if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
+      p.value().zero_();
+    } else {
+      p.value().normal_(0.0, 0.02);
+    }
+  }
+}
+
+torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens) {
+  const int64_t T = tokens.size(1);
+  if (T > config_.seq_len) throw std::invalid_argument("sequence longer than model.seq_len");
+  auto positions = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));
+  auto x = tok_emb_->forward(tokens) + pos_emb_->forward(positions);
+  auto mask = torch::full({T, T}, -std::numeric_limits<float>::infinity(), x.options()).triu(1);
+  for (const auto& block : *blocks_) x = block->as<TransformerBlock>()->forward(x, mask);
+  return torch::matmul(ln_f_->forward(x), tok_emb_->weight.t());  // tied head: [B, T, V]
+}
+
+torch::Tensor TransformerLMImpl::Loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
+  auto logits = forward(tokens);
+  return torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}), targets.reshape({-1}));
+}
+
+TransformerLM MakeTransformerLM(const ModelConfig& config, int64_t seed) {
+  torch::manual_seed(static_cast<uint64_t>(seed));
+  return TransformerLM(config);
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> NamedParameters(const torch::nn::Module& model) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& p : model.named_parameters(/*recurse=*/true)) out.emplace_back(p.key(), p.value());
+  return out;
+}
+
+void LoadParameters(torch::nn::Module& model, const std::vector<std::pair<std::string, torch::Tensor>>& values) {
+  torch::NoGradGuard no_grad;
+  auto params = model.named_parameters(true);
+  if (params.size() != values.size()) throw std::invalid_argument("LoadParameters: tensor count differs");
+  for (const auto& [name, value] : values) {
+    torch::Tensor* p = params.find(name);
+    if (p == nullptr) throw std::invalid_argument("LoadParameters: no parameter '" + name + "'");
+    p->copy_(value);
+  }
+}
+
+}  // namespace diloco

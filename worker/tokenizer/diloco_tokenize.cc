@@ -1,0 +1,137 @@
+// diloco-tokenize: trains a SentencePiece BPE model on the training part of a text file and writes the token shards
+// (train.tok, val.tok; format in worker/lm/token_shard.h) plus tokenizer.model and meta.json into --out.
+//
+// It runs as its own process and links nothing that loads protobuf or abseil: Debian's libsentencepiece carries its
+// own protobuf-lite and crashes next to libprotobuf (DESIGN.md §5). The output directory appears atomically: the
+// files are written to <out>.partial-<pid> and renamed at the end. Single-threaded.
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "worker/lm/token_shard.h"
+
+namespace {
+
+constexpr const char* kNewlineSymbol = "<nl>";
+
+int Fail(const std::string& message) {
+  std::cerr << "diloco-tokenize: error: " << message << "\n";
+  return 1;
+}
+
+// Encodes text line by line, ending each line with the newline symbol (SentencePiece drops '\n' itself).
+bool Encode(const sentencepiece::SentencePieceProcessor& sp, const std::string& text, int newline_id,
+            std::vector<uint32_t>* ids, std::string* error) {
+  std::istringstream lines(text);
+  std::string line;
+  std::vector<int> piece_ids;
+  while (std::getline(lines, line)) {
+    if (!line.empty()) {
+      const auto status = sp.Encode(line, &piece_ids);
+      if (!status.ok()) {
+        *error = status.ToString();
+        return false;
+      }
+      ids->insert(ids->end(), piece_ids.begin(), piece_ids.end());
+    }
+    ids->push_back(static_cast<uint32_t>(newline_id));
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Train a SentencePiece BPE tokenizer and write DiLoCo token shards"};
+  std::string text_path, out_dir;
+  int vocab_size = 512;
+  double val_fraction = 0.1;
+  app.add_option("--text", text_path, "input text file")->required();
+  app.add_option("--vocab-size", vocab_size, "BPE vocabulary size")->required();
+  app.add_option("--val-fraction", val_fraction, "tail fraction of the text kept for validation")->required();
+  app.add_option("--out", out_dir, "output directory (created atomically)")->required();
+  CLI11_PARSE(app, argc, argv);
+
+  std::ifstream in(text_path, std::ios::binary);
+  if (!in) return Fail("--text " + text_path + ": cannot read (" + std::strerror(errno) + ")");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  if (text.empty()) return Fail("--text " + text_path + ": file is empty");
+  if (!(val_fraction > 0 && val_fraction < 1)) return Fail("--val-fraction must be in (0, 1)");
+
+  // Split at a line boundary: train = head, validation = tail.
+  size_t split = static_cast<size_t>(text.size() * (1.0 - val_fraction));
+  split = std::min(text.find('\n', split) == std::string::npos ? text.size() : text.find('\n', split) + 1,
+                   text.size());
+  const std::string train_text = text.substr(0, split);
+  const std::string val_text = text.substr(split);
+  if (val_text.empty()) return Fail("--val-fraction " + std::to_string(val_fraction) + " leaves no validation text");
+
+  const std::string partial = out_dir + ".partial-" + std::to_string(getpid());
+  std::error_code ec;
+  std::filesystem::remove_all(partial, ec);
+  std::filesystem::create_directories(partial, ec);
+  if (ec) return Fail("cannot create " + partial + ": " + ec.message());
+  const std::string train_txt = partial + "/train.txt";
+  {
+    std::ofstream t(train_txt, std::ios::binary);
+    t << train_text;
+    if (!t) return Fail("cannot write " + train_txt);
+  }
+
+  std::ostringstream args;
+  args << "--input=" << train_txt << " --model_prefix=" << partial << "/tokenizer"
+       << " --vocab_size=" << vocab_size << " --model_type=bpe --character_coverage=1.0"
+       << " --user_defined_symbols=" << kNewlineSymbol
+       << " --unk_id=0 --bos_id=-1 --eos_id=-1 --pad_id=-1 --num_threads=1 --minloglevel=1";
+  const auto trained = sentencepiece::SentencePieceTrainer::Train(args.str());
+  if (!trained.ok()) return Fail("SentencePiece training failed: " + trained.ToString());
+
+  sentencepiece::SentencePieceProcessor sp;
+  const auto loaded = sp.Load(partial + "/tokenizer.model");
+  if (!loaded.ok()) return Fail("cannot load the trained tokenizer: " + loaded.ToString());
+  const int newline_id = sp.PieceToId(kNewlineSymbol);
+
+  std::vector<uint32_t> train_ids, val_ids;
+  std::string error;
+  if (!Encode(sp, train_text, newline_id, &train_ids, &error) || !Encode(sp, val_text, newline_id, &val_ids, &error)) {
+    return Fail("encoding failed: " + error);
+  }
+  if (!diloco::WriteTokenShard(partial + "/train.tok", train_ids, vocab_size, &error) ||
+      !diloco::WriteTokenShard(partial + "/val.tok", val_ids, vocab_size, &error)) {
+    return Fail(error);
+  }
+  nlohmann::json meta = {{"text", text_path},
+                         {"vocab_size", vocab_size},
+                         {"val_fraction", val_fraction},
+                         {"train_chars", train_text.size()},
+                         {"val_chars", val_text.size()},
+                         {"train_tokens", train_ids.size()},
+                         {"val_tokens", val_ids.size()},
+                         {"newline_id", newline_id}};
+  std::ofstream(partial + "/meta.json") << meta.dump(2) << "\n";
+  std::filesystem::remove(train_txt, ec);
+  std::filesystem::remove(partial + "/tokenizer.vocab", ec);
+
+  std::filesystem::rename(partial, out_dir, ec);
+  if (ec) {
+    std::filesystem::remove_all(partial);
+    if (std::filesystem::is_directory(out_dir)) return 0;  // another process finished first
+    return Fail("cannot rename " + partial + " to " + out_dir + ": " + ec.message());
+  }
+  std::cout << "diloco-tokenize: " << train_ids.size() << " train and " << val_ids.size() << " validation tokens ("
+            << train_text.size() + val_text.size() << " chars, vocab " << vocab_size << ") -> " << out_dir << "\n";
+  return 0;
+}

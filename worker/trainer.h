@@ -1,0 +1,53 @@
+// InnerTrainer: one worker's inner loop (DiLoCo Algorithm 1, lines 4-9). Each round it copies theta_t into its
+// model, runs H = inner.steps AdamW steps on batches from its own shard (grad-norm clipping, warmup + cosine lr over
+// the global inner step), and returns the pseudo-gradient delta = theta_t - theta_local.
+// The AdamW state persists across rounds and is never sent. Shapes: parameters as in TransformerLM.
+// Not thread-safe: one trainer per worker thread.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/config.h"
+#include "worker/lm/token_data.h"
+#include "worker/lm/transformer.h"
+
+namespace diloco {
+
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+struct RoundResult {
+  NamedTensors pseudo_gradient;  // float32 CPU tensors, parameter order
+  int64_t tokens = 0;
+  int64_t steps = 0;
+  double first_loss = 0;
+  double mean_loss = 0;
+  double last_lr = 0;
+  double seconds = 0;
+};
+
+class InnerTrainer {
+ public:
+  InnerTrainer(const Config& config, TokenData train, torch::Device device, uint64_t seed);
+
+  // Zero-filled CPU tensors shaped like the parameters: the destination of a pull.
+  NamedTensors MakeParameterBuffers() const;
+  const TransformerLM& model() const { return model_; }
+
+  // Trains H inner steps starting from theta (theta_round); global inner steps start at round x H.
+  RoundResult TrainRound(const NamedTensors& theta, int64_t round);
+
+ private:
+  Config config_;
+  TokenData train_;
+  torch::Device device_;
+  TransformerLM model_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace diloco

@@ -1,0 +1,256 @@
+#include "worker/worker_loop.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "proto/tensor_spec.h"
+#include "worker/client.h"
+#include "worker/trainer.h"
+
+namespace diloco {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+bool Retryable(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kDeadlineExceeded ||
+         s.code() == absl::StatusCode::kCancelled || s.code() == absl::StatusCode::kUnknown;
+}
+
+// Exponential backoff with full jitter: sleeps a random time in [base/2, base], base doubling up to max_s.
+class Backoff {
+ public:
+  explicit Backoff(double max_s) : max_s_(max_s), rng_(std::random_device{}()) {}
+  void Sleep(const std::atomic<bool>& stop) {
+    std::uniform_real_distribution<double> jitter(0.5, 1.0);
+    const double t = base_ * jitter(rng_);
+    base_ = std::min(max_s_, base_ * 2);
+    for (double slept = 0; slept < t && !stop; slept += 0.05) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  void Reset() { base_ = 0.2; }
+
+ private:
+  double base_ = 0.2;
+  double max_s_;
+  std::mt19937_64 rng_;
+};
+
+ModelSpec SpecOf(const ModelConfig& m) {
+  ModelSpec spec;
+  spec.set_vocab_size(m.vocab_size);
+  spec.set_seq_len(m.seq_len);
+  spec.set_n_layer(m.n_layer);
+  spec.set_n_head(m.n_head);
+  spec.set_d_model(m.d_model);
+  return spec;
+}
+
+// Everything one worker process holds.
+class Worker {
+ public:
+  Worker(const Config& config, const WorkerOptions& options, const std::atomic<bool>& stop)
+      : config_(config), options_(options), stop_(stop), backoff_(5.0) {}
+
+  int Run(const TokenCache& cache);
+
+ private:
+  // Joins, retrying while the coordinator is unreachable. Returns a WorkerExit on failure, -1 on success.
+  int JoinWithRetry();
+  // Pushes `result` for `round` until it is counted, the round moves on, or the run ends. Returns false if the
+  // worker should give up (stop, refusal).
+  bool PushUntilCounted(int64_t round, const RoundResult& result);
+  void HeartbeatLoop();
+
+  const Config& config_;
+  const WorkerOptions& options_;
+  const std::atomic<bool>& stop_;
+  Backoff backoff_;
+  std::unique_ptr<CoordinatorClient> client_;
+  std::unique_ptr<InnerTrainer> trainer_;
+  JoinReply join_;
+  std::atomic<int64_t> round_{0};
+  std::atomic<bool> done_{false};
+  int exit_code_ = kWorkerDone;
+};
+
+int Worker::JoinWithRetry() {
+  const double deadline = Now() + config_.workers.connect_timeout_s;
+  bool warned = false;
+  backoff_.Reset();
+  while (!stop_) {
+    auto reply = client_->Join(SpecOf(config_.model), static_cast<int32_t>(config_.workers.threads),
+                               config_.workers.device);
+    if (reply.ok()) {
+      join_ = *reply;
+      spdlog::info("joined {} at round {}: shard {}/{}", options_.coordinator, join_.round(), join_.shard_index(),
+                   join_.shard_count());
+      return -1;
+    }
+    if (!Retryable(reply.status())) {
+      spdlog::error("coordinator {} refused worker {}: {}", options_.coordinator, options_.id,
+                    std::string(reply.status().message()));
+      return kWorkerRefused;
+    }
+    if (Now() > deadline) {
+      spdlog::error("coordinator {} unreachable for workers.connect_timeout_s = {} s: {}", options_.coordinator,
+                    config_.workers.connect_timeout_s, std::string(reply.status().message()));
+      return kWorkerUnreachable;
+    }
+    if (!warned) spdlog::info("waiting for coordinator {} ...", options_.coordinator);
+    warned = true;
+    backoff_.Sleep(stop_);
+  }
+  return kWorkerInterrupted;
+}
+
+void Worker::HeartbeatLoop() {
+  const auto interval = std::chrono::milliseconds(std::max<int64_t>(100, join_.heartbeat_interval_ms()));
+  while (!done_ && !stop_) {
+    for (auto waited = std::chrono::milliseconds(0); waited < interval && !done_ && !stop_;
+         waited += std::chrono::milliseconds(50)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (!done_ && !stop_) (void)client_->Heartbeat(round_);  // failures are handled by the main loop's calls
+  }
+}
+
+bool Worker::PushUntilCounted(int64_t round, const RoundResult& result) {
+  backoff_.Reset();
+  bool need_push = true;
+  while (!stop_) {
+    if (need_push) {
+      const double t0 = Now();
+      auto pushed = client_->Push(round, result);
+      if (pushed.ok()) {
+        spdlog::info("round {}: pushed {} bytes in {:.3f} s", round + 1, *pushed, Now() - t0);
+        need_push = false;
+        backoff_.Reset();
+      } else if (pushed.status().code() == absl::StatusCode::kFailedPrecondition) {
+        spdlog::warn("round {}: push not counted: {}", round + 1, std::string(pushed.status().message()));
+        return true;  // the round moved on: pull the new parameters
+      } else if (pushed.status().code() == absl::StatusCode::kAlreadyExists) {
+        need_push = false;
+      } else if (pushed.status().code() == absl::StatusCode::kNotFound) {
+        if (int code = JoinWithRetry(); code >= 0) {
+          exit_code_ = code;
+          return false;
+        }
+        return true;
+      } else if (pushed.status().code() != absl::StatusCode::kAborted) {
+        if (!Retryable(pushed.status())) {
+          spdlog::error("round {}: push refused: {}", round + 1, std::string(pushed.status().message()));
+          exit_code_ = kWorkerRefused;
+          return false;
+        }
+        spdlog::warn("round {}: push failed ({}), retrying", round + 1, std::string(pushed.status().message()));
+        backoff_.Sleep(stop_);
+      }
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto beat = client_->Heartbeat(round);
+    if (!beat.ok()) {
+      if (beat.status().code() == absl::StatusCode::kNotFound) {
+        if (int code = JoinWithRetry(); code >= 0) {
+          exit_code_ = code;
+          return false;
+        }
+        return true;
+      }
+      if (!Retryable(beat.status())) {
+        spdlog::error("heartbeat refused: {}", std::string(beat.status().message()));
+        exit_code_ = kWorkerRefused;
+        return false;
+      }
+      backoff_.Sleep(stop_);
+      continue;
+    }
+    if (beat->round() > round || beat->run_complete()) return true;
+    if (!beat->pushed()) {
+      spdlog::info("round {}: the coordinator restarted the round's aggregation; pushing again", round + 1);
+      need_push = true;
+    }
+  }
+  exit_code_ = kWorkerInterrupted;
+  return false;
+}
+
+int Worker::Run(const TokenCache& cache) {
+  TransformerLM probe = MakeTransformerLM(config_.model, config_.run.seed);
+  const std::string fingerprint = Fingerprint(SpecsOf(NamedParameters(*probe)));
+  client_ = std::make_unique<CoordinatorClient>(options_.coordinator, options_.id, fingerprint,
+                                                config_.workers.rpc_timeout_s, config_.comm.chunk_bytes);
+  if (int code = JoinWithRetry(); code >= 0) return code;
+
+  auto train = TokenData::Load(cache.train_path(), config_.model.seq_len);
+  if (!train.ok()) {
+    spdlog::error("{}", std::string(train.status().message()));
+    return kWorkerConfigError;
+  }
+  if (absl::Status s = train->SelectShard(join_.shard_index(), join_.shard_count()); !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    return kWorkerConfigError;
+  }
+  const torch::Device device(config_.workers.device);
+  const uint64_t seed = static_cast<uint64_t>(config_.run.seed) * 1000003ULL + join_.shard_index() + 1;
+  trainer_ = std::make_unique<InnerTrainer>(config_, std::move(*train), device, seed);
+  NamedTensors theta = trainer_->MakeParameterBuffers();
+  std::thread heartbeat([this] { HeartbeatLoop(); });
+
+  while (!stop_) {
+    auto pulled = client_->Pull(theta);
+    if (!pulled.ok()) {
+      if (pulled.status().code() == absl::StatusCode::kNotFound) {
+        if (int code = JoinWithRetry(); code >= 0) {
+          exit_code_ = code;
+          break;
+        }
+        continue;
+      }
+      if (!Retryable(pulled.status())) {
+        spdlog::error("pull refused: {}", std::string(pulled.status().message()));
+        exit_code_ = kWorkerRefused;
+        break;
+      }
+      spdlog::warn("pull failed ({}), retrying", std::string(pulled.status().message()));
+      backoff_.Sleep(stop_);
+      continue;
+    }
+    if (pulled->run_complete) {
+      spdlog::info("run complete at round {}; leaving", pulled->round);
+      break;
+    }
+    round_ = pulled->round;
+    RoundResult result = trainer_->TrainRound(theta, pulled->round);
+    spdlog::info("round {}: {} inner steps, loss {:.4f} -> {:.4f}, lr {:.2e}, {:.0f} tokens/s, {:.2f} s",
+                 pulled->round + 1, result.steps, result.first_loss, result.mean_loss, result.last_lr,
+                 result.tokens / result.seconds, result.seconds);
+    if (!PushUntilCounted(pulled->round, result)) break;
+  }
+  if (stop_) exit_code_ = kWorkerInterrupted;
+  done_ = true;
+  heartbeat.join();
+  if (exit_code_ != kWorkerRefused) {
+    (void)client_->Leave(exit_code_ == kWorkerDone ? "run complete" : "stopped");
+  }
+  return exit_code_;
+}
+
+}  // namespace
+
+int RunWorker(const Config& config, const TokenCache& cache, const WorkerOptions& options,
+              const std::atomic<bool>& stop) {
+  Worker worker(config, options, stop);
+  return worker.Run(cache);
+}
+
+}  // namespace diloco

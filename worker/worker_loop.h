@@ -1,0 +1,29 @@
+// RunWorker: the life of one worker process. Join the coordinator (retrying with exponential backoff and jitter
+// until workers.connect_timeout_s), then per round: pull theta_t, train H inner steps on its shard, push the
+// pseudo-gradient, and wait (heartbeating) until the coordinator publishes theta_{t+1}; push again if the round's
+// aggregation restarted; re-join if the coordinator forgot it. Ends when the coordinator says the run is complete
+// (exit 0), on SIGINT/SIGTERM (Leave, exit 130), or on a refusal it cannot fix (exit 3) or no coordinator (exit 4).
+// A heartbeat thread keeps the lease alive while it trains. Thread-safety: call once per process.
+#pragma once
+
+#include <atomic>
+#include <string>
+
+#include "config/config.h"
+#include "config/data_cache.h"
+
+namespace diloco {
+
+struct WorkerOptions {
+  std::string coordinator;  // HOST:PORT
+  std::string id;
+};
+
+enum WorkerExit { kWorkerDone = 0, kWorkerConfigError = 2, kWorkerRefused = 3, kWorkerUnreachable = 4,
+                  kWorkerInterrupted = 130 };
+
+// `stop` is set by the signal handler; the worker leaves at its next check.
+int RunWorker(const Config& config, const TokenCache& cache, const WorkerOptions& options,
+              const std::atomic<bool>& stop);
+
+}  // namespace diloco
