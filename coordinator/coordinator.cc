@@ -350,11 +350,13 @@ void CoordinatorCore::CloseRound(const std::string& reason) {
   EvaluateIfDue(*snapshot, snapshot->complete);
   CheckpointIfDue(snapshot->complete);
   if (snapshot->complete) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      complete_ = true;
+      phase_ = "complete";
+      cv_.notify_all();
+    }
     WriteSummary();
-    std::lock_guard<std::mutex> lock(mu_);
-    complete_ = true;
-    phase_ = "complete";
-    cv_.notify_all();
   }
 }
 

@@ -95,6 +95,9 @@ class CoordinatorCore {
   bool complete() const;
   // After completion: waits until no member is active (workers saw run_complete and left) or timeout_s passes.
   void WaitForWorkersToLeave(double timeout_s);
+  // Writes Status() as JSON to <run.output_dir>/summary.json (atomically). Done at completion; call again to record
+  // the final member states.
+  void WriteSummary() const;
 
  private:
   CoordinatorCore(const Config& config, Clock clock);
@@ -102,7 +105,6 @@ class CoordinatorCore {
   void CloseRound(const std::string& reason);  // round thread; takes mu_ itself
   void EvaluateIfDue(const ParamSnapshot& snapshot, bool force);
   void CheckpointIfDue(bool force);
-  void WriteSummary() const;
 
   const Config config_;
   const Clock clock_;

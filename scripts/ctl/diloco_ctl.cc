@@ -1,0 +1,66 @@
+// diloco-ctl: command-line client of a running coordinator.
+//   diloco-ctl status --addr HOST:PORT [--json]
+// A thin front end: it speaks the protocol in proto/ and uses nothing of coordinator/ or worker/.
+#include <grpcpp/grpcpp.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include "proto/diloco.grpc.pb.h"
+#include "proto/status_json.h"
+
+namespace {
+
+void PrintHuman(const diloco::StatusReply& s) {
+  printf("run %s: round %lld/%lld, phase %s%s%s\n", s.run_name().c_str(), static_cast<long long>(s.round()),
+         static_cast<long long>(s.rounds_total()), s.phase().c_str(), s.phase_reason().empty() ? "" : ": ",
+         s.phase_reason().c_str());
+  printf("model: %lld parameters, fingerprint %s\n", static_cast<long long>(s.params()), s.fingerprint().c_str());
+  printf("traffic: %.2f MB received, %.2f MB sent; last round %.2f s (outer step %.3f s)\n",
+         s.bytes_received() / 1e6, s.bytes_sent() / 1e6, s.last_round_seconds(), s.last_outer_step_seconds());
+  printf("%-16s %-7s %6s %7s %12s %10s %10s %9s\n", "worker", "state", "shard", "rounds", "tokens", "tokens/s",
+         "last_loss", "hb_age_s");
+  for (const auto& w : s.workers()) {
+    printf("%-16s %-7s %6d %7lld %12lld %10.0f %10.4f %9.1f\n", w.id().c_str(), w.state().c_str(), w.shard_index(),
+           static_cast<long long>(w.rounds_contributed()), static_cast<long long>(w.tokens()), w.tokens_per_s(),
+           w.last_loss(), w.heartbeat_age_s());
+  }
+  if (s.evals_size() > 0) {
+    printf("val_loss:");
+    for (const auto& e : s.evals()) printf(" r%lld=%.4f", static_cast<long long>(e.round()), e.val_loss());
+    printf("\n");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Control and inspect a running DiLoCo coordinator"};
+  app.require_subcommand(1);
+  std::string addr;
+  bool json = false;
+  double timeout_s = 5;
+  CLI::App* status = app.add_subcommand("status", "print the run's status");
+  status->add_option("--addr", addr, "coordinator address HOST:PORT")->required();
+  status->add_flag("--json", json, "one JSON object instead of a table");
+  status->add_option("--timeout", timeout_s, "seconds to wait for the coordinator");
+  CLI11_PARSE(app, argc, argv);
+
+  auto stub = diloco::Coordinator::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int>(timeout_s * 1000)));
+  diloco::StatusReply reply;
+  grpc::Status s = stub->GetStatus(&ctx, diloco::StatusRequest(), &reply);
+  if (!s.ok()) {
+    std::cerr << "diloco-ctl: error: coordinator " << addr << ": " << s.error_message() << "\n";
+    return 1;
+  }
+  if (json) {
+    std::cout << diloco::StatusToJson(reply).dump() << "\n";
+  } else {
+    PrintHuman(reply);
+  }
+  return 0;
+}

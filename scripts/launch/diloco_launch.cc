@@ -1,0 +1,191 @@
+// diloco-launch: runs a whole DiLoCo run on one machine from one YAML file, as torchrun does for DDP.
+// Tokenizes data.text into the token cache (once; cached), starts diloco-coordinator, waits until it listens,
+// starts workers.count diloco-worker processes, prefixes every line they print with the process name, and exits 0
+// once the coordinator has finished outer.rounds rounds and every worker has exited 0. Ctrl-C (SIGINT) or SIGTERM
+// stops the workers, then the coordinator, cleanly (SIGTERM, then SIGKILL after 10 s).
+// A thin front end: it uses config/ only and starts the other binaries; it never links coordinator/ or worker/.
+#include <poll.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "config/config_loader.h"
+#include "config/data_cache.h"
+#include "config/subprocess.h"
+
+namespace {
+
+std::atomic<int> g_signal{0};
+void OnSignal(int sig) { g_signal = sig; }
+std::mutex g_print;
+
+void Say(const std::string& line) {
+  std::lock_guard<std::mutex> lock(g_print);
+  std::cout << "[launch] " << line << std::endl;
+}
+
+// A child process whose output lines are copied to stdout behind "[name] ".
+struct Child {
+  std::string name;
+  diloco::Subprocess process;
+  std::thread pump;
+};
+
+void Pump(const std::string& name, int fd) {
+  std::string pending;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR)) {
+    if (n < 0) continue;
+    pending.append(buf, n);
+    size_t nl;
+    while ((nl = pending.find('\n')) != std::string::npos) {
+      std::lock_guard<std::mutex> lock(g_print);
+      std::cout << "[" << name << "] " << pending.substr(0, nl) << "\n" << std::flush;
+      pending.erase(0, nl + 1);
+    }
+  }
+  if (!pending.empty()) {
+    std::lock_guard<std::mutex> lock(g_print);
+    std::cout << "[" << name << "] " << pending << std::endl;
+  }
+}
+
+bool StartChild(std::vector<Child>& children, const std::string& name, const std::vector<std::string>& argv) {
+  auto p = diloco::Subprocess::Start(argv, {.capture_output = true, .own_process_group = true});
+  if (!p.ok()) {
+    Say("error: cannot start " + name + ": " + std::string(p.status().message()));
+    return false;
+  }
+  children.push_back({name, std::move(*p), {}});
+  Child& c = children.back();
+  c.pump = std::thread(Pump, c.name, c.process.output_fd());
+  return true;
+}
+
+void StopAll(std::vector<Child>& children) {
+  // Workers first (they Leave), then the coordinator (children[0]).
+  for (size_t i = children.size(); i-- > 0;) children[i].process.Signal(SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (Child& c : children) {
+    while (!c.process.Poll(nullptr) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (!c.process.Poll(nullptr)) {
+      Say(c.name + " did not stop in 10 s; killing it");
+      c.process.Signal(SIGKILL);
+    }
+  }
+}
+
+void PrintSummary(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return;
+  nlohmann::json s = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (s.is_discarded() || s["evals"].empty()) return;
+  const auto& evals = s["evals"];
+  char line[256];
+  snprintf(line, sizeof(line), "done: %lld rounds; val_loss %.4f (round %lld) -> %.4f (round %lld); summary in %s",
+           static_cast<long long>(s["round"].get<int64_t>()), evals.front()["val_loss"].get<double>(),
+           static_cast<long long>(evals.front()["round"].get<int64_t>()), evals.back()["val_loss"].get<double>(),
+           static_cast<long long>(evals.back()["round"].get<int64_t>()), path.c_str());
+  Say(line);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Launch a DiLoCo coordinator and its workers on this machine from one YAML file"};
+  std::string config_path;
+  std::vector<std::string> overrides;
+  app.add_option("config", config_path, "run config (YAML)")->required();
+  app.add_option("--set", overrides, "override a config key: section.key=value (repeatable)");
+  CLI11_PARSE(app, argc, argv);
+
+  auto config = diloco::LoadConfig(config_path, overrides);
+  if (!config.ok()) {
+    std::cerr << "diloco-launch: error: " << config.status().message() << "\n";
+    return 2;
+  }
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  Say("run '" + config->run.name + "': " + std::to_string(config->workers.count) + " workers, " +
+      std::to_string(config->outer.rounds) + " rounds of " + std::to_string(config->inner.steps) +
+      " inner steps; output in " + config->run.output_dir);
+  auto cache = diloco::EnsureTokenized(*config, diloco::SiblingExecutable("diloco-tokenize"));
+  if (!cache.ok()) {
+    std::cerr << "diloco-launch: error: " << cache.status().message() << "\n";
+    return 2;
+  }
+  Say("token cache: " + cache->dir);
+
+  std::vector<std::string> common = {"--config", config_path};
+  for (const std::string& o : overrides) common.insert(common.end(), {"--set", o});
+  const std::string port_file = config->run.output_dir + "/coordinator.addr";
+  std::filesystem::create_directories(config->run.output_dir);
+  std::filesystem::remove(port_file);
+
+  std::vector<Child> children;
+  children.reserve(1 + config->workers.count);
+  std::vector<std::string> coordinator_argv = {diloco::SiblingExecutable("diloco-coordinator")};
+  coordinator_argv.insert(coordinator_argv.end(), common.begin(), common.end());
+  coordinator_argv.insert(coordinator_argv.end(), {"--port-file", port_file});
+  if (!StartChild(children, "coordinator", coordinator_argv)) return 1;
+
+  std::string address;
+  while (address.empty() && g_signal == 0 && !children[0].process.Poll(nullptr)) {
+    std::ifstream in(port_file);
+    if (in) std::getline(in, address);
+    if (address.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!address.empty()) {
+    Say("coordinator listening on " + address);
+    for (int64_t i = 0; i < config->workers.count; ++i) {
+      const std::string id = "worker-" + std::to_string(i);
+      std::vector<std::string> worker_argv = {diloco::SiblingExecutable("diloco-worker")};
+      worker_argv.insert(worker_argv.end(), common.begin(), common.end());
+      worker_argv.insert(worker_argv.end(), {"--coordinator", address, "--id", id});
+      if (!StartChild(children, id, worker_argv)) g_signal = SIGTERM;
+    }
+  }
+
+  // Wait for the coordinator; then give the workers time to see the end of the run and exit.
+  int coordinator_code = -1;
+  while (g_signal == 0 && !children[0].process.Poll(&coordinator_code)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (g_signal != 0) {
+    Say("signal " + std::to_string(g_signal.load()) + ": stopping workers and coordinator");
+    StopAll(children);
+  } else {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (Child& c : children) {
+      while (!c.process.Poll(nullptr) && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+    StopAll(children);  // no-op for the ones that exited
+  }
+  int worst = 0;
+  for (Child& c : children) {
+    const int code = c.process.Wait();
+    if (c.pump.joinable()) c.pump.join();
+    if (code != 0) {
+      Say(c.name + " exited with code " + std::to_string(code));
+      worst = code;
+    }
+  }
+  if (g_signal != 0) return 130;
+  if (worst == 0) PrintSummary(config->run.output_dir + "/summary.json");
+  return worst == 0 ? 0 : 1;
+}

@@ -1,0 +1,54 @@
+// Test harness for real processes: start a DiLoCo binary with its output captured, wait for it with a deadline,
+// find a free loopback port, make a scratch directory. Used by the integration and fault tests only.
+// Not thread-safe per object; each RunningProcess owns one reader thread.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "config/subprocess.h"
+
+namespace diloco::testing {
+
+// Directory of the built binaries and of the source tree (compile definitions).
+std::string BinDir();
+std::string SourceDir();
+
+class RunningProcess {
+ public:
+  // Starts BinDir()/binary with args; stdout+stderr are collected into output().
+  RunningProcess(const std::string& binary, const std::vector<std::string>& args);
+  ~RunningProcess();  // kills the process if it still runs
+
+  // Waits up to timeout_s; returns the exit code, or -1 on timeout (the process keeps running).
+  int Wait(double timeout_s);
+  bool Running();
+  void Signal(int sig);
+  pid_t pid() const { return process_->pid(); }
+  std::string output();
+  // Polls output() until it contains `text` or timeout_s passes.
+  bool WaitForOutput(const std::string& text, double timeout_s);
+
+ private:
+  std::unique_ptr<Subprocess> process_;
+  std::thread reader_;
+  std::mutex mu_;
+  std::string output_;
+  std::string name_;
+};
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int FreePort();
+
+// A fresh directory under the build tree, removed first if it exists.
+std::string ScratchDir(const std::string& name);
+
+std::string ReadFile(const std::string& path);
+
+}  // namespace diloco::testing

@@ -1,0 +1,171 @@
+// Integration tests: a real diloco-coordinator on 127.0.0.1 and real diloco-worker processes train the tiny config
+// on tinyshakespeare; also the launcher, the status RPC through diloco-ctl, and refusals at start-up.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/integration/process_harness.h"
+
+namespace diloco::testing {
+namespace {
+
+// The tiny config with the run's files in `dir` and the shared token cache in the build tree.
+std::vector<std::string> TinyArgs(const std::string& dir, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"--config", SourceDir() + "/config/tiny.yaml",
+                                   "--set", "run.output_dir=" + dir,
+                                   "--set", "data.text=" + SourceDir() + "/tests/data/tinyshakespeare.txt",
+                                   "--set", "data.cache_dir=" + BinDir() + "/test-cache"};
+  for (const std::string& e : extra) args.insert(args.end(), {"--set", e});
+  return args;
+}
+
+std::vector<std::string> With(std::vector<std::string> args, const std::vector<std::string>& more) {
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+// Waits for the coordinator's --port-file and returns HOST:PORT.
+std::string WaitForAddress(RunningProcess& coordinator, const std::string& port_file) {
+  for (int i = 0; i < 1200 && coordinator.Running(); ++i) {
+    std::string text = ReadFile(port_file);
+    if (!text.empty()) return text.substr(0, text.find('\n'));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return "";
+}
+
+nlohmann::json ReadJson(const std::string& path) { return nlohmann::json::parse(ReadFile(path)); }
+
+TEST(Run, TwoWorkersTrainThreeRoundsAndLossFalls) {
+  const std::string dir = ScratchDir("two_workers");
+  RunningProcess coordinator("diloco-coordinator", With(TinyArgs(dir), {"--port-file", dir + "/addr"}));
+  const std::string address = WaitForAddress(coordinator, dir + "/addr");
+  ASSERT_FALSE(address.empty()) << coordinator.output();
+
+  RunningProcess w0("diloco-worker", With(TinyArgs(dir), {"--coordinator", address, "--id", "w0"}));
+  RunningProcess w1("diloco-worker", With(TinyArgs(dir), {"--coordinator", address, "--id", "w1"}));
+
+  // The status RPC answers while the run goes on, in the documented JSON shape.
+  ASSERT_TRUE(coordinator.WaitForOutput("joined: worker", 60));
+  RunningProcess ctl("diloco-ctl", {"status", "--addr", address, "--json"});
+  ASSERT_EQ(ctl.Wait(30), 0) << ctl.output();
+  const nlohmann::json live = nlohmann::json::parse(ctl.output());
+  for (const char* key : {"round", "phase", "params", "fingerprint", "bytes_received", "bytes_sent", "workers",
+                          "evals"}) {
+    EXPECT_TRUE(live.contains(key)) << key;
+  }
+  EXPECT_GT(live["params"].get<int64_t>(), 10000);
+
+  ASSERT_EQ(w0.Wait(120), 0) << w0.output();
+  ASSERT_EQ(w1.Wait(120), 0) << w1.output();
+  ASSERT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+
+  const nlohmann::json summary = ReadJson(dir + "/summary.json");
+  EXPECT_EQ(summary["round"].get<int64_t>(), 3);
+  EXPECT_EQ(summary["phase"].get<std::string>(), "complete");
+  ASSERT_EQ(summary["workers"].size(), 2u);
+  int64_t pushed_bytes = 0;
+  for (const auto& w : summary["workers"]) {
+    EXPECT_EQ(w["rounds_contributed"].get<int64_t>(), 3) << w.dump();  // both contributed to every round
+    EXPECT_EQ(w["state"].get<std::string>(), "left") << w.dump();
+    EXPECT_EQ(w["tokens"].get<int64_t>(), 3 * 10 * 8 * 32) << w.dump();  // rounds x H x batch x seq_len
+    pushed_bytes += w["bytes_pushed"].get<int64_t>();
+  }
+  EXPECT_EQ(summary["bytes_received"].get<int64_t>(), pushed_bytes);
+  EXPECT_EQ(pushed_bytes, 2 * 3 * 4 * summary["params"].get<int64_t>());  // fp32 pseudo-gradients
+
+  const auto& evals = summary["evals"];
+  ASSERT_EQ(evals.size(), 4u);  // before round 1, then after rounds 1, 2, 3
+  EXPECT_EQ(evals.front()["round"].get<int64_t>(), 0);
+  EXPECT_EQ(evals.back()["round"].get<int64_t>(), 3);
+  EXPECT_LT(evals.back()["val_loss"].get<double>(), evals.front()["val_loss"].get<double>() - 0.2);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/checkpoints/ckpt-00000003.bin"));
+}
+
+TEST(Run, WorkerStartedBeforeCoordinatorWaitsAndConnects) {
+  const std::string dir = ScratchDir("worker_first");
+  const std::string address = "127.0.0.1:" + std::to_string(FreePort());
+  const std::vector<std::string> overrides = {"coordinator.listen=" + address, "coordinator.min_workers=1",
+                                              "workers.count=1", "outer.rounds=1"};
+  RunningProcess worker("diloco-worker", With(TinyArgs(dir, overrides), {"--coordinator", address, "--id", "early"}));
+  ASSERT_TRUE(worker.WaitForOutput("waiting for coordinator", 60)) << worker.output();
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  ASSERT_TRUE(worker.Running()) << worker.output();
+
+  RunningProcess coordinator("diloco-coordinator", TinyArgs(dir, overrides));
+  ASSERT_EQ(worker.Wait(120), 0) << worker.output();
+  ASSERT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+  const nlohmann::json summary = ReadJson(dir + "/summary.json");
+  ASSERT_EQ(summary["workers"].size(), 1u);
+  EXPECT_EQ(summary["workers"][0]["id"].get<std::string>(), "early");
+  EXPECT_EQ(summary["workers"][0]["rounds_contributed"].get<int64_t>(), 1);
+}
+
+TEST(Run, WorkerWithDifferentModelIsRefusedAtJoinNamingTheKey) {
+  const std::string dir = ScratchDir("mismatch");
+  RunningProcess coordinator("diloco-coordinator", With(TinyArgs(dir), {"--port-file", dir + "/addr"}));
+  const std::string address = WaitForAddress(coordinator, dir + "/addr");
+  ASSERT_FALSE(address.empty()) << coordinator.output();
+
+  RunningProcess worker("diloco-worker",
+                        With(TinyArgs(dir, {"model.d_model=64"}), {"--coordinator", address, "--id", "odd"}));
+  EXPECT_EQ(worker.Wait(60), 3) << worker.output();
+  EXPECT_NE(worker.output().find("model.d_model: worker has 64, coordinator has 32"), std::string::npos)
+      << worker.output();
+  coordinator.Signal(SIGTERM);
+  EXPECT_EQ(coordinator.Wait(30), 130) << coordinator.output();
+}
+
+TEST(Run, BadConfigIsOneClearLineAndExit2) {
+  const std::string dir = ScratchDir("bad_config");
+  RunningProcess unknown("diloco-coordinator", TinyArgs(dir, {"inner.lrr=0.1"}));
+  EXPECT_EQ(unknown.Wait(30), 2);
+  EXPECT_NE(unknown.output().find("unknown key 'inner.lrr'"), std::string::npos) << unknown.output();
+
+  RunningProcess missing("diloco-worker", {"--config", dir + "/nope.yaml", "--coordinator", "127.0.0.1:1", "--id", "x"});
+  EXPECT_EQ(missing.Wait(30), 2);
+  EXPECT_NE(missing.output().find(dir + "/nope.yaml"), std::string::npos) << missing.output();
+
+  RunningProcess no_text("diloco-launch", With({SourceDir() + "/config/tiny.yaml"},
+                                               {"--set", "run.output_dir=" + dir, "--set", "data.text=" + dir + "/x.txt"}));
+  EXPECT_EQ(no_text.Wait(30), 2);
+  EXPECT_NE(no_text.output().find("data.text"), std::string::npos) << no_text.output();
+}
+
+TEST(Launch, TinyRunEndsWithExit0AndPrefixedLogs) {
+  const std::string dir = ScratchDir("launch");
+  std::vector<std::string> args = TinyArgs(dir);
+  args.erase(args.begin());  // the launcher takes the config as a positional argument
+  RunningProcess launch("diloco-launch", args);
+  ASSERT_EQ(launch.Wait(180), 0) << launch.output();
+  const std::string out = launch.output();
+  EXPECT_NE(out.find("[coordinator] "), std::string::npos);
+  EXPECT_NE(out.find("[worker-0] "), std::string::npos);
+  EXPECT_NE(out.find("[worker-1] "), std::string::npos);
+  EXPECT_NE(out.find("[launch] done: 3 rounds"), std::string::npos) << out;
+}
+
+TEST(Launch, InterruptStopsEveryChild) {
+  const std::string dir = ScratchDir("launch_interrupt");
+  std::vector<std::string> args = TinyArgs(dir, {"outer.rounds=1000"});
+  args.erase(args.begin());
+  RunningProcess launch("diloco-launch", args);
+  ASSERT_TRUE(launch.WaitForOutput("round 2/1000 closed", 120)) << launch.output();
+  launch.Signal(SIGINT);
+  EXPECT_EQ(launch.Wait(30), 130) << launch.output();
+  // The launcher reaps every child before it exits; the coordinator no longer answers.
+  RunningProcess ctl("diloco-ctl", {"status", "--addr", ReadFile(dir + "/coordinator.addr").substr(
+                                                                     0, ReadFile(dir + "/coordinator.addr").find('\n')),
+                                            "--timeout", "2"});
+  EXPECT_NE(ctl.Wait(30), 0) << "the coordinator still answers after the launcher stopped";
+  const std::string out = launch.output();
+  EXPECT_NE(out.find("stopping workers and coordinator"), std::string::npos) << out;
+  EXPECT_EQ(out.find("did not stop in 10 s"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace diloco::testing
