@@ -62,7 +62,10 @@ void Pump(const std::string& name, int fd) {
 }
 
 bool StartChild(std::vector<Child>& children, const std::string& name, const std::vector<std::string>& argv) {
-  auto p = diloco::Subprocess::Start(argv, {.capture_output = true, .own_process_group = true});
+  diloco::Subprocess::Options options;
+  options.capture_output = true;
+  options.own_process_group = true;
+  auto p = diloco::Subprocess::Start(argv, options);
   if (!p.ok()) {
     Say("error: cannot start " + name + ": " + std::string(p.status().message()));
     return false;

@@ -136,6 +136,62 @@ TEST(Run, BadConfigIsOneClearLineAndExit2) {
   EXPECT_NE(no_text.output().find("data.text"), std::string::npos) << no_text.output();
 }
 
+TEST(Run, ProcessesStartingTogetherTokenizeOnce) {
+  const std::string dir = ScratchDir("tokenize_once");
+  const std::string port = std::to_string(FreePort());
+  const std::vector<std::string> overrides = {"data.cache_dir=" + dir + "/cache",
+                                              "coordinator.listen=127.0.0.1:" + port, "outer.rounds=1"};
+  std::vector<std::string> args = TinyArgs(dir, overrides);
+  RunningProcess coordinator("diloco-coordinator", args);
+  RunningProcess w0("diloco-worker", With(args, {"--coordinator", "127.0.0.1:" + port, "--id", "w0"}));
+  RunningProcess w1("diloco-worker", With(args, {"--coordinator", "127.0.0.1:" + port, "--id", "w1"}));
+  ASSERT_EQ(w0.Wait(120), 0) << w0.output();
+  ASSERT_EQ(w1.Wait(120), 0) << w1.output();
+  ASSERT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+  int tokenizer_runs = 0;
+  for (const std::string& out : {coordinator.output(), w0.output(), w1.output()}) {
+    for (size_t at = out.find("diloco-tokenize: "); at != std::string::npos; at = out.find("diloco-tokenize: ", at + 1)) {
+      ++tokenizer_runs;
+    }
+  }
+  EXPECT_EQ(tokenizer_runs, 1);
+}
+
+TEST(Run, InitFromCheckpointStartsFromThoseParameters) {
+  const std::string first = ScratchDir("init_from_a");
+  const std::vector<std::string> one_worker = {"coordinator.min_workers=1", "workers.count=1", "outer.rounds=2"};
+  {
+    RunningProcess coordinator("diloco-coordinator", With(TinyArgs(first, one_worker), {"--port-file", first + "/addr"}));
+    const std::string address = WaitForAddress(coordinator, first + "/addr");
+    ASSERT_FALSE(address.empty()) << coordinator.output();
+    RunningProcess worker("diloco-worker", With(TinyArgs(first, one_worker), {"--coordinator", address, "--id", "a"}));
+    ASSERT_EQ(worker.Wait(120), 0) << worker.output();
+    ASSERT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+  }
+  const double trained_loss = ReadJson(first + "/summary.json")["evals"].back()["val_loss"].get<double>();
+
+  // A second run from that checkpoint evaluates theta_0 to the same loss (same parameters, same validation batches).
+  const std::string second = ScratchDir("init_from_b");
+  std::vector<std::string> overrides = one_worker;
+  overrides.push_back("model.init_from=" + first + "/checkpoints/ckpt-00000002.bin");
+  overrides.push_back("outer.rounds=1");
+  RunningProcess coordinator("diloco-coordinator", With(TinyArgs(second, overrides), {"--port-file", second + "/addr"}));
+  const std::string address = WaitForAddress(coordinator, second + "/addr");
+  ASSERT_FALSE(address.empty()) << coordinator.output();
+  RunningProcess worker("diloco-worker", With(TinyArgs(second, overrides), {"--coordinator", address, "--id", "b"}));
+  ASSERT_EQ(worker.Wait(120), 0) << worker.output();
+  ASSERT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+  const auto evals = ReadJson(second + "/summary.json")["evals"];
+  EXPECT_NEAR(evals.front()["val_loss"].get<double>(), trained_loss, 1e-9);
+
+  // A checkpoint of another model is refused with a clear line.
+  RunningProcess wrong("diloco-coordinator",
+                       TinyArgs(ScratchDir("init_from_c"), {"model.init_from=" + first + "/checkpoints/ckpt-00000002.bin",
+                                                           "model.d_model=64"}));
+  EXPECT_EQ(wrong.Wait(60), 2);
+  EXPECT_NE(wrong.output().find("model.init_from"), std::string::npos) << wrong.output();
+}
+
 TEST(Launch, TinyRunEndsWithExit0AndPrefixedLogs) {
   const std::string dir = ScratchDir("launch");
   std::vector<std::string> args = TinyArgs(dir);
