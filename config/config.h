@@ -36,7 +36,7 @@ struct InnerConfig {
   double beta1 = 0.9;
   double beta2 = 0.95;
   int64_t warmup_steps = 50;
-  double min_lr_ratio = 0.1;                 // cosine decays to lr * min_lr_ratio at the last inner step
+  double min_lr_ratio = 0.1;                 // cosine decays to lr * min_lr_ratio at the run's last inner step
   double grad_clip = 1.0;                    // max global grad norm; 0 disables
   int64_t batch_size = 16;
   int64_t steps = 50;                        // H: inner steps per round

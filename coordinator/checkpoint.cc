@@ -185,8 +185,9 @@ absl::StatusOr<CheckpointData> LoadCheckpoint(const std::string& path) {
   return data;
 }
 
-void PruneCheckpoints(const std::string& dir, int64_t keep) {
-  if (keep <= 0) return;
+namespace {
+// Checkpoint files in dir, oldest first (names sort by round).
+std::vector<std::string> CheckpointFiles(const std::string& dir) {
   std::vector<std::string> files;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
@@ -196,6 +197,24 @@ void PruneCheckpoints(const std::string& dir, int64_t keep) {
     }
   }
   std::sort(files.begin(), files.end());
+  return files;
+}
+}  // namespace
+
+absl::StatusOr<LoadedCheckpoint> LoadNewestCheckpoint(const std::string& dir, std::vector<std::string>* skipped) {
+  const std::vector<std::string> files = CheckpointFiles(dir);
+  for (auto it = files.rbegin(); it != files.rend(); ++it) {
+    auto data = LoadCheckpoint(*it);
+    if (data.ok()) return LoadedCheckpoint{*it, std::move(*data)};
+    if (skipped != nullptr) skipped->push_back(std::string(data.status().message()));
+  }
+  return absl::NotFoundError(absl::StrCat("no valid checkpoint in ", dir));
+}
+
+void PruneCheckpoints(const std::string& dir, int64_t keep) {
+  if (keep <= 0) return;
+  const std::vector<std::string> files = CheckpointFiles(dir);
+  std::error_code ec;
   for (size_t i = 0; i + keep < files.size(); ++i) std::filesystem::remove(files[i], ec);
 }
 

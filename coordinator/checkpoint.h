@@ -36,6 +36,15 @@ struct CheckpointData {
 absl::Status SaveCheckpoint(const std::string& path, const CheckpointData& data);
 absl::StatusOr<CheckpointData> LoadCheckpoint(const std::string& path);
 
+struct LoadedCheckpoint {
+  std::string path;
+  CheckpointData data;
+};
+
+// The newest checkpoint in `dir` that loads and verifies. Files that fail are skipped and described in *skipped
+// ("path: reason"). NotFound when the directory holds no valid checkpoint.
+absl::StatusOr<LoadedCheckpoint> LoadNewestCheckpoint(const std::string& dir, std::vector<std::string>* skipped);
+
 // "<dir>/ckpt-<round, 8 digits>.bin"
 std::string CheckpointPath(const std::string& dir, int64_t round);
 

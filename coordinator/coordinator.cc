@@ -65,7 +65,7 @@ CoordinatorCore::CoordinatorCore(const Config& config, Clock clock)
 CoordinatorCore::~CoordinatorCore() = default;
 
 absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const Config& config, const TokenCache& cache,
-                                                                 Clock clock) {
+                                                                         bool resume, Clock clock) {
   std::unique_ptr<CoordinatorCore> c(new CoordinatorCore(config, std::move(clock)));
   TransformerLM model = MakeTransformerLM(config.model, config.run.seed);
   auto snapshot = std::make_shared<ParamSnapshot>();
@@ -91,9 +91,34 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const C
   if (!val.ok()) return val.status();
   c->evaluator_ = std::make_unique<Evaluator>(std::move(model), std::move(*val), config.coordinator.eval_batches,
                                               config.inner.batch_size);
+  if (resume) {
+    std::vector<std::string> skipped;
+    auto loaded = LoadNewestCheckpoint(config.CheckpointDir(), &skipped);
+    for (const std::string& why : skipped) spdlog::warn("skipping checkpoint: {}", why);
+    if (loaded.ok()) {
+      if (loaded->data.fingerprint != c->fingerprint_) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("coordinator.checkpoint_dir: ", loaded->path, " is a checkpoint of another model (fingerprint ",
+                         loaded->data.fingerprint, ", this model ", c->fingerprint_,
+                         "); start with --fresh or set another checkpoint_dir"));
+      }
+      snapshot->params = std::move(loaded->data.params);
+      snapshot->round = loaded->data.round;
+      snapshot->complete = snapshot->round >= config.outer.rounds;
+      c->momentum_snapshot_ = loaded->data.momentum;
+      c->outer_.set_momentum_buffers(std::move(loaded->data.momentum));
+      c->evals_ = std::move(loaded->data.evals);
+      c->complete_ = snapshot->complete;
+      if (c->complete_) c->phase_ = "complete";
+      spdlog::info("resumed from {}: round {}, {} evals{}", loaded->path, snapshot->round, c->evals_.size(),
+                   skipped.empty() ? "" : absl::StrCat(" (", skipped.size(), " newer file(s) skipped as corrupt)"));
+    } else if (!skipped.empty()) {
+      spdlog::warn("no valid checkpoint to resume from in {}; starting from theta_0", config.CheckpointDir());
+    }
+  }
   c->snapshot_ = snapshot;
   c->round_opened_at_ = c->clock_();
-  if (config.coordinator.eval_every > 0) c->EvaluateIfDue(*snapshot, /*force=*/true);
+  if (config.coordinator.eval_every > 0 && c->evals_.empty()) c->EvaluateIfDue(*snapshot, /*force=*/true);
   return c;
 }
 
@@ -118,7 +143,8 @@ absl::StatusOr<JoinReply> CoordinatorCore::Join(const JoinRequest& request) {
   absl::Status s = CheckMeta(request.meta(), /*require_member=*/false);
   if (!s.ok()) return s;
   const bool known = membership_.Find(request.meta().worker_id()) != nullptr;
-  const Member& m = membership_.Join(request.meta().worker_id(), clock_());
+  const Member& m = membership_.Join(request.meta().worker_id(), clock_(),
+                                     request.has_shard_hint() ? request.shard_hint() : -1);
   spdlog::info("{} worker {} (shard {}/{}, {} threads, {}) at round {}", known ? "rejoined:" : "joined:", m.id,
                m.shard_index, membership_.shard_count(), request.threads(), request.device(), snapshot_->round);
   cv_.notify_all();
@@ -154,8 +180,22 @@ absl::StatusOr<HeartbeatReply> CoordinatorCore::Heartbeat(const HeartbeatRequest
   reply.set_run_complete(complete_);
   reply.set_pushed(pushed_.count(request.meta().worker_id()) != 0);
   reply.set_phase(phase_);
+  if (const Member* m = membership_.Find(request.meta().worker_id())) reply.set_drain(m->drain_requested);
   return reply;
 }
+
+absl::Status CoordinatorCore::Drain(const std::string& worker_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Member* m = membership_.Find(worker_id);
+  if (m == nullptr || m->state != MemberState::kActive) {
+    return absl::NotFoundError(absl::StrCat("no active worker '", worker_id, "'"));
+  }
+  m->drain_requested = true;
+  spdlog::info("drain requested for worker {}", worker_id);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CoordinatorCore::WrittenCheckpoint> CoordinatorCore::CheckpointNow() { return WriteCheckpoint(); }
 
 absl::StatusOr<std::shared_ptr<const ParamSnapshot>> CoordinatorCore::BeginPull(const PullRequest& request) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -341,6 +381,7 @@ void CoordinatorCore::CloseRound(const std::string& reason) {
     last_round_seconds_ = t1 - round_opened_at_;
     round_opened_at_ = t1;
     snapshot_ = snapshot;
+    momentum_snapshot_ = outer_.momentum_buffers();
     phase_ = snapshot->complete ? "finishing" : "training";
     phase_reason_.clear();
   }
@@ -372,25 +413,32 @@ void CoordinatorCore::EvaluateIfDue(const ParamSnapshot& snapshot, bool force) {
 }
 
 void CoordinatorCore::CheckpointIfDue(bool force) {
-  CheckpointData data;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const int64_t every = config_.coordinator.checkpoint_every;
     if (!force && (every <= 0 || snapshot_->round % every != 0)) return;
+  }
+  auto path = WriteCheckpoint();
+  if (!path.ok()) spdlog::error("checkpoint failed, training goes on: {}", std::string(path.status().message()));
+}
+
+absl::StatusOr<CoordinatorCore::WrittenCheckpoint> CoordinatorCore::WriteCheckpoint() {
+  std::lock_guard<std::mutex> writing(checkpoint_mu_);
+  CheckpointData data;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
     data.round = snapshot_->round;
     data.params = snapshot_->params;
     data.evals = evals_;
+    data.momentum = momentum_snapshot_;  // published together with theta_t; never modified in place
   }
   data.fingerprint = fingerprint_;
-  data.momentum = outer_.momentum_buffers();
   const std::string path = CheckpointPath(config_.CheckpointDir(), data.round);
   absl::Status s = SaveCheckpoint(path, data);
-  if (!s.ok()) {
-    spdlog::error("checkpoint failed, training goes on: {}", std::string(s.message()));
-    return;
-  }
+  if (!s.ok()) return s;
   PruneCheckpoints(config_.CheckpointDir(), config_.coordinator.keep_checkpoints);
-  spdlog::info("checkpoint: {}", path);
+  spdlog::info("checkpoint: {} (round {})", path, data.round);
+  return WrittenCheckpoint{path, data.round};
 }
 
 void CoordinatorCore::WriteSummary() const {

@@ -67,9 +67,11 @@ class CoordinatorCore {
   using Clock = std::function<double()>;  // seconds
 
   // Builds theta_0 (random init from model: and run.seed, or model.init_from), loads the validation split from
-  // `cache`, and evaluates theta_0 once if eval_every > 0.
+  // `cache`, and evaluates theta_0 once if eval_every > 0. With `resume`, the newest valid checkpoint in the
+  // checkpoint directory replaces all that (theta_t, outer momentum, round, eval history); corrupt files are
+  // skipped with a warning.
   static absl::StatusOr<std::unique_ptr<CoordinatorCore>> Create(const Config& config, const TokenCache& cache,
-                                                             Clock clock = nullptr);
+                                                                 bool resume = false, Clock clock = nullptr);
   ~CoordinatorCore();
 
   absl::StatusOr<JoinReply> Join(const JoinRequest& request);
@@ -83,6 +85,14 @@ class CoordinatorCore {
   absl::Status FoldChunk(PushTicket& ticket, size_t index, int64_t offset, const at::Tensor& values);
   absl::Status CommitPush(PushTicket& ticket);
   void AbortPush(PushTicket& ticket, const std::string& why);
+
+  // Operator requests: ask a worker to leave (it sees drain in its heartbeat); write a checkpoint now.
+  absl::Status Drain(const std::string& worker_id);
+  struct WrittenCheckpoint {
+    std::string path;
+    int64_t round = 0;
+  };
+  absl::StatusOr<WrittenCheckpoint> CheckpointNow();  // blocking file I/O: call it off the gRPC threads
 
   StatusReply Status() const;
   const std::vector<TensorSpec>& specs() const { return specs_; }
@@ -105,6 +115,7 @@ class CoordinatorCore {
   void CloseRound(const std::string& reason);  // round thread; takes mu_ itself
   void EvaluateIfDue(const ParamSnapshot& snapshot, bool force);
   void CheckpointIfDue(bool force);
+  absl::StatusOr<WrittenCheckpoint> WriteCheckpoint();  // the published theta_t + its momentum; serialized by checkpoint_mu_
 
   const Config config_;
   const Clock clock_;
@@ -114,9 +125,11 @@ class CoordinatorCore {
   std::unique_ptr<Evaluator> evaluator_;  // round thread only
   OuterOptimizer outer_;                   // round thread only
 
+  std::mutex checkpoint_mu_;  // one checkpoint write at a time (round thread and operator requests)
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::shared_ptr<const ParamSnapshot> snapshot_;
+  std::vector<at::Tensor> momentum_snapshot_;  // outer momentum after the step that produced snapshot_
   RoundAccumulator accumulator_;
   Membership membership_;
   std::set<std::string> pushed_;      // workers counted in the open round

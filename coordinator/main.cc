@@ -34,7 +34,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> overrides;
   app.add_option("--config", config_path, "run config (YAML)")->required();
   app.add_option("--set", overrides, "override a config key: section.key=value (repeatable)");
+  bool fresh = false;
   app.add_option("--port-file", port_file, "write HOST:PORT here once listening (for coordinator.listen port 0)");
+  app.add_flag("--fresh", fresh, "ignore checkpoints in coordinator.checkpoint_dir and start from theta_0");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_pattern("%H:%M:%S.%e %^%l%$ coordinator: %v");
 
@@ -45,7 +47,7 @@ int main(int argc, char** argv) {
 
   auto cache = diloco::EnsureTokenized(*config, diloco::SiblingExecutable("diloco-tokenize"));
   if (!cache.ok()) return Fail(std::string(cache.status().message()));
-  auto core = diloco::CoordinatorCore::Create(*config, *cache);
+  auto core = diloco::CoordinatorCore::Create(*config, *cache, /*resume=*/!fresh);
   if (!core.ok()) return Fail(std::string(core.status().message()));
   spdlog::info("model: {} parameters, fingerprint {}", diloco::TotalElements((*core)->specs()),
                (*core)->fingerprint());

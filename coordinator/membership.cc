@@ -13,23 +13,29 @@ const char* MemberStateName(MemberState s) {
   return "unknown";
 }
 
-const Member& Membership::Join(const std::string& id, double now) {
+const Member& Membership::Join(const std::string& id, double now, int shard_hint) {
+  std::set<int> taken;  // shards of the other active members
+  for (const auto& [other_id, m] : members_) {
+    if (other_id != id && m.state == MemberState::kActive) taken.insert(m.shard_index);
+  }
   auto it = members_.find(id);
   if (it == members_.end()) {
-    std::set<int> taken;
-    for (const auto& [other_id, m] : members_) {
-      if (m.state == MemberState::kActive) taken.insert(m.shard_index);
-    }
-    int shard = 0;
-    while (taken.count(shard) != 0 && shard < shard_count_) ++shard;
     Member m;
     m.id = id;
     m.joined_at = now;
-    m.shard_index = shard % shard_count_;
+    m.shard_index = shard_hint;
     it = members_.emplace(id, m).first;
+  }
+  // Keep the shard this member had (or asked for) if nobody else holds it; else take the lowest free one.
+  int& shard = it->second.shard_index;
+  if (shard < 0 || shard >= shard_count_ || taken.count(shard) != 0) {
+    shard = 0;
+    while (taken.count(shard) != 0 && shard < shard_count_) ++shard;
+    shard %= shard_count_;  // more members than shards: shards are shared
   }
   it->second.state = MemberState::kActive;
   it->second.last_seen = now;
+  it->second.drain_requested = false;
   return it->second;
 }
 

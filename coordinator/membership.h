@@ -1,7 +1,8 @@
 // Membership: who belongs to the run and in what state, as pure logic over an injected clock (seconds as double).
 // A member is `active` from Join until it leaves (`left`) or stays silent longer than the lease (`lost`); a lost or
 // left member that joins again with the same id becomes active again and keeps its shard. Each active member owns
-// one of `shard_count` disjoint data shards: the lowest index no other active member holds.
+// one of `shard_count` disjoint data shards: the one it had or asked for if free, else the lowest free index
+// (with more active members than shards, they wrap around and share).
 // Not thread-safe: the coordinator calls it under its own mutex.
 #pragma once
 
@@ -25,14 +26,16 @@ struct Member {
   double last_loss = 0;
   double last_tokens_per_s = 0;
   int64_t bytes_pushed = 0;
+  bool drain_requested = false;  // an operator asked it to leave
 };
 
 class Membership {
  public:
   explicit Membership(int shard_count) : shard_count_(shard_count) {}
 
-  // Adds or reactivates `id`; returns the member (with its shard index).
-  const Member& Join(const std::string& id, double now);
+  // Adds or reactivates `id`; returns the member (with its shard index). A new member gets `shard_hint` if that
+  // shard is valid and free (a worker rejoining a restarted coordinator keeps its data), else the lowest free one.
+  const Member& Join(const std::string& id, double now, int shard_hint = -1);
   // Refreshes the lease. Returns false if `id` is unknown or not active (it must Join again).
   bool Touch(const std::string& id, double now);
   void Leave(const std::string& id);

@@ -16,6 +16,9 @@ OuterOptimizer::OuterOptimizer(Kind kind, double lr, double momentum)
 std::vector<at::Tensor> OuterOptimizer::Step(const std::vector<at::Tensor>& theta,
                                              const std::vector<at::Tensor>& delta) {
   if (theta.size() != delta.size()) throw std::invalid_argument("OuterOptimizer::Step: tensor counts differ");
+  if (!buffers_.empty() && buffers_.size() != theta.size()) {
+    throw std::invalid_argument("OuterOptimizer::Step: momentum buffer count differs from the parameter count");
+  }
   const bool first = buffers_.empty();
   std::vector<at::Tensor> next;
   next.reserve(theta.size());
@@ -25,7 +28,7 @@ std::vector<at::Tensor> OuterOptimizer::Step(const std::vector<at::Tensor>& thet
       if (first) {
         buffers_.push_back(delta[i].clone());
       } else {
-        buffers_[i].mul_(momentum_).add_(delta[i]);
+        buffers_[i] = buffers_[i].mul(momentum_).add_(delta[i]);  // new tensor: published buffers stay intact
       }
       update = kind_ == Kind::kNesterov ? delta[i].add(buffers_[i], momentum_) : buffers_[i];
     }

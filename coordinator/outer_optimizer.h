@@ -25,8 +25,10 @@ class OuterOptimizer {
   // Returns theta_t as new tensors; `theta` is left untouched (pulls in flight may still read it).
   std::vector<at::Tensor> Step(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& delta);
 
-  // Momentum buffers (empty before the first step or when momentum is 0), for checkpoints.
+  // Momentum buffers (empty before the first step or when momentum is 0), for checkpoints. Step() replaces them
+  // with new tensors instead of writing in place, so a copy of this vector stays valid and consistent.
   const std::vector<at::Tensor>& momentum_buffers() const { return buffers_; }
+  // Restores buffers from a checkpoint: empty, or one per parameter (checked by Step()).
   void set_momentum_buffers(std::vector<at::Tensor> buffers) { buffers_ = std::move(buffers); }
 
  private:

@@ -4,6 +4,7 @@
 
 #include <exception>
 #include <memory>
+#include <thread>
 
 #include "proto/grpc_status.h"
 #include "proto/tensor_chunks.h"
@@ -171,6 +172,32 @@ grpc::ServerUnaryReactor* CoordinatorService::GetStatus(grpc::CallbackServerCont
     *reply = coordinator_->Status();
     return absl::OkStatus();
   });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Drain(grpc::CallbackServerContext* ctx, const DrainRequest* request,
+                                                    DrainReply*) {
+  return Unary(ctx, [&] { return coordinator_->Drain(request->worker_id()); });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Checkpoint(grpc::CallbackServerContext* ctx, const CheckpointRequest*,
+                                                         CheckpointReply* reply) {
+  // Writing a checkpoint blocks on the disk: do it on a thread of its own, never on a gRPC thread.
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  std::thread([this, reactor, reply] {
+    grpc::Status status;
+    try {
+      auto written = coordinator_->CheckpointNow();
+      if (written.ok()) {
+        reply->set_path(written->path);
+        reply->set_round(written->round);
+      }
+      status = ToGrpc(written.status());
+    } catch (const std::exception& e) {
+      status = grpc::Status(grpc::StatusCode::INTERNAL, e.what());
+    }
+    reactor->Finish(status);
+  }).detach();
+  return reactor;
 }
 
 grpc::ServerWriteReactor<PullMessage>* CoordinatorService::PullParameters(grpc::CallbackServerContext* ctx,

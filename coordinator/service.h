@@ -23,6 +23,10 @@ class CoordinatorService final : public diloco::Coordinator::CallbackService {
                                       HeartbeatReply* reply) override;
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx, const StatusRequest* request,
                                       StatusReply* reply) override;
+  grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* ctx, const DrainRequest* request,
+                                  DrainReply* reply) override;
+  grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* ctx, const CheckpointRequest* request,
+                                       CheckpointReply* reply) override;
   grpc::ServerWriteReactor<PullMessage>* PullParameters(grpc::CallbackServerContext* ctx,
                                                         const PullRequest* request) override;
   grpc::ServerReadReactor<PushMessage>* PushPseudoGradient(grpc::CallbackServerContext* ctx,

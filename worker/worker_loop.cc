@@ -140,11 +140,12 @@ bool Worker::PushUntilCounted(int64_t round, const RoundResult& result) {
       } else if (pushed.status().code() == absl::StatusCode::kAlreadyExists) {
         need_push = false;
       } else if (pushed.status().code() == absl::StatusCode::kNotFound) {
+        // The coordinator does not know us (it restarted, or declared us lost): join again, then push again; if
+        // the round moved on meanwhile, the push is refused as late and we pull.
         if (int code = JoinWithRetry(); code >= 0) {
           exit_code_ = code;
           return false;
         }
-        return true;
       } else if (pushed.status().code() != absl::StatusCode::kAborted) {
         if (!Retryable(pushed.status())) {
           spdlog::error("round {}: push refused: {}", round + 1, std::string(pushed.status().message()));
@@ -164,7 +165,8 @@ bool Worker::PushUntilCounted(int64_t round, const RoundResult& result) {
           exit_code_ = code;
           return false;
         }
-        return true;
+        need_push = true;  // a restarted coordinator has not counted our push
+        continue;
       }
       if (!Retryable(beat.status())) {
         spdlog::error("heartbeat refused: {}", std::string(beat.status().message()));

@@ -1,5 +1,7 @@
 // diloco-ctl: command-line client of a running coordinator.
 //   diloco-ctl status --addr HOST:PORT [--json]
+//   diloco-ctl leave --addr HOST:PORT --id WORKER     (the worker abandons its round, leaves and exits 0)
+//   diloco-ctl checkpoint --addr HOST:PORT            (write a checkpoint of the global state now)
 // A thin front end: it speaks the protocol in proto/ and uses nothing of coordinator/ or worker/.
 #include <grpcpp/grpcpp.h>
 
@@ -39,28 +41,43 @@ void PrintHuman(const diloco::StatusReply& s) {
 int main(int argc, char** argv) {
   CLI::App app{"Control and inspect a running DiLoCo coordinator"};
   app.require_subcommand(1);
-  std::string addr;
+  std::string addr, worker_id;
   bool json = false;
   double timeout_s = 5;
   CLI::App* status = app.add_subcommand("status", "print the run's status");
-  status->add_option("--addr", addr, "coordinator address HOST:PORT")->required();
   status->add_flag("--json", json, "one JSON object instead of a table");
-  status->add_option("--timeout", timeout_s, "seconds to wait for the coordinator");
+  CLI::App* leave = app.add_subcommand("leave", "ask a worker to leave the run");
+  leave->add_option("--id", worker_id, "worker id")->required();
+  CLI::App* checkpoint = app.add_subcommand("checkpoint", "write a checkpoint now");
+  for (CLI::App* sub : {status, leave, checkpoint}) {
+    sub->add_option("--addr", addr, "coordinator address HOST:PORT")->required();
+    sub->add_option("--timeout", timeout_s, "seconds to wait for the coordinator");
+  }
   CLI11_PARSE(app, argc, argv);
 
   auto stub = diloco::Coordinator::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int>(timeout_s * 1000)));
-  diloco::StatusReply reply;
-  grpc::Status s = stub->GetStatus(&ctx, diloco::StatusRequest(), &reply);
+  grpc::Status s;
+  if (*status) {
+    diloco::StatusReply reply;
+    s = stub->GetStatus(&ctx, diloco::StatusRequest(), &reply);
+    if (s.ok() && json) std::cout << diloco::StatusToJson(reply).dump() << "\n";
+    if (s.ok() && !json) PrintHuman(reply);
+  } else if (*leave) {
+    diloco::DrainRequest request;
+    request.set_worker_id(worker_id);
+    diloco::DrainReply reply;
+    s = stub->Drain(&ctx, request, &reply);
+    if (s.ok()) std::cout << "worker " << worker_id << " asked to leave; it leaves at its next heartbeat\n";
+  } else if (*checkpoint) {
+    diloco::CheckpointReply reply;
+    s = stub->Checkpoint(&ctx, diloco::CheckpointRequest(), &reply);
+    if (s.ok()) std::cout << "checkpoint of round " << reply.round() << ": " << reply.path() << "\n";
+  }
   if (!s.ok()) {
     std::cerr << "diloco-ctl: error: coordinator " << addr << ": " << s.error_message() << "\n";
     return 1;
-  }
-  if (json) {
-    std::cout << diloco::StatusToJson(reply).dump() << "\n";
-  } else {
-    PrintHuman(reply);
   }
   return 0;
 }

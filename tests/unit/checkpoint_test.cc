@@ -1,0 +1,189 @@
+// Coordinator checkpoints (coordinator/checkpoint.h): round trip, corruption and truncation detection, pruning.
+#include "coordinator/checkpoint.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace diloco {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("diloco-ckpt-test-" + std::to_string(getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  static CheckpointData Sample() {
+    CheckpointData d;
+    d.round = 7;
+    d.fingerprint = "0123456789abcdef";
+    d.params = {{"emb.weight", at::randn({4, 3})}, {"head.bias", at::randn({5})}, {"scalar", at::randn({})}};
+    for (const auto& [name, t] : d.params) d.momentum.push_back(at::randn(t.sizes()));
+    d.evals = {{0, 5.5}, {3, 4.25}, {7, 3.125}};
+    return d;
+  }
+  static std::string ReadAll(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  static void WriteAll(const std::string& path, const std::string& bytes) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  std::set<std::string> Files() const {
+    std::set<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_)) names.insert(e.path().filename().string());
+    return names;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(CheckpointTest, PathHasEightDigitRound) {
+  EXPECT_EQ(CheckpointPath("/x/ckpts", 12), "/x/ckpts/ckpt-00000012.bin");
+}
+
+TEST_F(CheckpointTest, RoundTrip) {
+  const CheckpointData saved = Sample();
+  const std::string path = CheckpointPath(dir_.string(), saved.round);
+  ASSERT_TRUE(SaveCheckpoint(path, saved).ok());
+  EXPECT_EQ(Files(), (std::set<std::string>{"ckpt-00000007.bin"})) << "no .tmp left behind";
+
+  absl::StatusOr<CheckpointData> loaded = LoadCheckpoint(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->round, 7);
+  EXPECT_EQ(loaded->fingerprint, saved.fingerprint);
+  ASSERT_EQ(loaded->params.size(), saved.params.size());
+  for (size_t i = 0; i < saved.params.size(); ++i) {
+    EXPECT_EQ(loaded->params[i].first, saved.params[i].first);
+    EXPECT_EQ(loaded->params[i].second.sizes(), saved.params[i].second.sizes());
+    EXPECT_TRUE(loaded->params[i].second.equal(saved.params[i].second)) << saved.params[i].first;
+  }
+  ASSERT_EQ(loaded->momentum.size(), saved.momentum.size());
+  for (size_t i = 0; i < saved.momentum.size(); ++i) {
+    EXPECT_TRUE(loaded->momentum[i].equal(saved.momentum[i])) << "momentum " << i;
+  }
+  ASSERT_EQ(loaded->evals.size(), 3u);
+  EXPECT_EQ(loaded->evals[2].round, 7);
+  EXPECT_EQ(loaded->evals[2].val_loss, 3.125);
+  EXPECT_EQ(loaded->evals[0].val_loss, 5.5);
+}
+
+TEST_F(CheckpointTest, RoundTripWithoutMomentumOrEvals) {
+  CheckpointData saved = Sample();
+  saved.momentum.clear();
+  saved.evals.clear();
+  const std::string path = (dir_ / "plain.bin").string();
+  ASSERT_TRUE(SaveCheckpoint(path, saved).ok());
+  absl::StatusOr<CheckpointData> loaded = LoadCheckpoint(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(loaded->momentum.empty());
+  EXPECT_TRUE(loaded->evals.empty());
+  EXPECT_TRUE(loaded->params[1].second.equal(saved.params[1].second));
+}
+
+TEST_F(CheckpointTest, FlippedByteIsDataLossChecksum) {
+  const std::string path = CheckpointPath(dir_.string(), 1);
+  ASSERT_TRUE(SaveCheckpoint(path, Sample()).ok());
+  const std::string good = ReadAll(path);
+  for (size_t pos : {size_t{8}, good.size() / 2, good.size() - 9, good.size() - 1}) {  // header, data, tail, hash
+    std::string bad = good;
+    bad[pos] = static_cast<char>(bad[pos] ^ 0x01);
+    WriteAll(path, bad);
+    absl::StatusOr<CheckpointData> loaded = LoadCheckpoint(path);
+    ASSERT_FALSE(loaded.ok()) << "byte " << pos;
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss) << "byte " << pos;
+    EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("checksum")) << "byte " << pos;
+    EXPECT_THAT(std::string(loaded.status().message()), HasSubstr(path));
+  }
+}
+
+TEST_F(CheckpointTest, TruncatedFileIsRejected) {
+  const std::string path = CheckpointPath(dir_.string(), 2);
+  ASSERT_TRUE(SaveCheckpoint(path, Sample()).ok());
+  const std::string good = ReadAll(path);
+  for (size_t keep : {good.size() - 1, good.size() / 2, size_t{12}, size_t{0}}) {
+    WriteAll(path, good.substr(0, keep));
+    absl::StatusOr<CheckpointData> loaded = LoadCheckpoint(path);
+    ASSERT_FALSE(loaded.ok()) << "kept " << keep << " bytes";
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss) << "kept " << keep << " bytes";
+  }
+}
+
+TEST_F(CheckpointTest, MissingFileIsNotFound) {
+  absl::StatusOr<CheckpointData> loaded = LoadCheckpoint((dir_ / "nope.bin").string());
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("nope.bin"));
+}
+
+TEST_F(CheckpointTest, OtherFileIsNotACheckpoint) {
+  const std::string path = (dir_ / "other.bin").string();
+  WriteAll(path, "this is not a checkpoint at all, just text");
+  absl::StatusOr<CheckpointData> loaded = LoadCheckpoint(path);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST_F(CheckpointTest, LoadNewestSkipsCorruptFiles) {
+  CheckpointData d = Sample();
+  for (int64_t round : {1, 2, 3}) {
+    d.round = round;
+    ASSERT_TRUE(SaveCheckpoint(CheckpointPath(dir_.string(), round), d).ok());
+  }
+  const std::string newest = CheckpointPath(dir_.string(), 3);
+  std::string bytes = ReadAll(newest);
+  bytes[bytes.size() / 2] ^= 0x40;
+  WriteAll(newest, bytes);
+  std::vector<std::string> skipped;
+  absl::StatusOr<LoadedCheckpoint> loaded = LoadNewestCheckpoint(dir_.string(), &skipped);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->data.round, 2);
+  EXPECT_EQ(loaded->path, CheckpointPath(dir_.string(), 2));
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_THAT(skipped[0], HasSubstr("ckpt-00000003.bin"));
+  EXPECT_THAT(skipped[0], HasSubstr("checksum"));
+}
+
+TEST_F(CheckpointTest, LoadNewestInEmptyDirIsNotFound) {
+  absl::StatusOr<LoadedCheckpoint> loaded = LoadNewestCheckpoint(dir_.string(), nullptr);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(loaded.status().message()), HasSubstr(dir_.string()));
+}
+
+TEST_F(CheckpointTest, PruneKeepsNewestN) {
+  CheckpointData d = Sample();
+  for (int64_t round : {1, 9, 10, 100, 2}) {
+    d.round = round;
+    ASSERT_TRUE(SaveCheckpoint(CheckpointPath(dir_.string(), round), d).ok());
+  }
+  WriteAll((dir_ / "notes.txt").string(), "keep me");
+  PruneCheckpoints(dir_.string(), 0);
+  EXPECT_EQ(Files().size(), 6u) << "keep 0 keeps all";
+  PruneCheckpoints(dir_.string(), 2);
+  EXPECT_EQ(Files(), (std::set<std::string>{"ckpt-00000010.bin", "ckpt-00000100.bin", "notes.txt"}));
+  PruneCheckpoints(dir_.string(), 5);
+  EXPECT_EQ(Files().size(), 3u);
+  absl::StatusOr<CheckpointData> newest = LoadCheckpoint(CheckpointPath(dir_.string(), 100));
+  ASSERT_TRUE(newest.ok());
+  EXPECT_EQ(newest->round, 100);
+}
+
+}  // namespace
+}  // namespace diloco

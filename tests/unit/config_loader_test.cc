@@ -1,0 +1,175 @@
+// The strict config loader (config/config_loader.h): unknown keys, wrong types, overrides, cross-field checks.
+#include "config/config_loader.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace diloco {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Message(const absl::Status& s) { return std::string(s.message()); }
+
+TEST(ConfigLoaderTest, EmptyDocumentGivesDefaults) {
+  absl::StatusOr<Config> c = ParseConfig("", "empty.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const Config defaults;
+  EXPECT_EQ(c->model.vocab_size, 512);
+  EXPECT_EQ(c->model.d_model, 128);
+  EXPECT_EQ(c->model.n_head, 4);
+  EXPECT_DOUBLE_EQ(c->inner.lr, 2e-3);
+  EXPECT_EQ(c->inner.warmup_steps, 50);
+  EXPECT_DOUBLE_EQ(c->inner.min_lr_ratio, 0.1);
+  EXPECT_EQ(c->inner.steps, 50);
+  EXPECT_EQ(c->outer.optimizer, "nesterov");
+  EXPECT_DOUBLE_EQ(c->outer.lr, 0.7);
+  EXPECT_DOUBLE_EQ(c->outer.momentum, 0.9);
+  EXPECT_EQ(c->outer.rounds, 20);
+  EXPECT_EQ(c->coordinator.min_workers, 1);
+  EXPECT_DOUBLE_EQ(c->coordinator.lease_s, 10.0);
+  EXPECT_EQ(c->comm.chunk_bytes, 1 << 20);
+  EXPECT_EQ(RenderConfig(*c), RenderConfig(defaults));
+  EXPECT_EQ(c->CacheDir(), "runs/diloco/data");
+  EXPECT_EQ(c->CheckpointDir(), "runs/diloco/checkpoints");
+}
+
+TEST(ConfigLoaderTest, ValuesFromYaml) {
+  absl::StatusOr<Config> c = ParseConfig(
+      "inner: {lr: 0.01, steps: 7}\nouter: {optimizer: sgd, momentum: 0}\ndata: {cache_dir: /tmp/x}\n", "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->inner.lr, 0.01);
+  EXPECT_EQ(c->inner.steps, 7);
+  EXPECT_EQ(c->outer.optimizer, "sgd");
+  EXPECT_EQ(c->outer.momentum, 0);
+  EXPECT_EQ(c->CacheDir(), "/tmp/x");
+  EXPECT_EQ(c->inner.batch_size, 16) << "keys not in the file keep their defaults";
+}
+
+TEST(ConfigLoaderTest, UnknownKeyIsNamed) {
+  absl::StatusOr<Config> c = ParseConfig("inner: {lrr: 1}\n", "my.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(c.status()), HasSubstr("inner.lrr"));
+  EXPECT_THAT(Message(c.status()), HasSubstr("my.yaml"));
+}
+
+TEST(ConfigLoaderTest, UnknownSectionIsNamed) {
+  absl::StatusOr<Config> c = ParseConfig("optimiser: {lr: 1}\n", "my.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(Message(c.status()), HasSubstr("optimiser"));
+  EXPECT_THAT(Message(c.status()), HasSubstr("section"));
+}
+
+TEST(ConfigLoaderTest, WrongTypeNamesKey) {
+  absl::StatusOr<Config> c = ParseConfig("inner:\n  lr: abc\n", "my.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(Message(c.status()), HasSubstr("inner.lr"));
+  EXPECT_THAT(Message(c.status()), HasSubstr("abc"));
+}
+
+TEST(ConfigLoaderTest, FractionForIntegerKeyIsRejected) {
+  absl::StatusOr<Config> c = ParseConfig("inner: {steps: 1.5}\n", "my.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(Message(c.status()), HasSubstr("inner.steps"));
+}
+
+TEST(ConfigLoaderTest, ListForScalarKeyIsRejected) {
+  absl::StatusOr<Config> c = ParseConfig("model: {n_layer: [1, 2]}\n", "my.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(Message(c.status()), HasSubstr("model.n_layer"));
+}
+
+TEST(ConfigLoaderTest, SetOverrideApplies) {
+  absl::StatusOr<Config> c = ParseConfig("outer: {rounds: 3}\n", "my.yaml", {"outer.rounds=7", "inner.lr=0.5"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->outer.rounds, 7) << "--set wins over the file";
+  EXPECT_DOUBLE_EQ(c->inner.lr, 0.5);
+}
+
+TEST(ConfigLoaderTest, SetUnknownKeyIsNamed) {
+  absl::StatusOr<Config> c = ParseConfig("", "my.yaml", {"outer.roundz=7"});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(Message(c.status()), HasSubstr("outer.roundz"));
+}
+
+TEST(ConfigLoaderTest, SetWrongTypeIsNamed) {
+  absl::StatusOr<Config> c = ParseConfig("", "my.yaml", {"outer.rounds=many"});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(Message(c.status()), HasSubstr("outer.rounds"));
+}
+
+TEST(ConfigLoaderTest, SetWithoutEqualsIsRejected) {
+  absl::StatusOr<Config> c = ParseConfig("", "my.yaml", {"outer.rounds"});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(Message(c.status()), HasSubstr("outer.rounds"));
+}
+
+TEST(ConfigLoaderTest, MissingFileNamesPath) {
+  const std::string path = "/nonexistent/dir/diloco-missing.yaml";
+  absl::StatusOr<Config> c = LoadConfig(path);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(Message(c.status()), HasSubstr(path));
+}
+
+TEST(ConfigLoaderTest, DModelNotDivisibleByNHeadNamesBothKeys) {
+  absl::StatusOr<Config> c = ParseConfig("model: {d_model: 100, n_head: 3}\n", "my.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(Message(c.status()), HasSubstr("model.d_model"));
+  EXPECT_THAT(Message(c.status()), HasSubstr("model.n_head"));
+}
+
+TEST(ConfigLoaderTest, CrossFieldChecksNameTheKey) {
+  struct Case {
+    const char* yaml;
+    const char* key;
+  };
+  for (const Case& k :
+       {Case{"outer: {optimizer: adam}", "outer.optimizer"}, Case{"outer: {momentum: 1.0}", "outer.momentum"},
+        Case{"inner: {steps: 0}", "inner.steps"}, Case{"data: {val_fraction: 1.0}", "data.val_fraction"},
+        Case{"model: {vocab_size: 70000}", "model.vocab_size"}, Case{"inner: {optimizer: sgd}", "inner.optimizer"}}) {
+    absl::StatusOr<Config> c = ParseConfig(k.yaml, "my.yaml");
+    ASSERT_FALSE(c.ok()) << k.yaml;
+    EXPECT_THAT(Message(c.status()), HasSubstr(k.key)) << k.yaml;
+  }
+}
+
+TEST(ConfigLoaderTest, HashFollowsTheResolvedConfig) {
+  absl::StatusOr<Config> a = ParseConfig("outer: {rounds: 3}\n", "a.yaml");
+  absl::StatusOr<Config> b = ParseConfig("", "b.yaml", {"outer.rounds=3"});
+  absl::StatusOr<Config> c = ParseConfig("outer: {rounds: 4}\n", "c.yaml");
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(ConfigHash(*a), ConfigHash(*b));
+  EXPECT_NE(ConfigHash(*a), ConfigHash(*c));
+  EXPECT_EQ(ConfigHash(*a).size(), 16u);
+  EXPECT_THAT(RenderConfig(*a), HasSubstr("outer.rounds: 3\n"));
+}
+
+TEST(ConfigLoaderTest, KeysWithDefaultsListsEveryRenderedKey) {
+  const auto keys = ConfigKeysWithDefaults();
+  ASSERT_FALSE(keys.empty());
+  std::string rendered;
+  for (const auto& [key, value] : keys) rendered += key + ": " + value + "\n";
+  EXPECT_EQ(rendered, RenderConfig(Config{}));
+}
+
+TEST(ConfigLoaderTest, ShippedConfigsParse) {
+  const std::string root = DILOCO_SOURCE_DIR;
+  absl::StatusOr<Config> demo = LoadConfig(root + "/config/demo.yaml");
+  ASSERT_TRUE(demo.ok()) << demo.status();
+  EXPECT_EQ(demo->run.name, "demo");
+  EXPECT_EQ(demo->workers.count, 4);
+  EXPECT_EQ(demo->coordinator.min_workers, 2);
+  EXPECT_EQ(demo->model.init_from, "");
+  absl::StatusOr<Config> tiny = LoadConfig(root + "/config/tiny.yaml");
+  ASSERT_TRUE(tiny.ok()) << tiny.status();
+  EXPECT_EQ(tiny->run.name, "tiny");
+  EXPECT_EQ(tiny->outer.rounds, 3);
+  EXPECT_EQ(tiny->model.d_model % tiny->model.n_head, 0);
+}
+
+}  // namespace
+}  // namespace diloco

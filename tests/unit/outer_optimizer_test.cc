@@ -1,0 +1,122 @@
+// OuterOptimizer against PyTorch's torch.optim.SGD: golden values from tests/golden/make_outer_golden.py.
+#include "coordinator/outer_optimizer.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace outer_golden {
+#include "tests/unit/outer_golden.inc"
+}  // namespace outer_golden
+
+namespace diloco {
+namespace {
+
+using outer_golden::GoldenCase;
+using outer_golden::kSteps;
+
+at::Tensor FromFloats(const float* values, std::vector<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return at::from_blob(const_cast<float*>(values), {n}, at::kFloat).clone().reshape(shape);
+}
+
+// Every element within 1e-6 relative (1e-6 absolute near zero) of the golden values.
+void ExpectClose(const at::Tensor& actual, const float* expected, const std::string& what) {
+  at::Tensor flat = actual.contiguous().view({-1});
+  ASSERT_EQ(flat.scalar_type(), at::kFloat) << what;
+  const float* a = flat.data_ptr<float>();
+  for (int64_t i = 0; i < flat.numel(); ++i) {
+    const double tol = 1e-6 * std::max(1.0, std::fabs(static_cast<double>(expected[i])));
+    EXPECT_NEAR(a[i], expected[i], tol) << what << " element " << i;
+  }
+}
+
+// Three outer steps of case `c`, every theta and the final momentum buffers against torch.optim.SGD.
+void ExpectMatchesTorch(const GoldenCase& c) {
+  OuterOptimizer opt(OuterOptimizer::KindFromName(c.optimizer), c.lr, c.momentum);
+  EXPECT_TRUE(opt.momentum_buffers().empty());
+  std::vector<at::Tensor> theta = {FromFloats(outer_golden::kTheta0A, {3}), FromFloats(outer_golden::kTheta0B, {2, 2})};
+  for (int step = 0; step < kSteps; ++step) {
+    const std::vector<at::Tensor> before = {theta[0].clone(), theta[1].clone()};
+    const std::vector<at::Tensor> delta = {FromFloats(outer_golden::kDeltaA[step], {3}),
+                                           FromFloats(outer_golden::kDeltaB[step], {2, 2})};
+    std::vector<at::Tensor> next = opt.Step(theta, delta);
+    ASSERT_EQ(next.size(), 2u);
+    // Step returns new tensors; theta (which pulls in flight may still read) is left untouched.
+    EXPECT_TRUE(theta[0].equal(before[0])) << "step " << step + 1 << " modified theta[0] in place";
+    EXPECT_TRUE(theta[1].equal(before[1])) << "step " << step + 1 << " modified theta[1] in place";
+    EXPECT_EQ(next[1].sizes(), theta[1].sizes());
+    ExpectClose(next[0], c.theta_a[step], std::string(c.name) + " theta_a after step " + std::to_string(step + 1));
+    ExpectClose(next[1], c.theta_b[step], std::string(c.name) + " theta_b after step " + std::to_string(step + 1));
+    theta = next;
+  }
+  if (c.has_buffers) {
+    ASSERT_EQ(opt.momentum_buffers().size(), 2u);
+    ExpectClose(opt.momentum_buffers()[0], c.buffer_a, std::string(c.name) + " momentum buffer a");
+    ExpectClose(opt.momentum_buffers()[1], c.buffer_b, std::string(c.name) + " momentum buffer b");
+  } else {
+    EXPECT_TRUE(opt.momentum_buffers().empty()) << "momentum 0 keeps no buffers, like PyTorch";
+  }
+}
+
+TEST(OuterOptimizerGoldenTest, NesterovMatchesTorch) { ExpectMatchesTorch(outer_golden::kCases[0]); }
+TEST(OuterOptimizerGoldenTest, SgdMomentumMatchesTorch) { ExpectMatchesTorch(outer_golden::kCases[1]); }
+TEST(OuterOptimizerGoldenTest, FedAvgMatchesTorch) { ExpectMatchesTorch(outer_golden::kCases[2]); }
+
+TEST(OuterOptimizerGoldenTest, CasesAreTheOnesNamed) {
+  ASSERT_EQ(std::size(outer_golden::kCases), 3u);
+  EXPECT_STREQ(outer_golden::kCases[0].name, "kNesterov");
+  EXPECT_STREQ(outer_golden::kCases[1].name, "kSgdMomentum");
+  EXPECT_STREQ(outer_golden::kCases[2].name, "kFedAvg");
+}
+
+// Restoring the momentum buffers (as a checkpoint load does) continues the trajectory exactly: step 3 from restored
+// buffers equals step 3 of an uninterrupted run.
+TEST(OuterOptimizerTest, RestoredMomentumContinuesTrajectory) {
+  const GoldenCase& c = outer_golden::kCases[0];
+  OuterOptimizer first(OuterOptimizer::KindFromName(c.optimizer), c.lr, c.momentum);
+  std::vector<at::Tensor> theta = {FromFloats(outer_golden::kTheta0A, {3}), FromFloats(outer_golden::kTheta0B, {2, 2})};
+  for (int step = 0; step < 2; ++step) {
+    theta = first.Step(theta,
+                       {FromFloats(outer_golden::kDeltaA[step], {3}), FromFloats(outer_golden::kDeltaB[step], {2, 2})});
+  }
+  OuterOptimizer resumed(OuterOptimizer::Kind::kNesterov, c.lr, c.momentum);
+  resumed.set_momentum_buffers({first.momentum_buffers()[0].clone(), first.momentum_buffers()[1].clone()});
+  std::vector<at::Tensor> next =
+      resumed.Step(theta, {FromFloats(outer_golden::kDeltaA[2], {3}), FromFloats(outer_golden::kDeltaB[2], {2, 2})});
+  ExpectClose(next[0], c.theta_a[2], "resumed theta_a");
+  ExpectClose(next[1], c.theta_b[2], "resumed theta_b");
+}
+
+// momentum_buffers() may be copied for a checkpoint while the next Step runs: Step must replace the buffers with
+// new tensors, not write into the ones already handed out.
+TEST(OuterOptimizerTest, PublishedMomentumBuffersStayIntact) {
+  OuterOptimizer opt(OuterOptimizer::Kind::kNesterov, 0.7, 0.9);
+  std::vector<at::Tensor> theta = {FromFloats(outer_golden::kTheta0A, {3})};
+  theta = opt.Step(theta, {FromFloats(outer_golden::kDeltaA[0], {3})});
+  const std::vector<at::Tensor> published = opt.momentum_buffers();  // shallow copy, shares storage
+  const at::Tensor snapshot = published[0].clone();
+  opt.Step(theta, {FromFloats(outer_golden::kDeltaA[1], {3})});
+  EXPECT_TRUE(published[0].equal(snapshot)) << "Step wrote into a buffer already handed out";
+  EXPECT_FALSE(opt.momentum_buffers()[0].equal(snapshot)) << "the optimizer's own buffer did advance";
+}
+
+TEST(OuterOptimizerTest, KindFromName) {
+  EXPECT_EQ(OuterOptimizer::KindFromName("nesterov"), OuterOptimizer::Kind::kNesterov);
+  EXPECT_EQ(OuterOptimizer::KindFromName("sgd"), OuterOptimizer::Kind::kSgd);
+  EXPECT_THROW(OuterOptimizer::KindFromName("adam"), std::invalid_argument);
+}
+
+TEST(OuterOptimizerTest, MismatchedTensorCountsThrow) {
+  OuterOptimizer opt(OuterOptimizer::Kind::kNesterov, 0.7, 0.9);
+  EXPECT_THROW(opt.Step({at::zeros({3})}, {at::zeros({3}), at::zeros({2})}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace diloco
