@@ -47,6 +47,8 @@ struct OuterConfig {
   double lr = 0.7;
   double momentum = 0.9;
   int64_t rounds = 20;                       // T: outer rounds
+  std::string late_policy = "drop";          // a push refused as late: drop (restart from the new global) |
+                                             // reuse_local (keep training from the worker's own parameters)
 };
 
 struct CoordinatorConfig {

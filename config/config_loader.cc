@@ -97,6 +97,7 @@ const std::vector<Field>& Fields() {
       MakeField("outer.lr", &Config::outer, &OuterConfig::lr),
       MakeField("outer.momentum", &Config::outer, &OuterConfig::momentum),
       MakeField("outer.rounds", &Config::outer, &OuterConfig::rounds),
+      MakeField("outer.late_policy", &Config::outer, &OuterConfig::late_policy),
       MakeField("coordinator.listen", &Config::coordinator, &CoordinatorConfig::listen),
       MakeField("coordinator.min_workers", &Config::coordinator, &CoordinatorConfig::min_workers),
       MakeField("coordinator.round_timeout_s", &Config::coordinator, &CoordinatorConfig::round_timeout_s),
@@ -270,6 +271,10 @@ absl::Status ValidateConfig(const Config& c) {
   if (c.outer.optimizer != "nesterov" && c.outer.optimizer != "sgd") {
     return absl::InvalidArgumentError(
         absl::StrCat("outer.optimizer: expected 'nesterov' or 'sgd', got '", c.outer.optimizer, "'"));
+  }
+  if (c.outer.late_policy != "drop" && c.outer.late_policy != "reuse_local") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("outer.late_policy: expected 'drop' or 'reuse_local', got '", c.outer.late_policy, "'"));
   }
   if (c.outer.momentum < 0 || c.outer.momentum >= 1) {
     return absl::InvalidArgumentError(absl::StrCat("outer.momentum: must be in [0, 1), got ", c.outer.momentum));

@@ -39,7 +39,8 @@ void CoordinatorClient::SetDeadline(grpc::ClientContext* ctx) const {
                     std::chrono::milliseconds(static_cast<int64_t>(rpc_timeout_s_ * 1000)));
 }
 
-absl::StatusOr<JoinReply> CoordinatorClient::Join(const ModelSpec& model, int32_t threads, const std::string& device) {
+absl::StatusOr<JoinReply> CoordinatorClient::Join(const ModelSpec& model, int32_t threads, const std::string& device,
+                                                  int32_t shard_hint) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
   JoinRequest request;
@@ -47,6 +48,7 @@ absl::StatusOr<JoinReply> CoordinatorClient::Join(const ModelSpec& model, int32_
   *request.mutable_model() = model;
   request.set_threads(threads);
   request.set_device(device);
+  if (shard_hint >= 0) request.set_shard_hint(shard_hint);
   JoinReply reply;
   grpc::Status s = stub_->Join(&ctx, request, &reply);
   if (!s.ok()) return FromGrpc(s);

@@ -25,7 +25,9 @@ class CoordinatorClient {
   CoordinatorClient(const std::string& address, std::string worker_id, std::string fingerprint,
                     double rpc_timeout_s, int64_t chunk_bytes);
 
-  absl::StatusOr<JoinReply> Join(const ModelSpec& model, int32_t threads, const std::string& device);
+  // shard_hint >= 0: the shard this worker had (after a coordinator restart), kept if it is free.
+  absl::StatusOr<JoinReply> Join(const ModelSpec& model, int32_t threads, const std::string& device,
+                                 int32_t shard_hint = -1);
   absl::Status Leave(const std::string& reason);
   absl::StatusOr<HeartbeatReply> Heartbeat(int64_t round);
   // Fills `theta` (from InnerTrainer::MakeParameterBuffers) with the current global parameters.

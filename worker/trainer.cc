@@ -28,15 +28,20 @@ NamedTensors InnerTrainer::MakeParameterBuffers() const {
   return out;
 }
 
-RoundResult InnerTrainer::TrainRound(const NamedTensors& theta, int64_t round) {
+RoundResult InnerTrainer::TrainRound(const NamedTensors& theta, int64_t round, bool load_theta,
+                                     const std::atomic<bool>* stop) {
   const auto start = std::chrono::steady_clock::now();
-  LoadParameters(*model_, theta);
+  if (load_theta) LoadParameters(*model_, theta);
   const int64_t H = config_.inner.steps;
   const int64_t total_steps = config_.outer.rounds * H;
   const auto params = model_->parameters();
   RoundResult result;
   double loss_sum = 0;
   for (int64_t i = 0; i < H; ++i) {
+    if (stop != nullptr && *stop) {
+      result.abandoned = true;
+      return result;
+    }
     const double lr = InnerLearningRate(config_.inner, round * H + i, total_steps);
     for (auto& group : optimizer_->param_groups()) {
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);

@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <random>
 #include <string>
 #include <utility>
@@ -28,6 +29,7 @@ struct RoundResult {
   double mean_loss = 0;
   double last_lr = 0;
   double seconds = 0;
+  bool abandoned = false;  // stopped before H steps (the worker is leaving); not to be pushed
 };
 
 class InnerTrainer {
@@ -39,7 +41,10 @@ class InnerTrainer {
   const TransformerLM& model() const { return model_; }
 
   // Trains H inner steps starting from theta (theta_round); global inner steps start at round x H.
-  RoundResult TrainRound(const NamedTensors& theta, int64_t round);
+  // With load_theta false the model keeps its own parameters (outer.late_policy reuse_local) and the
+  // pseudo-gradient is still theta - local. Returns early, abandoned, once *stop becomes true.
+  RoundResult TrainRound(const NamedTensors& theta, int64_t round, bool load_theta = true,
+                         const std::atomic<bool>* stop = nullptr);
 
  private:
   Config config_;

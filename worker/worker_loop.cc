@@ -69,6 +69,8 @@ class Worker {
   // worker should give up (stop, refusal).
   bool PushUntilCounted(int64_t round, const RoundResult& result);
   void HeartbeatLoop();
+  // True once a signal or an operator's drain asks this worker to go.
+  bool Stopping() const { return stop_ || drain_; }
 
   const Config& config_;
   const WorkerOptions& options_;
@@ -79,6 +81,9 @@ class Worker {
   JoinReply join_;
   std::atomic<int64_t> round_{0};
   std::atomic<bool> done_{false};
+  std::atomic<bool> drain_{false};  // set by the heartbeat thread when the coordinator says drain
+  std::atomic<bool> quit_{false};   // stop_ or drain_: polled by the inner loop to abandon a round
+  bool keep_local_ = false;         // outer.late_policy reuse_local after a late push
   int exit_code_ = kWorkerDone;
 };
 
@@ -86,10 +91,15 @@ int Worker::JoinWithRetry() {
   const double deadline = Now() + config_.workers.connect_timeout_s;
   bool warned = false;
   backoff_.Reset();
-  while (!stop_) {
+  while (!Stopping()) {
     auto reply = client_->Join(SpecOf(config_.model), static_cast<int32_t>(config_.workers.threads),
-                               config_.workers.device);
+                               config_.workers.device, trainer_ ? join_.shard_index() : -1);
     if (reply.ok()) {
+      if (trainer_ && reply->shard_index() != join_.shard_index()) {
+        spdlog::warn("rejoined with shard {} instead of {}; this worker keeps reading shard {}",
+                     reply->shard_index(), join_.shard_index(), join_.shard_index());
+        reply->set_shard_index(join_.shard_index());
+      }
       join_ = *reply;
       spdlog::info("joined {} at round {}: shard {}/{}", options_.coordinator, join_.round(), join_.shard_index(),
                    join_.shard_count());
@@ -119,14 +129,21 @@ void Worker::HeartbeatLoop() {
          waited += std::chrono::milliseconds(50)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    if (!done_ && !stop_) (void)client_->Heartbeat(round_);  // failures are handled by the main loop's calls
+    if (stop_) quit_ = true;
+    if (done_ || stop_) break;
+    auto beat = client_->Heartbeat(round_);  // failures are handled by the main loop's own calls
+    if (beat.ok() && beat->drain() && !drain_) {
+      spdlog::info("the coordinator asks this worker to leave (diloco-ctl leave); abandoning the round");
+      drain_ = true;
+      quit_ = true;
+    }
   }
 }
 
 bool Worker::PushUntilCounted(int64_t round, const RoundResult& result) {
   backoff_.Reset();
   bool need_push = true;
-  while (!stop_) {
+  while (!Stopping()) {
     if (need_push) {
       const double t0 = Now();
       auto pushed = client_->Push(round, result);
@@ -135,7 +152,10 @@ bool Worker::PushUntilCounted(int64_t round, const RoundResult& result) {
         need_push = false;
         backoff_.Reset();
       } else if (pushed.status().code() == absl::StatusCode::kFailedPrecondition) {
-        spdlog::warn("round {}: push not counted: {}", round + 1, std::string(pushed.status().message()));
+        keep_local_ = config_.outer.late_policy == "reuse_local";
+        spdlog::warn("round {}: push not counted ({}); {}", round + 1, std::string(pushed.status().message()),
+                     keep_local_ ? "continuing from local parameters (late_policy reuse_local)"
+                                 : "restarting from the new global parameters");
         return true;  // the round moved on: pull the new parameters
       } else if (pushed.status().code() == absl::StatusCode::kAlreadyExists) {
         need_push = false;
@@ -157,6 +177,7 @@ bool Worker::PushUntilCounted(int64_t round, const RoundResult& result) {
       }
       continue;
     }
+    if (drain_) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     auto beat = client_->Heartbeat(round);
     if (!beat.ok()) {
@@ -176,13 +197,14 @@ bool Worker::PushUntilCounted(int64_t round, const RoundResult& result) {
       backoff_.Sleep(stop_);
       continue;
     }
+    if (beat->drain()) drain_ = quit_ = true;
     if (beat->round() > round || beat->run_complete()) return true;
     if (!beat->pushed()) {
       spdlog::info("round {}: the coordinator restarted the round's aggregation; pushing again", round + 1);
       need_push = true;
     }
   }
-  exit_code_ = kWorkerInterrupted;
+  exit_code_ = stop_ ? kWorkerInterrupted : kWorkerDone;
   return false;
 }
 
@@ -208,7 +230,7 @@ int Worker::Run(const TokenCache& cache) {
   NamedTensors theta = trainer_->MakeParameterBuffers();
   std::thread heartbeat([this] { HeartbeatLoop(); });
 
-  while (!stop_) {
+  while (!Stopping()) {
     auto pulled = client_->Pull(theta);
     if (!pulled.ok()) {
       if (pulled.status().code() == absl::StatusCode::kNotFound) {
@@ -232,13 +254,16 @@ int Worker::Run(const TokenCache& cache) {
       break;
     }
     round_ = pulled->round;
-    RoundResult result = trainer_->TrainRound(theta, pulled->round);
+    RoundResult result = trainer_->TrainRound(theta, pulled->round, /*load_theta=*/!keep_local_, &quit_);
+    keep_local_ = false;
+    if (result.abandoned) break;
     spdlog::info("round {}: {} inner steps, loss {:.4f} -> {:.4f}, lr {:.2e}, {:.0f} tokens/s, {:.2f} s",
                  pulled->round + 1, result.steps, result.first_loss, result.mean_loss, result.last_lr,
                  result.tokens / result.seconds, result.seconds);
     if (!PushUntilCounted(pulled->round, result)) break;
   }
   if (stop_) exit_code_ = kWorkerInterrupted;
+  if (drain_ && !stop_) spdlog::info("leaving at the operator's request");
   done_ = true;
   heartbeat.join();
   if (exit_code_ != kWorkerRefused) {

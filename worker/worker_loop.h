@@ -2,7 +2,9 @@
 // until workers.connect_timeout_s), then per round: pull theta_t, train H inner steps on its shard, push the
 // pseudo-gradient, and wait (heartbeating) until the coordinator publishes theta_{t+1}; push again if the round's
 // aggregation restarted; re-join if the coordinator forgot it. Ends when the coordinator says the run is complete
-// (exit 0), on SIGINT/SIGTERM (Leave, exit 130), or on a refusal it cannot fix (exit 3) or no coordinator (exit 4).
+// (exit 0), when an operator drains it (diloco-ctl leave: abandons its round, Leave, exit 0), on SIGINT/SIGTERM
+// (abandons its round, Leave, exit 130), or on a refusal it cannot fix (exit 3) or no coordinator (exit 4).
+// After a late (refused) push, outer.late_policy reuse_local keeps its own parameters for the next round.
 // A heartbeat thread keeps the lease alive while it trains. Thread-safety: call once per process.
 #pragma once
 
