@@ -204,7 +204,7 @@ bool Worker::PushUntilCounted(int64_t round, const RoundResult& result) {
       need_push = true;
     }
   }
-  exit_code_ = stop_ ? kWorkerInterrupted : kWorkerDone;
+  exit_code_ = kWorkerDone;  // asked to go (signal or drain): a clean leave
   return false;
 }
 
@@ -262,12 +262,13 @@ int Worker::Run(const TokenCache& cache) {
                  result.tokens / result.seconds, result.seconds);
     if (!PushUntilCounted(pulled->round, result)) break;
   }
-  if (stop_) exit_code_ = kWorkerInterrupted;
+  if (stop_) spdlog::info("signal received: leaving the run");
   if (drain_ && !stop_) spdlog::info("leaving at the operator's request");
   done_ = true;
   heartbeat.join();
   if (exit_code_ != kWorkerRefused) {
-    (void)client_->Leave(exit_code_ == kWorkerDone ? "run complete" : "stopped");
+    (void)client_->Leave(stop_ ? "signal" : drain_ ? "drained by operator" : exit_code_ == kWorkerDone ? "run complete"
+                                                                                                     : "error");
   }
   return exit_code_;
 }

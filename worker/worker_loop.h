@@ -3,7 +3,7 @@
 // pseudo-gradient, and wait (heartbeating) until the coordinator publishes theta_{t+1}; push again if the round's
 // aggregation restarted; re-join if the coordinator forgot it. Ends when the coordinator says the run is complete
 // (exit 0), when an operator drains it (diloco-ctl leave: abandons its round, Leave, exit 0), on SIGINT/SIGTERM
-// (abandons its round, Leave, exit 130), or on a refusal it cannot fix (exit 3) or no coordinator (exit 4).
+// (abandons its round, Leave, exit 0), or on a refusal it cannot fix (exit 3) or no coordinator (exit 4).
 // After a late (refused) push, outer.late_policy reuse_local keeps its own parameters for the next round.
 // A heartbeat thread keeps the lease alive while it trains. Thread-safety: call once per process.
 #pragma once
@@ -22,7 +22,7 @@ struct WorkerOptions {
 };
 
 enum WorkerExit { kWorkerDone = 0, kWorkerConfigError = 2, kWorkerRefused = 3, kWorkerUnreachable = 4,
-                  kWorkerInterrupted = 130 };
+                  kWorkerInterrupted = 130 };  // kWorkerInterrupted: a signal came before the worker could join
 
 // `stop` is set by the signal handler; the worker leaves at its next check.
 int RunWorker(const Config& config, const TokenCache& cache, const WorkerOptions& options,

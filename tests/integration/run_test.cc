@@ -8,37 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "tests/integration/process_harness.h"
+#include "tests/process_harness.h"
 
 namespace diloco::testing {
 namespace {
 
-// The tiny config with the run's files in `dir` and the shared token cache in the build tree.
-std::vector<std::string> TinyArgs(const std::string& dir, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"--config", SourceDir() + "/config/tiny.yaml",
-                                   "--set", "run.output_dir=" + dir,
-                                   "--set", "data.text=" + SourceDir() + "/tests/data/tinyshakespeare.txt",
-                                   "--set", "data.cache_dir=" + BinDir() + "/test-cache"};
-  for (const std::string& e : extra) args.insert(args.end(), {"--set", e});
-  return args;
-}
-
-std::vector<std::string> With(std::vector<std::string> args, const std::vector<std::string>& more) {
-  args.insert(args.end(), more.begin(), more.end());
-  return args;
-}
-
-// Waits for the coordinator's --port-file and returns HOST:PORT.
-std::string WaitForAddress(RunningProcess& coordinator, const std::string& port_file) {
-  for (int i = 0; i < 1200 && coordinator.Running(); ++i) {
-    std::string text = ReadFile(port_file);
-    if (!text.empty()) return text.substr(0, text.find('\n'));
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return "";
-}
-
-nlohmann::json ReadJson(const std::string& path) { return nlohmann::json::parse(ReadFile(path)); }
 
 TEST(Run, TwoWorkersTrainThreeRoundsAndLossFalls) {
   const std::string dir = ScratchDir("two_workers");

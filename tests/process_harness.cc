@@ -1,4 +1,4 @@
-#include "tests/integration/process_harness.h"
+#include "tests/process_harness.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -102,6 +102,31 @@ std::string ReadFile(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+nlohmann::json ReadJson(const std::string& path) { return nlohmann::json::parse(ReadFile(path)); }
+
+std::vector<std::string> TinyArgs(const std::string& dir, std::vector<std::string> extra) {
+  std::vector<std::string> args = {"--config", SourceDir() + "/config/tiny.yaml",
+                                   "--set", "run.output_dir=" + dir,
+                                   "--set", "data.text=" + SourceDir() + "/tests/data/tinyshakespeare.txt",
+                                   "--set", "data.cache_dir=" + BinDir() + "/test-cache"};
+  for (const std::string& e : extra) args.insert(args.end(), {"--set", e});
+  return args;
+}
+
+std::vector<std::string> With(std::vector<std::string> args, const std::vector<std::string>& more) {
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+std::string WaitForAddress(RunningProcess& coordinator, const std::string& port_file) {
+  for (int i = 0; i < 1200 && coordinator.Running(); ++i) {
+    std::string text = ReadFile(port_file);
+    if (!text.empty()) return text.substr(0, text.find('\n'));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return "";
 }
 
 }  // namespace diloco::testing

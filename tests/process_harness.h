@@ -12,6 +12,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "config/subprocess.h"
 
 namespace diloco::testing {
@@ -50,5 +52,14 @@ int FreePort();
 std::string ScratchDir(const std::string& name);
 
 std::string ReadFile(const std::string& path);
+nlohmann::json ReadJson(const std::string& path);
+
+// Arguments for config/tiny.yaml with the run's files in `dir`, the token cache shared in the build tree, and
+// `extra` as --set overrides.
+std::vector<std::string> TinyArgs(const std::string& dir, std::vector<std::string> extra = {});
+// args followed by more.
+std::vector<std::string> With(std::vector<std::string> args, const std::vector<std::string>& more);
+// Waits for a coordinator's --port-file; returns HOST:PORT, or "" if the coordinator exited first.
+std::string WaitForAddress(RunningProcess& coordinator, const std::string& port_file);
 
 }  // namespace diloco::testing

@@ -1,0 +1,257 @@
+// Fault tests: real coordinator and worker processes on 127.0.0.1, killed with kill -9, stopped with SIGTERM,
+// drained by an operator, restarted; checkpoints corrupted on disk. Each prints "[measure]" lines: seconds from the
+// fault to the next committed round (figures for the notes, never asserted: no timing thresholds in tests).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "tests/process_harness.h"
+
+namespace diloco::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The tiny model with longer rounds (so a fault lands mid-round), short heartbeats and leases, a checkpoint every
+// round, and a fixed port (a restarted coordinator must come back at the same address).
+std::vector<std::string> FaultArgs(const std::string& dir, const std::string& address,
+                                   std::vector<std::string> extra = {}) {
+  std::vector<std::string> overrides = {"coordinator.listen=" + address,  "inner.steps=200",
+                                        "coordinator.heartbeat_interval_s=0.3", "coordinator.lease_s=2",
+                                        "coordinator.round_timeout_s=20", "coordinator.checkpoint_every=1",
+                                        "workers.count=3",                  "coordinator.min_workers=2"};
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  return TinyArgs(dir, overrides);
+}
+
+std::string Loopback() { return "127.0.0.1:" + std::to_string(FreePort()); }
+
+double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+void Measure(const std::string& what, double seconds) {
+  std::cout << "[measure] " << what << ": " << seconds << " s" << std::endl;
+  ::testing::Test::RecordProperty(what, std::to_string(seconds));
+}
+
+// Starts the coordinator and waits until it listens, so workers started next all join before the first push.
+std::unique_ptr<RunningProcess> StartCoordinator(const std::vector<std::string>& args) {
+  auto c = std::make_unique<RunningProcess>("diloco-coordinator", args);
+  EXPECT_TRUE(c->WaitForOutput("listening on", 120)) << c->output();
+  return c;
+}
+
+std::unique_ptr<RunningProcess> StartWorker(const std::vector<std::string>& args, const std::string& address,
+                                            const std::string& id) {
+  return std::make_unique<RunningProcess>("diloco-worker", With(args, {"--coordinator", address, "--id", id}));
+}
+
+const nlohmann::json* FindWorker(const nlohmann::json& summary, const std::string& id) {
+  for (const auto& w : summary["workers"]) {
+    if (w["id"] == id) return &w;
+  }
+  return nullptr;
+}
+
+// The value after "eval: round <round> val_loss " in a coordinator log, or NaN.
+double EvalLossInLog(const std::string& log, int round) {
+  std::smatch m;
+  const std::regex re("eval: round " + std::to_string(round) + " val_loss ([0-9.]+)");
+  return std::regex_search(log, m, re) ? std::stod(m[1]) : NAN;
+}
+
+TEST(Fault, KilledWorkerIsMarkedLostAndTheRoundClosesWithTheOthers) {
+  const std::string dir = ScratchDir("kill_worker");
+  const std::string address = Loopback();
+  const auto args = FaultArgs(dir, address, {"outer.rounds=6"});
+  auto coordinator_process = StartCoordinator(args);
+  RunningProcess& coordinator = *coordinator_process;
+  auto w0 = StartWorker(args, address, "w0");
+  auto w1 = StartWorker(args, address, "w1");
+  auto w2 = StartWorker(args, address, "w2");
+  ASSERT_TRUE(coordinator.WaitForOutput("round 2/6 closed", 120)) << coordinator.output();
+
+  w2->Signal(SIGKILL);  // mid-round 3: the workers are training
+  const auto killed = Clock::now();
+  ASSERT_TRUE(coordinator.WaitForOutput("round 3/6 closed", 60)) << coordinator.output();
+  Measure("kill -9 worker -> next round committed", SecondsSince(killed));
+
+  EXPECT_EQ(w0->Wait(120), 0) << w0->output();
+  EXPECT_EQ(w1->Wait(120), 0) << w1->output();
+  ASSERT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+  EXPECT_NE(coordinator.output().find("lost: worker w2"), std::string::npos);
+  const nlohmann::json summary = ReadJson(dir + "/summary.json");
+  EXPECT_EQ(summary["round"], 6);
+  EXPECT_EQ((*FindWorker(summary, "w2"))["state"], "lost");
+  EXPECT_EQ((*FindWorker(summary, "w2"))["rounds_contributed"], 2);
+  EXPECT_EQ((*FindWorker(summary, "w0"))["rounds_contributed"], 6);
+  EXPECT_EQ((*FindWorker(summary, "w1"))["rounds_contributed"], 6);
+  // Rounds 1-2 had all three; every round after the kill closed with the two survivors.
+  const std::string log = coordinator.output();
+  for (int r = 1; r <= 6; ++r) {
+    const std::string pushes = r <= 2 ? "3 pushes" : "2 pushes";
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(log, m, std::regex("round " + std::to_string(r) + "/6 closed \\(.*\\): (\\d+ pushes)")));
+    EXPECT_EQ(m[1], pushes) << "round " << r;
+  }
+}
+
+TEST(Fault, WorkerJoiningAtRound3StartsFromTheGlobalModel) {
+  const std::string dir = ScratchDir("late_joiner");
+  const std::string address = Loopback();
+  const auto args = FaultArgs(dir, address, {"outer.rounds=7", "workers.count=4"});
+  auto coordinator_process = StartCoordinator(args);
+  RunningProcess& coordinator = *coordinator_process;
+  auto w0 = StartWorker(args, address, "w0");
+  auto w1 = StartWorker(args, address, "w1");
+  auto w2 = StartWorker(args, address, "w2");
+  ASSERT_TRUE(coordinator.WaitForOutput("eval: round 3 val_loss", 120)) << coordinator.output();
+  const double val_at_join = EvalLossInLog(coordinator.output(), 3);
+  const double val_initial = EvalLossInLog(coordinator.output(), 0);
+  auto w3 = StartWorker(args, address, "w3");
+
+  for (auto* w : {w0.get(), w1.get(), w2.get(), w3.get()}) EXPECT_EQ(w->Wait(120), 0) << w->output();
+  ASSERT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+  const nlohmann::json summary = ReadJson(dir + "/summary.json");
+  EXPECT_GE((*FindWorker(summary, "w3"))["rounds_contributed"].get<int>(), 1);
+
+  // Its first local loss ("loss A -> B" of its first round) is near the global model's, far from a random init's.
+  std::smatch m;
+  const std::string log = w3->output();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("inner steps, loss ([0-9.]+) ->"))) << log;
+  const double first_loss = std::stod(m[1]);
+  std::cout << "[measure] joiner first loss " << first_loss << ", global val_loss at join " << val_at_join
+            << ", initial " << val_initial << std::endl;
+  EXPECT_LT(val_at_join, val_initial - 0.5);
+  EXPECT_NEAR(first_loss, val_at_join, 0.35);
+}
+
+TEST(Fault, CoordinatorKilledAndRestartedResumesFromItsCheckpoint) {
+  const std::string dir = ScratchDir("kill_coordinator");
+  const std::string address = Loopback();
+  const auto args = FaultArgs(dir, address, {"outer.rounds=6", "workers.count=2"});
+  auto coordinator = StartCoordinator(args);
+  auto w0 = StartWorker(args, address, "w0");
+  auto w1 = StartWorker(args, address, "w1");
+  ASSERT_TRUE(coordinator->WaitForOutput("ckpt-00000003.bin", 120)) << coordinator->output();
+  const std::string before = coordinator->output();
+
+  coordinator->Signal(SIGKILL);  // mid-round 4
+  const auto killed = Clock::now();
+  ASSERT_EQ(coordinator->Wait(10), 128 + SIGKILL);
+  coordinator = std::make_unique<RunningProcess>("diloco-coordinator", args);  // the same command
+  ASSERT_TRUE(coordinator->WaitForOutput("round 4/6 closed", 120)) << coordinator->output();
+  Measure("kill -9 coordinator + restart -> next round committed", SecondsSince(killed));
+
+  EXPECT_EQ(w0->Wait(120), 0) << w0->output();
+  EXPECT_EQ(w1->Wait(120), 0) << w1->output();
+  ASSERT_EQ(coordinator->Wait(60), 0) << coordinator->output();
+  const std::string after = coordinator->output();
+  EXPECT_NE(after.find("resumed from"), std::string::npos) << after;
+  EXPECT_NE(after.find("round 3, "), std::string::npos) << after;  // "resumed from ...: round 3, 4 evals"
+
+  const nlohmann::json summary = ReadJson(dir + "/summary.json");
+  EXPECT_EQ(summary["round"], 6);
+  const auto& evals = summary["evals"];
+  ASSERT_EQ(evals.size(), 7u) << evals.dump();  // rounds 0..6, each once: the history survived the restart
+  for (int r = 0; r <= 6; ++r) EXPECT_EQ(evals[r]["round"], r);
+  const double initial = evals[0]["val_loss"], at3 = evals[3]["val_loss"], at4 = evals[4]["val_loss"];
+  EXPECT_NEAR(at3, EvalLossInLog(before, 3), 1e-3);
+  EXPECT_LT(at4, at3 + 0.05) << "no jump back after the restart";
+  EXPECT_LT(at4, initial - 0.5);
+}
+
+TEST(Fault, SigtermedWorkerLeavesAndTheRoundStopsWaitingAtOnce) {
+  const std::string dir = ScratchDir("sigterm_worker");
+  const std::string address = Loopback();
+  // A long lease and round timeout: if the coordinator waited for them, the round's reason would say so.
+  const auto args = FaultArgs(dir, address, {"outer.rounds=4", "coordinator.lease_s=60", "coordinator.round_timeout_s=90"});
+  auto coordinator_process = StartCoordinator(args);
+  RunningProcess& coordinator = *coordinator_process;
+  auto w0 = StartWorker(args, address, "w0");
+  auto w1 = StartWorker(args, address, "w1");
+  auto w2 = StartWorker(args, address, "w2");
+  ASSERT_TRUE(coordinator.WaitForOutput("round 1/4 closed", 120)) << coordinator.output();
+
+  w2->Signal(SIGTERM);
+  const auto signalled = Clock::now();
+  EXPECT_EQ(w2->Wait(30), 0) << w2->output();
+  EXPECT_NE(w2->output().find("signal received: leaving the run"), std::string::npos) << w2->output();
+  ASSERT_TRUE(coordinator.WaitForOutput("round 2/4 closed", 60)) << coordinator.output();
+  Measure("SIGTERM worker -> next round committed", SecondsSince(signalled));
+  EXPECT_NE(coordinator.output().find("left: worker w2 (signal)"), std::string::npos) << coordinator.output();
+  EXPECT_NE(coordinator.output().find("round 2/4 closed (all 2 active members pushed)"), std::string::npos)
+      << coordinator.output();
+
+  EXPECT_EQ(w0->Wait(120), 0);
+  EXPECT_EQ(w1->Wait(120), 0);
+  ASSERT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+  EXPECT_EQ((*FindWorker(ReadJson(dir + "/summary.json"), "w2"))["state"], "left");
+}
+
+TEST(Fault, OperatorLeaveDrainsAWorkerAndCheckpointIsWrittenOnRequest) {
+  const std::string dir = ScratchDir("operator");
+  const std::string address = Loopback();
+  const auto args = FaultArgs(dir, address, {"outer.rounds=4", "coordinator.lease_s=60", "coordinator.round_timeout_s=90",
+                                             "coordinator.checkpoint_every=0"});
+  auto coordinator_process = StartCoordinator(args);
+  RunningProcess& coordinator = *coordinator_process;
+  auto w0 = StartWorker(args, address, "w0");
+  auto w1 = StartWorker(args, address, "w1");
+  auto w2 = StartWorker(args, address, "w2");
+  ASSERT_TRUE(coordinator.WaitForOutput("round 1/4 closed", 120)) << coordinator.output();
+
+  RunningProcess checkpoint("diloco-ctl", {"checkpoint", "--addr", address});
+  ASSERT_EQ(checkpoint.Wait(30), 0) << checkpoint.output();
+  EXPECT_NE(checkpoint.output().find("checkpoint of round"), std::string::npos) << checkpoint.output();
+
+  RunningProcess leave("diloco-ctl", {"leave", "--addr", address, "--id", "w2"});
+  ASSERT_EQ(leave.Wait(30), 0) << leave.output();
+  EXPECT_EQ(w2->Wait(30), 0) << w2->output();
+  EXPECT_NE(w2->output().find("leaving at the operator's request"), std::string::npos) << w2->output();
+
+  EXPECT_EQ(w0->Wait(120), 0);
+  EXPECT_EQ(w1->Wait(120), 0);
+  ASSERT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+  const nlohmann::json summary = ReadJson(dir + "/summary.json");
+  EXPECT_EQ(summary["round"], 4);
+  EXPECT_EQ((*FindWorker(summary, "w2"))["state"], "left");
+  EXPECT_TRUE(std::filesystem::exists(dir + "/checkpoints/ckpt-00000001.bin") ||
+              std::filesystem::exists(dir + "/checkpoints/ckpt-00000002.bin"));
+}
+
+TEST(Fault, TruncatedNewestCheckpointIsSkippedAndTheOneBeforeIsUsed) {
+  const std::string dir = ScratchDir("corrupt_checkpoint");
+  const std::vector<std::string> one = {"workers.count=1", "coordinator.min_workers=1", "inner.steps=20"};
+  {
+    const std::string address = Loopback();
+    auto args = FaultArgs(dir, address, one);
+    args = With(args, {"--set", "outer.rounds=3"});
+    RunningProcess coordinator("diloco-coordinator", args);
+    auto w = StartWorker(args, address, "w");
+    ASSERT_EQ(w->Wait(120), 0) << w->output();
+    ASSERT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+  }
+  const std::string newest = dir + "/checkpoints/ckpt-00000003.bin";
+  std::filesystem::resize_file(newest, std::filesystem::file_size(newest) / 2);
+
+  const std::string address = Loopback();
+  auto args = With(FaultArgs(dir, address, one), {"--set", "outer.rounds=4"});
+  RunningProcess coordinator("diloco-coordinator", args);
+  auto w = StartWorker(args, address, "w");
+  ASSERT_EQ(w->Wait(120), 0) << w->output();
+  ASSERT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+  const std::string log = coordinator.output();
+  EXPECT_NE(log.find("skipping checkpoint: checkpoint " + newest), std::string::npos) << log;
+  EXPECT_NE(log.find("resumed from " + dir + "/checkpoints/ckpt-00000002.bin: round 2"), std::string::npos) << log;
+  EXPECT_EQ(ReadJson(dir + "/summary.json")["round"], 4);
+}
+
+}  // namespace
+}  // namespace diloco::testing
