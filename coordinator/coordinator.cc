@@ -109,7 +109,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const C
       c->outer_.set_momentum_buffers(std::move(loaded->data.momentum));
       c->evals_ = std::move(loaded->data.evals);
       c->complete_ = snapshot->complete;
-      if (c->complete_) c->phase_ = "complete";
+      if (c->complete_) {
+        c->phase_ = "complete";
+        spdlog::warn("the run in {} is already complete (round {} of outer.rounds {}); nothing to train. Start over "
+                     "with --fresh, or raise outer.rounds to continue it", config.CheckpointDir(), snapshot->round,
+                     config.outer.rounds);
+      }
       spdlog::info("resumed from {}: round {}, {} evals{}", loaded->path, snapshot->round, c->evals_.size(),
                    skipped.empty() ? "" : absl::StrCat(" (", skipped.size(), " newer file(s) skipped as corrupt)"));
     } else if (!skipped.empty()) {

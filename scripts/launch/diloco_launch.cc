@@ -1,7 +1,8 @@
 // diloco-launch: runs a whole DiLoCo run on one machine from one YAML file, as torchrun does for DDP.
 // Tokenizes data.text into the token cache (once; cached), starts diloco-coordinator, waits until it listens,
 // starts workers.count diloco-worker processes, prefixes every line they print with the process name, and exits 0
-// once the coordinator has finished outer.rounds rounds and every worker has exited 0. Ctrl-C (SIGINT) or SIGTERM
+// once the coordinator has finished outer.rounds rounds and every worker has exited 0. A second launch with the same
+// run.output_dir resumes from the coordinator's newest checkpoint; --fresh starts over. Ctrl-C (SIGINT) or SIGTERM
 // stops the workers, then the coordinator, cleanly (SIGTERM, then SIGKILL after 10 s).
 // A thin front end: it uses config/ only and starts the other binaries; it never links coordinator/ or worker/.
 #include <poll.h>
@@ -112,7 +113,9 @@ int main(int argc, char** argv) {
   std::string config_path;
   std::vector<std::string> overrides;
   app.add_option("config", config_path, "run config (YAML)")->required();
+  bool fresh = false;
   app.add_option("--set", overrides, "override a config key: section.key=value (repeatable)");
+  app.add_flag("--fresh", fresh, "start from theta_0 even if run.output_dir holds checkpoints of this run");
   CLI11_PARSE(app, argc, argv);
 
   auto config = diloco::LoadConfig(config_path, overrides);
@@ -143,6 +146,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> coordinator_argv = {diloco::SiblingExecutable("diloco-coordinator")};
   coordinator_argv.insert(coordinator_argv.end(), common.begin(), common.end());
   coordinator_argv.insert(coordinator_argv.end(), {"--port-file", port_file});
+  if (fresh) coordinator_argv.push_back("--fresh");
   if (!StartChild(children, "coordinator", coordinator_argv)) return 1;
 
   std::string address;
