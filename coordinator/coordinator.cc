@@ -270,11 +270,9 @@ absl::Status CoordinatorCore::CommitPush(PushTicket& ticket) {
   }
   if (ticket.epoch != epoch_) return absl::AbortedError("the round's aggregation restarted; push again");
   accumulator_.AddContribution(ticket.weight);
-  pushed_.insert(ticket.worker_id);
+  pushed_[ticket.worker_id] = ticket;
   if (Member* m = membership_.Find(ticket.worker_id)) {
-    m->tokens += ticket.tokens;
     m->last_loss = ticket.loss;
-    m->bytes_pushed += ticket.bytes;
     m->last_tokens_per_s = ticket.seconds > 0 ? ticket.tokens / ticket.seconds : 0;
   }
   cv_.notify_all();
@@ -340,7 +338,9 @@ void CoordinatorCore::Run() {
     for (const std::string& id : membership_.ExpireLeases(now, config_.coordinator.lease_s)) {
       spdlog::warn("lost: worker {} (no heartbeat for {} s)", id, config_.coordinator.lease_s);
     }
-    const RoundDecision decision = DecideRoundClose({membership_.ActiveIds(), pushed_, round_opened_at_}, now, options);
+    std::set<std::string> pushed;
+    for (const auto& [id, ticket] : pushed_) pushed.insert(id);
+    const RoundDecision decision = DecideRoundClose({membership_.ActiveIds(), pushed, round_opened_at_}, now, options);
     if (decision.reason != phase_reason_) {
       phase_reason_ = decision.reason;
       if (!decision.close) spdlog::info("round {}: {}", snapshot_->round + 1, decision.reason);
@@ -356,7 +356,7 @@ void CoordinatorCore::Run() {
 void CoordinatorCore::CloseRound(const std::string& reason) {
   std::shared_ptr<const ParamSnapshot> base;
   std::vector<at::Tensor> delta;
-  std::set<std::string> contributors;
+  std::map<std::string, PushTicket> contributors;
   double tokens = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -367,8 +367,12 @@ void CoordinatorCore::CloseRound(const std::string& reason) {
     contributors.swap(pushed_);
     accumulator_.Reset();
     ++epoch_;
-    for (const std::string& id : contributors) {
-      if (Member* m = membership_.Find(id)) ++m->rounds_contributed;
+    for (const auto& [id, push] : contributors) {  // credited only once the round is committed
+      if (Member* m = membership_.Find(id)) {
+        ++m->rounds_contributed;
+        m->tokens += push.tokens;
+        m->bytes_pushed += push.bytes;
+      }
     }
   }
   const double t0 = clock_();

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -132,7 +133,7 @@ class CoordinatorCore {
   std::vector<at::Tensor> momentum_snapshot_;  // outer momentum after the step that produced snapshot_
   RoundAccumulator accumulator_;
   Membership membership_;
-  std::set<std::string> pushed_;      // workers counted in the open round
+  std::map<std::string, PushTicket> pushed_;  // pushes counted in the open round, by worker id
   int64_t epoch_ = 0;                 // bumped when the open round's aggregation restarts or the round closes
   double round_opened_at_ = 0;
   std::string phase_ = "training";

@@ -1,0 +1,495 @@
+// CoordinatorCore (coordinator/coordinator.h) driven directly, with no network and an injected fake clock: the
+// token-weighted outer step, duplicate/late/broken/NaN pushes, request checks, lease expiry, drain, and
+// checkpoint + resume. Rounds are closed by the real round loop (Run) on a thread; tests wait on Status() with a
+// generous bound and never assert on time.
+#include "coordinator/coordinator.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "worker/lm/token_shard.h"
+
+namespace diloco {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using Tensors = std::vector<at::Tensor>;
+
+constexpr double kLr = 0.7;
+constexpr double kMu = 0.9;
+
+bool Close(const at::Tensor& a, const at::Tensor& b) { return at::allclose(a, b, /*rtol=*/1e-5, /*atol=*/1e-6); }
+
+class CoordinatorCoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("diloco-core-test-" + std::to_string(getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::vector<uint32_t> ids(5000);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<uint32_t>((i * 7919 + i / 13) % 64);
+    std::string error;
+    ASSERT_TRUE(WriteTokenShard(TokenCache{dir_.string()}.val_path(), ids, 64, &error)) << error;
+    config_.model.vocab_size = 64;
+    config_.model.seq_len = 16;
+    config_.model.n_layer = 1;
+    config_.model.n_head = 2;
+    config_.model.d_model = 16;
+    config_.inner.batch_size = 4;
+    config_.outer.optimizer = "nesterov";
+    config_.outer.lr = kLr;
+    config_.outer.momentum = kMu;
+    config_.outer.rounds = 10;
+    config_.coordinator.eval_batches = 2;
+    config_.coordinator.eval_every = 0;
+    config_.coordinator.checkpoint_every = 0;
+    config_.coordinator.min_workers = 2;
+    config_.coordinator.round_timeout_s = 1e6;
+    config_.coordinator.lease_s = 1e6;
+    config_.run.output_dir = (dir_ / "run").string();
+    config_.coordinator.checkpoint_dir = (dir_ / "ckpt").string();
+  }
+
+  void TearDown() override {
+    StopRun();
+    core_.reset();
+    fs::remove_all(dir_);
+  }
+
+  std::unique_ptr<CoordinatorCore> MakeCore(bool resume) {
+    auto core = CoordinatorCore::Create(config_, TokenCache{dir_.string()}, resume, [this] { return now_.load(); });
+    EXPECT_TRUE(core.ok()) << core.status();
+    return core.ok() ? std::move(*core) : nullptr;
+  }
+  void Start() {
+    core_ = MakeCore(/*resume=*/false);
+    ASSERT_NE(core_, nullptr);
+  }
+  void StartRun() {
+    run_core_ = core_.get();
+    run_thread_ = std::thread([core = run_core_] { core->Run(); });
+  }
+  void StopRun() {
+    if (!run_thread_.joinable()) return;
+    run_core_->Stop();
+    run_thread_.join();
+  }
+  // Polls Status() until `done` holds or 30 s pass; returns whether it held.
+  bool WaitFor(const std::function<bool(const StatusReply&)>& done) {
+    for (int i = 0; i < 3000; ++i) {
+      if (done(core_->Status())) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+  bool WaitForRound(int64_t round) {
+    return WaitFor([round](const StatusReply& s) { return s.round() >= round; });
+  }
+
+  RequestMeta Meta(const std::string& id, int64_t round = 0) const {
+    RequestMeta meta;
+    meta.set_worker_id(id);
+    meta.set_round(round);
+    meta.set_fingerprint(core_->fingerprint());
+    return meta;
+  }
+  JoinRequest JoinReq(const std::string& id) const {
+    JoinRequest r;
+    *r.mutable_meta() = Meta(id);
+    r.mutable_model()->set_vocab_size(config_.model.vocab_size);
+    r.mutable_model()->set_seq_len(config_.model.seq_len);
+    r.mutable_model()->set_n_layer(config_.model.n_layer);
+    r.mutable_model()->set_n_head(config_.model.n_head);
+    r.mutable_model()->set_d_model(config_.model.d_model);
+    return r;
+  }
+  void Join(const std::string& id) { ASSERT_TRUE(core_->Join(JoinReq(id)).ok()) << id; }
+  HeartbeatReply Beat(const std::string& id) {
+    HeartbeatRequest r;
+    *r.mutable_meta() = Meta(id);
+    auto reply = core_->Heartbeat(r);
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    return reply.ok() ? *reply : HeartbeatReply();
+  }
+  PushHeader Header(const std::string& id, int64_t round, int64_t tokens) const {
+    PushHeader h;
+    *h.mutable_meta() = Meta(id, round);
+    h.set_tokens(tokens);
+    h.set_inner_steps(5);
+    h.set_loss(3.5);
+    h.set_seconds(2.0);
+    return h;
+  }
+  Tensors RandomDelta() const {
+    Tensors d;
+    for (const TensorSpec& s : core_->specs()) d.push_back(at::randn(s.shape, at::kFloat));
+    return d;
+  }
+  // Folds tensor i of `delta` in two chunks (offset 0 and numel/2); `only_first_half` stops after the first chunk.
+  absl::Status FoldTensor(PushTicket& t, size_t i, const at::Tensor& delta, bool only_first_half = false) {
+    at::Tensor flat = delta.reshape({-1});
+    const int64_t half = flat.numel() / 2;
+    if (half > 0) {
+      absl::Status s = core_->FoldChunk(t, i, 0, flat.narrow(0, 0, half));
+      if (!s.ok() || only_first_half) return s;
+    }
+    return core_->FoldChunk(t, i, half, flat.narrow(0, half, flat.numel() - half));
+  }
+  absl::Status Push(const std::string& id, int64_t round, int64_t tokens, const Tensors& delta) {
+    auto ticket = core_->BeginPush(Header(id, round, tokens));
+    if (!ticket.ok()) return ticket.status();
+    for (size_t i = 0; i < delta.size(); ++i) {
+      absl::Status s = FoldTensor(*ticket, i, delta[i]);
+      if (!s.ok()) return s;
+    }
+    return core_->CommitPush(*ticket);
+  }
+  // theta_t as pulled by member `id` (any active member; pulling does not change membership).
+  Tensors Theta(const std::string& id = "A", int64_t* round = nullptr) {
+    PullRequest r;
+    *r.mutable_meta() = Meta(id);
+    auto snap = core_->BeginPull(r);
+    EXPECT_TRUE(snap.ok()) << snap.status();
+    Tensors out;
+    if (!snap.ok()) return out;
+    if (round != nullptr) *round = (*snap)->round;
+    for (const auto& [name, p] : (*snap)->params) out.push_back(p);
+    return out;
+  }
+  // Token-weighted average of the pushes, DiLoCo Algorithm 1: delta = sum_i w_i delta_i / sum_i w_i.
+  static Tensors Average(const std::vector<Tensors>& deltas, const std::vector<double>& weights) {
+    double total = 0;
+    for (double w : weights) total += w;
+    Tensors avg;
+    for (size_t t = 0; t < deltas[0].size(); ++t) {
+      at::Tensor sum = at::zeros_like(deltas[0][t]);
+      for (size_t i = 0; i < deltas.size(); ++i) sum.add_(deltas[i][t], weights[i]);
+      avg.push_back(sum / total);
+    }
+    return avg;
+  }
+  // Nesterov outer step, first step (buf = delta): theta - lr * (delta + mu * delta).
+  static Tensors FirstStep(const Tensors& theta, const Tensors& delta) {
+    Tensors out;
+    for (size_t i = 0; i < theta.size(); ++i) out.push_back(theta[i] - kLr * (delta[i] + kMu * delta[i]));
+    return out;
+  }
+  // Second step: buf = mu * buf1 + delta2; theta - lr * (delta2 + mu * buf).
+  static Tensors SecondStep(const Tensors& theta, const Tensors& buf1, const Tensors& delta) {
+    Tensors out;
+    for (size_t i = 0; i < theta.size(); ++i) {
+      at::Tensor buf = buf1[i] * kMu + delta[i];
+      out.push_back(theta[i] - kLr * (delta[i] + kMu * buf));
+    }
+    return out;
+  }
+  static void ExpectAllClose(const Tensors& got, const Tensors& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(Close(got[i], want[i])) << "tensor " << i << " max |diff| "
+                                          << (got[i] - want[i]).abs().max().item<float>();
+    }
+  }
+  static const WorkerStatus* Worker(const StatusReply& s, const std::string& id) {
+    for (const WorkerStatus& w : s.workers()) {
+      if (w.id() == id) return &w;
+    }
+    return nullptr;
+  }
+
+  fs::path dir_;
+  Config config_;
+  std::atomic<double> now_{0.0};
+  std::unique_ptr<CoordinatorCore> core_;
+  CoordinatorCore* run_core_ = nullptr;
+  std::thread run_thread_;
+};
+
+TEST_F(CoordinatorCoreTest, OneRoundAppliesNesterovToTokenWeightedAverage) {
+  Start();
+  Join("A");
+  Join("B");
+  const Tensors theta0 = Theta();
+  const Tensors d1 = RandomDelta(), d2 = RandomDelta();
+  ASSERT_TRUE(Push("A", 0, 3000, d1).ok());
+  ASSERT_TRUE(Push("B", 0, 1000, d2).ok());
+  StartRun();
+  ASSERT_TRUE(WaitForRound(1));
+  int64_t round = -1;
+  ExpectAllClose(Theta("A", &round), FirstStep(theta0, Average({d1, d2}, {3000, 1000})));
+  EXPECT_EQ(round, 1);
+  const StatusReply s = core_->Status();
+  EXPECT_EQ(s.round(), 1);
+  EXPECT_EQ(s.bytes_received(), 4 * s.params() * 2);
+  ASSERT_NE(Worker(s, "A"), nullptr);
+  ASSERT_NE(Worker(s, "B"), nullptr);
+  EXPECT_EQ(Worker(s, "A")->rounds_contributed(), 1);
+  EXPECT_EQ(Worker(s, "B")->rounds_contributed(), 1);
+  EXPECT_EQ(Worker(s, "A")->tokens(), 3000);
+  EXPECT_EQ(Worker(s, "B")->tokens(), 1000);
+  EXPECT_EQ(Worker(s, "A")->bytes_pushed(), 4 * s.params());
+}
+
+TEST_F(CoordinatorCoreTest, DuplicatePushIsRefusedAndCountedOnce) {
+  Start();
+  Join("A");
+  Join("B");
+  const Tensors theta0 = Theta();
+  const Tensors d1 = RandomDelta(), d2 = RandomDelta();
+  ASSERT_TRUE(Push("A", 0, 3000, d1).ok());
+  EXPECT_EQ(Push("A", 0, 3000, d1).code(), absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(Push("B", 0, 1000, d2).ok());
+  StartRun();
+  ASSERT_TRUE(WaitForRound(1));
+  ExpectAllClose(Theta(), FirstStep(theta0, Average({d1, d2}, {3000, 1000})));
+  EXPECT_EQ(Worker(core_->Status(), "A")->rounds_contributed(), 1);
+}
+
+// Two streams from the same worker for the same round (a retry while the first stream is still open on the server):
+// whichever way the core refuses the second, A's pseudo-gradient must weigh once in the average.
+TEST_F(CoordinatorCoreTest, ConcurrentDuplicatePushIsCountedOnce) {
+  Start();
+  Join("A");
+  Join("B");
+  const Tensors theta0 = Theta();
+  const Tensors d1 = RandomDelta(), d2 = RandomDelta();
+  auto first = core_->BeginPush(Header("A", 0, 3000));
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = core_->BeginPush(Header("A", 0, 3000));
+  absl::Status s = second.status();
+  for (size_t i = 0; i < d1.size(); ++i) {
+    ASSERT_TRUE(FoldTensor(*first, i, d1[i]).ok());
+    if (s.ok()) s = FoldTensor(*second, i, d1[i]);
+  }
+  ASSERT_TRUE(core_->CommitPush(*first).ok());
+  if (s.ok()) s = core_->CommitPush(*second);
+  EXPECT_FALSE(s.ok()) << "a second push from A for round 0 was accepted";
+  if (second.ok()) core_->AbortPush(*second, "refused");  // what the service does with a refused stream
+  if (!Beat("A").pushed()) ASSERT_TRUE(Push("A", 0, 3000, d1).ok());
+  ASSERT_TRUE(Push("B", 0, 1000, d2).ok());
+  StartRun();
+  ASSERT_TRUE(WaitForRound(1));
+  ExpectAllClose(Theta(), FirstStep(theta0, Average({d1, d2}, {3000, 1000})));
+}
+
+TEST_F(CoordinatorCoreTest, LatePushIsRefusedAndLeavesNoTrace) {
+  config_.coordinator.min_workers = 1;
+  config_.coordinator.round_timeout_s = 100;
+  Start();
+  Join("A");
+  Join("B");
+  const Tensors theta0 = Theta();
+  const Tensors d1 = RandomDelta(), d2 = RandomDelta(), late = RandomDelta();
+  auto in_flight = core_->BeginPush(Header("B", 0, 1000));  // B starts streaming, then the round times out
+  ASSERT_TRUE(in_flight.ok()) << in_flight.status();
+  ASSERT_TRUE(Push("A", 0, 3000, d1).ok());
+  StartRun();
+  now_ = 150;
+  ASSERT_TRUE(WaitForRound(1));
+  const Tensors theta1 = Theta();
+  ExpectAllClose(theta1, FirstStep(theta0, d1));
+
+  absl::Status s = FoldTensor(*in_flight, 0, late[0]);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_EQ(core_->CommitPush(*in_flight).code(), absl::StatusCode::kFailedPrecondition);
+  s = Push("B", /*round=*/0, 1000, late);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("round 0"));
+  ExpectAllClose(Theta(), theta1);
+
+  // Round 2 (A alone, by timeout) must see only A's round-1 push, no leftover of the late chunks.
+  ASSERT_TRUE(Push("A", 1, 3000, d2).ok());
+  now_ = 300;
+  ASSERT_TRUE(WaitForRound(2));
+  ExpectAllClose(Theta(), SecondStep(theta1, d1, d2));
+}
+
+TEST_F(CoordinatorCoreTest, BrokenPushRestartsAggregationAndLeavesNoTrace) {
+  Start();
+  Join("A");
+  Join("B");
+  Join("C");
+  const Tensors theta0 = Theta();
+  const Tensors dA = RandomDelta(), dB = RandomDelta();
+  ASSERT_TRUE(Push("A", 0, 3000, dA).ok());
+  EXPECT_TRUE(Beat("A").pushed());
+  auto stale = core_->BeginPush(Header("C", 0, 500));  // begun before the abort
+  ASSERT_TRUE(stale.ok()) << stale.status();
+  auto broken = core_->BeginPush(Header("B", 0, 1000));
+  ASSERT_TRUE(broken.ok()) << broken.status();
+  const Tensors garbage = RandomDelta();
+  for (size_t i = 0; i < core_->specs().size() / 2; ++i) ASSERT_TRUE(FoldTensor(*broken, i, garbage[i] * 100).ok());
+  ASSERT_TRUE(FoldTensor(*broken, core_->specs().size() / 2, garbage.back(), /*only_first_half=*/true).ok());
+  core_->AbortPush(*broken, "test");
+
+  EXPECT_FALSE(Beat("A").pushed()) << "A's push was discarded with the aggregation: it must push again";
+  absl::Status s = FoldTensor(*stale, 0, garbage[0]);
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_EQ(core_->CommitPush(*stale).code(), absl::StatusCode::kAborted);
+  LeaveRequest leave;
+  *leave.mutable_meta() = Meta("C");
+  ASSERT_TRUE(core_->Leave(leave).ok());
+
+  ASSERT_TRUE(Push("A", 0, 3000, dA).ok());
+  ASSERT_TRUE(Push("B", 0, 1000, dB).ok());
+  StartRun();
+  ASSERT_TRUE(WaitForRound(1));
+  ExpectAllClose(Theta(), FirstStep(theta0, Average({dA, dB}, {3000, 1000})));
+  EXPECT_EQ(Worker(core_->Status(), "A")->rounds_contributed(), 1);
+  EXPECT_EQ(Worker(core_->Status(), "C")->rounds_contributed(), 0);
+}
+
+TEST_F(CoordinatorCoreTest, NonFinitePseudoGradientIsRefused) {
+  config_.coordinator.min_workers = 1;
+  Start();
+  Join("A");
+  const Tensors theta0 = Theta();
+  const Tensors d = RandomDelta();
+  for (float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    auto t = core_->BeginPush(Header("A", 0, 1000));
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_TRUE(FoldTensor(*t, 0, d[0]).ok());
+    at::Tensor poisoned = d[1].clone().reshape({-1});
+    poisoned[poisoned.numel() - 1] = bad;
+    absl::Status s = FoldTensor(*t, 1, poisoned);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(core_->specs()[1].name));
+    core_->AbortPush(*t, "refused");
+    ExpectAllClose(Theta(), theta0);
+  }
+  const Tensors clean = RandomDelta();
+  ASSERT_TRUE(Push("A", 0, 1000, clean).ok());
+  StartRun();
+  ASSERT_TRUE(WaitForRound(1));
+  ExpectAllClose(Theta(), FirstStep(theta0, clean));
+}
+
+TEST_F(CoordinatorCoreTest, RefusesWrongFingerprintModelAndUnknownWorker) {
+  Start();
+  JoinRequest bad_fp = JoinReq("A");
+  bad_fp.mutable_meta()->set_fingerprint("0000000000000000");
+  EXPECT_EQ(core_->Join(bad_fp).status().code(), absl::StatusCode::kFailedPrecondition);
+  JoinRequest bad_model = JoinReq("A");
+  bad_model.mutable_model()->set_d_model(32);
+  auto refused = core_->Join(bad_model);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("model.d_model"));
+  EXPECT_TRUE(core_->Status().workers().empty()) << "a refused join must not add a member";
+
+  Join("A");
+  HeartbeatRequest beat;
+  *beat.mutable_meta() = Meta("A");
+  beat.mutable_meta()->set_fingerprint("0000000000000000");
+  EXPECT_EQ(core_->Heartbeat(beat).status().code(), absl::StatusCode::kFailedPrecondition);
+  *beat.mutable_meta() = Meta("nobody");
+  EXPECT_EQ(core_->Heartbeat(beat).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(Beat("A").pushed());
+}
+
+TEST_F(CoordinatorCoreTest, LeaseExpiryMarksSilentMemberLostAndClosesRound) {
+  config_.coordinator.min_workers = 1;
+  config_.coordinator.lease_s = 5;
+  Start();
+  Join("A");
+  Join("B");
+  const Tensors theta0 = Theta();
+  const Tensors d = RandomDelta();
+  ASSERT_TRUE(Push("A", 0, 3000, d).ok());
+  auto log = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(200);
+  spdlog::default_logger()->sinks().push_back(log);
+  StartRun();
+  EXPECT_TRUE(WaitFor([](const StatusReply& s) { return absl::StrContains(s.phase_reason(), "waiting for B"); }));
+  now_ = 4;
+  Beat("A");
+  now_ = 6;  // B silent for 6 s > lease_s 5; A for 2 s
+  const bool closed = WaitForRound(1);
+  StopRun();
+  spdlog::default_logger()->sinks().pop_back();
+  ASSERT_TRUE(closed);
+  const StatusReply s = core_->Status();
+  EXPECT_EQ(Worker(s, "A")->state(), "active");
+  EXPECT_EQ(Worker(s, "B")->state(), "lost");
+  EXPECT_EQ(Worker(s, "B")->rounds_contributed(), 0);
+  bool logged = false;
+  for (const std::string& line : log->last_formatted()) logged |= line.find("all 1 active members pushed") != line.npos;
+  EXPECT_TRUE(logged) << "round 1 should close because every remaining active member pushed";
+  ExpectAllClose(Theta(), FirstStep(theta0, d));
+}
+
+TEST_F(CoordinatorCoreTest, DrainIsSeenInHeartbeat) {
+  Start();
+  Join("A");
+  Join("B");
+  EXPECT_FALSE(Beat("A").drain());
+  ASSERT_TRUE(core_->Drain("A").ok());
+  EXPECT_TRUE(Beat("A").drain());
+  EXPECT_FALSE(Beat("B").drain());
+  EXPECT_EQ(core_->Drain("nobody").code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CoordinatorCoreTest, CheckpointNowAndResumeRestoreThetaMomentumAndEvals) {
+  config_.coordinator.min_workers = 1;
+  config_.coordinator.eval_every = 1;
+  Start();
+  Join("A");
+  const Tensors theta0 = Theta();
+  const Tensors d1 = RandomDelta(), d2 = RandomDelta();
+  ASSERT_TRUE(Push("A", 0, 1000, d1).ok());
+  StartRun();
+  ASSERT_TRUE(WaitForRound(1));
+  ASSERT_TRUE(WaitFor([](const StatusReply& s) { return s.evals_size() == 2; }));
+  StopRun();
+  const Tensors theta1 = Theta();
+  const StatusReply before = core_->Status();
+
+  auto written = core_->CheckpointNow();
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ(written->round, 1);
+  auto loaded = LoadCheckpoint(written->path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->round, 1);
+  EXPECT_EQ(loaded->fingerprint, core_->fingerprint());
+  ASSERT_EQ(loaded->params.size(), theta1.size());
+  for (size_t i = 0; i < theta1.size(); ++i) EXPECT_TRUE(loaded->params[i].second.equal(theta1[i])) << i;
+  ASSERT_EQ(loaded->momentum.size(), theta1.size());
+  for (size_t i = 0; i < theta1.size(); ++i) EXPECT_TRUE(Close(loaded->momentum[i], d1[i])) << "buf = delta, " << i;
+
+  core_ = MakeCore(/*resume=*/true);
+  ASSERT_NE(core_, nullptr);
+  const StatusReply after = core_->Status();
+  EXPECT_EQ(after.round(), 1);
+  ASSERT_EQ(after.evals_size(), 2);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(after.evals(i).round(), before.evals(i).round());
+    EXPECT_EQ(after.evals(i).val_loss(), before.evals(i).val_loss());
+  }
+  Join("A");
+  const Tensors resumed = Theta();
+  ASSERT_EQ(resumed.size(), theta1.size());
+  for (size_t i = 0; i < theta1.size(); ++i) EXPECT_TRUE(resumed[i].equal(theta1[i])) << i;
+  // Momentum: the next step must continue the first one's buffer (a lost buffer gives FirstStep(theta1, d2)).
+  ASSERT_TRUE(Push("A", 1, 1000, d2).ok());
+  StartRun();
+  ASSERT_TRUE(WaitForRound(2));
+  ExpectAllClose(Theta(), SecondStep(theta1, d1, d2));
+}
+
+}  // namespace
+}  // namespace diloco
