@@ -75,6 +75,9 @@ struct WorkersConfig {
 
 struct CommConfig {
   int64_t chunk_bytes = 1 << 20;             // payload bytes per streamed chunk
+  std::string codec = "fp32";                // pseudo-gradient push: fp32 | bf16 | fp16 | int8 | int4
+  std::string pull_codec = "fp32";           // global parameters pull (lossless fp32 by default)
+  bool error_feedback = false;               // worker keeps the quantization residual, adds it next round
 };
 
 struct Config {

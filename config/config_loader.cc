@@ -116,6 +116,9 @@ const std::vector<Field>& Fields() {
       MakeField("workers.connect_timeout_s", &Config::workers, &WorkersConfig::connect_timeout_s),
       MakeField("workers.rpc_timeout_s", &Config::workers, &WorkersConfig::rpc_timeout_s),
       MakeField("comm.chunk_bytes", &Config::comm, &CommConfig::chunk_bytes),
+      MakeField("comm.codec", &Config::comm, &CommConfig::codec),
+      MakeField("comm.pull_codec", &Config::comm, &CommConfig::pull_codec),
+      MakeField("comm.error_feedback", &Config::comm, &CommConfig::error_feedback),
   };
   return fields;
 }
@@ -271,6 +274,13 @@ absl::Status ValidateConfig(const Config& c) {
   if (c.outer.optimizer != "nesterov" && c.outer.optimizer != "sgd") {
     return absl::InvalidArgumentError(
         absl::StrCat("outer.optimizer: expected 'nesterov' or 'sgd', got '", c.outer.optimizer, "'"));
+  }
+  for (auto [key, v] : std::vector<std::pair<const char*, std::string>>{{"comm.codec", c.comm.codec},
+                                                                       {"comm.pull_codec", c.comm.pull_codec}}) {
+    if (v != "fp32" && v != "bf16" && v != "fp16" && v != "int8" && v != "int4") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(key, ": expected fp32, bf16, fp16, int8 or int4, got '", v, "'"));
+    }
   }
   if (c.outer.late_policy != "drop" && c.outer.late_policy != "reuse_local") {
     return absl::InvalidArgumentError(

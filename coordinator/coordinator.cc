@@ -243,7 +243,9 @@ absl::StatusOr<PushTicket> CoordinatorCore::BeginPush(const PushHeader& header) 
   return t;
 }
 
-absl::Status CoordinatorCore::FoldChunk(PushTicket& ticket, size_t index, int64_t offset, const at::Tensor& values) {
+absl::Status CoordinatorCore::FoldChunk(PushTicket& ticket, size_t index, int64_t offset, const at::Tensor& values,
+                                        int64_t wire_bytes) {
+  if (wire_bytes < 0) wire_bytes = values.numel() * values.element_size();
   if (!at::isfinite(values).all().item<bool>()) {
     return absl::InvalidArgumentError(absl::StrCat("pseudo-gradient of '", specs_[index].name,
                                                    "' holds NaN or Inf near element ", offset, "; push refused"));
@@ -257,8 +259,8 @@ absl::Status CoordinatorCore::FoldChunk(PushTicket& ticket, size_t index, int64_
   }
   accumulator_.Fold(index, offset, values, ticket.weight);
   ticket.folded_any = true;
-  ticket.bytes += values.numel() * values.element_size();
-  bytes_received_ += values.numel() * values.element_size();
+  ticket.bytes += wire_bytes;
+  bytes_received_ += wire_bytes;
   return absl::OkStatus();
 }
 

@@ -82,8 +82,10 @@ class CoordinatorCore {
   void CountBytesSent(int64_t bytes);
 
   absl::StatusOr<PushTicket> BeginPush(const PushHeader& header);
-  // Folds one validated chunk (values: 1-D float view) of tensor `index` at element `offset`.
-  absl::Status FoldChunk(PushTicket& ticket, size_t index, int64_t offset, const at::Tensor& values);
+  // Folds one validated chunk (values: 1-D float view) of tensor `index` at element `offset`. wire_bytes: the
+  // chunk's encoded payload size, for the byte counters (-1: the size of `values`).
+  absl::Status FoldChunk(PushTicket& ticket, size_t index, int64_t offset, const at::Tensor& values,
+                         int64_t wire_bytes = -1);
   absl::Status CommitPush(PushTicket& ticket);
   void AbortPush(PushTicket& ticket, const std::string& why);
 

@@ -15,6 +15,7 @@
 #include "config/subprocess.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/service.h"
+#include "proto/codec.h"
 
 namespace {
 
@@ -52,7 +53,8 @@ int main(int argc, char** argv) {
   spdlog::info("model: {} parameters, fingerprint {}", diloco::TotalElements((*core)->specs()),
                (*core)->fingerprint());
 
-  diloco::CoordinatorService service(core->get(), config->comm.chunk_bytes);
+  diloco::CoordinatorService service(core->get(), config->comm.chunk_bytes,
+                                     diloco::CodecFromName(config->comm.pull_codec).value());
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(config->coordinator.listen, grpc::InsecureServerCredentials(), &port);

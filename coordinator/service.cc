@@ -29,8 +29,8 @@ grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, Body body) {
 // Streams one snapshot of theta: a header, then the chunks.
 class PullReactor : public grpc::ServerWriteReactor<PullMessage> {
  public:
-  PullReactor(CoordinatorCore* core, std::shared_ptr<const ParamSnapshot> snapshot, int64_t chunk_bytes)
-      : core_(core), snapshot_(std::move(snapshot)), chunker_(snapshot_->params, chunk_bytes) {
+  PullReactor(CoordinatorCore* core, std::shared_ptr<const ParamSnapshot> snapshot, int64_t chunk_bytes, Codec codec)
+      : core_(core), snapshot_(std::move(snapshot)), chunker_(snapshot_->params, chunk_bytes, codec) {
     PullHeader* h = message_.mutable_header();
     h->set_round(snapshot_->round);
     h->set_run_complete(snapshot_->complete);
@@ -120,7 +120,8 @@ class PushReactor : public grpc::ServerReadReactor<PushMessage> {
     if (!message_.has_chunk()) return absl::InvalidArgumentError("a push header may appear only once");
     auto view = reader_.Next(message_.chunk());
     if (!view.ok()) return view.status();
-    return core_->FoldChunk(*ticket_, reader_.tensor_index(), reader_.chunk_offset(), *view);
+    return core_->FoldChunk(*ticket_, reader_.tensor_index(), reader_.chunk_offset(), *view,
+                            static_cast<int64_t>(message_.chunk().data().size()));
   }
 
   void Fail(const absl::Status& status, const std::string& why) {
@@ -212,7 +213,7 @@ grpc::ServerWriteReactor<PullMessage>* CoordinatorService::PullParameters(grpc::
     };
     return new Refuse(snapshot.status());
   }
-  return new PullReactor(coordinator_, std::move(*snapshot), chunk_bytes_);
+  return new PullReactor(coordinator_, std::move(*snapshot), chunk_bytes_, pull_codec_);
 }
 
 grpc::ServerReadReactor<PushMessage>* CoordinatorService::PushPseudoGradient(grpc::CallbackServerContext* ctx,

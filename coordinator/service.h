@@ -12,8 +12,9 @@ namespace diloco {
 
 class CoordinatorService final : public diloco::Coordinator::CallbackService {
  public:
-  CoordinatorService(CoordinatorCore* coordinator, int64_t chunk_bytes)
-      : coordinator_(coordinator), chunk_bytes_(chunk_bytes) {}
+  // Pulls are streamed in chunks of about chunk_bytes, encoded with pull_codec (CODEC_RAW: lossless).
+  CoordinatorService(CoordinatorCore* coordinator, int64_t chunk_bytes, Codec pull_codec)
+      : coordinator_(coordinator), chunk_bytes_(chunk_bytes), pull_codec_(pull_codec) {}
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const JoinRequest* request,
                                  JoinReply* reply) override;
@@ -35,6 +36,7 @@ class CoordinatorService final : public diloco::Coordinator::CallbackService {
  private:
   CoordinatorCore* coordinator_;
   int64_t chunk_bytes_;
+  Codec pull_codec_;
 };
 
 }  // namespace diloco

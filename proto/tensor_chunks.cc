@@ -7,8 +7,9 @@
 
 namespace diloco {
 
-TensorChunker::TensorChunker(std::vector<std::pair<std::string, at::Tensor>> tensors, int64_t chunk_bytes)
-    : tensors_(std::move(tensors)), chunk_bytes_(std::max<int64_t>(chunk_bytes, 64)) {
+TensorChunker::TensorChunker(std::vector<std::pair<std::string, at::Tensor>> tensors, int64_t chunk_bytes,
+                             Codec codec)
+    : tensors_(std::move(tensors)), chunk_bytes_(std::max<int64_t>(chunk_bytes, kMinChunkBytes)), codec_(codec) {
   for (auto& [name, t] : tensors_) t = t.contiguous();
 }
 
@@ -19,20 +20,17 @@ bool TensorChunker::Next(TensorChunk* out) {
   }
   if (index_ >= tensors_.size()) return false;
   const auto& [name, t] = tensors_[index_];
-  const int64_t elem = t.element_size();
-  const int64_t per_chunk = std::max<int64_t>(1, chunk_bytes_ / elem);
-  const int64_t count = std::min(per_chunk, t.numel() - offset_);
+  const Codec codec = t.scalar_type() == at::kFloat ? codec_ : CODEC_RAW;
+  const int64_t count = std::min(ChunkElements(codec, chunk_bytes_, t.element_size()), t.numel() - offset_);
   out->Clear();
   out->set_name(name);
   out->set_dtype(ToWireDType(t.scalar_type()).value());
   for (int64_t d : t.sizes()) out->add_shape(d);
   out->set_offset(offset_);
   out->set_count(count);
-  out->set_codec(CODEC_RAW);
-  const char* base = static_cast<const char*>(t.data_ptr()) + offset_ * elem;
-  out->set_data(base, count * elem);
+  EncodeValues(t.view({-1}).narrow(0, offset_, count), codec, out);
   offset_ += count;
-  bytes_emitted_ += count * elem;
+  bytes_emitted_ += static_cast<int64_t>(out->data().size());
   return true;
 }
 
@@ -67,9 +65,6 @@ absl::StatusOr<at::Tensor> ChunkStreamReader::Next(const TensorChunk& chunk) {
                                                    absl::StrJoin(chunk.shape(), ","), "], expected [",
                                                    absl::StrJoin(spec.shape, ","), "]"));
   }
-  if (chunk.codec() != CODEC_RAW) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "': unsupported codec ", chunk.codec()));
-  }
   if (chunk.offset() != offset_) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor '", spec.name, "': chunk at element ", chunk.offset(), ", expected ", offset_));
@@ -79,14 +74,8 @@ absl::StatusOr<at::Tensor> ChunkStreamReader::Next(const TensorChunk& chunk) {
     return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "': chunk of ", chunk.count(),
                                                    " elements at ", offset_, ", only ", remaining, " remain"));
   }
-  const int64_t elem = c10::elementSize(spec.dtype);
-  if (static_cast<int64_t>(chunk.data().size()) != chunk.count() * elem) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "': chunk declares ", chunk.count(),
-                                                   " elements (", chunk.count() * elem, " bytes) but carries ",
-                                                   chunk.data().size(), " bytes"));
-  }
-  at::Tensor view = at::from_blob(const_cast<char*>(chunk.data().data()), {chunk.count()},
-                                  at::TensorOptions().dtype(spec.dtype));
+  auto values = DecodeValues(chunk, spec.dtype);
+  if (!values.ok()) return values.status();
   last_index_ = index_;
   last_offset_ = offset_;
   offset_ += chunk.count();
@@ -95,7 +84,7 @@ absl::StatusOr<at::Tensor> ChunkStreamReader::Next(const TensorChunk& chunk) {
     ++index_;
     while (index_ < specs_.size() && specs_[index_].numel() == 0) ++index_;
   }
-  return view;
+  return values;
 }
 
 ChunkAssembler::ChunkAssembler(std::vector<std::pair<std::string, at::Tensor>> dest)

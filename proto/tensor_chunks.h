@@ -1,9 +1,11 @@
 // Tensor <-> chunk stream: how named tensors travel over gRPC (DESIGN.md §2).
 //
-// TensorChunker turns an ordered list of named tensors into TensorChunk messages of at most `chunk_bytes` payload,
-// lazily, one at a time (so a stream never holds more than one chunk). ChunkStreamReader checks an incoming stream
-// against the expected specs (same order, same names, dtypes and shapes, consecutive offsets, exact byte counts)
-// and hands back each chunk's payload as a 1-D tensor view, without copying. Neither is thread-safe: one per stream.
+// TensorChunker turns an ordered list of named tensors into TensorChunk messages of about `chunk_bytes` encoded
+// payload, lazily, one at a time (so a stream never holds more than one chunk), float32 tensors encoded with the
+// given codec (proto/codec.h), others raw. ChunkStreamReader checks an incoming stream against the expected specs
+// (same order, same names, dtypes and shapes, consecutive offsets, exact byte counts for the chunk's codec) and hands
+// back each chunk's values as a 1-D tensor (a view without copying for raw chunks, decoded float32 otherwise).
+// A chunk out of order or repeated is refused. Neither is thread-safe: one per stream.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -14,26 +16,31 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "proto/codec.h"
 #include "proto/diloco.pb.h"
 #include "proto/tensor_spec.h"
 
 namespace diloco {
 
 constexpr int64_t kDefaultChunkBytes = 1 << 20;
+constexpr int64_t kMinChunkBytes = 64;  // smaller chunk_bytes are raised to this
 
 class TensorChunker {
  public:
   // Tensors must be on the CPU; non-contiguous ones are made contiguous once, here.
-  TensorChunker(std::vector<std::pair<std::string, at::Tensor>> tensors, int64_t chunk_bytes);
+  TensorChunker(std::vector<std::pair<std::string, at::Tensor>> tensors, int64_t chunk_bytes,
+                Codec codec = CODEC_RAW);
 
   // Fills `out` with the next chunk; returns false when every tensor has been sent.
   bool Next(TensorChunk* out);
 
+  // Encoded payload bytes of the chunks produced so far.
   int64_t bytes_emitted() const { return bytes_emitted_; }
 
  private:
   std::vector<std::pair<std::string, at::Tensor>> tensors_;
   int64_t chunk_bytes_;
+  Codec codec_;
   size_t index_ = 0;
   int64_t offset_ = 0;  // in elements, within tensors_[index_]
   int64_t bytes_emitted_ = 0;
@@ -43,8 +50,8 @@ class ChunkStreamReader {
  public:
   explicit ChunkStreamReader(std::vector<TensorSpec> specs);
 
-  // Validates `chunk` as the next one of the stream. On success returns a 1-D view (count elements, the chunk's
-  // dtype) of chunk.data(); the view is valid only while `chunk` is alive and unchanged.
+  // Validates `chunk` as the next one of the stream. On success returns its count values as a 1-D tensor: for raw
+  // chunks a view of chunk.data(), valid only while `chunk` is alive and unchanged; else decoded float32.
   absl::StatusOr<at::Tensor> Next(const TensorChunk& chunk);
 
   // Index into specs of the tensor the last accepted chunk belonged to, and that chunk's element offset.

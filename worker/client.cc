@@ -11,11 +11,12 @@
 namespace diloco {
 
 CoordinatorClient::CoordinatorClient(const std::string& address, std::string worker_id, std::string fingerprint,
-                                     double rpc_timeout_s, int64_t chunk_bytes)
+                                     double rpc_timeout_s, int64_t chunk_bytes, Codec push_codec)
     : worker_id_(std::move(worker_id)),
       fingerprint_(std::move(fingerprint)),
       rpc_timeout_s_(rpc_timeout_s),
-      chunk_bytes_(chunk_bytes) {
+      chunk_bytes_(chunk_bytes),
+      push_codec_(push_codec) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
@@ -117,7 +118,7 @@ absl::StatusOr<int64_t> CoordinatorClient::Push(int64_t round, const RoundResult
   header->set_loss(result.mean_loss);
   header->set_seconds(result.seconds);
   bool ok = writer->Write(message);
-  TensorChunker chunker(result.pseudo_gradient, chunk_bytes_);
+  TensorChunker chunker(result.pseudo_gradient, chunk_bytes_, push_codec_);
   while (ok && chunker.Next(message.mutable_chunk())) ok = writer->Write(message);
   if (ok) writer->WritesDone();
   grpc::Status s = writer->Finish();

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "proto/codec.h"
 #include "proto/diloco.grpc.pb.h"
 #include "worker/trainer.h"
 
@@ -22,8 +23,9 @@ struct PullResult {
 
 class CoordinatorClient {
  public:
+  // Pushes are encoded with push_codec (proto/codec.h); pulls decode whatever codec the coordinator sends.
   CoordinatorClient(const std::string& address, std::string worker_id, std::string fingerprint,
-                    double rpc_timeout_s, int64_t chunk_bytes);
+                    double rpc_timeout_s, int64_t chunk_bytes, Codec push_codec);
 
   // shard_hint >= 0: the shard this worker had (after a coordinator restart), kept if it is free.
   absl::StatusOr<JoinReply> Join(const ModelSpec& model, int32_t threads, const std::string& device,
@@ -45,6 +47,7 @@ class CoordinatorClient {
   std::string fingerprint_;
   double rpc_timeout_s_;
   int64_t chunk_bytes_;
+  Codec push_codec_;
 };
 
 }  // namespace diloco

@@ -10,6 +10,7 @@
 
 #include "proto/tensor_spec.h"
 #include "worker/client.h"
+#include "worker/error_feedback.h"
 #include "worker/trainer.h"
 
 namespace diloco {
@@ -211,8 +212,13 @@ bool Worker::PushUntilCounted(int64_t round, const RoundResult& result) {
 int Worker::Run(const TokenCache& cache) {
   TransformerLM probe = MakeTransformerLM(config_.model, config_.run.seed);
   const std::string fingerprint = Fingerprint(SpecsOf(NamedParameters(*probe)));
+  const Codec codec = CodecFromName(config_.comm.codec).value();  // validated with the config
   client_ = std::make_unique<CoordinatorClient>(options_.coordinator, options_.id, fingerprint,
-                                                config_.workers.rpc_timeout_s, config_.comm.chunk_bytes);
+                                                config_.workers.rpc_timeout_s, config_.comm.chunk_bytes, codec);
+  std::unique_ptr<ErrorFeedback> error_feedback;
+  if (config_.comm.error_feedback && codec != CODEC_RAW) {
+    error_feedback = std::make_unique<ErrorFeedback>(codec, config_.comm.chunk_bytes);
+  }
   if (int code = JoinWithRetry(); code >= 0) return code;
 
   auto train = TokenData::Load(cache.train_path(), config_.model.seq_len);
@@ -257,6 +263,7 @@ int Worker::Run(const TokenCache& cache) {
     RoundResult result = trainer_->TrainRound(theta, pulled->round, /*load_theta=*/!keep_local_, &quit_);
     keep_local_ = false;
     if (result.abandoned) break;
+    if (error_feedback) error_feedback->Compensate(result.pseudo_gradient);
     spdlog::info("round {}: {} inner steps, loss {:.4f} -> {:.4f}, lr {:.2e}, {:.0f} tokens/s, {:.2f} s",
                  pulled->round + 1, result.steps, result.first_loss, result.mean_loss, result.last_lr,
                  result.tokens / result.seconds, result.seconds);
