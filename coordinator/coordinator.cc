@@ -229,8 +229,13 @@ absl::StatusOr<PushTicket> CoordinatorCore::BeginPush(const PushHeader& header) 
   if (pushed_.count(id) != 0) {
     return absl::AlreadyExistsError(absl::StrCat("worker '", id, "' already pushed for round ", snapshot_->round));
   }
+  if (streaming_.count(id) != 0) {  // e.g. a retry while the first stream is still open: never count a worker twice
+    return absl::UnavailableError(
+        absl::StrCat("a push from worker '", id, "' for round ", snapshot_->round, " is still streaming; retry later"));
+  }
   if (header.tokens() <= 0) return absl::InvalidArgumentError("push header: tokens must be > 0");
   membership_.Touch(id, clock_());
+  streaming_.insert(id);
   PushTicket t;
   t.worker_id = id;
   t.round = snapshot_->round;
@@ -246,6 +251,10 @@ absl::StatusOr<PushTicket> CoordinatorCore::BeginPush(const PushHeader& header) 
 absl::Status CoordinatorCore::FoldChunk(PushTicket& ticket, size_t index, int64_t offset, const at::Tensor& values,
                                         int64_t wire_bytes) {
   if (wire_bytes < 0) wire_bytes = values.numel() * values.element_size();
+  if (index >= specs_.size() || offset < 0 || offset + values.numel() > specs_[index].numel()) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk outside the model: tensor ", index, " elements [", offset,
+                                                   ", ", offset + values.numel(), ")"));
+  }
   if (!at::isfinite(values).all().item<bool>()) {
     return absl::InvalidArgumentError(absl::StrCat("pseudo-gradient of '", specs_[index].name,
                                                    "' holds NaN or Inf near element ", offset, "; push refused"));
@@ -266,6 +275,7 @@ absl::Status CoordinatorCore::FoldChunk(PushTicket& ticket, size_t index, int64_
 
 absl::Status CoordinatorCore::CommitPush(PushTicket& ticket) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!ticket.finished) streaming_.erase(ticket.worker_id);
   ticket.finished = true;
   if (ticket.round != snapshot_->round || phase_ != "training") {
     return absl::FailedPreconditionError(absl::StrCat("round ", ticket.round, " closed before the push completed"));
@@ -285,6 +295,7 @@ void CoordinatorCore::AbortPush(PushTicket& ticket, const std::string& why) {
   std::lock_guard<std::mutex> lock(mu_);
   if (ticket.finished) return;
   ticket.finished = true;
+  streaming_.erase(ticket.worker_id);
   if (!ticket.folded_any || ticket.epoch != epoch_ || ticket.round != snapshot_->round) return;
   // Some of this push is in the sums and the rest never came: discard the round's aggregation so far.
   accumulator_.Reset();

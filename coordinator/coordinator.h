@@ -136,6 +136,7 @@ class CoordinatorCore {
   RoundAccumulator accumulator_;
   Membership membership_;
   std::map<std::string, PushTicket> pushed_;  // pushes counted in the open round, by worker id
+  std::set<std::string> streaming_;           // workers with a push stream open (one at a time each)
   int64_t epoch_ = 0;                 // bumped when the open round's aggregation restarts or the round closes
   double round_opened_at_ = 0;
   std::string phase_ = "training";
