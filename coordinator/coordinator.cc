@@ -210,9 +210,10 @@ absl::StatusOr<std::shared_ptr<const ParamSnapshot>> CoordinatorCore::BeginPull(
   return snapshot_;
 }
 
-void CoordinatorCore::CountBytesSent(int64_t bytes) {
+void CoordinatorCore::CountBytesSent(const std::string& worker_id, int64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   bytes_sent_ += bytes;
+  if (Member* m = membership_.Find(worker_id)) m->bytes_pulled += bytes;
 }
 
 absl::StatusOr<PushTicket> CoordinatorCore::BeginPush(const PushHeader& header) {
@@ -319,6 +320,9 @@ StatusReply CoordinatorCore::Status() const {
   s.set_bytes_sent(bytes_sent_);
   s.set_last_round_seconds(last_round_seconds_);
   s.set_last_outer_step_seconds(last_outer_step_seconds_);
+  s.set_bytes_pushed_committed(bytes_pushed_committed_);
+  s.set_dp_equivalent_bytes(dp_equivalent_bytes_);
+  s.set_last_round_bytes_pushed(last_round_bytes_pushed_);
   const double now = clock_();
   for (const auto& [id, m] : membership_.members()) {
     WorkerStatus* w = s.add_workers();
@@ -331,6 +335,7 @@ StatusReply CoordinatorCore::Status() const {
     w->set_shard_index(m.shard_index);
     w->set_tokens_per_s(m.last_tokens_per_s);
     w->set_bytes_pushed(m.bytes_pushed);
+    w->set_bytes_pulled(m.bytes_pulled);
     w->set_pushed_this_round(pushed_.count(id) != 0);
   }
   for (const EvalRecord& e : evals_) {
@@ -380,13 +385,18 @@ void CoordinatorCore::CloseRound(const std::string& reason) {
     contributors.swap(pushed_);
     accumulator_.Reset();
     ++epoch_;
+    const double k = static_cast<double>(contributors.size());
+    last_round_bytes_pushed_ = 0;
     for (const auto& [id, push] : contributors) {  // credited only once the round is committed
       if (Member* m = membership_.Find(id)) {
         ++m->rounds_contributed;
         m->tokens += push.tokens;
         m->bytes_pushed += push.bytes;
       }
+      last_round_bytes_pushed_ += push.bytes;
+      dp_equivalent_bytes_ += static_cast<int64_t>(push.inner_steps * 2.0 * (k - 1) / k * 4.0 * num_params_);
     }
+    bytes_pushed_committed_ += last_round_bytes_pushed_;
   }
   const double t0 = clock_();
   std::vector<at::Tensor> theta;

@@ -79,7 +79,7 @@ class CoordinatorCore {
   absl::Status Leave(const LeaveRequest& request);
   absl::StatusOr<HeartbeatReply> Heartbeat(const HeartbeatRequest& request);
   absl::StatusOr<std::shared_ptr<const ParamSnapshot>> BeginPull(const PullRequest& request);
-  void CountBytesSent(int64_t bytes);
+  void CountBytesSent(const std::string& worker_id, int64_t bytes);
 
   absl::StatusOr<PushTicket> BeginPush(const PushHeader& header);
   // Folds one validated chunk (values: 1-D float view) of tensor `index` at element `offset`. wire_bytes: the
@@ -144,6 +144,9 @@ class CoordinatorCore {
   std::vector<EvalRecord> evals_;
   int64_t bytes_received_ = 0;
   int64_t bytes_sent_ = 0;
+  int64_t bytes_pushed_committed_ = 0;
+  int64_t dp_equivalent_bytes_ = 0;
+  int64_t last_round_bytes_pushed_ = 0;
   double last_round_seconds_ = 0;
   double last_outer_step_seconds_ = 0;
   bool complete_ = false;

@@ -26,6 +26,7 @@ struct Member {
   double last_loss = 0;
   double last_tokens_per_s = 0;
   int64_t bytes_pushed = 0;
+  int64_t bytes_pulled = 0;
   bool drain_requested = false;  // an operator asked it to leave
 };
 

@@ -29,8 +29,12 @@ grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, Body body) {
 // Streams one snapshot of theta: a header, then the chunks.
 class PullReactor : public grpc::ServerWriteReactor<PullMessage> {
  public:
-  PullReactor(CoordinatorCore* core, std::shared_ptr<const ParamSnapshot> snapshot, int64_t chunk_bytes, Codec codec)
-      : core_(core), snapshot_(std::move(snapshot)), chunker_(snapshot_->params, chunk_bytes, codec) {
+  PullReactor(CoordinatorCore* core, std::string worker_id, std::shared_ptr<const ParamSnapshot> snapshot,
+              int64_t chunk_bytes, Codec codec)
+      : core_(core),
+        worker_id_(std::move(worker_id)),
+        snapshot_(std::move(snapshot)),
+        chunker_(snapshot_->params, chunk_bytes, codec) {
     PullHeader* h = message_.mutable_header();
     h->set_round(snapshot_->round);
     h->set_run_complete(snapshot_->complete);
@@ -51,7 +55,7 @@ class PullReactor : public grpc::ServerWriteReactor<PullMessage> {
         StartWrite(&message_);
         return;
       }
-      core_->CountBytesSent(chunker_.bytes_emitted());
+      core_->CountBytesSent(worker_id_, chunker_.bytes_emitted());
       Finish(grpc::Status::OK);
     } catch (const std::exception& e) {
       Finish(grpc::Status(grpc::StatusCode::INTERNAL, e.what()));
@@ -62,6 +66,7 @@ class PullReactor : public grpc::ServerWriteReactor<PullMessage> {
 
  private:
   CoordinatorCore* core_;
+  std::string worker_id_;
   std::shared_ptr<const ParamSnapshot> snapshot_;
   TensorChunker chunker_;
   PullMessage message_;
@@ -213,7 +218,7 @@ grpc::ServerWriteReactor<PullMessage>* CoordinatorService::PullParameters(grpc::
     };
     return new Refuse(snapshot.status());
   }
-  return new PullReactor(coordinator_, std::move(*snapshot), chunk_bytes_, pull_codec_);
+  return new PullReactor(coordinator_, request->meta().worker_id(), std::move(*snapshot), chunk_bytes_, pull_codec_);
 }
 
 grpc::ServerReadReactor<PushMessage>* CoordinatorService::PushPseudoGradient(grpc::CallbackServerContext* ctx,

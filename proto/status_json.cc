@@ -14,6 +14,7 @@ nlohmann::json StatusToJson(const StatusReply& s) {
                        {"shard_index", w.shard_index()},
                        {"tokens_per_s", w.tokens_per_s()},
                        {"bytes_pushed", w.bytes_pushed()},
+                       {"bytes_pulled", w.bytes_pulled()},
                        {"pushed_this_round", w.pushed_this_round()}});
   }
   nlohmann::json evals = nlohmann::json::array();
@@ -29,6 +30,12 @@ nlohmann::json StatusToJson(const StatusReply& s) {
           {"bytes_sent", s.bytes_sent()},
           {"last_round_seconds", s.last_round_seconds()},
           {"last_outer_step_seconds", s.last_outer_step_seconds()},
+          {"bytes_pushed_committed", s.bytes_pushed_committed()},
+          {"last_round_bytes_pushed", s.last_round_bytes_pushed()},
+          {"dp_equivalent_bytes", s.dp_equivalent_bytes()},
+          {"dp_ratio", s.bytes_pushed_committed() > 0
+                           ? static_cast<double>(s.dp_equivalent_bytes()) / s.bytes_pushed_committed()
+                           : 0.0},
           {"workers", workers},
           {"evals", evals}};
 }

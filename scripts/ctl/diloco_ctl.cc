@@ -22,6 +22,11 @@ void PrintHuman(const diloco::StatusReply& s) {
   printf("model: %lld parameters, fingerprint %s\n", static_cast<long long>(s.params()), s.fingerprint().c_str());
   printf("traffic: %.2f MB received, %.2f MB sent; last round %.2f s (outer step %.3f s)\n",
          s.bytes_received() / 1e6, s.bytes_sent() / 1e6, s.last_round_seconds(), s.last_outer_step_seconds());
+  if (s.bytes_pushed_committed() > 0 && s.dp_equivalent_bytes() > 0) {
+    printf("pushed %.2f MB in committed rounds; data parallel would have sent %.2f MB for the same steps (%.1fx)\n",
+           s.bytes_pushed_committed() / 1e6, s.dp_equivalent_bytes() / 1e6,
+           static_cast<double>(s.dp_equivalent_bytes()) / s.bytes_pushed_committed());
+  }
   printf("%-16s %-7s %6s %7s %12s %10s %10s %9s\n", "worker", "state", "shard", "rounds", "tokens", "tokens/s",
          "last_loss", "hb_age_s");
   for (const auto& w : s.workers()) {

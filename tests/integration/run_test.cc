@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -51,6 +52,11 @@ TEST(Run, TwoWorkersTrainThreeRoundsAndLossFalls) {
   }
   EXPECT_EQ(summary["bytes_received"].get<int64_t>(), pushed_bytes);
   EXPECT_EQ(pushed_bytes, 2 * 3 * 4 * summary["params"].get<int64_t>());  // fp32 pseudo-gradients
+  // Data parallel: per worker and inner step, ring all-reduce sends 2 (k-1)/k x 4 bytes x params (k = 2).
+  EXPECT_EQ(summary["dp_equivalent_bytes"].get<int64_t>(), 2 * 3 * 10 * 4 * summary["params"].get<int64_t>());
+  for (const auto& w : summary["workers"]) {
+    EXPECT_GE(w["bytes_pulled"].get<int64_t>(), 3 * 4 * summary["params"].get<int64_t>()) << w.dump();
+  }
 
   const auto& evals = summary["evals"];
   ASSERT_EQ(evals.size(), 4u);  // before round 1, then after rounds 1, 2, 3
@@ -164,6 +170,32 @@ TEST(Run, InitFromCheckpointStartsFromThoseParameters) {
                                                            "model.d_model=64"}));
   EXPECT_EQ(wrong.Wait(60), 2);
   EXPECT_NE(wrong.output().find("model.init_from"), std::string::npos) << wrong.output();
+}
+
+// Runs config/tiny.yaml through the launcher with `overrides`; returns its summary.
+nlohmann::json LaunchTiny(const std::string& name, const std::vector<std::string>& overrides) {
+  const std::string dir = ScratchDir(name);
+  std::vector<std::string> args = TinyArgs(dir, overrides);
+  args.erase(args.begin());  // the launcher takes the config as a positional argument
+  RunningProcess launch("diloco-launch", args);
+  EXPECT_EQ(launch.Wait(240), 0) << launch.output();
+  return ReadJson(dir + "/summary.json");
+}
+
+TEST(Launch, Int8PseudoGradientsReachTheFp32LossWithAQuarterOfTheBytes) {
+  const std::vector<std::string> common = {"outer.rounds=4", "inner.steps=30"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), common.begin(), common.end());
+    return more;
+  };
+  const nlohmann::json fp32 = LaunchTiny("codec_fp32", with({"comm.codec=fp32"}));
+  const nlohmann::json int8 = LaunchTiny("codec_int8", with({"comm.codec=int8", "comm.error_feedback=true"}));
+  const double loss32 = fp32["evals"].back()["val_loss"], loss8 = int8["evals"].back()["val_loss"];
+  std::cout << "[measure] val_loss fp32 " << loss32 << ", int8 " << loss8 << "; bytes pushed fp32 "
+            << fp32["bytes_pushed_committed"] << ", int8 " << int8["bytes_pushed_committed"] << std::endl;
+  EXPECT_LT(loss32, fp32["evals"].front()["val_loss"].get<double>() - 0.5);
+  EXPECT_NEAR(loss8, loss32, 0.02 * loss32);
+  EXPECT_LE(int8["bytes_pushed_committed"].get<double>(), 0.27 * fp32["bytes_pushed_committed"].get<double>());
 }
 
 TEST(Launch, TinyRunEndsWithExit0AndPrefixedLogs) {

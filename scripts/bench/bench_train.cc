@@ -1,0 +1,120 @@
+// diloco-bench-train: measures, in one process, the worker's inner loop (tokens/s of InnerTrainer on the config's
+// model, batch and data), a matmul peak (1024^3 fp32), the model FLOP utilisation against that peak, memory
+// bandwidth (a triad), and the outer Nesterov step's time against its memory floor (5 x 4 bytes x params moved).
+// Prints one JSON line. Used by scripts/bench/train; not a test.
+#include <ATen/Parallel.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "config/config_loader.h"
+#include "config/data_cache.h"
+#include "config/subprocess.h"
+#include "coordinator/outer_optimizer.h"
+#include "worker/trainer.h"
+
+namespace {
+
+double Seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+template <typename F>
+double MedianSeconds(int reps, F f) {
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    t.push_back(Seconds(t0));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Benchmark the inner loop, matmul peak and outer step"};
+  std::string config_path;
+  std::vector<std::string> overrides;
+  int64_t steps = 100;
+  int threads = 1;
+  app.add_option("--config", config_path)->required();
+  app.add_option("--set", overrides);
+  app.add_option("--steps", steps, "inner steps timed (after one untimed round of the same length)");
+  app.add_option("--threads", threads);
+  CLI11_PARSE(app, argc, argv);
+  auto config = diloco::LoadConfig(config_path, overrides);
+  if (!config.ok()) {
+    std::cerr << "error: " << config.status().message() << "\n";
+    return 2;
+  }
+  at::set_num_threads(threads);
+  config->inner.steps = steps;
+  auto cache = diloco::EnsureTokenized(*config, diloco::SiblingExecutable("diloco-tokenize"));
+  if (!cache.ok()) {
+    std::cerr << "error: " << cache.status().message() << "\n";
+    return 2;
+  }
+  auto train = diloco::TokenData::Load(cache->train_path(), config->model.seq_len);
+  if (!train.ok()) {
+    std::cerr << "error: " << train.status().message() << "\n";
+    return 2;
+  }
+  diloco::InnerTrainer trainer(*config, std::move(*train), torch::kCPU, 1);
+  diloco::NamedTensors theta;
+  for (const auto& [name, p] : diloco::NamedParameters(*trainer.model())) theta.emplace_back(name, p.detach().clone());
+  trainer.TrainRound(theta, 0);  // warm-up: allocations, AdamW state
+  const diloco::RoundResult timed = trainer.TrainRound(theta, 1);
+  const double tokens_per_s = timed.tokens / timed.seconds;
+
+  // Matmul peak.
+  const at::Tensor a = at::randn({1024, 1024}), b = at::randn({1024, 1024});
+  at::mm(a, b);
+  const double mm_s = MedianSeconds(10, [&] { at::mm(a, b); });
+  const double peak_flops = 2.0 * 1024 * 1024 * 1024 / mm_s;
+
+  // Training FLOPs per token: 6 x (block parameters) + 6 x layers x seq x d (attention scores and mixing)
+  // + 6 x d x vocab (the tied output head).
+  const auto& m = config->model;
+  int64_t params = 0, embedding = m.vocab_size * m.d_model + m.seq_len * m.d_model;
+  for (const auto& [name, t] : theta) params += t.numel();
+  const double flops_per_token = 6.0 * (params - embedding) + 6.0 * m.n_layer * m.seq_len * m.d_model +
+                                 6.0 * m.d_model * m.vocab_size;
+
+  // Memory bandwidth: triad x = y + s * z over 3 x 256 MB.
+  const int64_t n = 64 << 20;
+  at::Tensor x = at::empty({n}), y = at::ones({n}), z = at::ones({n});
+  at::add_out(x, y, z, 0.5);
+  const double triad_s = MedianSeconds(5, [&] { at::add_out(x, y, z, 0.5); });
+  const double bandwidth = 3.0 * 4 * n / triad_s;
+
+  // Outer step on tensors shaped like the model (the second step, with momentum).
+  diloco::OuterOptimizer outer(diloco::OuterOptimizer::Kind::kNesterov, 0.7, 0.9);
+  std::vector<at::Tensor> th, delta;
+  for (const auto& [name, t] : theta) {
+    th.push_back(t.clone());
+    delta.push_back(at::randn_like(t) * 1e-3);
+  }
+  outer.Step(th, delta);
+  const double outer_s = MedianSeconds(20, [&] { th = outer.Step(th, delta); });
+  const double outer_floor_s = 5.0 * 4 * params / bandwidth;
+
+  nlohmann::json out = {{"impl", "c++"},
+                        {"threads", threads},
+                        {"params", params},
+                        {"tokens_per_s", tokens_per_s},
+                        {"seconds_per_step", timed.seconds / timed.steps},
+                        {"matmul_gflops", peak_flops / 1e9},
+                        {"flops_per_token", flops_per_token},
+                        {"mfu", tokens_per_s * flops_per_token / peak_flops},
+                        {"memory_gb_per_s", bandwidth / 1e9},
+                        {"outer_step_ms", outer_s * 1e3},
+                        {"outer_floor_ms", outer_floor_s * 1e3},
+                        {"outer_vs_floor", outer_s / outer_floor_s}};
+  std::cout << out.dump() << std::endl;
+  return 0;
+}
