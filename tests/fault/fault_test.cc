@@ -226,6 +226,33 @@ TEST(Fault, OperatorLeaveDrainsAWorkerAndCheckpointIsWrittenOnRequest) {
               std::filesystem::exists(dir + "/checkpoints/ckpt-00000002.bin"));
 }
 
+// A slow worker (10x the inner steps) always misses rounds that close on round_timeout_s with the fast one alone:
+// its late push is refused, nothing of it is applied, and outer.late_policy decides where it goes on from.
+TEST(Fault, LatePushIsRefusedAndLatePolicyDecidesTheRestart) {
+  for (const std::string policy : {"drop", "reuse_local"}) {
+    const std::string dir = ScratchDir("late_" + policy);
+    const std::string address = Loopback();
+    const auto args = FaultArgs(dir, address, {"outer.rounds=3", "workers.count=2", "coordinator.min_workers=1",
+                                               "coordinator.round_timeout_s=0.2", "inner.steps=20",
+                                               "outer.late_policy=" + policy});
+    auto coordinator = StartCoordinator(args);
+    auto fast = StartWorker(args, address, "fast");
+    auto slow = StartWorker(With(args, {"--set", "inner.steps=400"}), address, "slow");
+    EXPECT_EQ(fast->Wait(120), 0) << fast->output();
+    EXPECT_EQ(slow->Wait(120), 0) << slow->output();
+    ASSERT_EQ(coordinator->Wait(60), 0) << coordinator->output();
+    const std::string expected = policy == "drop" ? "restarting from the new global parameters"
+                                                  : "continuing from local parameters (late_policy reuse_local)";
+    EXPECT_NE(slow->output().find("push not counted"), std::string::npos) << slow->output();
+    EXPECT_NE(slow->output().find(expected), std::string::npos) << slow->output();
+    const nlohmann::json summary = ReadJson(dir + "/summary.json");
+    EXPECT_EQ(summary["round"], 3);
+    EXPECT_EQ((*FindWorker(summary, "fast"))["rounds_contributed"], 3);
+    EXPECT_EQ((*FindWorker(summary, "slow"))["rounds_contributed"], 0);
+    EXPECT_EQ((*FindWorker(summary, "slow"))["bytes_pushed"], 0) << "a refused push is never credited";
+  }
+}
+
 TEST(Fault, TruncatedNewestCheckpointIsSkippedAndTheOneBeforeIsUsed) {
   const std::string dir = ScratchDir("corrupt_checkpoint");
   const std::vector<std::string> one = {"workers.count=1", "coordinator.min_workers=1", "inner.steps=20"};
