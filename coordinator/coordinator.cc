@@ -375,16 +375,20 @@ void CoordinatorCore::CloseRound(const std::string& reason) {
   std::shared_ptr<const ParamSnapshot> base;
   std::vector<at::Tensor> delta;
   std::map<std::string, PushTicket> contributors;
+  std::vector<at::Tensor> recycle;
   double tokens = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     phase_ = "stepping";
     base = snapshot_;
-    delta = accumulator_.Average();
     tokens = accumulator_.total_weight();
+    delta = accumulator_.TakeAverage(std::move(spare_sums_));
     contributors.swap(pushed_);
-    accumulator_.Reset();
     ++epoch_;
+    if (previous_snapshot_ && previous_snapshot_.use_count() == 1) {  // no pull reads theta_{t-1} any more
+      for (const auto& [name, p] : previous_snapshot_->params) recycle.push_back(p);
+    }
+    previous_snapshot_.reset();
     const double k = static_cast<double>(contributors.size());
     last_round_bytes_pushed_ = 0;
     for (const auto& [id, push] : contributors) {  // credited only once the round is committed
@@ -401,17 +405,20 @@ void CoordinatorCore::CloseRound(const std::string& reason) {
   const double t0 = clock_();
   std::vector<at::Tensor> theta;
   for (const auto& [name, p] : base->params) theta.push_back(p);
-  std::vector<at::Tensor> next = outer_.Step(theta, delta);
+  std::vector<at::Tensor> next = outer_.Step(theta, delta, std::move(recycle));
   auto snapshot = std::make_shared<ParamSnapshot>();
   snapshot->round = base->round + 1;
   snapshot->complete = snapshot->round >= config_.outer.rounds;
   for (size_t i = 0; i < next.size(); ++i) snapshot->params.emplace_back(base->params[i].first, next[i]);
   const double t1 = clock_();
+  for (at::Tensor& d : delta) d.zero_();  // the next round's accumulator
   {
     std::lock_guard<std::mutex> lock(mu_);
+    spare_sums_ = std::move(delta);
     last_outer_step_seconds_ = t1 - t0;
     last_round_seconds_ = t1 - round_opened_at_;
     round_opened_at_ = t1;
+    previous_snapshot_ = snapshot_;
     snapshot_ = snapshot;
     momentum_snapshot_ = outer_.momentum_buffers();
     phase_ = snapshot->complete ? "finishing" : "training";

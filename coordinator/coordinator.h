@@ -132,6 +132,8 @@ class CoordinatorCore {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::shared_ptr<const ParamSnapshot> snapshot_;
+  std::shared_ptr<const ParamSnapshot> previous_snapshot_;  // theta_{t-1}: its memory is reused when no pull holds it
+  std::vector<at::Tensor> spare_sums_;                       // zeroed accumulator for the next round (round thread)
   std::vector<at::Tensor> momentum_snapshot_;  // outer momentum after the step that produced snapshot_
   RoundAccumulator accumulator_;
   Membership membership_;

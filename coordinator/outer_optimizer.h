@@ -22,20 +22,28 @@ class OuterOptimizer {
 
   OuterOptimizer(Kind kind, double lr, double momentum);
 
-  // Returns theta_t as new tensors; `theta` is left untouched (pulls in flight may still read it).
-  std::vector<at::Tensor> Step(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& delta);
+  // Returns theta_t in tensors other than `theta`, which is left untouched (pulls in flight may still read it).
+  // `recycle`: tensors the caller no longer needs (e.g. theta_{t-2}); each one nobody else holds (use_count 1) and
+  // of the right shape is overwritten with the result instead of allocating.
+  std::vector<at::Tensor> Step(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& delta,
+                               std::vector<at::Tensor> recycle = {});
 
-  // Momentum buffers (empty before the first step or when momentum is 0), for checkpoints. Step() replaces them
-  // with new tensors instead of writing in place, so a copy of this vector stays valid and consistent.
+  // Momentum buffers (empty before the first step or when momentum is 0), for checkpoints. Step() writes the new
+  // buffers into other tensors (the ones of two steps ago, when nobody holds them), never in place, so a copy of
+  // this vector stays valid and consistent.
   const std::vector<at::Tensor>& momentum_buffers() const { return buffers_; }
   // Restores buffers from a checkpoint: empty, or one per parameter (checked by Step()).
-  void set_momentum_buffers(std::vector<at::Tensor> buffers) { buffers_ = std::move(buffers); }
+  void set_momentum_buffers(std::vector<at::Tensor> buffers) {
+    buffers_ = std::move(buffers);
+    spare_buffers_.clear();
+  }
 
  private:
   Kind kind_;
   double lr_;
   double momentum_;
   std::vector<at::Tensor> buffers_;
+  std::vector<at::Tensor> spare_buffers_;  // the previous step's buffers, for reuse
 };
 
 }  // namespace diloco

@@ -26,6 +26,19 @@ std::vector<at::Tensor> RoundAccumulator::Average() const {
   return out;
 }
 
+std::vector<at::Tensor> RoundAccumulator::TakeAverage(std::vector<at::Tensor> fresh) {
+  if (total_weight_ <= 0) throw std::logic_error("RoundAccumulator::TakeAverage with no contribution");
+  if (fresh.size() != sums_.size()) {
+    fresh.clear();
+    for (const at::Tensor& s : sums_) fresh.push_back(at::zeros_like(s));
+  }
+  for (at::Tensor& s : sums_) s.div_(total_weight_);
+  std::swap(sums_, fresh);
+  total_weight_ = 0;
+  contributions_ = 0;
+  return fresh;
+}
+
 void RoundAccumulator::Reset() {
   for (at::Tensor& s : sums_) s.zero_();
   total_weight_ = 0;

@@ -30,6 +30,11 @@ class RoundAccumulator {
   // sum / total_weight as new tensors shaped like the parameters. Requires total_weight() > 0.
   std::vector<at::Tensor> Average() const;
 
+  // Closes the round without allocating: divides the sums by total_weight() in place and returns them (the round's
+  // delta); the accumulator goes on with `fresh`, zeroed tensors shaped like the parameters (the delta of the round
+  // before, zeroed; allocated if empty), and zero counts. Requires total_weight() > 0.
+  std::vector<at::Tensor> TakeAverage(std::vector<at::Tensor> fresh);
+
   // Zeroes the sums and counts (start of a round, or a round whose aggregation had to restart).
   void Reset();
 

@@ -107,6 +107,31 @@ TEST(OuterOptimizerTest, PublishedMomentumBuffersStayIntact) {
   EXPECT_FALSE(opt.momentum_buffers()[0].equal(snapshot)) << "the optimizer's own buffer did advance";
 }
 
+// Step writes into recycled memory only when nobody else holds it, and the results do not depend on it.
+TEST(OuterOptimizerTest, RecycledOutputsGiveTheSameResultsAndReuseOnlyUnsharedMemory) {
+  at::manual_seed(7);
+  const at::Tensor theta0 = at::randn({64});
+  std::vector<at::Tensor> deltas;
+  for (int i = 0; i < 4; ++i) deltas.push_back(at::randn({64}) * 0.01);
+  OuterOptimizer plain(OuterOptimizer::Kind::kNesterov, 0.7, 0.9), recycling(OuterOptimizer::Kind::kNesterov, 0.7, 0.9);
+  std::vector<at::Tensor> a = {theta0}, b = {theta0}, previous;
+  for (const at::Tensor& d : deltas) {
+    a = plain.Step(a, {d});
+    std::vector<at::Tensor> next = recycling.Step(b, {d}, std::move(previous));
+    previous = std::move(b);
+    b = std::move(next);
+    EXPECT_TRUE(a[0].equal(b[0]));
+  }
+  // b's memory came back around: theta_{t-2} was overwritten in place when nobody held it.
+  std::vector<at::Tensor> unshared = {at::empty({64})};
+  void* unshared_ptr = unshared[0].data_ptr();
+  std::vector<at::Tensor> out = recycling.Step(b, {deltas[0]}, std::move(unshared));
+  EXPECT_EQ(out[0].data_ptr(), unshared_ptr);
+  const at::Tensor held = at::empty({64});
+  out = recycling.Step(out, {deltas[1]}, {held});
+  EXPECT_NE(out[0].data_ptr(), held.data_ptr()) << "a tensor someone still holds must not be overwritten";
+}
+
 TEST(OuterOptimizerTest, KindFromName) {
   EXPECT_EQ(OuterOptimizer::KindFromName("nesterov"), OuterOptimizer::Kind::kNesterov);
   EXPECT_EQ(OuterOptimizer::KindFromName("sgd"), OuterOptimizer::Kind::kSgd);
