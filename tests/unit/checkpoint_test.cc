@@ -12,21 +12,16 @@
 #include <string>
 #include <vector>
 
+#include "tests/unit/scratch_dir_test.h"
+
 namespace diloco {
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-class CheckpointTest : public ::testing::Test {
+class CheckpointTest : public ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("diloco-ckpt-test-" + std::to_string(getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
 
   static CheckpointData Sample() {
     CheckpointData d;
@@ -50,8 +45,6 @@ class CheckpointTest : public ::testing::Test {
     for (const auto& e : fs::directory_iterator(dir_)) names.insert(e.path().filename().string());
     return names;
   }
-
-  fs::path dir_;
 };
 
 TEST_F(CheckpointTest, PathHasEightDigitRound) {

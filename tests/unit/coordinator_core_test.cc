@@ -3,6 +3,7 @@
 // checkpoint + resume. Rounds are closed by the real round loop (Run) on a thread; tests wait on Status() with a
 // generous bound and never assert on time.
 #include "coordinator/coordinator.h"
+#include "tests/unit/scratch_dir_test.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -36,13 +37,10 @@ constexpr double kMu = 0.9;
 
 bool Close(const at::Tensor& a, const at::Tensor& b) { return at::allclose(a, b, /*rtol=*/1e-5, /*atol=*/1e-6); }
 
-class CoordinatorCoreTest : public ::testing::Test {
+class CoordinatorCoreTest : public ScratchDirTest {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("diloco-core-test-" + std::to_string(getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    ScratchDirTest::SetUp();
     std::vector<uint32_t> ids(5000);
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<uint32_t>((i * 7919 + i / 13) % 64);
     std::string error;
@@ -69,7 +67,7 @@ class CoordinatorCoreTest : public ::testing::Test {
   void TearDown() override {
     StopRun();
     core_.reset();
-    fs::remove_all(dir_);
+    ScratchDirTest::TearDown();
   }
 
   std::unique_ptr<CoordinatorCore> MakeCore(bool resume) {
@@ -209,7 +207,6 @@ class CoordinatorCoreTest : public ::testing::Test {
     return WorkerStatus();
   }
 
-  fs::path dir_;
   Config config_;
   std::atomic<double> now_{0.0};
   std::unique_ptr<CoordinatorCore> core_;

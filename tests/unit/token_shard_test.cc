@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/unit/scratch_dir_test.h"
 #include "worker/lm/token_data.h"
 
 namespace diloco {
@@ -19,17 +20,8 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-class TokenShardTest : public ::testing::Test {
+class TokenShardTest : public ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("diloco-tok-test-" + std::to_string(getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
 };
 
 TEST_F(TokenShardTest, RoundTripUint16) {
