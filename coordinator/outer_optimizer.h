@@ -1,6 +1,6 @@
 // OuterOptimizer: the outer step of DiLoCo (arXiv 2311.08105, Algorithm 1, line 12), applied to the averaged
 // pseudo-gradient delta = sum_i w_i (theta_{t-1} - theta_i) / sum_i w_i as if it were a gradient.
-// Bit-compatible with PyTorch's SGD(lr, momentum, dampening=0, nesterov):
+// PyTorch's SGD(lr, momentum, dampening=0, nesterov), the same operations in the same order (within an ulp of it):
 //   first step: buf = delta; later: buf = momentum * buf + delta
 //   nesterov:   theta_t = theta_{t-1} - lr * (delta + momentum * buf)
 //   sgd:        theta_t = theta_{t-1} - lr * buf          (momentum 0: - lr * delta; with lr 1 this is FedAvg)
