@@ -27,6 +27,7 @@ struct DataConfig {
   std::string text = "tests/data/tinyshakespeare.txt";
   double val_fraction = 0.1;                 // the tail of the text kept for validation
   std::string cache_dir;                     // token shards; default <run.output_dir>/data
+  std::string split = "iid";                 // worker shards: iid (interleaved blocks) | contiguous (one region each)
 };
 
 struct InnerConfig {

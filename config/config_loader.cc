@@ -83,6 +83,7 @@ const std::vector<Field>& Fields() {
       MakeField("data.text", &Config::data, &DataConfig::text),
       MakeField("data.val_fraction", &Config::data, &DataConfig::val_fraction),
       MakeField("data.cache_dir", &Config::data, &DataConfig::cache_dir),
+      MakeField("data.split", &Config::data, &DataConfig::split),
       MakeField("inner.optimizer", &Config::inner, &InnerConfig::optimizer),
       MakeField("inner.lr", &Config::inner, &InnerConfig::lr),
       MakeField("inner.weight_decay", &Config::inner, &InnerConfig::weight_decay),
@@ -266,6 +267,9 @@ absl::Status ValidateConfig(const Config& c) {
   if (!(c.data.val_fraction > 0 && c.data.val_fraction < 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("data.val_fraction: must be between 0 and 1 (exclusive), got ", c.data.val_fraction));
+  }
+  if (c.data.split != "iid" && c.data.split != "contiguous") {
+    return absl::InvalidArgumentError(absl::StrCat("data.split: expected 'iid' or 'contiguous', got '", c.data.split, "'"));
   }
   if (c.inner.optimizer != "adamw") {
     return absl::InvalidArgumentError(absl::StrCat("inner.optimizer: only 'adamw' is supported, got '",

@@ -226,7 +226,9 @@ int Worker::Run(const TokenCache& cache) {
     spdlog::error("{}", std::string(train.status().message()));
     return kWorkerConfigError;
   }
-  if (absl::Status s = train->SelectShard(join_.shard_index(), join_.shard_count()); !s.ok()) {
+  if (absl::Status s = train->SelectShard(join_.shard_index(), join_.shard_count(),
+                                          config_.data.split == "contiguous");
+      !s.ok()) {
     spdlog::error("{}", std::string(s.message()));
     return kWorkerConfigError;
   }

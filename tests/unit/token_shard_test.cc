@@ -161,5 +161,25 @@ TEST_F(TokenDataTest, BadShardAndShortFileAreErrors) {
   EXPECT_THAT(std::string(missing.status().message()), HasSubstr("none.tok"));
 }
 
+// data.split contiguous: shard i of k samples only from the i-th of k equal regions; iid shards span the corpus.
+TEST_F(TokenShardTest, ContiguousSplitSamplesOnlyItsRegion) {
+  std::vector<uint32_t> ids(10000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<uint32_t>(i);  // a token's value is its position
+  std::string error;
+  ASSERT_TRUE(WriteTokenShard(Path("t.tok"), ids, 10000, &error)) << error;
+  auto data = TokenData::Load(Path("t.tok"), 8);
+  ASSERT_TRUE(data.ok()) << data.status();
+  std::mt19937_64 rng(1);
+  ASSERT_TRUE(data->SelectShard(1, 4, /*contiguous=*/true).ok());
+  Batch b = data->Sample(256, rng);
+  EXPECT_GE(b.inputs.min().item<int64_t>(), 2500);
+  EXPECT_LT(b.targets.max().item<int64_t>(), 5000);
+  ASSERT_TRUE(data->SelectShard(1, 4, /*contiguous=*/false).ok());  // blocks of 4096: shard 1 owns [4096, 8192)
+  b = data->Sample(256, rng);
+  EXPECT_GE(b.inputs.min().item<int64_t>(), 4096);
+  EXPECT_LT(b.targets.max().item<int64_t>(), 8192);
+  EXPECT_FALSE(data->SelectShard(4, 4, true).ok());
+}
+
 }  // namespace
 }  // namespace diloco

@@ -31,13 +31,14 @@ absl::StatusOr<TokenData> TokenData::Load(const std::string& path, int64_t seq_l
   return data;
 }
 
-absl::Status TokenData::SelectShard(int64_t index, int64_t count) {
+absl::Status TokenData::SelectShard(int64_t index, int64_t count, bool contiguous) {
   if (count <= 0 || index < 0 || index >= count) {
     return absl::InvalidArgumentError(absl::StrCat("shard ", index, " of ", count, " does not exist"));
   }
   std::vector<TokenRange> usable;
   int64_t windows = 0;
-  for (const TokenRange& r : ShardRanges(size(), index, count, std::max(kShardBlockTokens, 4 * (seq_len_ + 1)))) {
+  const int64_t block = contiguous ? (size() + count - 1) / count : std::max(kShardBlockTokens, 4 * (seq_len_ + 1));
+  for (const TokenRange& r : ShardRanges(size(), index, count, block)) {
     if (r.end - r.begin > seq_len_) {
       usable.push_back(r);
       windows += r.end - r.begin - seq_len_;

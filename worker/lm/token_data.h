@@ -40,7 +40,9 @@ class TokenData {
   int64_t size() const { return tokens_.numel(); }
 
   // Restricts sampling to shard `index` of `count`. Blocks shorter than a window are dropped.
-  absl::Status SelectShard(int64_t index, int64_t count);
+  // contiguous: the shard is one region, the index-th of `count` equal parts of the corpus (data.split contiguous:
+  // shards differ in style, the paper's non-iid case); otherwise interleaved blocks (data.split iid).
+  absl::Status SelectShard(int64_t index, int64_t count, bool contiguous = false);
 
   // A random batch of windows from the selected ranges.
   Batch Sample(int64_t batch_size, std::mt19937_64& rng) const;

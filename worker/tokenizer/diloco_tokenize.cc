@@ -97,7 +97,10 @@ int main(int argc, char** argv) {
        << " --user_defined_symbols=" << kNewlineSymbol
        << " --unk_id=0 --bos_id=-1 --eos_id=-1 --pad_id=-1 --num_threads=1 --minloglevel=1";
   const auto trained = sentencepiece::SentencePieceTrainer::Train(args.str());
-  if (!trained.ok()) return Fail("SentencePiece training failed: " + trained.ToString());
+  if (!trained.ok()) {
+    return Fail("SentencePiece training failed for --vocab-size " + std::to_string(vocab_size) +
+                " (model.vocab_size; it must exceed the number of distinct characters): " + trained.ToString());
+  }
 
   sentencepiece::SentencePieceProcessor sp;
   const auto loaded = sp.Load(partial + "/tokenizer.model");
