@@ -1,5 +1,5 @@
 // diloco-ctl: command-line client of a running coordinator.
-//   diloco-ctl status --addr HOST:PORT [--json]
+//   diloco-ctl status --addr HOST:PORT [--json] [--watch [--interval S]]
 //   diloco-ctl leave --addr HOST:PORT --id WORKER     (the worker abandons its round, leaves and exits 0)
 //   diloco-ctl checkpoint --addr HOST:PORT            (write a checkpoint of the global state now)
 // A thin front end: it speaks the protocol in proto/ and uses nothing of coordinator/ or worker/.
@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <thread>
 
 #include "proto/diloco.grpc.pb.h"
 #include "proto/status_json.h"
@@ -41,16 +42,41 @@ void PrintHuman(const diloco::StatusReply& s) {
   }
 }
 
+// Redraws the status table every interval_s; returns 0 once the run is complete, 1 if the coordinator cannot be
+// reached (after it was complete, 0: the coordinator exits at the end of a run).
+int Watch(diloco::Coordinator::Stub& stub, const std::string& addr, double timeout_s, double interval_s) {
+  bool complete = false;
+  while (true) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int>(timeout_s * 1000)));
+    diloco::StatusReply reply;
+    grpc::Status s = stub.GetStatus(&ctx, diloco::StatusRequest(), &reply);
+    if (!s.ok()) {
+      if (complete) return 0;
+      std::cerr << "diloco-ctl: error: coordinator " << addr << ": " << s.error_message() << "\n";
+      return 1;
+    }
+    printf("\033[H\033[2J");  // clear the terminal
+    PrintHuman(reply);
+    fflush(stdout);
+    complete = reply.phase() == "complete";
+    if (complete) return 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(interval_s * 1000)));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Control and inspect a running DiLoCo coordinator"};
   app.require_subcommand(1);
   std::string addr, worker_id;
-  bool json = false;
-  double timeout_s = 5;
+  bool json = false, watch = false;
+  double timeout_s = 5, interval_s = 2;
   CLI::App* status = app.add_subcommand("status", "print the run's status");
   status->add_flag("--json", json, "one JSON object instead of a table");
+  status->add_flag("--watch", watch, "refresh the table until the run completes or the coordinator goes away");
+  status->add_option("--interval", interval_s, "seconds between refreshes with --watch");
   CLI::App* leave = app.add_subcommand("leave", "ask a worker to leave the run");
   leave->add_option("--id", worker_id, "worker id")->required();
   CLI::App* checkpoint = app.add_subcommand("checkpoint", "write a checkpoint now");
@@ -61,6 +87,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   auto stub = diloco::Coordinator::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+  if (*status && watch) return Watch(*stub, addr, timeout_s, interval_s);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int>(timeout_s * 1000)));
   grpc::Status s;
