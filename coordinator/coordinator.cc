@@ -507,7 +507,13 @@ bool CoordinatorCore::complete() const {
 void CoordinatorCore::WaitForWorkersToLeave(double timeout_s) {
   const double deadline = clock_() + timeout_s;
   std::unique_lock<std::mutex> lock(mu_);
-  while (!stop_ && !membership_.ActiveIds().empty() && clock_() < deadline) {
+  // Also wait for workers that have not joined yet (a run resumed already complete): they must learn that it is
+  // over, or they would retry until workers.connect_timeout_s.
+  auto done = [&] {
+    return membership_.ActiveIds().empty() &&
+           static_cast<int64_t>(membership_.members().size()) >= config_.workers.count;
+  };
+  while (!stop_ && !done() && clock_() < deadline) {
     cv_.wait_for(lock, std::chrono::milliseconds(100));
   }
 }

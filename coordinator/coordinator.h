@@ -106,7 +106,8 @@ class CoordinatorCore {
   void Run();
   void Stop();
   bool complete() const;
-  // After completion: waits until no member is active (workers saw run_complete and left) or timeout_s passes.
+  // After completion: waits until workers.count members have joined and none is active (they saw run_complete and
+  // left), or timeout_s passes.
   void WaitForWorkersToLeave(double timeout_s);
   // Writes Status() as JSON to <run.output_dir>/summary.json (atomically). Done at completion; call again to record
   // the final member states.

@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
   const bool complete = (*core)->complete();
   if (complete) {
     spdlog::info("run complete; waiting for workers to leave");
-    (*core)->WaitForWorkersToLeave(std::max(5.0, 3 * config->coordinator.heartbeat_interval_s));
+    (*core)->WaitForWorkersToLeave(std::max(15.0, 3 * config->coordinator.heartbeat_interval_s));
     (*core)->WriteSummary();
   }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

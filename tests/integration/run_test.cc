@@ -198,6 +198,25 @@ TEST(Launch, Int8PseudoGradientsReachTheFp32LossWithAQuarterOfTheBytes) {
   EXPECT_LE(int8["bytes_pushed_committed"].get<double>(), 0.27 * fp32["bytes_pushed_committed"].get<double>());
 }
 
+// Launching a finished run again resumes it, sees it complete, and the workers learn so and exit 0 at once
+// (instead of retrying a coordinator that already left).
+TEST(Launch, RelaunchOfACompletedRunEndsCleanly) {
+  const std::string dir = ScratchDir("relaunch");
+  std::vector<std::string> args = TinyArgs(dir);
+  args.erase(args.begin());
+  {
+    RunningProcess first("diloco-launch", args);
+    ASSERT_EQ(first.Wait(180), 0) << first.output();
+  }
+  RunningProcess again("diloco-launch", args);
+  ASSERT_EQ(again.Wait(60), 0) << again.output();
+  const std::string out = again.output();
+  EXPECT_NE(out.find("is already complete (round 3 of outer.rounds 3)"), std::string::npos) << out;
+  EXPECT_NE(out.find("[worker-0] "), std::string::npos);
+  EXPECT_EQ(out.find("exited with code"), std::string::npos) << out;
+  EXPECT_NE(out.find("[launch] done: 3 rounds"), std::string::npos) << out;
+}
+
 TEST(Launch, TinyRunEndsWithExit0AndPrefixedLogs) {
   const std::string dir = ScratchDir("launch");
   std::vector<std::string> args = TinyArgs(dir);
