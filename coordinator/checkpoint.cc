@@ -72,6 +72,7 @@ class Reader {
   }
   bool Floats(at::Tensor* t) { return Bytes(t->data_ptr(), t->numel() * sizeof(float)); }
   bool AtEnd() const { return pos_ == end_; }
+  size_t remaining() const { return end_ - pos_; }
 
  private:
   const std::string& buf_;
@@ -158,8 +159,11 @@ absl::StatusOr<CheckpointData> LoadCheckpoint(const std::string& path) {
     uint32_t ndim = 0;
     if (!r.String(&name) || !r.Pod(&ndim) || ndim > 8) return Corrupt(path, "bad tensor header");
     std::vector<int64_t> dims(ndim);
+    uint64_t numel = 1;
     for (int64_t& d : dims) {
       if (!r.Pod(&d) || d < 0) return Corrupt(path, "bad tensor shape");
+      numel *= static_cast<uint64_t>(d);
+      if (numel > r.remaining() / sizeof(float)) return Corrupt(path, absl::StrCat("tensor '", name, "' truncated"));
     }
     at::Tensor t = at::empty(dims, at::kFloat);
     if (!r.Floats(&t)) return Corrupt(path, absl::StrCat("tensor '", name, "' truncated"));

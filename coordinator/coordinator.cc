@@ -183,7 +183,7 @@ absl::StatusOr<HeartbeatReply> CoordinatorCore::Heartbeat(const HeartbeatRequest
   HeartbeatReply reply;
   reply.set_round(snapshot_->round);
   reply.set_run_complete(complete_);
-  reply.set_pushed(pushed_.count(request.meta().worker_id()) != 0);
+  reply.set_pushed(pushed_.count(request.meta().worker_id()) != 0 || closing_.count(request.meta().worker_id()) != 0);
   reply.set_phase(phase_);
   if (const Member* m = membership_.Find(request.meta().worker_id())) reply.set_drain(m->drain_requested);
   return reply;
@@ -234,7 +234,11 @@ absl::StatusOr<PushTicket> CoordinatorCore::BeginPush(const PushHeader& header) 
     return absl::UnavailableError(
         absl::StrCat("a push from worker '", id, "' for round ", snapshot_->round, " is still streaming; retry later"));
   }
-  if (header.tokens() <= 0) return absl::InvalidArgumentError("push header: tokens must be > 0");
+  if (header.tokens() <= 0 || header.tokens() > (int64_t{1} << 40) || header.inner_steps() < 0 ||
+      header.inner_steps() > (int64_t{1} << 31)) {
+    return absl::InvalidArgumentError(absl::StrCat("push header: tokens (", header.tokens(), ") must be in [1, 2^40]",
+                                                   " and inner_steps (", header.inner_steps(), ") in [0, 2^31]"));
+  }
   membership_.Touch(id, clock_());
   streaming_.insert(id);
   PushTicket t;
@@ -269,6 +273,7 @@ absl::Status CoordinatorCore::FoldChunk(PushTicket& ticket, size_t index, int64_
   }
   accumulator_.Fold(index, offset, values, ticket.weight);
   ticket.folded_any = true;
+  partial_.insert(ticket.worker_id);
   ticket.bytes += wire_bytes;
   bytes_received_ += wire_bytes;
   return absl::OkStatus();
@@ -276,7 +281,10 @@ absl::Status CoordinatorCore::FoldChunk(PushTicket& ticket, size_t index, int64_
 
 absl::Status CoordinatorCore::CommitPush(PushTicket& ticket) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!ticket.finished) streaming_.erase(ticket.worker_id);
+  if (!ticket.finished) {
+    streaming_.erase(ticket.worker_id);
+    partial_.erase(ticket.worker_id);
+  }
   ticket.finished = true;
   if (ticket.round != snapshot_->round || phase_ != "training") {
     return absl::FailedPreconditionError(absl::StrCat("round ", ticket.round, " closed before the push completed"));
@@ -297,9 +305,11 @@ void CoordinatorCore::AbortPush(PushTicket& ticket, const std::string& why) {
   if (ticket.finished) return;
   ticket.finished = true;
   streaming_.erase(ticket.worker_id);
+  partial_.erase(ticket.worker_id);
   if (!ticket.folded_any || ticket.epoch != epoch_ || ticket.round != snapshot_->round) return;
   // Some of this push is in the sums and the rest never came: discard the round's aggregation so far.
   accumulator_.Reset();
+  partial_.clear();  // every other push in flight was folded under the old epoch and must start over
   ++epoch_;
   spdlog::warn("push from {} for round {} broke off ({}); restarting the round's aggregation, {} worker(s) push again",
                ticket.worker_id, ticket.round, why, pushed_.size());
@@ -358,37 +368,69 @@ void CoordinatorCore::Run() {
     }
     std::set<std::string> pushed;
     for (const auto& [id, ticket] : pushed_) pushed.insert(id);
-    const RoundDecision decision = DecideRoundClose({membership_.ActiveIds(), pushed, round_opened_at_}, now, options);
+    RoundDecision decision = DecideRoundClose({membership_.ActiveIds(), pushed, round_opened_at_}, now, options);
+    if (decision.close && !partial_.empty()) {  // never close over chunks of a push that has not committed
+      decision = {false, absl::StrCat("ready to close; waiting for ", partial_.size(), " push stream(s) in flight")};
+    }
     if (decision.reason != phase_reason_) {
       phase_reason_ = decision.reason;
       if (!decision.close) spdlog::info("round {}: {}", snapshot_->round + 1, decision.reason);
     }
     if (decision.close) {
+      ClosingRound closing = BeginClose();  // under the same lock as the decision
       lock.unlock();
-      CloseRound(decision.reason);
+      try {
+        FinishClose(std::move(closing), decision.reason);
+      } catch (const std::exception& e) {  // a failed round is discarded, not fatal
+        spdlog::error("round {} discarded: {}; its workers push again", snapshot_->round + 1, e.what());
+        lock.lock();
+        closing_.clear();
+        phase_ = "training";
+        continue;
+      }
       lock.lock();
     }
   }
 }
 
-void CoordinatorCore::CloseRound(const std::string& reason) {
-  std::shared_ptr<const ParamSnapshot> base;
-  std::vector<at::Tensor> delta;
-  std::map<std::string, PushTicket> contributors;
-  std::vector<at::Tensor> recycle;
-  double tokens = 0;
+CoordinatorCore::ClosingRound CoordinatorCore::BeginClose() {
+  ClosingRound c;
+  phase_ = "stepping";
+  c.base = snapshot_;
+  c.tokens = accumulator_.total_weight();
+  c.delta = accumulator_.TakeAverage(std::move(spare_sums_));
+  c.contributors.swap(pushed_);
+  for (const auto& [id, push] : c.contributors) closing_.insert(id);  // heartbeats still say "pushed"
+  ++epoch_;
+  if (previous_snapshot_ && previous_snapshot_.use_count() == 1) {  // no pull reads theta_{t-1} any more
+    for (const auto& [name, p] : previous_snapshot_->params) c.recycle.push_back(p);
+  }
+  previous_snapshot_.reset();
+  return c;
+}
+
+void CoordinatorCore::FinishClose(ClosingRound closing, const std::string& reason) {
+  std::shared_ptr<const ParamSnapshot>& base = closing.base;
+  std::vector<at::Tensor>& delta = closing.delta;
+  const auto& contributors = closing.contributors;
+  const double tokens = closing.tokens;
+  for (const at::Tensor& d : delta) {
+    if (!at::isfinite(d).all().item<bool>()) throw std::runtime_error("the averaged pseudo-gradient is not finite");
+  }
+  const double t0 = clock_();
+  std::vector<at::Tensor> theta;
+  for (const auto& [name, p] : base->params) theta.push_back(p);
+  std::vector<at::Tensor> next = outer_.Step(theta, delta, std::move(closing.recycle));
+  auto snapshot = std::make_shared<ParamSnapshot>();
+  snapshot->round = base->round + 1;
+  snapshot->complete = snapshot->round >= config_.outer.rounds;
+  for (size_t i = 0; i < next.size(); ++i) snapshot->params.emplace_back(base->params[i].first, next[i]);
+  const double t1 = clock_();
+  for (at::Tensor& d : delta) d.zero_();  // the next round's accumulator
   {
     std::lock_guard<std::mutex> lock(mu_);
-    phase_ = "stepping";
-    base = snapshot_;
-    tokens = accumulator_.total_weight();
-    delta = accumulator_.TakeAverage(std::move(spare_sums_));
-    contributors.swap(pushed_);
-    ++epoch_;
-    if (previous_snapshot_ && previous_snapshot_.use_count() == 1) {  // no pull reads theta_{t-1} any more
-      for (const auto& [name, p] : previous_snapshot_->params) recycle.push_back(p);
-    }
-    previous_snapshot_.reset();
+    spare_sums_ = std::move(delta);
+    closing_.clear();
     const double k = static_cast<double>(contributors.size());
     last_round_bytes_pushed_ = 0;
     for (const auto& [id, push] : contributors) {  // credited only once the round is committed
@@ -401,20 +443,6 @@ void CoordinatorCore::CloseRound(const std::string& reason) {
       dp_equivalent_bytes_ += static_cast<int64_t>(push.inner_steps * 2.0 * (k - 1) / k * 4.0 * num_params_);
     }
     bytes_pushed_committed_ += last_round_bytes_pushed_;
-  }
-  const double t0 = clock_();
-  std::vector<at::Tensor> theta;
-  for (const auto& [name, p] : base->params) theta.push_back(p);
-  std::vector<at::Tensor> next = outer_.Step(theta, delta, std::move(recycle));
-  auto snapshot = std::make_shared<ParamSnapshot>();
-  snapshot->round = base->round + 1;
-  snapshot->complete = snapshot->round >= config_.outer.rounds;
-  for (size_t i = 0; i < next.size(); ++i) snapshot->params.emplace_back(base->params[i].first, next[i]);
-  const double t1 = clock_();
-  for (at::Tensor& d : delta) d.zero_();  // the next round's accumulator
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    spare_sums_ = std::move(delta);
     last_outer_step_seconds_ = t1 - t0;
     last_round_seconds_ = t1 - round_opened_at_;
     round_opened_at_ = t1;
@@ -444,7 +472,13 @@ void CoordinatorCore::EvaluateIfDue(const ParamSnapshot& snapshot, bool force) {
   const int64_t every = config_.coordinator.eval_every;
   if (every <= 0 || (!force && snapshot.round % every != 0)) return;
   const double t0 = clock_();
-  const double loss = evaluator_->Evaluate(snapshot.params);
+  double loss = 0;
+  try {
+    loss = evaluator_->Evaluate(snapshot.params);
+  } catch (const std::exception& e) {
+    spdlog::error("evaluation of round {} failed, training goes on: {}", snapshot.round, e.what());
+    return;
+  }
   spdlog::info("eval: round {} val_loss {:.4f} (ppl {:.2f}, {:.2f} s)", snapshot.round, loss, std::exp(loss),
                clock_() - t0);
   std::lock_guard<std::mutex> lock(mu_);

@@ -116,7 +116,18 @@ class CoordinatorCore {
  private:
   CoordinatorCore(const Config& config, Clock clock);
   absl::Status CheckMeta(const RequestMeta& meta, bool require_member) const;  // mu_ held
-  void CloseRound(const std::string& reason);  // round thread; takes mu_ itself
+  // Closing a round: BeginClose (mu_ held, same critical section as the decision) takes the averaged
+  // pseudo-gradient and the contributors out; FinishClose (no lock) checks the average is finite, applies the outer
+  // step and publishes theta_{t+1}. If FinishClose throws, the round is discarded and its workers push again.
+  struct ClosingRound {
+    std::shared_ptr<const ParamSnapshot> base;
+    std::vector<at::Tensor> delta;
+    std::map<std::string, PushTicket> contributors;
+    std::vector<at::Tensor> recycle;
+    double tokens = 0;
+  };
+  ClosingRound BeginClose();
+  void FinishClose(ClosingRound closing, const std::string& reason);
   void EvaluateIfDue(const ParamSnapshot& snapshot, bool force);
   void CheckpointIfDue(bool force);
   absl::StatusOr<WrittenCheckpoint> WriteCheckpoint();  // the published theta_t + its momentum; serialized by checkpoint_mu_
@@ -140,6 +151,8 @@ class CoordinatorCore {
   Membership membership_;
   std::map<std::string, PushTicket> pushed_;  // pushes counted in the open round, by worker id
   std::set<std::string> streaming_;           // workers with a push stream open (one at a time each)
+  std::set<std::string> partial_;             // ... of which some chunks are already in the sums: blocks closing
+  std::set<std::string> closing_;             // contributors of the round being stepped (heartbeats: pushed)
   int64_t epoch_ = 0;                 // bumped when the open round's aggregation restarts or the round closes
   double round_opened_at_ = 0;
   std::string phase_ = "training";

@@ -280,6 +280,33 @@ TEST_F(CoordinatorCoreTest, ConcurrentDuplicatePushIsCountedOnce) {
   ExpectAllClose(Theta(), Step(theta0, Average({d1, d2}, {3000, 1000})));
 }
 
+// A round that times out while B's push has folded some chunks must not close over them: it waits for B's stream,
+// and when that stream breaks, the aggregation restarts and the round closes on complete pushes only.
+TEST_F(CoordinatorCoreTest, RoundNeverClosesOverAPartiallyFoldedPush) {
+  config_.coordinator.min_workers = 1;
+  config_.coordinator.round_timeout_s = 100;
+  Start();
+  Join("A");
+  Join("B");
+  const Tensors theta0 = Theta();
+  const Tensors d1 = RandomDelta(), partial = RandomDelta();
+  ASSERT_TRUE(Push("A", 0, 3000, d1).ok());
+  auto b = core_->BeginPush(Header("B", 0, 1000));
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_TRUE(FoldTensor(*b, 0, partial[0]).ok());  // half of B's push is in the sums
+  StartRun();
+  now_ = 150;  // past round_timeout_s with min_workers pushes
+  ASSERT_TRUE(WaitFor([](const StatusReply& s) {
+    return s.phase_reason().find("push stream(s) in flight") != std::string::npos;
+  }));
+  EXPECT_EQ(core_->Status().round(), 0) << "closed over a partial push";
+  core_->AbortPush(*b, "stream broke");
+  EXPECT_FALSE(Beat("A").pushed()) << "A's push was discarded with the sums: it must push again";
+  ASSERT_TRUE(Push("A", 0, 3000, d1).ok());
+  ASSERT_TRUE(WaitForRound(1));
+  ExpectAllClose(Theta(), Step(theta0, d1));
+}
+
 TEST_F(CoordinatorCoreTest, LatePushIsRefusedAndLeavesNoTrace) {
   config_.coordinator.min_workers = 1;
   config_.coordinator.round_timeout_s = 100;
