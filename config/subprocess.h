@@ -36,7 +36,6 @@ class Subprocess {
   // Non-blocking: true and *code set once the child has exited.
   bool Poll(int* code);
   void Signal(int sig) const;
-  bool exited() const { return exited_; }
 
  private:
   Subprocess() = default;
