@@ -64,6 +64,7 @@ struct CoordinatorConfig {
   int64_t threads = 1;                       // intra-op threads for the outer step and evaluation
   double heartbeat_interval_s = 1.0;
   double lease_s = 10.0;                     // a member silent this long is marked lost
+  std::string metrics_listen;                // HOST:PORT of the HTTP /metrics, /status.json and / page; "" = off
 };
 
 struct WorkersConfig {
@@ -79,6 +80,23 @@ struct CommConfig {
   std::string codec = "fp32";                // pseudo-gradient push: fp32 | bf16 | fp16 | int8 | int4
   std::string pull_codec = "fp32";           // global parameters pull (lossless fp32 by default)
   bool error_feedback = false;               // worker keeps the quantization residual, adds it next round
+  // Streaming DiLoCo (arXiv 2501.18512): the model is split into `fragments` groups of layers (strided), and one
+  // fragment syncs every inner.steps / fragments inner steps, so each fragment still syncs every inner.steps.
+  int64_t fragments = 1;
+  int64_t overlap_steps = 0;                 // inner steps a worker trains while its fragment is in flight
+  double merge_alpha = 0.5;                  // with overlap: local <- alpha * local + (1 - alpha) * global
+};
+
+// Transport security (README "Security"). The same keys on every process: the coordinator serves with
+// tls_cert/tls_key and, with tls_ca set, requires client certificates signed by it (mutual TLS); a worker or
+// diloco-ctl verifies the coordinator with tls_ca and presents tls_cert/tls_key as its client identity. All empty:
+// plaintext. token_file: a shared secret every RPC must carry (metadata "authorization: Bearer <token>").
+struct SecurityConfig {
+  std::string tls_cert;                      // PEM certificate chain (server identity / client identity)
+  std::string tls_key;                       // PEM private key of tls_cert
+  std::string tls_ca;                        // PEM CA bundle: verifies the peer; on the coordinator: require mTLS
+  std::string token_file;                    // file holding the shared secret (trailing newline ignored)
+  std::string server_name;                   // clients: TLS name to verify instead of the address's host
 };
 
 struct Config {
@@ -90,8 +108,13 @@ struct Config {
   CoordinatorConfig coordinator;
   WorkersConfig workers;
   CommConfig comm;
+  SecurityConfig security;
 
   std::string CacheDir() const { return data.cache_dir.empty() ? run.output_dir + "/data" : data.cache_dir; }
+  // The coordinator's rounds are fragment syncs: outer.rounds x comm.fragments of them, each after
+  // inner.steps / comm.fragments inner steps. With one fragment these are plain DiLoCo rounds.
+  int64_t SyncRounds() const { return outer.rounds * comm.fragments; }
+  int64_t StepsPerSync() const { return inner.steps / comm.fragments; }
   std::string CheckpointDir() const {
     return coordinator.checkpoint_dir.empty() ? run.output_dir + "/checkpoints" : coordinator.checkpoint_dir;
   }

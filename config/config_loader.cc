@@ -111,6 +111,7 @@ const std::vector<Field>& Fields() {
       MakeField("coordinator.heartbeat_interval_s", &Config::coordinator,
                 &CoordinatorConfig::heartbeat_interval_s),
       MakeField("coordinator.lease_s", &Config::coordinator, &CoordinatorConfig::lease_s),
+      MakeField("coordinator.metrics_listen", &Config::coordinator, &CoordinatorConfig::metrics_listen),
       MakeField("workers.count", &Config::workers, &WorkersConfig::count),
       MakeField("workers.device", &Config::workers, &WorkersConfig::device),
       MakeField("workers.threads", &Config::workers, &WorkersConfig::threads),
@@ -120,6 +121,14 @@ const std::vector<Field>& Fields() {
       MakeField("comm.codec", &Config::comm, &CommConfig::codec),
       MakeField("comm.pull_codec", &Config::comm, &CommConfig::pull_codec),
       MakeField("comm.error_feedback", &Config::comm, &CommConfig::error_feedback),
+      MakeField("comm.fragments", &Config::comm, &CommConfig::fragments),
+      MakeField("comm.overlap_steps", &Config::comm, &CommConfig::overlap_steps),
+      MakeField("comm.merge_alpha", &Config::comm, &CommConfig::merge_alpha),
+      MakeField("security.tls_cert", &Config::security, &SecurityConfig::tls_cert),
+      MakeField("security.tls_key", &Config::security, &SecurityConfig::tls_key),
+      MakeField("security.tls_ca", &Config::security, &SecurityConfig::tls_ca),
+      MakeField("security.token_file", &Config::security, &SecurityConfig::token_file),
+      MakeField("security.server_name", &Config::security, &SecurityConfig::server_name),
   };
   return fields;
 }
@@ -201,6 +210,34 @@ absl::Status ApplyOverride(const std::string& override_text, Config& config) {
   return absl::OkStatus();
 }
 
+// security.*: cert and key come together; every named file must be readable; the token file must hold a secret.
+absl::Status ValidateSecurity(const SecurityConfig& c) {
+  if (c.tls_cert.empty() != c.tls_key.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        c.tls_cert.empty() ? "security.tls_cert" : "security.tls_key", ": must be set together with ",
+        c.tls_cert.empty() ? "security.tls_key" : "security.tls_cert", " (a PEM certificate and its private key)"));
+  }
+  for (auto [key, path] : std::vector<std::pair<const char*, std::string>>{{"security.tls_cert", c.tls_cert},
+                                                                          {"security.tls_key", c.tls_key},
+                                                                          {"security.tls_ca", c.tls_ca},
+                                                                          {"security.token_file", c.token_file}}) {
+    if (path.empty()) continue;
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(key, ": cannot read '", path, "' (", std::strerror(errno), ")"));
+    }
+    if (std::string(key) != "security.token_file") continue;
+    std::stringstream text;
+    text << in.rdbuf();
+    if (text.str().find_first_not_of(" \t\r\n") == std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(key, ": '", path, "' is empty; put the run's shared secret in it (e.g. openssl rand -hex 32)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::string& origin,
@@ -253,7 +290,8 @@ absl::Status ValidateConfig(const Config& c) {
            {"coordinator.lease_s", c.coordinator.lease_s},
            {"workers.count", double(c.workers.count)},       {"workers.threads", double(c.workers.threads)},
            {"workers.rpc_timeout_s", c.workers.rpc_timeout_s},
-           {"comm.chunk_bytes", double(c.comm.chunk_bytes)}}) {
+           {"comm.chunk_bytes", double(c.comm.chunk_bytes)},
+           {"comm.fragments", double(c.comm.fragments)}}) {
     absl::Status s = positive(key, v);
     if (!s.ok()) return s;
   }
@@ -301,7 +339,34 @@ absl::Status ValidateConfig(const Config& c) {
            {"coordinator.keep_checkpoints", double(c.coordinator.keep_checkpoints)}}) {
     if (v < 0) return absl::InvalidArgumentError(absl::StrCat(key, ": must be >= 0, got ", v));
   }
+  if (!c.coordinator.metrics_listen.empty()) {
+    const std::string& m = c.coordinator.metrics_listen;
+    const size_t colon = m.rfind(':');
+    const std::string port = colon == std::string::npos ? "" : m.substr(colon + 1);
+    const bool digits = !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos;
+    if (colon == 0 || !digits || std::stoi(port) > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "coordinator.metrics_listen: expected HOST:PORT (e.g. 127.0.0.1:9464; port 0 picks a free one) or \"\" "
+          "for off, got '", m, "'"));
+    }
+  }
   if (c.run.output_dir.empty()) return absl::InvalidArgumentError("run.output_dir: must not be empty");
+  if (c.comm.fragments > c.model.n_layer + 1) {  // blocks i -> i mod P; ln_f -> P-1: every fragment gets a tensor
+    return absl::InvalidArgumentError(absl::StrCat("comm.fragments: at most model.n_layer + 1 (", c.model.n_layer + 1,
+                                                   "), got ", c.comm.fragments));
+  }
+  if (c.inner.steps % c.comm.fragments != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("comm.fragments (", c.comm.fragments,
+                                                   ") must divide inner.steps (", c.inner.steps, ")"));
+  }
+  if (c.comm.overlap_steps < 0 || c.comm.overlap_steps > c.StepsPerSync()) {
+    return absl::InvalidArgumentError(absl::StrCat("comm.overlap_steps: must be in [0, inner.steps / comm.fragments = ",
+                                                   c.StepsPerSync(), "], got ", c.comm.overlap_steps));
+  }
+  if (!(c.comm.merge_alpha >= 0 && c.comm.merge_alpha <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("comm.merge_alpha: must be in [0, 1], got ", c.comm.merge_alpha));
+  }
+  if (absl::Status s = ValidateSecurity(c.security); !s.ok()) return s;
   return absl::OkStatus();
 }
 

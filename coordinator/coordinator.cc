@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "proto/status_json.h"
 #include "worker/lm/evaluate.h"
+#include "worker/lm/fragments.h"
 #include "worker/lm/token_data.h"
 #include "worker/lm/transformer.h"
 
@@ -73,6 +74,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const C
   c->specs_ = SpecsOf(snapshot->params);
   c->fingerprint_ = Fingerprint(c->specs_);
   c->num_params_ = TotalElements(c->specs_);
+  std::vector<std::string> names;
+  for (const TensorSpec& spec : c->specs_) names.push_back(spec.name);
+  c->fragment_members_ = FragmentMembers(AssignFragments(names, config.comm.fragments), config.comm.fragments);
+  for (const auto& members : c->fragment_members_) {
+    std::vector<TensorSpec> specs;
+    for (size_t i : members) specs.push_back(c->specs_[i]);
+    c->fragment_specs_.push_back(std::move(specs));
+  }
 
   if (!config.model.init_from.empty()) {
     auto ckpt = LoadCheckpoint(config.model.init_from);
@@ -104,16 +113,16 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const C
       }
       snapshot->params = std::move(loaded->data.params);
       snapshot->round = loaded->data.round;
-      snapshot->complete = snapshot->round >= config.outer.rounds;
+      snapshot->complete = snapshot->round >= config.SyncRounds();
       c->momentum_snapshot_ = loaded->data.momentum;
       c->outer_.set_momentum_buffers(std::move(loaded->data.momentum));
       c->evals_ = std::move(loaded->data.evals);
       c->complete_ = snapshot->complete;
       if (c->complete_) {
         c->phase_ = "complete";
-        spdlog::warn("the run in {} is already complete (round {} of outer.rounds {}); nothing to train. Start over "
+        spdlog::warn("the run in {} is already complete (round {} of {}); nothing to train. Start over "
                      "with --fresh, or raise outer.rounds to continue it", config.CheckpointDir(), snapshot->round,
-                     config.outer.rounds);
+                     config.SyncRounds());
       }
       spdlog::info("resumed from {}: round {}, {} evals{}", loaded->path, snapshot->round, c->evals_.size(),
                    skipped.empty() ? "" : absl::StrCat(" (", skipped.size(), " newer file(s) skipped as corrupt)"));
@@ -144,6 +153,10 @@ absl::StatusOr<JoinReply> CoordinatorCore::Join(const JoinRequest& request) {
   if (!mismatch.empty()) {
     return absl::FailedPreconditionError(absl::StrCat("model config differs from the coordinator's: ", mismatch));
   }
+  if (const int64_t f = std::max(1, request.fragments()); f != config_.comm.fragments) {
+    return absl::FailedPreconditionError(absl::StrCat("comm.fragments differs: worker has ", f, ", coordinator has ",
+                                                      config_.comm.fragments));
+  }
   std::lock_guard<std::mutex> lock(mu_);
   absl::Status s = CheckMeta(request.meta(), /*require_member=*/false);
   if (!s.ok()) return s;
@@ -155,7 +168,7 @@ absl::StatusOr<JoinReply> CoordinatorCore::Join(const JoinRequest& request) {
   cv_.notify_all();
   JoinReply reply;
   reply.set_round(snapshot_->round);
-  reply.set_rounds_total(config_.outer.rounds);
+  reply.set_rounds_total(config_.SyncRounds());
   reply.set_shard_index(m.shard_index);
   reply.set_shard_count(membership_.shard_count());
   reply.set_heartbeat_interval_ms(static_cast<int64_t>(config_.coordinator.heartbeat_interval_s * 1000));
@@ -206,6 +219,10 @@ absl::StatusOr<std::shared_ptr<const ParamSnapshot>> CoordinatorCore::BeginPull(
   std::lock_guard<std::mutex> lock(mu_);
   absl::Status s = CheckMeta(request.meta(), /*require_member=*/true);
   if (!s.ok()) return s;
+  if (request.has_fragment() && (request.fragment() < 0 || request.fragment() >= fragments())) {
+    return absl::InvalidArgumentError(absl::StrCat("pull of fragment ", request.fragment(), ": comm.fragments is ",
+                                                   fragments()));
+  }
   membership_.Touch(request.meta().worker_id(), clock_());
   return snapshot_;
 }
@@ -239,11 +256,18 @@ absl::StatusOr<PushTicket> CoordinatorCore::BeginPush(const PushHeader& header) 
     return absl::InvalidArgumentError(absl::StrCat("push header: tokens (", header.tokens(), ") must be in [1, 2^40]",
                                                    " and inner_steps (", header.inner_steps(), ") in [0, 2^31]"));
   }
+  const int fragment = static_cast<int>(snapshot_->round % fragments());
+  if (header.fragment() != fragment) {
+    return absl::InvalidArgumentError(absl::StrCat("push of fragment ", header.fragment(), " refused: round ",
+                                                   snapshot_->round + 1, " syncs fragment ", fragment, " of ",
+                                                   fragments()));
+  }
   membership_.Touch(id, clock_());
   streaming_.insert(id);
   PushTicket t;
   t.worker_id = id;
   t.round = snapshot_->round;
+  t.fragment = fragment;
   t.epoch = epoch_;
   t.weight = static_cast<double>(header.tokens());
   t.tokens = header.tokens();
@@ -321,7 +345,8 @@ StatusReply CoordinatorCore::Status() const {
   StatusReply s;
   s.set_run_name(config_.run.name);
   s.set_round(snapshot_->round);
-  s.set_rounds_total(config_.outer.rounds);
+  s.set_rounds_total(config_.SyncRounds());
+  s.set_fragments(fragments());
   s.set_phase(phase_);
   s.set_phase_reason(phase_reason_);
   s.set_params(num_params_);
@@ -420,10 +445,12 @@ void CoordinatorCore::FinishClose(ClosingRound closing, const std::string& reaso
   const double t0 = clock_();
   std::vector<at::Tensor> theta;
   for (const auto& [name, p] : base->params) theta.push_back(p);
-  std::vector<at::Tensor> next = outer_.Step(theta, delta, std::move(closing.recycle));
+  const std::vector<size_t>* only =
+      fragments() > 1 ? &fragment_members_[static_cast<size_t>(base->round % fragments())] : nullptr;
+  std::vector<at::Tensor> next = outer_.Step(theta, delta, std::move(closing.recycle), only);
   auto snapshot = std::make_shared<ParamSnapshot>();
   snapshot->round = base->round + 1;
-  snapshot->complete = snapshot->round >= config_.outer.rounds;
+  snapshot->complete = snapshot->round >= config_.SyncRounds();
   for (size_t i = 0; i < next.size(); ++i) snapshot->params.emplace_back(base->params[i].first, next[i]);
   const double t1 = clock_();
   for (at::Tensor& d : delta) d.zero_();  // the next round's accumulator
@@ -453,7 +480,7 @@ void CoordinatorCore::FinishClose(ClosingRound closing, const std::string& reaso
     phase_reason_.clear();
   }
   spdlog::info("round {}/{} closed ({}): {} pushes, {:.0f} tokens, outer step {:.3f} s, round {:.2f} s",
-               snapshot->round, config_.outer.rounds, reason, contributors.size(), tokens, t1 - t0,
+               snapshot->round, config_.SyncRounds(), reason, contributors.size(), tokens, t1 - t0,
                last_round_seconds_);
   EvaluateIfDue(*snapshot, snapshot->complete);
   CheckpointIfDue(snapshot->complete);

@@ -52,6 +52,7 @@ struct ParamSnapshot {
 struct PushTicket {
   std::string worker_id;
   int64_t round = 0;
+  int fragment = 0;  // round mod comm.fragments
   int64_t epoch = 0;
   double weight = 0;
   int64_t tokens = 0;
@@ -99,6 +100,10 @@ class CoordinatorCore {
 
   StatusReply Status() const;
   const std::vector<TensorSpec>& specs() const { return specs_; }
+  // Streaming DiLoCo: comm.fragments, and for fragment f the positions of its tensors in specs() and their specs.
+  int fragments() const { return static_cast<int>(fragment_members_.size()); }
+  const std::vector<size_t>& fragment_members(int f) const { return fragment_members_.at(static_cast<size_t>(f)); }
+  const std::vector<TensorSpec>& fragment_specs(int f) const { return fragment_specs_.at(static_cast<size_t>(f)); }
   const std::string& fingerprint() const { return fingerprint_; }
 
   // The round loop: closes rounds, steps, evaluates, checkpoints. Returns when the run is complete (after writing
@@ -135,6 +140,8 @@ class CoordinatorCore {
   const Config config_;
   const Clock clock_;
   std::vector<TensorSpec> specs_;
+  std::vector<std::vector<size_t>> fragment_members_;
+  std::vector<std::vector<TensorSpec>> fragment_specs_;
   std::string fingerprint_;
   int64_t num_params_ = 0;
   std::unique_ptr<Evaluator> evaluator_;  // round thread only

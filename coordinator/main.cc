@@ -1,7 +1,9 @@
 // diloco-coordinator: serves one DiLoCo run. Loads the config, makes sure the token cache exists, builds theta_0,
 // starts the gRPC service and the round loop, and exits 0 once the last round is done and the workers have left.
 #include <ATen/Parallel.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -14,6 +16,7 @@
 #include "config/data_cache.h"
 #include "config/subprocess.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/http_status.h"
 #include "coordinator/service.h"
 #include "proto/codec.h"
 
@@ -27,16 +30,25 @@ int Fail(const std::string& message, int code = 2) {
   return code;
 }
 
+// Writes `address` to `path` atomically (temp file + rename), for tests and launchers that listen on port 0.
+void WriteAddressFile(const std::string& path, const std::string& address) {
+  if (path.empty()) return;
+  std::ofstream(path + ".tmp") << address << "\n";
+  std::rename((path + ".tmp").c_str(), path.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"DiLoCo coordinator: holds the global parameters and runs the outer optimizer"};
-  std::string config_path, port_file;
+  std::string config_path, port_file, metrics_port_file;
   std::vector<std::string> overrides;
   app.add_option("--config", config_path, "run config (YAML)")->required();
   app.add_option("--set", overrides, "override a config key: section.key=value (repeatable)");
   bool fresh = false;
   app.add_option("--port-file", port_file, "write HOST:PORT here once listening (for coordinator.listen port 0)");
+  app.add_option("--metrics-port-file", metrics_port_file,
+                 "write HOST:PORT of the HTTP metrics listener here once listening (coordinator.metrics_listen)");
   app.add_flag("--fresh", fresh, "ignore checkpoints in coordinator.checkpoint_dir and start from theta_0");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_pattern("%H:%M:%S.%e %^%l%$ coordinator: %v");
@@ -53,8 +65,23 @@ int main(int argc, char** argv) {
   spdlog::info("model: {} parameters, fingerprint {}", diloco::TotalElements((*core)->specs()),
                (*core)->fingerprint());
 
+  // Optional HTTP listener: /metrics (Prometheus), /status.json, / (status page). Started before the gRPC server so
+  // that a bad coordinator.metrics_listen fails the start-up before anything is served.
+  std::unique_ptr<diloco::HttpStatusServer> http;
+  if (!config->coordinator.metrics_listen.empty()) {
+    diloco::CoordinatorCore* core_ptr = core->get();
+    auto started = diloco::HttpStatusServer::Start(config->coordinator.metrics_listen,
+                                                   [core_ptr] { return core_ptr->Status(); });
+    if (!started.ok()) return Fail(std::string(started.status().message()));
+    http = std::move(*started);
+    spdlog::info("metrics on http://{}/metrics, status page http://{}/", http->address(), http->address());
+  }
+
   diloco::CoordinatorService service(core->get(), config->comm.chunk_bytes,
                                      diloco::CodecFromName(config->comm.pull_codec).value());
+  // Standard grpc.health.v1.Health (SERVING while the run goes on) and server reflection (for grpcurl and the like).
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(config->coordinator.listen, grpc::InsecureServerCredentials(), &port);
@@ -71,10 +98,9 @@ int main(int argc, char** argv) {
   const std::string address = host + ":" + std::to_string(port);
   spdlog::info("listening on {}; waiting for workers ({} rounds of {} inner steps)", address, config->outer.rounds,
                config->inner.steps);
-  if (!port_file.empty()) {
-    std::ofstream(port_file + ".tmp") << address << "\n";
-    std::rename((port_file + ".tmp").c_str(), port_file.c_str());
-  }
+  server->GetHealthCheckService()->SetServingStatus(true);
+  WriteAddressFile(port_file, address);
+  if (http) WriteAddressFile(metrics_port_file, http->address());
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
@@ -92,6 +118,8 @@ int main(int argc, char** argv) {
     (*core)->WaitForWorkersToLeave(std::max(15.0, 3 * config->coordinator.heartbeat_interval_s));
     (*core)->WriteSummary();
   }
+  server->GetHealthCheckService()->SetServingStatus(false);
+  if (http) http->Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   watcher.join();
   spdlog::info("exit");

@@ -47,19 +47,29 @@ void PlainKernel(const float* __restrict pt, const float* __restrict pd, float* 
 }  // namespace
 
 std::vector<at::Tensor> OuterOptimizer::Step(const std::vector<at::Tensor>& theta,
-                                             const std::vector<at::Tensor>& delta, std::vector<at::Tensor> recycle) {
+                                             const std::vector<at::Tensor>& delta, std::vector<at::Tensor> recycle,
+                                             const std::vector<size_t>* only) {
   if (theta.size() != delta.size()) throw std::invalid_argument("OuterOptimizer::Step: tensor counts differ");
   if (!buffers_.empty() && buffers_.size() != theta.size()) {
     throw std::invalid_argument("OuterOptimizer::Step: momentum buffer count differs from the parameter count");
   }
   const bool first = buffers_.empty();
   const bool momentum = momentum_ != 0;
+  std::vector<char> stepped(theta.size(), only == nullptr ? 1 : 0);
+  if (only != nullptr) {
+    for (size_t i : *only) stepped.at(i) = 1;
+  }
   const bool nesterov = kind_ == Kind::kNesterov;
   // PyTorch applies the scalars as float for float32 tensors.
   const float mu = static_cast<float>(momentum_);
   const float minus_lr = static_cast<float>(-lr_);
   std::vector<at::Tensor> next(theta.size()), next_buffers(momentum ? theta.size() : 0);
   for (size_t i = 0; i < theta.size(); ++i) {
+    if (!stepped[i]) {  // another fragment's tensor: unchanged, and so is its momentum
+      next[i] = theta[i];
+      if (momentum) next_buffers[i] = first ? at::zeros_like(theta[i]) : buffers_[i];  // zeros act as "no buffer yet"
+      continue;
+    }
     if (theta[i].scalar_type() != at::kFloat || delta[i].scalar_type() != at::kFloat ||
         theta[i].sizes() != delta[i].sizes()) {
       throw std::invalid_argument("OuterOptimizer::Step: tensors must be float32 of matching shapes");

@@ -25,8 +25,10 @@ class OuterOptimizer {
   // Returns theta_t in tensors other than `theta`, which is left untouched (pulls in flight may still read it).
   // `recycle`: tensors the caller no longer needs (e.g. theta_{t-2}); each one nobody else holds (use_count 1) and
   // of the right shape is overwritten with the result instead of allocating.
+  // `only`: the positions to step (one fragment of Streaming DiLoCo); the others come back as the same tensors and
+  // keep their momentum. A buffer not yet created is zero, which steps exactly like PyTorch's first step (buf = delta).
   std::vector<at::Tensor> Step(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& delta,
-                               std::vector<at::Tensor> recycle = {});
+                               std::vector<at::Tensor> recycle = {}, const std::vector<size_t>* only = nullptr);
 
   // Momentum buffers (empty before the first step or when momentum is 0), for checkpoints. Step() writes the new
   // buffers into other tensors (the ones of two steps ago, when nobody holds them), never in place, so a copy of

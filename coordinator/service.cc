@@ -26,22 +26,33 @@ grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, Body body) {
   return reactor;
 }
 
-// Streams one snapshot of theta: a header, then the chunks.
+// The tensors of one fragment of a snapshot (all of them for fragment -1).
+std::vector<std::pair<std::string, at::Tensor>> FragmentOf(const CoordinatorCore& core, const ParamSnapshot& snapshot,
+                                                           int fragment) {
+  if (fragment < 0) return snapshot.params;
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (size_t i : core.fragment_members(fragment)) out.push_back(snapshot.params[i]);
+  return out;
+}
+
+// Streams one snapshot of theta (or one fragment of it): a header, then the chunks.
 class PullReactor : public grpc::ServerWriteReactor<PullMessage> {
  public:
   PullReactor(CoordinatorCore* core, std::string worker_id, std::shared_ptr<const ParamSnapshot> snapshot,
-              int64_t chunk_bytes, Codec codec)
+              int fragment, int64_t chunk_bytes, Codec codec)
       : core_(core),
         worker_id_(std::move(worker_id)),
         snapshot_(std::move(snapshot)),
-        chunker_(snapshot_->params, chunk_bytes, codec) {
+        tensors_(FragmentOf(*core, *snapshot_, fragment)),
+        chunker_(tensors_, chunk_bytes, codec) {
     PullHeader* h = message_.mutable_header();
     h->set_round(snapshot_->round);
     h->set_run_complete(snapshot_->complete);
-    h->set_num_tensors(static_cast<int64_t>(snapshot_->params.size()));
+    h->set_num_tensors(static_cast<int64_t>(tensors_.size()));
     int64_t n = 0;
-    for (const auto& [name, t] : snapshot_->params) n += t.numel();
+    for (const auto& [name, t] : tensors_) n += t.numel();
     h->set_num_elements(n);
+    h->set_fragment(fragment);
     StartWrite(&message_);
   }
 
@@ -68,16 +79,16 @@ class PullReactor : public grpc::ServerWriteReactor<PullMessage> {
   CoordinatorCore* core_;
   std::string worker_id_;
   std::shared_ptr<const ParamSnapshot> snapshot_;
+  std::vector<std::pair<std::string, at::Tensor>> tensors_;
   TensorChunker chunker_;
   PullMessage message_;
 };
 
-// Receives one pseudo-gradient: a header, then chunks in parameter order, each folded as it arrives.
+// Receives one pseudo-gradient: a header, then chunks of the round's fragment (the whole model without fragments)
+// in parameter order, each folded as it arrives.
 class PushReactor : public grpc::ServerReadReactor<PushMessage> {
  public:
-  PushReactor(CoordinatorCore* core, PushReply* reply) : core_(core), reply_(reply), reader_(core->specs()) {
-    StartRead(&message_);
-  }
+  PushReactor(CoordinatorCore* core, PushReply* reply) : core_(core), reply_(reply) { StartRead(&message_); }
 
   void OnReadDone(bool ok) override {
     absl::Status status;
@@ -85,8 +96,8 @@ class PushReactor : public grpc::ServerReadReactor<PushMessage> {
       if (!ok) {  // the client closed its side: the push must be complete
         if (!ticket_) {
           status = absl::InvalidArgumentError("push stream ended before its header");
-        } else if (!reader_.Done()) {
-          status = absl::InvalidArgumentError("push stream ended early, at " + reader_.Position());
+        } else if (!reader_->Done()) {
+          status = absl::InvalidArgumentError("push stream ended early, at " + reader_->Position());
         } else {
           status = core_->CommitPush(*ticket_);
           reply_->set_round(ticket_->round);
@@ -120,12 +131,14 @@ class PushReactor : public grpc::ServerReadReactor<PushMessage> {
       auto ticket = core_->BeginPush(message_.header());
       if (!ticket.ok()) return ticket.status();
       ticket_ = std::make_unique<PushTicket>(std::move(*ticket));
+      members_ = &core_->fragment_members(ticket_->fragment);
+      reader_ = std::make_unique<ChunkStreamReader>(core_->fragment_specs(ticket_->fragment));
       return absl::OkStatus();
     }
     if (!message_.has_chunk()) return absl::InvalidArgumentError("a push header may appear only once");
-    auto view = reader_.Next(message_.chunk());
+    auto view = reader_->Next(message_.chunk());
     if (!view.ok()) return view.status();
-    return core_->FoldChunk(*ticket_, reader_.tensor_index(), reader_.chunk_offset(), *view,
+    return core_->FoldChunk(*ticket_, (*members_)[reader_->tensor_index()], reader_->chunk_offset(), *view,
                             static_cast<int64_t>(message_.chunk().data().size()));
   }
 
@@ -137,7 +150,8 @@ class PushReactor : public grpc::ServerReadReactor<PushMessage> {
 
   CoordinatorCore* core_;
   PushReply* reply_;
-  ChunkStreamReader reader_;
+  std::unique_ptr<ChunkStreamReader> reader_;   // made from the header: the fragment's specs
+  const std::vector<size_t>* members_ = nullptr;  // reader index -> position in the model's parameters
   PushMessage message_;
   std::unique_ptr<PushTicket> ticket_;
 };
@@ -218,7 +232,8 @@ grpc::ServerWriteReactor<PullMessage>* CoordinatorService::PullParameters(grpc::
     };
     return new Refuse(snapshot.status());
   }
-  return new PullReactor(coordinator_, request->meta().worker_id(), std::move(*snapshot), chunk_bytes_, pull_codec_);
+  return new PullReactor(coordinator_, request->meta().worker_id(), std::move(*snapshot),
+                         request->has_fragment() ? request->fragment() : -1, chunk_bytes_, pull_codec_);
 }
 
 grpc::ServerReadReactor<PushMessage>* CoordinatorService::PushPseudoGradient(grpc::CallbackServerContext* ctx,

@@ -22,6 +22,7 @@ nlohmann::json StatusToJson(const StatusReply& s) {
   return {{"run_name", s.run_name()},
           {"round", s.round()},
           {"rounds_total", s.rounds_total()},
+          {"fragments", s.fragments()},
           {"phase", s.phase()},
           {"phase_reason", s.phase_reason()},
           {"params", s.params()},

@@ -41,7 +41,7 @@ void CoordinatorClient::SetDeadline(grpc::ClientContext* ctx) const {
 }
 
 absl::StatusOr<JoinReply> CoordinatorClient::Join(const ModelSpec& model, int32_t threads, const std::string& device,
-                                                  int32_t shard_hint) {
+                                                  int32_t shard_hint, int32_t fragments) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
   JoinRequest request;
@@ -50,6 +50,7 @@ absl::StatusOr<JoinReply> CoordinatorClient::Join(const ModelSpec& model, int32_
   request.set_threads(threads);
   request.set_device(device);
   if (shard_hint >= 0) request.set_shard_hint(shard_hint);
+  request.set_fragments(fragments);
   JoinReply reply;
   grpc::Status s = stub_->Join(&ctx, request, &reply);
   if (!s.ok()) return FromGrpc(s);
@@ -77,11 +78,12 @@ absl::StatusOr<HeartbeatReply> CoordinatorClient::Heartbeat(int64_t round) {
   return reply;
 }
 
-absl::StatusOr<PullResult> CoordinatorClient::Pull(NamedTensors& theta) {
+absl::StatusOr<PullResult> CoordinatorClient::Pull(NamedTensors& theta, int fragment) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
   PullRequest request;
   *request.mutable_meta() = Meta(0);
+  if (fragment >= 0) request.set_fragment(fragment);
   std::unique_ptr<grpc::ClientReader<PullMessage>> reader = stub_->PullParameters(&ctx, request);
   PullMessage message;
   PullResult result;
@@ -117,6 +119,7 @@ absl::StatusOr<int64_t> CoordinatorClient::Push(int64_t round, const RoundResult
   header->set_inner_steps(result.steps);
   header->set_loss(result.mean_loss);
   header->set_seconds(result.seconds);
+  header->set_fragment(result.fragment);
   bool ok = writer->Write(message);
   TensorChunker chunker(result.pseudo_gradient, chunk_bytes_, push_codec_);
   while (ok && chunker.Next(message.mutable_chunk())) ok = writer->Write(message);

@@ -29,12 +29,14 @@ class CoordinatorClient {
 
   // shard_hint >= 0: the shard this worker had (after a coordinator restart), kept if it is free.
   absl::StatusOr<JoinReply> Join(const ModelSpec& model, int32_t threads, const std::string& device,
-                                 int32_t shard_hint = -1);
+                                 int32_t shard_hint = -1, int32_t fragments = 1);
   absl::Status Leave(const std::string& reason);
   absl::StatusOr<HeartbeatReply> Heartbeat(int64_t round);
-  // Fills `theta` (from InnerTrainer::MakeParameterBuffers) with the current global parameters.
-  absl::StatusOr<PullResult> Pull(NamedTensors& theta);
-  // Sends the pseudo-gradient computed against round `round`; returns the payload bytes sent.
+  // Fills `theta` (from InnerTrainer::MakeParameterBuffers) with the current global parameters; with fragment >= 0,
+  // `theta` holds just that fragment's tensors (Streaming DiLoCo) and only they are pulled.
+  absl::StatusOr<PullResult> Pull(NamedTensors& theta, int fragment = -1);
+  // Sends the pseudo-gradient (of fragment result.fragment) computed against round `round`; returns the payload
+  // bytes sent.
   absl::StatusOr<int64_t> Push(int64_t round, const RoundResult& result);
 
  private:

@@ -1,10 +1,21 @@
 #include "worker/trainer.h"
 
 #include <chrono>
+#include <numeric>
 
 #include "worker/lr_schedule.h"
 
 namespace diloco {
+
+void StepStats::Add(const StepStats& later) {
+  if (steps == 0) first_loss = later.first_loss;
+  tokens += later.tokens;
+  steps += later.steps;
+  loss_sum += later.loss_sum;
+  if (later.steps > 0) last_lr = later.last_lr;
+  seconds += later.seconds;
+  abandoned = abandoned || later.abandoned;
+}
 
 InnerTrainer::InnerTrainer(const Config& config, TokenData train, torch::Device device, uint64_t seed)
     : config_(config),
@@ -28,21 +39,19 @@ NamedTensors InnerTrainer::MakeParameterBuffers() const {
   return out;
 }
 
-RoundResult InnerTrainer::TrainRound(const NamedTensors& theta, int64_t round, bool load_theta,
-                                     const std::atomic<bool>* stop) {
+void InnerTrainer::Load(const NamedTensors& theta) { LoadParameters(*model_, theta); }
+
+StepStats InnerTrainer::TrainSteps(int64_t first_step, int64_t n, const std::atomic<bool>* stop) {
   const auto start = std::chrono::steady_clock::now();
-  if (load_theta) LoadParameters(*model_, theta);
-  const int64_t H = config_.inner.steps;
-  const int64_t total_steps = config_.outer.rounds * H;
+  const int64_t total_steps = config_.outer.rounds * config_.inner.steps;
   const auto params = model_->parameters();
-  RoundResult result;
-  double loss_sum = 0;
-  for (int64_t i = 0; i < H; ++i) {
+  StepStats stats;
+  for (int64_t i = 0; i < n; ++i) {
     if (stop != nullptr && *stop) {
-      result.abandoned = true;
-      return result;
+      stats.abandoned = true;
+      break;
     }
-    const double lr = InnerLearningRate(config_.inner, round * H + i, total_steps);
+    const double lr = InnerLearningRate(config_.inner, first_step + i, total_steps);
     for (auto& group : optimizer_->param_groups()) {
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
     }
@@ -53,21 +62,55 @@ RoundResult InnerTrainer::TrainRound(const NamedTensors& theta, int64_t round, b
     if (config_.inner.grad_clip > 0) torch::nn::utils::clip_grad_norm_(params, config_.inner.grad_clip);
     optimizer_->step();
     const double l = loss.item<double>();
-    if (i == 0) result.first_loss = l;
-    loss_sum += l;
-    result.last_lr = lr;
-    result.tokens += batch.inputs.numel();
+    if (i == 0) stats.first_loss = l;
+    stats.loss_sum += l;
+    stats.last_lr = lr;
+    stats.tokens += batch.inputs.numel();
+    ++stats.steps;
   }
-  result.steps = H;
-  result.mean_loss = loss_sum / static_cast<double>(H);
-  {
-    torch::NoGradGuard no_grad;
-    const NamedTensors local = NamedParameters(*model_);
-    for (size_t i = 0; i < theta.size(); ++i) {
-      result.pseudo_gradient.emplace_back(theta[i].first, theta[i].second - local[i].second.to(torch::kCPU));
-    }
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return stats;
+}
+
+NamedTensors InnerTrainer::PseudoGradient(const NamedTensors& theta, const std::vector<size_t>& which) const {
+  torch::NoGradGuard no_grad;
+  const NamedTensors local = NamedParameters(*model_);
+  NamedTensors out;
+  for (size_t j = 0; j < which.size(); ++j) {
+    out.emplace_back(theta[j].first, theta[j].second - local.at(which[j]).second.to(torch::kCPU));
   }
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+void InnerTrainer::Merge(const NamedTensors& global, const std::vector<size_t>& which, double alpha) {
+  torch::NoGradGuard no_grad;
+  const NamedTensors local = NamedParameters(*model_);
+  for (size_t j = 0; j < which.size(); ++j) {
+    torch::Tensor p = local.at(which[j]).second;
+    p.mul_(alpha).add_(global[j].second.to(p.device()), 1.0 - alpha);
+  }
+}
+
+RoundResult InnerTrainer::TrainRound(const NamedTensors& theta, int64_t round, bool load_theta,
+                                     const std::atomic<bool>* stop) {
+  if (load_theta) Load(theta);
+  const int64_t H = config_.inner.steps;
+  const StepStats stats = TrainSteps(round * H, H, stop);
+  RoundResult result;
+  if (stats.abandoned) {
+    result.abandoned = true;
+    return result;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<size_t> all(theta.size());
+  std::iota(all.begin(), all.end(), size_t{0});
+  result.pseudo_gradient = PseudoGradient(theta, all);
+  result.tokens = stats.tokens;
+  result.steps = stats.steps;
+  result.first_loss = stats.first_loss;
+  result.mean_loss = stats.loss_sum / static_cast<double>(H);
+  result.last_lr = stats.last_lr;
+  result.seconds = stats.seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
 

@@ -1,6 +1,7 @@
 // InnerTrainer: one worker's inner loop (DiLoCo Algorithm 1, lines 4-9). Each round it copies theta_t into its
 // model, runs H = inner.steps AdamW steps on batches from its own shard (grad-norm clipping, warmup + cosine lr over
-// the global inner step), and returns the pseudo-gradient delta = theta_t - theta_local.
+// the global inner step), and returns the pseudo-gradient delta = theta_t - theta_local. Streaming DiLoCo drives
+// the same steps piecewise: TrainSteps, then PseudoGradient and Merge for one fragment's tensors.
 // The AdamW state persists across rounds and is never sent. Shapes: parameters as in TransformerLM.
 // Not thread-safe: one trainer per worker thread.
 #pragma once
@@ -22,7 +23,8 @@ namespace diloco {
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
 struct RoundResult {
-  NamedTensors pseudo_gradient;  // float32 CPU tensors, parameter order
+  NamedTensors pseudo_gradient;  // float32 CPU tensors, parameter order (one fragment's with comm.fragments > 1)
+  int fragment = 0;
   int64_t tokens = 0;
   int64_t steps = 0;
   double first_loss = 0;
@@ -30,6 +32,18 @@ struct RoundResult {
   double last_lr = 0;
   double seconds = 0;
   bool abandoned = false;  // stopped before H steps (the worker is leaving); not to be pushed
+};
+
+// What a run of inner steps did; the runs between two pushes add up.
+struct StepStats {
+  int64_t tokens = 0;
+  int64_t steps = 0;
+  double first_loss = 0;
+  double loss_sum = 0;
+  double last_lr = 0;
+  double seconds = 0;
+  bool abandoned = false;  // stopped early because *stop became true
+  void Add(const StepStats& later);
 };
 
 class InnerTrainer {
@@ -45,6 +59,15 @@ class InnerTrainer {
   // pseudo-gradient is still theta - local. Returns early, abandoned, once *stop becomes true.
   RoundResult TrainRound(const NamedTensors& theta, int64_t round, bool load_theta = true,
                          const std::atomic<bool>* stop = nullptr);
+
+  // The pieces TrainRound is made of. TrainSteps runs n steps, the first at global inner step first_step.
+  StepStats TrainSteps(int64_t first_step, int64_t n, const std::atomic<bool>* stop = nullptr);
+  // Copies theta (all parameters, in order) into the model.
+  void Load(const NamedTensors& theta);
+  // theta[j] - local[which[j]] for each j (theta holds the tensors at positions `which`), float32 on the CPU.
+  NamedTensors PseudoGradient(const NamedTensors& theta, const std::vector<size_t>& which) const;
+  // Streaming DiLoCo's merge: local[which[j]] <- alpha * local[which[j]] + (1 - alpha) * global[j].
+  void Merge(const NamedTensors& global, const std::vector<size_t>& which, double alpha);
 
  private:
   Config config_;

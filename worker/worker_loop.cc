@@ -4,11 +4,15 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <future>
+#include <optional>
 #include <mutex>
 #include <random>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "proto/tensor_spec.h"
+#include "worker/lm/fragments.h"
 #include "worker/client.h"
 #include "worker/error_feedback.h"
 #include "worker/trainer.h"
@@ -69,6 +73,12 @@ class Worker {
   // Pushes `result` for `round` until it is counted, the round moves on, or the run ends. Returns false if the
   // worker should give up (stop, refusal).
   bool PushUntilCounted(int64_t round, const RoundResult& result);
+  // Pulls all of theta (fragment -1) or one fragment into `dest`, rejoining or retrying as needed; nullopt when
+  // the worker must stop (exit_code_ says why).
+  std::optional<PullResult> PullWithRetry(NamedTensors& dest, int fragment);
+  // PushUntilCounted, then the pull of the pushed fragment's new global value. Runs on its own thread while the
+  // inner loop trains on (comm.overlap_steps): it touches only the client, the backoff and the flags.
+  std::optional<PullResult> Exchange(int64_t round, const RoundResult& result, NamedTensors& fragment_theta);
   void HeartbeatLoop();
   // True once a signal or an operator's drain asks this worker to go.
   bool Stopping() const { return stop_ || drain_; }
@@ -94,7 +104,8 @@ int Worker::JoinWithRetry() {
   backoff_.Reset();
   while (!Stopping()) {
     auto reply = client_->Join(SpecOf(config_.model), static_cast<int32_t>(config_.workers.threads),
-                               config_.workers.device, trainer_ ? join_.shard_index() : -1);
+                               config_.workers.device, trainer_ ? join_.shard_index() : -1,
+                               static_cast<int32_t>(config_.comm.fragments));
     if (reply.ok()) {
       if (trainer_ && reply->shard_index() != join_.shard_index()) {
         spdlog::warn("rejoined with shard {} instead of {}; this worker keeps reading shard {}",
@@ -209,15 +220,51 @@ bool Worker::PushUntilCounted(int64_t round, const RoundResult& result) {
   return false;
 }
 
+std::optional<PullResult> Worker::PullWithRetry(NamedTensors& dest, int fragment) {
+  backoff_.Reset();
+  while (!Stopping()) {
+    auto pulled = client_->Pull(dest, fragment);
+    if (pulled.ok()) return *pulled;
+    if (pulled.status().code() == absl::StatusCode::kNotFound) {
+      if (int code = JoinWithRetry(); code >= 0) {
+        exit_code_ = code;
+        return std::nullopt;
+      }
+      continue;
+    }
+    if (!Retryable(pulled.status())) {
+      spdlog::error("pull refused: {}", std::string(pulled.status().message()));
+      exit_code_ = kWorkerRefused;
+      return std::nullopt;
+    }
+    spdlog::warn("pull failed ({}), retrying", std::string(pulled.status().message()));
+    backoff_.Sleep(stop_);
+  }
+  return std::nullopt;
+}
+
+std::optional<PullResult> Worker::Exchange(int64_t round, const RoundResult& result, NamedTensors& fragment_theta) {
+  if (!PushUntilCounted(round, result)) return std::nullopt;
+  return PullWithRetry(fragment_theta, result.fragment);
+}
+
 int Worker::Run(const TokenCache& cache) {
   TransformerLM probe = MakeTransformerLM(config_.model, config_.run.seed);
-  const std::string fingerprint = Fingerprint(SpecsOf(NamedParameters(*probe)));
+  const NamedTensors probe_params = NamedParameters(*probe);
+  const std::string fingerprint = Fingerprint(SpecsOf(probe_params));
   const Codec codec = CodecFromName(config_.comm.codec).value();  // validated with the config
   client_ = std::make_unique<CoordinatorClient>(options_.coordinator, options_.id, fingerprint,
                                                 config_.workers.rpc_timeout_s, config_.comm.chunk_bytes, codec);
-  std::unique_ptr<ErrorFeedback> error_feedback;
+  // Streaming DiLoCo: round r syncs fragment r mod P after S = H / P inner steps (P = 1: plain DiLoCo).
+  const int P = static_cast<int>(config_.comm.fragments);
+  const int64_t S = config_.StepsPerSync();
+  const int64_t tau = config_.comm.overlap_steps;
+  std::vector<std::string> names;
+  for (const auto& [name, p] : probe_params) names.push_back(name);
+  const std::vector<std::vector<size_t>> members = FragmentMembers(AssignFragments(names, P), P);
+  std::vector<std::unique_ptr<ErrorFeedback>> error_feedback(static_cast<size_t>(P));
   if (config_.comm.error_feedback && codec != CODEC_RAW) {
-    error_feedback = std::make_unique<ErrorFeedback>(codec, config_.comm.chunk_bytes);
+    for (auto& ef : error_feedback) ef = std::make_unique<ErrorFeedback>(codec, config_.comm.chunk_bytes);
   }
   if (int code = JoinWithRetry(); code >= 0) return code;
 
@@ -235,41 +282,80 @@ int Worker::Run(const TokenCache& cache) {
   const torch::Device device(config_.workers.device);
   const uint64_t seed = static_cast<uint64_t>(config_.run.seed) * 1000003ULL + join_.shard_index() + 1;
   trainer_ = std::make_unique<InnerTrainer>(config_, std::move(*train), device, seed);
+  // theta: the global value of every tensor as last received (what pseudo-gradients are computed against);
+  // fragment_theta[p]: the same tensors of fragment p (views of theta), the destination of a fragment pull.
   NamedTensors theta = trainer_->MakeParameterBuffers();
+  std::vector<NamedTensors> fragment_theta(static_cast<size_t>(P));
+  for (int p = 0; p < P; ++p) {
+    for (size_t i : members[static_cast<size_t>(p)]) fragment_theta[static_cast<size_t>(p)].push_back(theta[i]);
+  }
   std::thread heartbeat([this] { HeartbeatLoop(); });
 
+  bool need_full_pull = true;
+  int64_t round = 0;  // the round whose fragment syncs next; theta holds its global parameters
+  StepStats carried;  // inner steps already trained toward the next push (the overlap)
   while (!Stopping()) {
-    auto pulled = client_->Pull(theta);
-    if (!pulled.ok()) {
-      if (pulled.status().code() == absl::StatusCode::kNotFound) {
-        if (int code = JoinWithRetry(); code >= 0) {
-          exit_code_ = code;
-          break;
-        }
-        continue;
-      }
-      if (!Retryable(pulled.status())) {
-        spdlog::error("pull refused: {}", std::string(pulled.status().message()));
-        exit_code_ = kWorkerRefused;
+    if (need_full_pull) {
+      std::optional<PullResult> pulled = PullWithRetry(theta, -1);
+      if (!pulled) break;
+      if (pulled->run_complete) {
+        spdlog::info("run complete at round {}; leaving", pulled->round);
         break;
       }
-      spdlog::warn("pull failed ({}), retrying", std::string(pulled.status().message()));
-      backoff_.Sleep(stop_);
-      continue;
+      if (!keep_local_) trainer_->Load(theta);
+      keep_local_ = false;
+      round = pulled->round;
+      carried = StepStats();
+      need_full_pull = false;
     }
+    round_ = round;
+    const int f = static_cast<int>(round % P);
+    StepStats stats = carried;
+    stats.Add(trainer_->TrainSteps(round * S + carried.steps, S - carried.steps, &quit_));
+    carried = StepStats();
+    if (stats.abandoned) break;
+    RoundResult result;
+    result.fragment = f;
+    result.pseudo_gradient = trainer_->PseudoGradient(fragment_theta[static_cast<size_t>(f)],
+                                                      members[static_cast<size_t>(f)]);
+    result.tokens = stats.tokens;
+    result.steps = stats.steps;
+    result.first_loss = stats.first_loss;
+    result.mean_loss = stats.loss_sum / static_cast<double>(std::max<int64_t>(1, stats.steps));
+    result.last_lr = stats.last_lr;
+    result.seconds = stats.seconds;
+    if (error_feedback[static_cast<size_t>(f)]) error_feedback[static_cast<size_t>(f)]->Compensate(result.pseudo_gradient);
+    spdlog::info("round {}{}: {} inner steps, loss {:.4f} -> {:.4f}, lr {:.2e}, {:.0f} tokens/s, {:.2f} s", round + 1,
+                 P > 1 ? absl::StrCat(" (fragment ", f, "/", P, ")") : std::string(), result.steps,
+                 result.first_loss, result.mean_loss, result.last_lr, result.tokens / result.seconds, result.seconds);
+    // Push, wait for the round to close and pull the fragment's new global value; with overlap the inner loop goes on
+    // for tau steps (the first ones of the next round) meanwhile.
+    std::optional<PullResult> pulled;
+    NamedTensors& incoming = fragment_theta[static_cast<size_t>(f)];  // not read by the inner loop meanwhile
+    if (tau > 0) {
+      std::future<std::optional<PullResult>> exchange =
+          std::async(std::launch::async, [&] { return Exchange(round, result, incoming); });
+      carried = trainer_->TrainSteps((round + 1) * S, tau, &quit_);
+      pulled = exchange.get();
+    } else {
+      pulled = Exchange(round, result, incoming);
+    }
+    if (!pulled || carried.abandoned) break;
     if (pulled->run_complete) {
       spdlog::info("run complete at round {}; leaving", pulled->round);
       break;
     }
-    round_ = pulled->round;
-    RoundResult result = trainer_->TrainRound(theta, pulled->round, /*load_theta=*/!keep_local_, &quit_);
-    keep_local_ = false;
-    if (result.abandoned) break;
-    if (error_feedback) error_feedback->Compensate(result.pseudo_gradient);
-    spdlog::info("round {}: {} inner steps, loss {:.4f} -> {:.4f}, lr {:.2e}, {:.0f} tokens/s, {:.2f} s",
-                 pulled->round + 1, result.steps, result.first_loss, result.mean_loss, result.last_lr,
-                 result.tokens / result.seconds, result.seconds);
-    if (!PushUntilCounted(pulled->round, result)) break;
+    if (pulled->round != round + 1) {  // the run went on without us, or the coordinator restarted: start over
+      spdlog::info("round {}: the global model is at round {}; pulling all of it", round + 1, pulled->round);
+      need_full_pull = true;
+      continue;
+    }
+    if (keep_local_) {  // outer.late_policy reuse_local after a late push: the local parameters go on
+      keep_local_ = false;
+    } else {
+      trainer_->Merge(incoming, members[static_cast<size_t>(f)], tau > 0 ? config_.comm.merge_alpha : 0.0);
+    }
+    round = pulled->round;
   }
   if (stop_) spdlog::info("signal received: leaving the run");
   if (drain_ && !stop_) spdlog::info("leaving at the operator's request");

@@ -1,7 +1,8 @@
 // diloco-bench-push: a load generator for the coordinator's ingest path. It joins W workers (threads) to a running
 // diloco-coordinator started with the same config, and for R rounds each one pulls theta and pushes a random
 // pseudo-gradient with the config's codec, all W at once. Prints one JSON line: payload bytes pushed, the median
-// seconds of the push phase (first push started to last push done) and the ingest throughput in MB/s.
+// seconds of the push phase (first push started to last push done) and the ingest throughput in MB/s. With
+// comm.fragments > 1 (Streaming DiLoCo) each round's push carries fragment round mod P only.
 // Used by scripts/bench/comm; not a test. It trains nothing: the pushes carry random values of pseudo-gradient size.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "proto/codec.h"
 #include "proto/tensor_spec.h"
 #include "worker/client.h"
+#include "worker/lm/fragments.h"
 #include "worker/lm/transformer.h"
 
 namespace {
@@ -61,12 +63,22 @@ int main(int argc, char** argv) {
     threads.emplace_back([&, w] {
       diloco::CoordinatorClient client(address, "push-" + std::to_string(w), fingerprint, 120,
                                        config->comm.chunk_bytes, codec);
-      if (!client.Join(spec, 1, "cpu").ok()) failed = true;
-      diloco::RoundResult result;
-      result.tokens = 1000;
-      result.steps = config->inner.steps;
-      result.seconds = 1;
-      for (const auto& [name, p] : params) result.pseudo_gradient.emplace_back(name, torch::randn_like(p) * 1e-3);
+      const int P = static_cast<int>(config->comm.fragments);
+      if (!client.Join(spec, 1, "cpu", -1, P).ok()) failed = true;
+      std::vector<std::string> names;
+      for (const auto& [name, p] : params) names.push_back(name);
+      const auto members = diloco::FragmentMembers(diloco::AssignFragments(names, P), P);
+      std::vector<diloco::RoundResult> results(static_cast<size_t>(P));  // one per fragment
+      for (int f = 0; f < P; ++f) {
+        diloco::RoundResult& result = results[static_cast<size_t>(f)];
+        result.fragment = f;
+        result.tokens = 1000;
+        result.steps = config->StepsPerSync();
+        result.seconds = 1;
+        for (size_t i : members[static_cast<size_t>(f)]) {
+          result.pseudo_gradient.emplace_back(params[i].first, torch::randn_like(params[i].second) * 1e-3);
+        }
+      }
       diloco::NamedTensors theta;
       for (const auto& [name, p] : params) theta.emplace_back(name, torch::zeros_like(p).detach());
       int64_t last_round = -1;
@@ -79,7 +91,7 @@ int main(int argc, char** argv) {
         if (!pulled.ok()) failed = true;
         last_round = pulled.ok() ? pulled->round : last_round;
         ready.arrive_and_wait();
-        auto pushed = client.Push(last_round, result);
+        auto pushed = client.Push(last_round, results[static_cast<size_t>(last_round % P)]);
         if (pushed.ok()) {
           bytes += *pushed;
         } else {
@@ -98,6 +110,7 @@ int main(int argc, char** argv) {
   nlohmann::json out = {{"workers", workers},
                         {"rounds", rounds},
                         {"codec", config->comm.codec},
+                        {"fragments", config->comm.fragments},
                         {"params", diloco::TotalElements(diloco::SpecsOf(params))},
                         {"bytes_per_round", per_round},
                         {"bytes_per_round_per_worker", per_round / workers},

@@ -2,7 +2,10 @@
 //   diloco-ctl status --addr HOST:PORT [--json] [--watch [--interval S]]
 //   diloco-ctl leave --addr HOST:PORT --id WORKER     (the worker abandons its round, leaves and exits 0)
 //   diloco-ctl checkpoint --addr HOST:PORT            (write a checkpoint of the global state now)
-// A thin front end: it speaks the protocol in proto/ and uses nothing of coordinator/ or worker/.
+//   diloco-ctl export --checkpoint F --config RUN.yaml [--set k=v] --format safetensors --out model.safetensors
+// status, leave and checkpoint are a thin front end: they speak the protocol in proto/ and use nothing of
+// coordinator/ or worker/. export works offline on a checkpoint file and needs the checkpoint reader and the model
+// (scripts/ctl/export.h); exit code 2 for a missing file or bad flag/config, 1 for any other failure.
 #include <grpcpp/grpcpp.h>
 
 #include <CLI/CLI.hpp>
@@ -13,6 +16,7 @@
 
 #include "proto/diloco.grpc.pb.h"
 #include "proto/status_json.h"
+#include "scripts/ctl/export.h"
 
 namespace {
 
@@ -65,6 +69,20 @@ int Watch(diloco::Coordinator::Stub& stub, const std::string& addr, double timeo
   }
 }
 
+int RunExport(const diloco::ExportOptions& options) {
+  auto result = diloco::ExportCheckpoint(options);
+  if (!result.ok()) {
+    std::cerr << "diloco-ctl: error: export: " << result.status().message() << "\n";
+    const absl::StatusCode code = result.status().code();
+    return code == absl::StatusCode::kNotFound || code == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  std::cout << "exported round " << result->round << " (" << result->parameters << " parameters) to "
+            << result->weights_path << "; model config " << result->config_path;
+  if (!result->tokenizer_path.empty()) std::cout << "; tokenizer " << result->tokenizer_path;
+  std::cout << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -84,7 +102,15 @@ int main(int argc, char** argv) {
     sub->add_option("--addr", addr, "coordinator address HOST:PORT")->required();
     sub->add_option("--timeout", timeout_s, "seconds to wait for the coordinator");
   }
+  diloco::ExportOptions export_options;
+  CLI::App* export_cmd = app.add_subcommand("export", "write a checkpoint's model as safetensors + a model JSON");
+  export_cmd->add_option("--checkpoint", export_options.checkpoint, "a coordinator checkpoint file")->required();
+  export_cmd->add_option("--config", export_options.config, "the run's YAML config (supplies model:)")->required();
+  export_cmd->add_option("--set", export_options.overrides, "section.key=value override of the config (repeatable)");
+  export_cmd->add_option("--format", export_options.format, "output format (safetensors)");
+  export_cmd->add_option("--out", export_options.out, "output file, e.g. model.safetensors")->required();
   CLI11_PARSE(app, argc, argv);
+  if (*export_cmd) return RunExport(export_options);
 
   auto stub = diloco::Coordinator::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
   if (*status && watch) return Watch(*stub, addr, timeout_s, interval_s);

@@ -4,6 +4,7 @@
 // once the coordinator has finished outer.rounds rounds and every worker has exited 0. A second launch with the same
 // run.output_dir resumes from the coordinator's newest checkpoint; --fresh starts over. Ctrl-C (SIGINT) or SIGTERM
 // stops the workers, then the coordinator, cleanly (SIGTERM, then SIGKILL after 10 s).
+// --check-config only loads and validates the config (the strict loader) and exits: 0 if valid, 2 if not.
 // A thin front end: it uses config/ only and starts the other binaries; it never links coordinator/ or worker/.
 #include <poll.h>
 #include <unistd.h>
@@ -116,12 +117,18 @@ int main(int argc, char** argv) {
   bool fresh = false;
   app.add_option("--set", overrides, "override a config key: section.key=value (repeatable)");
   app.add_flag("--fresh", fresh, "start from theta_0 even if run.output_dir holds checkpoints of this run");
+  bool check_config = false;
+  app.add_flag("--check-config", check_config, "only load and validate the config (strict loader), then exit 0");
   CLI11_PARSE(app, argc, argv);
 
   auto config = diloco::LoadConfig(config_path, overrides);
   if (!config.ok()) {
     std::cerr << "diloco-launch: error: " << config.status().message() << "\n";
     return 2;
+  }
+  if (check_config) {
+    std::cout << "config OK: " << config_path << "\n";
+    return 0;
   }
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);

@@ -130,7 +130,11 @@ TEST(ConfigLoaderTest, CrossFieldChecksNameTheKey) {
   for (const Case& k :
        {Case{"outer: {optimizer: adam}", "outer.optimizer"}, Case{"outer: {momentum: 1.0}", "outer.momentum"},
         Case{"inner: {steps: 0}", "inner.steps"}, Case{"data: {val_fraction: 1.0}", "data.val_fraction"},
-        Case{"model: {vocab_size: 70000}", "model.vocab_size"}, Case{"inner: {optimizer: sgd}", "inner.optimizer"}}) {
+        Case{"model: {vocab_size: 70000}", "model.vocab_size"}, Case{"inner: {optimizer: sgd}", "inner.optimizer"},
+        Case{"model: {n_layer: 1}\ncomm: {fragments: 3}", "comm.fragments"},
+        Case{"model: {n_layer: 4}\ninner: {steps: 10}\ncomm: {fragments: 3}", "comm.fragments"},
+        Case{"inner: {steps: 10}\ncomm: {fragments: 2, overlap_steps: 6}", "comm.overlap_steps"},
+        Case{"comm: {merge_alpha: 1.5}", "comm.merge_alpha"}}) {
     absl::StatusOr<Config> c = ParseConfig(k.yaml, "my.yaml");
     ASSERT_FALSE(c.ok()) << k.yaml;
     EXPECT_THAT(Message(c.status()), HasSubstr(k.key)) << k.yaml;
@@ -169,6 +173,21 @@ TEST(ConfigLoaderTest, ShippedConfigsParse) {
   EXPECT_EQ(tiny->run.name, "tiny");
   EXPECT_EQ(tiny->outer.rounds, 3);
   EXPECT_EQ(tiny->model.d_model % tiny->model.n_head, 0);
+}
+
+TEST(ConfigLoaderTest, MetricsListenIsOffByDefaultAndMustBeHostPort) {
+  absl::StatusOr<Config> off = ParseConfig("", "my.yaml");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->coordinator.metrics_listen, "");
+  absl::StatusOr<Config> on = ParseConfig("", "my.yaml", {"coordinator.metrics_listen=127.0.0.1:0"});
+  ASSERT_TRUE(on.ok()) << on.status();
+  EXPECT_EQ(on->coordinator.metrics_listen, "127.0.0.1:0");
+  for (const char* bad : {"9464", "127.0.0.1:", "127.0.0.1:http", ":9464", "127.0.0.1:70000"}) {
+    absl::StatusOr<Config> c = ParseConfig("", "my.yaml", {std::string("coordinator.metrics_listen=") + bad});
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_THAT(Message(c.status()), HasSubstr("coordinator.metrics_listen")) << bad;
+    EXPECT_THAT(Message(c.status()), HasSubstr(bad)) << bad;
+  }
 }
 
 }  // namespace

@@ -510,5 +510,71 @@ TEST_F(CoordinatorCoreTest, CheckpointNowAndResumeRestoreThetaMomentumAndEvals) 
   ExpectAllClose(Theta(), Step(theta1, d2, /*prev_buf=*/d1));
 }
 
+// Streaming DiLoCo on the coordinator: round t takes only fragment t mod 2's tensors, steps only them (the other
+// fragment's tensors stay as they were), and refuses a worker with another comm.fragments or a push of the wrong
+// fragment.
+TEST_F(CoordinatorCoreTest, FragmentRoundsStepOnlyTheirFragment) {
+  config_.comm.fragments = 2;
+  Start();
+  JoinRequest plain = JoinReq("A");  // fragments unset: read as 1
+  auto refused = core_->Join(plain);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("comm.fragments"));
+  for (const std::string id : {"A", "B"}) {
+    JoinRequest r = JoinReq(id);
+    r.set_fragments(2);
+    ASSERT_TRUE(core_->Join(r).ok()) << id;
+  }
+  ASSERT_EQ(core_->fragments(), 2);
+  const Tensors theta0 = Theta();
+  const Tensors d1 = RandomDelta(), d2 = RandomDelta();
+
+  PushHeader wrong = Header("A", 0, 100);
+  wrong.set_fragment(1);
+  auto bad = core_->BeginPush(wrong);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("fragment 0"));
+
+  auto push_fragment = [&](const std::string& id, int64_t round, int fragment, int64_t tokens, const Tensors& d) {
+    PushHeader h = Header(id, round, tokens);
+    h.set_fragment(fragment);
+    auto ticket = core_->BeginPush(h);
+    ASSERT_TRUE(ticket.ok()) << ticket.status();
+    for (size_t i : core_->fragment_members(fragment)) ASSERT_TRUE(FoldTensor(*ticket, i, d[i]).ok());
+    ASSERT_TRUE(core_->CommitPush(*ticket).ok());
+  };
+  push_fragment("A", 0, 0, 3000, d1);
+  push_fragment("B", 0, 0, 1000, d2);
+  StartRun();
+  ASSERT_TRUE(WaitForRound(1));
+  const Tensors theta1 = Theta();
+  const Tensors stepped = Step(theta0, Average({d1, d2}, {3000, 1000}));
+  std::vector<bool> in_fragment0(theta0.size(), false);
+  for (size_t i : core_->fragment_members(0)) in_fragment0[i] = true;
+  for (size_t i = 0; i < theta0.size(); ++i) {
+    if (in_fragment0[i]) {
+      EXPECT_TRUE(Close(theta1[i], stepped[i])) << "fragment 0 tensor " << i << " not stepped";
+    } else {
+      EXPECT_TRUE(theta1[i].equal(theta0[i])) << "fragment 1 tensor " << i << " changed in a fragment-0 round";
+    }
+  }
+  // Round 2 syncs fragment 1: its first outer step (no momentum yet), fragment 0 untouched.
+  push_fragment("A", 1, 1, 1000, d2);
+  push_fragment("B", 1, 1, 1000, d2);
+  ASSERT_TRUE(WaitForRound(2));
+  const Tensors theta2 = Theta();
+  const Tensors stepped_b = Step(theta1, d2);
+  for (size_t i = 0; i < theta0.size(); ++i) {
+    if (in_fragment0[i]) {
+      EXPECT_TRUE(theta2[i].equal(theta1[i])) << "fragment 0 tensor " << i << " changed in a fragment-1 round";
+    } else {
+      EXPECT_TRUE(Close(theta2[i], stepped_b[i])) << "fragment 1 tensor " << i;
+    }
+  }
+  EXPECT_EQ(core_->Status().fragments(), 2);
+  EXPECT_EQ(core_->Status().rounds_total(), 2 * config_.outer.rounds);
+}
+
 }  // namespace
 }  // namespace diloco

@@ -78,6 +78,31 @@ TEST(OuterOptimizerGoldenTest, CasesAreTheOnesNamed) {
 
 // Restoring the momentum buffers (as a checkpoint load does) continues the trajectory exactly: step 3 from restored
 // buffers equals step 3 of an uninterrupted run.
+// Streaming DiLoCo steps one fragment at a time: stepping A, then B, then A... with each tensor's golden deltas
+// must give each tensor exactly its own torch.optim.SGD trajectory (its momentum untouched while the other steps),
+// and a tensor outside `only` comes back as the same tensor whatever its delta says.
+TEST(OuterOptimizerGoldenTest, FragmentwiseStepsFollowEachTensorsTorchTrajectory) {
+  const GoldenCase& c = outer_golden::kCases[0];  // nesterov
+  OuterOptimizer opt(OuterOptimizer::KindFromName(c.optimizer), c.lr, c.momentum);
+  std::vector<at::Tensor> theta = {FromFloats(outer_golden::kTheta0A, {3}), FromFloats(outer_golden::kTheta0B, {2, 2})};
+  const std::vector<size_t> only_a = {0}, only_b = {1};
+  for (int step = 0; step < kSteps; ++step) {
+    const at::Tensor garbage_a = at::full({3}, 1e6f), garbage_b = at::full({2, 2}, 1e6f);
+    std::vector<at::Tensor> next =
+        opt.Step(theta, {FromFloats(outer_golden::kDeltaA[step], {3}), garbage_b}, {}, &only_a);
+    EXPECT_TRUE(next[1].is_same(theta[1])) << "step " << step + 1;
+    theta = next;
+    next = opt.Step(theta, {garbage_a, FromFloats(outer_golden::kDeltaB[step], {2, 2})}, {}, &only_b);
+    EXPECT_TRUE(next[0].is_same(theta[0])) << "step " << step + 1;
+    theta = next;
+    ExpectClose(theta[0], c.theta_a[step], "fragment-wise theta_a after step " + std::to_string(step + 1));
+    ExpectClose(theta[1], c.theta_b[step], "fragment-wise theta_b after step " + std::to_string(step + 1));
+  }
+  ASSERT_EQ(opt.momentum_buffers().size(), 2u);
+  ExpectClose(opt.momentum_buffers()[0], c.buffer_a, "fragment-wise momentum buffer a");
+  ExpectClose(opt.momentum_buffers()[1], c.buffer_b, "fragment-wise momentum buffer b");
+}
+
 TEST(OuterOptimizerTest, RestoredMomentumContinuesTrajectory) {
   const GoldenCase& c = outer_golden::kCases[0];
   OuterOptimizer first(OuterOptimizer::KindFromName(c.optimizer), c.lr, c.momentum);

@@ -1,0 +1,275 @@
+// Integration tests of `diloco-ctl export`: a checkpoint written by the coordinator's SaveCheckpoint (a model whose
+// every parameter, LayerNorm gains and biases included, was moved off its init so a misplaced tensor shows) is
+// exported by the real diloco-ctl binary, and tests/export/check_export.py loads the file in Python PyTorch
+// (scripts/bench/train_reference.py's model) and compares its logits with the C++ model's on the same tokens.
+// Also: the checker rejects a transposed or a misnamed tensor, and every export error is one line with a non-zero
+// exit code. Each test runs in its own scratch directory; single-threaded.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "config/config_loader.h"
+#include "config/data_cache.h"
+#include "config/subprocess.h"
+#include "coordinator/checkpoint.h"
+#include "proto/tensor_spec.h"
+#include "scripts/ctl/safetensors.h"
+#include "tests/unit/scratch_dir_test.h"
+#include "worker/lm/transformer.h"
+
+namespace diloco {
+namespace {
+
+constexpr int64_t kRound = 7;
+constexpr int64_t kBatch = 2;
+
+struct Ran {
+  int code = -1;
+  std::string output;
+};
+
+// Runs argv to completion with stdout + stderr captured.
+Ran RunToEnd(const std::vector<std::string>& argv) {
+  Subprocess::Options options;
+  options.capture_output = true;
+  auto p = Subprocess::Start(argv, options);
+  if (!p.ok()) return {-1, std::string(p.status().message())};
+  Ran ran;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(p->output_fd(), buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR)) {
+    if (n > 0) ran.output.append(buf, n);
+  }
+  ran.code = p->Wait();
+  return ran;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class ExportTest : public ScratchDirTest {
+ protected:
+  void SetUp() override {
+    ScratchDirTest::SetUp();
+    config_path_ = Path("run.yaml");
+    std::ofstream(config_path_) << "run:\n  name: export-test\n  seed: 3\n  output_dir: " << Path("run") << "\n"
+                                << "model:\n  vocab_size: 96\n  seq_len: 16\n  n_layer: 2\n  n_head: 4\n"
+                                << "  d_model: 32\n"
+                                << "data:\n  text: " << DILOCO_SOURCE_DIR << "/tests/data/tinyshakespeare.txt\n"
+                                << "  cache_dir: " << Path("cache") << "\n";
+    auto config = LoadConfig(config_path_);
+    ASSERT_TRUE(config.ok()) << config.status();
+    config_ = *config;
+    checkpoint_path_ = Path("ckpt-00000007.bin");
+    WriteCheckpoint();
+  }
+
+  // theta of a "trained" model: the init plus N(0, 0.3) noise on every tensor (LayerNorm gains and biases too).
+  void WriteCheckpoint() {
+    TransformerLM model = MakeTransformerLM(config_.model, config_.run.seed);
+    torch::NoGradGuard no_grad;
+    torch::manual_seed(11);
+    CheckpointData data;
+    data.round = kRound;
+    for (auto& [name, p] : NamedParameters(*model)) {
+      p.add_(torch::randn_like(p) * 0.3);
+      data.params.emplace_back(name, p.detach().clone());
+      data.momentum.push_back(torch::randn_like(p));
+    }
+    data.fingerprint = Fingerprint(SpecsOf(data.params));
+    data.evals = {{0, 4.5}, {kRound, 3.25}};
+    ASSERT_TRUE(SaveCheckpoint(checkpoint_path_, data).ok());
+  }
+
+  // The C++ model's logits for fixed tokens, as check_export.py's reference files; returns the reference JSON path.
+  std::string WriteCppReference() {
+    auto ckpt = LoadCheckpoint(checkpoint_path_);
+    EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+    TransformerLM model = MakeTransformerLM(config_.model, /*seed=*/99);  // another init: the load must overwrite it
+    LoadParameters(*model, ckpt->params);
+    model->eval();
+    const int64_t T = config_.model.seq_len;
+    torch::Tensor tokens = (torch::arange(kBatch * T, torch::kLong) * 37 + 11).remainder(config_.model.vocab_size);
+    tokens = tokens.view({kBatch, T});
+    torch::NoGradGuard no_grad;
+    torch::Tensor logits = model->forward(tokens).contiguous();
+    std::ofstream(Path("logits.f32"), std::ios::binary)
+        .write(static_cast<const char*>(logits.data_ptr()), logits.numel() * sizeof(float));
+    nlohmann::json ref;
+    ref["tokens"] = nlohmann::json::array();
+    for (int64_t b = 0; b < kBatch; ++b) {
+      std::vector<int64_t> row(tokens[b].data_ptr<int64_t>(), tokens[b].data_ptr<int64_t>() + T);
+      ref["tokens"].push_back(row);
+    }
+    ref["logits_file"] = "logits.f32";
+    ref["logits_shape"] = logits.sizes().vec();
+    std::ofstream(Path("reference.json")) << ref.dump();
+    return Path("reference.json");
+  }
+
+  Ran Export(const std::string& out, std::vector<std::string> extra = {}, const std::string& format = "safetensors") {
+    std::vector<std::string> argv = {std::string(DILOCO_BIN_DIR) + "/diloco-ctl", "export", "--checkpoint",
+                                     checkpoint_path_, "--config", config_path_, "--format", format,
+                                     "--out", out};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return RunToEnd(argv);
+  }
+
+  Ran Check(const std::string& weights, const std::string& model_json) {
+    return RunToEnd({"/usr/bin/python3", std::string(DILOCO_SOURCE_DIR) + "/tests/export/check_export.py",
+                     "--weights", weights, "--model-json", model_json, "--reference", WriteCppReference(),
+                     "--tol", "1e-4"});
+  }
+
+  // Re-writes the exported tensors with `edit` applied (the checker must then fail).
+  void WriteTampered(const std::string& path, void (*edit)(std::vector<std::pair<std::string, at::Tensor>>*)) {
+    auto ckpt = LoadCheckpoint(checkpoint_path_);
+    ASSERT_TRUE(ckpt.ok());
+    edit(&ckpt->params);
+    std::vector<SafetensorsEntry> entries;
+    for (auto& [name, t] : ckpt->params) {
+      t = t.contiguous();
+      entries.push_back({name, t.sizes().vec(), t.data_ptr<float>()});
+    }
+    ASSERT_TRUE(WriteSafetensors(path, entries, {{"diloco.round", std::to_string(kRound)},
+                                                 {"diloco.fingerprint", ckpt->fingerprint}})
+                    .ok());
+  }
+
+  std::string config_path_, checkpoint_path_;
+  Config config_;
+};
+
+TEST_F(ExportTest, PythonModelOnTheExportGivesTheCppLogits) {
+  const Ran ran = Export(Path("model.safetensors"));
+  ASSERT_EQ(ran.code, 0) << ran.output;
+  EXPECT_NE(ran.output.find("exported round 7"), std::string::npos) << ran.output;
+
+  const nlohmann::json j = nlohmann::json::parse(Slurp(Path("model.json")));
+  EXPECT_EQ(j["vocab_size"], 96);
+  EXPECT_EQ(j["seq_len"], 16);
+  EXPECT_EQ(j["n_layer"], 2);
+  EXPECT_EQ(j["n_head"], 4);
+  EXPECT_EQ(j["d_model"], 32);
+  EXPECT_EQ(j["round"], kRound);
+  EXPECT_EQ(j["weights"], "model.safetensors");
+  EXPECT_TRUE(j["tokenizer"].is_null());  // the run's token cache was never made
+
+  // The file's own layout: 8-byte length, JSON header, 8-byte aligned data, nothing after the last tensor.
+  const std::string bytes = Slurp(Path("model.safetensors"));
+  uint64_t n = 0;
+  memcpy(&n, bytes.data(), 8);
+  EXPECT_EQ((8 + n) % 8, 0u);
+  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  EXPECT_EQ(header["blocks.1.qkv.weight"]["shape"], nlohmann::json::array({96, 32}));
+  EXPECT_EQ(header["__metadata__"]["diloco.round"], "7");
+  EXPECT_EQ(header.size(), 1u + 2 + 2 * 12 + 2);  // 28 tensors  // metadata, tok/pos_emb, 12 per block, ln_f
+
+  const Ran check = Check(Path("model.safetensors"), Path("model.json"));
+  std::cout << "[export] " << check.output;
+  EXPECT_EQ(check.code, 0) << check.output;
+  EXPECT_NE(check.output.find("check_export: OK"), std::string::npos) << check.output;
+}
+
+TEST_F(ExportTest, CopiesTheRunsTokenizer) {
+  auto cache = LocateTokenCache(config_);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  std::filesystem::create_directories(cache->dir);
+  std::ofstream(cache->tokenizer_model_path()) << "sentencepiece model bytes";
+  const Ran ran = Export(Path("out/lm.safetensors"), {"--set", "run.name=renamed"});
+  ASSERT_NE(ran.code, 0);  // out/ does not exist
+  std::filesystem::create_directories(Path("out"));
+  const Ran again = Export(Path("out/lm.safetensors"), {"--set", "run.name=renamed"});
+  ASSERT_EQ(again.code, 0) << again.output;
+  const nlohmann::json j = nlohmann::json::parse(Slurp(Path("out/lm.json")));
+  EXPECT_EQ(j["run_name"], "renamed");
+  EXPECT_EQ(j["tokenizer"]["file"], "lm.tokenizer.model");
+  EXPECT_EQ(Slurp(Path("out/lm.tokenizer.model")), "sentencepiece model bytes");
+}
+
+TEST_F(ExportTest, CheckerRejectsATransposedTensor) {
+  ASSERT_EQ(Export(Path("model.safetensors")).code, 0);
+  WriteTampered(Path("bad.safetensors"), [](std::vector<std::pair<std::string, at::Tensor>>* params) {
+    for (auto& [name, t] : *params) {
+      if (name == "blocks.0.attn_out.weight") t = t.t().contiguous();  // [32, 32]: the shape still fits
+    }
+  });
+  const Ran check = Check(Path("bad.safetensors"), Path("model.json"));
+  std::cout << "[export] " << check.output;
+  EXPECT_EQ(check.code, 1) << check.output;
+  EXPECT_NE(check.output.find("logits differ"), std::string::npos) << check.output;
+}
+
+TEST_F(ExportTest, CheckerRejectsSwappedNames) {
+  ASSERT_EQ(Export(Path("model.safetensors")).code, 0);
+  WriteTampered(Path("bad.safetensors"), [](std::vector<std::pair<std::string, at::Tensor>>* params) {
+    for (auto& [name, t] : *params) {  // same shapes, so only the values can tell
+      if (name == "blocks.1.ln1.bias") {
+        name = "blocks.1.ln2.bias";
+      } else if (name == "blocks.1.ln2.bias") {
+        name = "blocks.1.ln1.bias";
+      }
+    }
+  });
+  const Ran check = Check(Path("bad.safetensors"), Path("model.json"));
+  std::cout << "[export] " << check.output;
+  EXPECT_EQ(check.code, 1) << check.output;
+  EXPECT_NE(check.output.find("logits differ"), std::string::npos) << check.output;
+}
+
+// One line on stderr, the given exit code, and nothing left at the output path.
+void ExpectOneLineError(const Ran& ran, int code, const std::string& text, const std::string& out) {
+  EXPECT_EQ(ran.code, code) << ran.output;
+  EXPECT_NE(ran.output.find(text), std::string::npos) << ran.output;
+  EXPECT_EQ(std::count(ran.output.begin(), ran.output.end(), '\n'), 1) << ran.output;
+  EXPECT_EQ(ran.output.rfind("diloco-ctl: error: export: ", 0), 0u) << ran.output;
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+TEST_F(ExportTest, MissingCheckpointIsOneLine) {
+  checkpoint_path_ = Path("nope.bin");
+  ExpectOneLineError(Export(Path("m.safetensors")), 2, "nope.bin: cannot open", Path("m.safetensors"));
+}
+
+TEST_F(ExportTest, CorruptCheckpointIsOneLine) {
+  std::string bytes = Slurp(checkpoint_path_);
+  bytes[bytes.size() / 2] ^= 0x40;
+  std::ofstream(checkpoint_path_, std::ios::binary) << bytes;
+  ExpectOneLineError(Export(Path("m.safetensors")), 1, "checksum mismatch", Path("m.safetensors"));
+}
+
+TEST_F(ExportTest, ConfigOfAnotherModelIsRefused) {
+  ExpectOneLineError(Export(Path("m.safetensors"), {"--set", "model.d_model=64"}), 1,
+                     "'tok_emb.weight' is [96, 32] in the checkpoint, [96, 64] from model:", Path("m.safetensors"));
+  ExpectOneLineError(Export(Path("m.safetensors"), {"--set", "model.n_layer=1"}), 1,
+                     "tensor #14 is 'blocks.1.ln1.weight' in the checkpoint, 'ln_f.weight' from model:",
+                     Path("m.safetensors"));
+}
+
+TEST_F(ExportTest, BadFlagsAndUnwritableOutputAreOneLine) {
+  ExpectOneLineError(Export(Path("m.onnx"), {}, "onnx"), 2, "--format: unsupported 'onnx'", Path("m.onnx"));
+  ExpectOneLineError(Export(Path("m.safetensors"), {"--set", "model.no_such_key=1"}), 2, "no_such_key",
+                     Path("m.safetensors"));
+  ExpectOneLineError(Export(Path("missing-dir/m.safetensors")), 1, "cannot write", Path("missing-dir/m.safetensors"));
+  for (const auto& entry : std::filesystem::directory_iterator(dir_)) {  // no temp file left behind
+    EXPECT_EQ(entry.path().string().find(".tmp-"), std::string::npos) << entry.path();
+  }
+}
+
+}  // namespace
+}  // namespace diloco

@@ -1,0 +1,69 @@
+// Streaming DiLoCo's fragments (worker/lm/fragments.h) on the real model's parameter names.
+#include "worker/lm/fragments.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "worker/lm/transformer.h"
+
+namespace diloco {
+namespace {
+
+std::vector<std::string> ModelNames(int64_t n_layer) {
+  ModelConfig m;
+  m.vocab_size = 32;
+  m.seq_len = 8;
+  m.n_layer = n_layer;
+  m.n_head = 2;
+  m.d_model = 8;
+  std::vector<std::string> names;
+  for (const auto& [name, p] : NamedParameters(*MakeTransformerLM(m, 1))) names.push_back(name);
+  return names;
+}
+
+TEST(FragmentsTest, BlocksAreStridedEmbeddingsGoFirstAndTheFinalNormLast) {
+  const std::vector<std::string> names = ModelNames(3);
+  const std::vector<int> f = AssignFragments(names, 2);
+  ASSERT_EQ(f.size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& n = names[i];
+    int want = -1;
+    if (n.rfind("tok_emb", 0) == 0 || n.rfind("pos_emb", 0) == 0) want = 0;
+    if (n.rfind("blocks.0.", 0) == 0 || n.rfind("blocks.2.", 0) == 0) want = 0;
+    if (n.rfind("blocks.1.", 0) == 0 || n.rfind("ln_f", 0) == 0) want = 1;
+    ASSERT_NE(want, -1) << "unexpected parameter " << n;
+    EXPECT_EQ(f[i], want) << n;
+  }
+}
+
+TEST(FragmentsTest, OneFragmentHoldsEverythingAndMembersKeepParameterOrder) {
+  const std::vector<std::string> names = ModelNames(2);
+  const auto one = FragmentMembers(AssignFragments(names, 1), 1);
+  ASSERT_EQ(one.size(), 1u);
+  ASSERT_EQ(one[0].size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(one[0][i], i);
+
+  const auto three = FragmentMembers(AssignFragments(names, 3), 3);  // blocks 0, 1 and ln_f in fragment 2
+  ASSERT_EQ(three.size(), 3u);
+  size_t total = 0;
+  for (const auto& members : three) {
+    EXPECT_FALSE(members.empty());
+    for (size_t j = 1; j < members.size(); ++j) EXPECT_LT(members[j - 1], members[j]);
+    total += members.size();
+  }
+  EXPECT_EQ(total, names.size());
+  EXPECT_EQ(names[three[2].back()], "ln_f.bias");
+}
+
+TEST(FragmentsTest, MultiDigitBlockIndicesParse) {
+  const std::vector<int> f = AssignFragments({"tok_emb.weight", "blocks.10.fc.weight", "blocks.11.fc.weight",
+                                              "ln_f.weight"},
+                                             4);
+  EXPECT_EQ(f, (std::vector<int>{0, 2, 3, 3}));
+}
+
+}  // namespace
+}  // namespace diloco
