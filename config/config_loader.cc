@@ -117,6 +117,9 @@ const std::vector<Field>& Fields() {
       MakeField("workers.threads", &Config::workers, &WorkersConfig::threads),
       MakeField("workers.connect_timeout_s", &Config::workers, &WorkersConfig::connect_timeout_s),
       MakeField("workers.rpc_timeout_s", &Config::workers, &WorkersConfig::rpc_timeout_s),
+      MakeField("workers.cluster_size", &Config::workers, &WorkersConfig::cluster_size),
+      MakeField("workers.cluster_timeout_s", &Config::workers, &WorkersConfig::cluster_timeout_s),
+      MakeField("workers.check_replicas", &Config::workers, &WorkersConfig::check_replicas),
       MakeField("comm.chunk_bytes", &Config::comm, &CommConfig::chunk_bytes),
       MakeField("comm.codec", &Config::comm, &CommConfig::codec),
       MakeField("comm.pull_codec", &Config::comm, &CommConfig::pull_codec),
@@ -291,7 +294,9 @@ absl::Status ValidateConfig(const Config& c) {
            {"workers.count", double(c.workers.count)},       {"workers.threads", double(c.workers.threads)},
            {"workers.rpc_timeout_s", c.workers.rpc_timeout_s},
            {"comm.chunk_bytes", double(c.comm.chunk_bytes)},
-           {"comm.fragments", double(c.comm.fragments)}}) {
+           {"comm.fragments", double(c.comm.fragments)},
+           {"workers.cluster_size", double(c.workers.cluster_size)},
+           {"workers.cluster_timeout_s", c.workers.cluster_timeout_s}}) {
     absl::Status s = positive(key, v);
     if (!s.ok()) return s;
   }
@@ -301,6 +306,10 @@ absl::Status ValidateConfig(const Config& c) {
   }
   if (c.model.vocab_size > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("model.vocab_size: at most 65535, got ", c.model.vocab_size));
+  }
+  if (c.comm.chunk_bytes > (int64_t{256} << 20)) {  // gRPC message limits are an int: chunk_bytes + 1 MiB must fit
+    return absl::InvalidArgumentError(
+        absl::StrCat("comm.chunk_bytes: at most 268435456 (256 MiB), got ", c.comm.chunk_bytes));
   }
   if (!(c.data.val_fraction > 0 && c.data.val_fraction < 1)) {
     return absl::InvalidArgumentError(

@@ -18,7 +18,7 @@ namespace diloco {
 namespace {
 
 constexpr char kMagic[8] = {'D', 'L', 'C', 'O', 'C', 'K', 'P', 'T'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: evals carry tokens and bytes; version 1 files still load
 
 // Appends to a file while hashing every byte.
 class HashingWriter {
@@ -116,6 +116,8 @@ absl::Status SaveCheckpoint(const std::string& path, const CheckpointData& data)
   for (const EvalRecord& e : data.evals) {
     w.Pod<int64_t>(e.round);
     w.Pod<double>(e.val_loss);
+    w.Pod<int64_t>(e.tokens);
+    w.Pod<int64_t>(e.bytes_pushed_committed);
   }
   w.Finish();
   const bool flushed = fflush(f) == 0 && fsync(fileno(f)) == 0;
@@ -152,7 +154,7 @@ absl::StatusOr<CheckpointData> LoadCheckpoint(const std::string& path) {
   uint32_t version = 0, count = 0;
   CheckpointData data;
   if (!r.Bytes(magic, 8) || !r.Pod(&version)) return Corrupt(path, "truncated header");
-  if (version != kVersion) return Corrupt(path, absl::StrCat("unsupported version ", version));
+  if (version != kVersion && version != 1) return Corrupt(path, absl::StrCat("unsupported version ", version));
   if (!r.Pod(&data.round) || !r.String(&data.fingerprint) || !r.Pod(&count)) return Corrupt(path, "truncated header");
   for (uint32_t i = 0; i < count; ++i) {
     std::string name;
@@ -183,6 +185,9 @@ absl::StatusOr<CheckpointData> LoadCheckpoint(const std::string& path) {
   for (uint32_t i = 0; i < eval_count; ++i) {
     EvalRecord e;
     if (!r.Pod(&e.round) || !r.Pod(&e.val_loss)) return Corrupt(path, "eval history truncated");
+    if (version >= 2 && (!r.Pod(&e.tokens) || !r.Pod(&e.bytes_pushed_committed))) {
+      return Corrupt(path, "eval history truncated");
+    }
     data.evals.push_back(e);
   }
   if (!r.AtEnd()) return Corrupt(path, "trailing bytes before the checksum");

@@ -1,9 +1,10 @@
 // Coordinator checkpoints: the global parameters theta_t, the outer momentum, the round t and the evaluation
 // history, in one self-checking file.
 //
-// Format (little endian): magic "DLCOCKPT", uint32 version (1), int64 round, string fingerprint, uint32 tensor count,
+// Format (little endian): magic "DLCOCKPT", uint32 version (2), int64 round, string fingerprint, uint32 tensor count,
 // per tensor {string name, uint32 ndim, int64 dims[ndim], float32 data}, uint32 momentum count (0 or tensor count),
-// per momentum tensor float32 data, uint32 eval count, per eval {int64 round, float64 val_loss}, then an xxHash64
+// per momentum tensor float32 data, uint32 eval count, per eval {int64 round, float64 val_loss,
+// int64 tokens, int64 bytes_pushed_committed} (version 1: without the last two; still loaded), then an xxHash64
 // of every byte before it. Strings are uint32 length + bytes.
 // Writes go to "<path>.tmp", are fsynced, renamed over <path>, and the directory is fsynced: a crash leaves the old
 // file or the new one, never a torn one. Loading checks magic, version, sizes and the checksum.
@@ -23,6 +24,8 @@ namespace diloco {
 struct EvalRecord {
   int64_t round = 0;
   double val_loss = 0;
+  int64_t tokens = 0;                  // tokens trained by all workers up to this evaluation (version 2)
+  int64_t bytes_pushed_committed = 0;  // pseudo-gradient bytes of the rounds committed so far (version 2)
 };
 
 struct CheckpointData {

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -117,6 +118,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const C
       c->momentum_snapshot_ = loaded->data.momentum;
       c->outer_.set_momentum_buffers(std::move(loaded->data.momentum));
       c->evals_ = std::move(loaded->data.evals);
+      if (!c->evals_.empty() && c->evals_.back().round == snapshot->round) {  // the totals go on from the checkpoint
+        c->tokens_committed_ = c->evals_.back().tokens;
+        c->bytes_pushed_committed_ = c->evals_.back().bytes_pushed_committed;
+      }
       c->complete_ = snapshot->complete;
       if (c->complete_) {
         c->phase_ = "complete";
@@ -163,8 +168,11 @@ absl::StatusOr<JoinReply> CoordinatorCore::Join(const JoinRequest& request) {
   const bool known = membership_.Find(request.meta().worker_id()) != nullptr;
   const Member& m = membership_.Join(request.meta().worker_id(), clock_(),
                                      request.has_shard_hint() ? request.shard_hint() : -1);
-  spdlog::info("{} worker {} (shard {}/{}, {} threads, {}) at round {}", known ? "rejoined:" : "joined:", m.id,
-               m.shard_index, membership_.shard_count(), request.threads(), request.device(), snapshot_->round);
+  membership_.Find(m.id)->cluster_size = std::max(1, request.cluster_size());
+  spdlog::info("{} worker {} (shard {}/{}, {} threads, {}{}) at round {}", known ? "rejoined:" : "joined:", m.id,
+               m.shard_index, membership_.shard_count(), request.threads(), request.device(),
+               m.cluster_size > 1 ? absl::StrCat(", a cluster of ", m.cluster_size) : std::string(),
+               snapshot_->round);
   cv_.notify_all();
   JoinReply reply;
   reply.set_round(snapshot_->round);
@@ -238,6 +246,12 @@ absl::StatusOr<PushTicket> CoordinatorCore::BeginPush(const PushHeader& header) 
   absl::Status s = CheckMeta(header.meta(), /*require_member=*/true);
   if (!s.ok()) return s;
   const std::string& id = header.meta().worker_id();
+  if (const Member* m = membership_.Find(id); m != nullptr && clock_() - m->last_seen > config_.coordinator.lease_s) {
+    // Silent past its lease (the round loop marks it lost at its next pass): it must join again before it counts.
+    return absl::NotFoundError(absl::StrCat("worker '", id, "' lease expired (silent for ", clock_() - m->last_seen,
+                                            " s > coordinator.lease_s ", config_.coordinator.lease_s,
+                                            "); Join again"));
+  }
   if (complete_) return absl::FailedPreconditionError("the run is complete");
   if (header.meta().round() != snapshot_->round || phase_ != "training") {
     return absl::FailedPreconditionError(absl::StrCat("push for round ", header.meta().round(),
@@ -255,6 +269,10 @@ absl::StatusOr<PushTicket> CoordinatorCore::BeginPush(const PushHeader& header) 
       header.inner_steps() > (int64_t{1} << 31)) {
     return absl::InvalidArgumentError(absl::StrCat("push header: tokens (", header.tokens(), ") must be in [1, 2^40]",
                                                    " and inner_steps (", header.inner_steps(), ") in [0, 2^31]"));
+  }
+  if (!std::isfinite(header.loss()) || !std::isfinite(header.seconds()) || header.seconds() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("push header: loss (", header.loss(), ") must be finite and ",
+                                                   "seconds (", header.seconds(), ") finite and >= 0"));
   }
   const int fragment = static_cast<int>(snapshot_->round % fragments());
   if (header.fragment() != fragment) {
@@ -284,7 +302,7 @@ absl::Status CoordinatorCore::FoldChunk(PushTicket& ticket, size_t index, int64_
     return absl::InvalidArgumentError(absl::StrCat("chunk outside the model: tensor ", index, " elements [", offset,
                                                    ", ", offset + values.numel(), ")"));
   }
-  if (!at::isfinite(values).all().item<bool>()) {
+  if (!AllFinite(values)) {
     return absl::InvalidArgumentError(absl::StrCat("pseudo-gradient of '", specs_[index].name,
                                                    "' holds NaN or Inf near element ", offset, "; push refused"));
   }
@@ -372,50 +390,61 @@ StatusReply CoordinatorCore::Status() const {
     w->set_bytes_pushed(m.bytes_pushed);
     w->set_bytes_pulled(m.bytes_pulled);
     w->set_pushed_this_round(pushed_.count(id) != 0);
+    w->set_cluster_size(m.cluster_size);
   }
   for (const EvalRecord& e : evals_) {
     EvalPoint* p = s.add_evals();
     p->set_round(e.round);
     p->set_val_loss(e.val_loss);
+    p->set_tokens(e.tokens);
+    p->set_bytes_pushed_committed(e.bytes_pushed_committed);
   }
   return s;
 }
 
 void CoordinatorCore::Run() {
-  const RoundPolicyOptions options{config_.coordinator.min_workers, config_.coordinator.round_timeout_s};
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_ && !complete_) {
     cv_.wait_for(lock, std::chrono::milliseconds(100));
     if (stop_) break;
-    const double now = clock_();
-    for (const std::string& id : membership_.ExpireLeases(now, config_.coordinator.lease_s)) {
-      spdlog::warn("lost: worker {} (no heartbeat for {} s)", id, config_.coordinator.lease_s);
-    }
-    std::set<std::string> pushed;
-    for (const auto& [id, ticket] : pushed_) pushed.insert(id);
-    RoundDecision decision = DecideRoundClose({membership_.ActiveIds(), pushed, round_opened_at_}, now, options);
-    if (decision.close && !partial_.empty()) {  // never close over chunks of a push that has not committed
-      decision = {false, absl::StrCat("ready to close; waiting for ", partial_.size(), " push stream(s) in flight")};
-    }
-    if (decision.reason != phase_reason_) {
-      phase_reason_ = decision.reason;
-      if (!decision.close) spdlog::info("round {}: {}", snapshot_->round + 1, decision.reason);
-    }
-    if (decision.close) {
-      ClosingRound closing = BeginClose();  // under the same lock as the decision
-      lock.unlock();
-      try {
-        FinishClose(std::move(closing), decision.reason);
-      } catch (const std::exception& e) {  // a failed round is discarded, not fatal
-        spdlog::error("round {} discarded: {}; its workers push again", snapshot_->round + 1, e.what());
-        lock.lock();
-        closing_.clear();
-        phase_ = "training";
-        continue;
-      }
-      lock.lock();
-    }
+    RoundLoopPass(lock);
   }
+}
+
+void CoordinatorCore::Poll() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!stop_ && !complete_) RoundLoopPass(lock);
+}
+
+void CoordinatorCore::RoundLoopPass(std::unique_lock<std::mutex>& lock) {
+  const RoundPolicyOptions options{config_.coordinator.min_workers, config_.coordinator.round_timeout_s};
+  const double now = clock_();
+  for (const std::string& id : membership_.ExpireLeases(now, config_.coordinator.lease_s)) {
+    spdlog::warn("lost: worker {} (no heartbeat for {} s)", id, config_.coordinator.lease_s);
+  }
+  std::set<std::string> pushed;
+  for (const auto& [id, ticket] : pushed_) pushed.insert(id);
+  RoundDecision decision = DecideRoundClose({membership_.ActiveIds(), pushed, round_opened_at_}, now, options);
+  if (decision.close && !partial_.empty()) {  // never close over chunks of a push that has not committed
+    decision = {false, absl::StrCat("ready to close; waiting for ", partial_.size(), " push stream(s) in flight")};
+  }
+  if (decision.reason != phase_reason_) {
+    phase_reason_ = decision.reason;
+    if (!decision.close) spdlog::info("round {}: {}", snapshot_->round + 1, decision.reason);
+  }
+  if (!decision.close) return;
+  ClosingRound closing = BeginClose();  // under the same lock as the decision
+  lock.unlock();
+  try {
+    FinishClose(std::move(closing), decision.reason);
+  } catch (const std::exception& e) {  // a failed round is discarded, not fatal
+    spdlog::error("round {} discarded: {}; its workers push again", snapshot_->round + 1, e.what());
+    lock.lock();
+    closing_.clear();
+    phase_ = "training";
+    return;
+  }
+  lock.lock();
 }
 
 CoordinatorCore::ClosingRound CoordinatorCore::BeginClose() {
@@ -440,7 +469,7 @@ void CoordinatorCore::FinishClose(ClosingRound closing, const std::string& reaso
   const auto& contributors = closing.contributors;
   const double tokens = closing.tokens;
   for (const at::Tensor& d : delta) {
-    if (!at::isfinite(d).all().item<bool>()) throw std::runtime_error("the averaged pseudo-gradient is not finite");
+    if (!AllFinite(d)) throw std::runtime_error("the averaged pseudo-gradient is not finite");
   }
   const double t0 = clock_();
   std::vector<at::Tensor> theta;
@@ -466,6 +495,7 @@ void CoordinatorCore::FinishClose(ClosingRound closing, const std::string& reaso
         m->tokens += push.tokens;
         m->bytes_pushed += push.bytes;
       }
+      tokens_committed_ += push.tokens;
       last_round_bytes_pushed_ += push.bytes;
       dp_equivalent_bytes_ += static_cast<int64_t>(push.inner_steps * 2.0 * (k - 1) / k * 4.0 * num_params_);
     }
@@ -509,7 +539,7 @@ void CoordinatorCore::EvaluateIfDue(const ParamSnapshot& snapshot, bool force) {
   spdlog::info("eval: round {} val_loss {:.4f} (ppl {:.2f}, {:.2f} s)", snapshot.round, loss, std::exp(loss),
                clock_() - t0);
   std::lock_guard<std::mutex> lock(mu_);
-  evals_.push_back({snapshot.round, loss});
+  evals_.push_back({snapshot.round, loss, tokens_committed_, bytes_pushed_committed_});
 }
 
 void CoordinatorCore::CheckpointIfDue(bool force) {

@@ -109,6 +109,9 @@ class CoordinatorCore {
   // The round loop: closes rounds, steps, evaluates, checkpoints. Returns when the run is complete (after writing
   // the final checkpoint and summary) or after Stop().
   void Run();
+  // One pass of the round loop without waiting (lease expiry, the close decision, the outer step when due): for tests
+  // and the fuzz target that drive the core without a round thread. Never call it while Run() runs.
+  void Poll();
   void Stop();
   bool complete() const;
   // After completion: waits until workers.count members have joined and none is active (they saw run_complete and
@@ -121,6 +124,7 @@ class CoordinatorCore {
  private:
   CoordinatorCore(const Config& config, Clock clock);
   absl::Status CheckMeta(const RequestMeta& meta, bool require_member) const;  // mu_ held
+  void RoundLoopPass(std::unique_lock<std::mutex>& lock);                     // mu_ held by `lock`
   // Closing a round: BeginClose (mu_ held, same critical section as the decision) takes the averaged
   // pseudo-gradient and the contributors out; FinishClose (no lock) checks the average is finite, applies the outer
   // step and publishes theta_{t+1}. If FinishClose throws, the round is discarded and its workers push again.
@@ -168,6 +172,7 @@ class CoordinatorCore {
   int64_t bytes_received_ = 0;
   int64_t bytes_sent_ = 0;
   int64_t bytes_pushed_committed_ = 0;
+  int64_t tokens_committed_ = 0;  // tokens of the committed rounds (all workers)
   int64_t dp_equivalent_bytes_ = 0;
   int64_t last_round_bytes_pushed_ = 0;
   double last_round_seconds_ = 0;

@@ -40,7 +40,12 @@ absl::StatusOr<std::unique_ptr<HttpStatusServer>> HttpStatusServer::Start(const 
 
   std::unique_ptr<HttpStatusServer> s(new HttpStatusServer(std::move(source)));
   s->Route();
-  const int port = wanted == 0 ? s->server_->bind_to_any_port(host) : (s->server_->bind_to_port(host, wanted) ? wanted : -1);
+  int port = -1;
+  if (wanted == 0) {
+    port = s->server_->bind_to_any_port(host);
+  } else if (s->server_->bind_to_port(host, wanted)) {
+    port = wanted;
+  }
   if (port <= 0) return ListenError(listen, "address in use, not an address of this machine, or not permitted");
   s->port_ = port;
   s->address_ = absl::StrCat(listen.substr(0, colon), ":", port);
@@ -68,6 +73,16 @@ void HttpStatusServer::Route() {
   server_->Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(StatusPageHtml(), "text/html; charset=utf-8");
   });
+  // Read-only: other methods get 405 on every path (httplib would answer 400).
+  const httplib::Server::Handler read_only = [](const httplib::Request&, httplib::Response& res) {
+    res.status = 405;
+    res.set_header("Allow", "GET, HEAD");
+    res.set_content("method not allowed: this server only answers GET\n", "text/plain");
+  };
+  server_->Post(".*", read_only);
+  server_->Put(".*", read_only);
+  server_->Patch(".*", read_only);
+  server_->Delete(".*", read_only);
   server_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (res.status == 404) {
       res.set_content(absl::StrCat("not found: ", req.path, " (this server has /, /metrics and /status.json)\n"),

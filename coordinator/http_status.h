@@ -2,10 +2,11 @@
 //   GET /metrics      Prometheus text (coordinator/metrics_text.h)
 //   GET /status.json  the StatusReply as JSON (proto/status_json.h, the shape of `diloco-ctl status --json`)
 //   GET /             a self-contained HTML status page that polls /status.json (coordinator/status_page.h)
-// and 404 for any other path. It owns the listening socket, a cpp-httplib server and the thread that runs it
-// (httplib answers requests on its own worker threads). It never touches coordinator state itself: each request
-// calls the injected StatusSource, which must be thread-safe (main passes CoordinatorCore::Status(), which locks the
-// core's mutex for the copy). Start/Stop/destructor are called from one thread; address()/port() are const.
+// (HEAD too), 404 for any other path and 405 for other methods. It owns the listening socket, a cpp-httplib server
+// and the thread that runs it (httplib answers requests on its own worker threads). It never touches coordinator
+// state itself: each request calls the injected StatusSource, which must be thread-safe (main passes
+// CoordinatorCore::Status(), which locks the core's mutex for the copy). Start/Stop/destructor are called from one
+// thread; address()/port() are const.
 #pragma once
 
 #include <atomic>

@@ -18,6 +18,7 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/http_status.h"
 #include "coordinator/service.h"
+#include "proto/transport_security.h"
 #include "proto/codec.h"
 
 namespace {
@@ -57,6 +58,12 @@ int main(int argc, char** argv) {
   if (!config.ok()) return Fail(std::string(config.status().message()));
   spdlog::info("config {} (hash {}):\n{}", config_path, diloco::ConfigHash(*config), diloco::RenderConfig(*config));
   at::set_num_threads(static_cast<int>(config->coordinator.threads));
+  // Transport security (README "Security"): TLS identity, mutual TLS with security.tls_ca, the shared token.
+  const diloco::SecurityConfig& sec = config->security;
+  auto security = diloco::LoadTransportSecurity({sec.tls_cert, sec.tls_key, sec.tls_ca, sec.token_file, ""});
+  if (!security.ok()) return Fail(std::string(security.status().message()));
+  auto credentials = diloco::MakeServerCredentials(*security);
+  if (!credentials.ok()) return Fail(std::string(credentials.status().message()));
 
   auto cache = diloco::EnsureTokenized(*config, diloco::SiblingExecutable("diloco-tokenize"));
   if (!cache.ok()) return Fail(std::string(cache.status().message()));
@@ -75,16 +82,21 @@ int main(int argc, char** argv) {
     if (!started.ok()) return Fail(std::string(started.status().message()));
     http = std::move(*started);
     spdlog::info("metrics on http://{}/metrics, status page http://{}/", http->address(), http->address());
+    if (!diloco::IsLoopbackAddress(config->coordinator.metrics_listen)) {
+      spdlog::warn("coordinator.metrics_listen {} is not a loopback address: /metrics, /status.json and / are plain "
+                   "HTTP without authentication (run status and worker ids; never the model)",
+                   config->coordinator.metrics_listen);
+    }
   }
 
   diloco::CoordinatorService service(core->get(), config->comm.chunk_bytes,
-                                     diloco::CodecFromName(config->comm.pull_codec).value());
+                                     diloco::CodecFromName(config->comm.pull_codec).value(), security->token);
   // Standard grpc.health.v1.Health (SERVING while the run goes on) and server reflection (for grpcurl and the like).
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(config->coordinator.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(config->coordinator.listen, *credentials, &port);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config->comm.chunk_bytes) + (1 << 20));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
@@ -98,6 +110,15 @@ int main(int argc, char** argv) {
   const std::string address = host + ":" + std::to_string(port);
   spdlog::info("listening on {}; waiting for workers ({} rounds of {} inner steps)", address, config->outer.rounds,
                config->inner.steps);
+  spdlog::info("transport: {}; {}", security->mutual_tls()   ? "mutual TLS (client certificates required)"
+                                    : security->server_tls() ? "TLS (no client certificates)"
+                                                             : "plaintext",
+               security->token.empty() ? "no token" : "token required on every call");
+  if (!security->server_tls() && !diloco::IsLoopbackAddress(config->coordinator.listen)) {
+    spdlog::warn("coordinator.listen {} is not a loopback address and the transport is plaintext: anyone who can "
+                 "reach it can join or read the model; set security.tls_cert/tls_key (and tls_ca for mutual TLS)",
+                 config->coordinator.listen);
+  }
   server->GetHealthCheckService()->SetServingStatus(true);
   WriteAddressFile(port_file, address);
   if (http) WriteAddressFile(metrics_port_file, http->address());

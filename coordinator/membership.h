@@ -28,6 +28,7 @@ struct Member {
   int64_t bytes_pushed = 0;
   int64_t bytes_pulled = 0;
   bool drain_requested = false;  // an operator asked it to leave
+  int cluster_size = 1;          // processes of this worker (workers.cluster_size), as told at Join
 };
 
 class Membership {

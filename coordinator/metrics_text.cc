@@ -65,7 +65,8 @@ bool HasReported(const WorkerStatus& w) { return w.pushed_this_round() || w.roun
 
 void RunMetrics(const StatusReply& s, Exposition& e) {
   e.Single("diloco_round", "gauge", "Completed outer steps (rounds) t.", Int(s.round()));
-  e.Single("diloco_rounds_planned", "gauge", "Rounds the run is configured for (outer.rounds; x comm.fragments with Streaming DiLoCo).",
+  e.Single("diloco_rounds_planned", "gauge",
+           "Rounds the run is configured for (outer.rounds; x comm.fragments with Streaming DiLoCo).",
            Int(s.rounds_total()));
   e.Family("diloco_phase", "gauge", "1 for the coordinator's current phase, 0 for the others.");
   for (const auto& [phase, n] : CountBy({s.phase()}, {"waiting", "training", "stepping", "complete"})) {
@@ -90,7 +91,8 @@ void TrafficMetrics(const StatusReply& s, Exposition& e) {
   int64_t tokens = 0;
   for (const WorkerStatus& w : s.workers()) tokens += w.tokens();
   e.Single("diloco_tokens_total", "counter", "Training tokens of all workers in committed rounds.", Int(tokens));
-  e.Single("diloco_bytes_received_total", "counter", "Pseudo-gradient chunk bytes the coordinator received (every push, committed or not).",
+  e.Single("diloco_bytes_received_total", "counter",
+           "Pseudo-gradient chunk bytes the coordinator received (every push, committed or not).",
            Int(s.bytes_received()));
   e.Single("diloco_bytes_sent_total", "counter", "Parameter chunk bytes the coordinator sent to pulling workers.",
            Int(s.bytes_sent()));
@@ -103,20 +105,26 @@ void TrafficMetrics(const StatusReply& s, Exposition& e) {
            Int(s.last_round_bytes_pushed()));
   e.Single("diloco_last_outer_step_seconds", "gauge", "Seconds the last outer optimizer step took.",
            Real(s.last_outer_step_seconds()));
-  e.Single("diloco_last_round_seconds", "gauge", "Seconds from the previous commit to the last one (the round's training, pushes and outer step).",
+  e.Single("diloco_last_round_seconds", "gauge",
+           "Seconds from the previous commit to the last one (the round's training, pushes and outer step).",
            Real(s.last_round_seconds()));
 }
 
 void WorkerMetrics(const StatusReply& s, Exposition& e) {
   e.Family("diloco_worker_state", "gauge", "1 for each worker's membership state.");
-  for (const WorkerStatus& w : s.workers()) e.Sample("diloco_worker_state", {{"worker", w.id()}, {"state", w.state()}}, "1");
+  for (const WorkerStatus& w : s.workers()) {
+    e.Sample("diloco_worker_state", {{"worker", w.id()}, {"state", w.state()}}, "1");
+  }
   e.Family("diloco_worker_tokens_total", "counter", "Training tokens of the worker in committed rounds.");
-  for (const WorkerStatus& w : s.workers()) e.Sample("diloco_worker_tokens_total", {{"worker", w.id()}}, Int(w.tokens()));
+  for (const WorkerStatus& w : s.workers()) {
+    e.Sample("diloco_worker_tokens_total", {{"worker", w.id()}}, Int(w.tokens()));
+  }
   e.Family("diloco_worker_rounds_contributed_total", "counter", "Committed rounds the worker's pushes were part of.");
   for (const WorkerStatus& w : s.workers()) {
     e.Sample("diloco_worker_rounds_contributed_total", {{"worker", w.id()}}, Int(w.rounds_contributed()));
   }
-  e.Family("diloco_worker_bytes_pushed_total", "counter", "Pseudo-gradient bytes the worker pushed in committed rounds.");
+  e.Family("diloco_worker_bytes_pushed_total", "counter",
+           "Pseudo-gradient bytes the worker pushed in committed rounds.");
   for (const WorkerStatus& w : s.workers()) {
     e.Sample("diloco_worker_bytes_pushed_total", {{"worker", w.id()}}, Int(w.bytes_pushed()));
   }

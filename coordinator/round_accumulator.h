@@ -14,6 +14,10 @@
 
 namespace diloco {
 
+// True when every value is finite. One pass over the bits for contiguous float32 (no temporary tensor: a push
+// checks every chunk before folding it), at::isfinite otherwise.
+bool AllFinite(const at::Tensor& values);
+
 class RoundAccumulator {
  public:
   explicit RoundAccumulator(const std::vector<TensorSpec>& specs);

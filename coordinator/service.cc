@@ -6,6 +6,7 @@
 #include <memory>
 #include <thread>
 
+#include "coordinator/push_session.h"
 #include "proto/grpc_status.h"
 #include "proto/tensor_chunks.h"
 
@@ -84,35 +85,21 @@ class PullReactor : public grpc::ServerWriteReactor<PullMessage> {
   PullMessage message_;
 };
 
-// Receives one pseudo-gradient: a header, then chunks of the round's fragment (the whole model without fragments)
-// in parameter order, each folded as it arrives.
+// Receives one pseudo-gradient stream and hands each message to a PushSession (push_session.h), which validates it
+// and folds its chunks as they arrive; this reactor only moves bytes.
 class PushReactor : public grpc::ServerReadReactor<PushMessage> {
  public:
-  PushReactor(CoordinatorCore* core, PushReply* reply) : core_(core), reply_(reply) { StartRead(&message_); }
+  PushReactor(CoordinatorCore* core, PushReply* reply) : session_(core), reply_(reply) { StartRead(&message_); }
 
   void OnReadDone(bool ok) override {
-    absl::Status status;
-    try {
-      if (!ok) {  // the client closed its side: the push must be complete
-        if (!ticket_) {
-          status = absl::InvalidArgumentError("push stream ended before its header");
-        } else if (!reader_->Done()) {
-          status = absl::InvalidArgumentError("push stream ended early, at " + reader_->Position());
-        } else {
-          status = core_->CommitPush(*ticket_);
-          reply_->set_round(ticket_->round);
-          reply_->set_bytes(ticket_->bytes);
-        }
-        Fail(status, "incomplete push");
-        Finish(ToGrpc(status));
-        return;
-      }
-      status = Consume();
-    } catch (const std::exception& e) {
-      status = absl::InternalError(e.what());
+    if (!ok) {  // the client closed its side: the push must be complete
+      absl::StatusOr<PushReply> done = session_.OnEnd();
+      if (done.ok()) *reply_ = std::move(*done);
+      Finish(ToGrpc(done.status()));
+      return;
     }
+    absl::Status status = session_.OnMessage(message_);
     if (!status.ok()) {
-      Fail(status, std::string(status.message()));
       Finish(ToGrpc(status));
       return;
     }
@@ -120,46 +107,21 @@ class PushReactor : public grpc::ServerReadReactor<PushMessage> {
   }
 
   void OnDone() override {
-    if (ticket_) core_->AbortPush(*ticket_, "stream ended");  // no-op once committed or failed
+    session_.OnBroken("stream ended");  // no-op once committed or refused
     delete this;
   }
 
  private:
-  absl::Status Consume() {
-    if (!ticket_) {
-      if (!message_.has_header()) return absl::InvalidArgumentError("push stream must start with a header");
-      auto ticket = core_->BeginPush(message_.header());
-      if (!ticket.ok()) return ticket.status();
-      ticket_ = std::make_unique<PushTicket>(std::move(*ticket));
-      members_ = &core_->fragment_members(ticket_->fragment);
-      reader_ = std::make_unique<ChunkStreamReader>(core_->fragment_specs(ticket_->fragment));
-      return absl::OkStatus();
-    }
-    if (!message_.has_chunk()) return absl::InvalidArgumentError("a push header may appear only once");
-    auto view = reader_->Next(message_.chunk());
-    if (!view.ok()) return view.status();
-    return core_->FoldChunk(*ticket_, (*members_)[reader_->tensor_index()], reader_->chunk_offset(), *view,
-                            static_cast<int64_t>(message_.chunk().data().size()));
-  }
-
-  void Fail(const absl::Status& status, const std::string& why) {
-    if (status.ok() || !ticket_) return;
-    spdlog::warn("push from {} refused: {}", ticket_->worker_id, std::string(status.message()));
-    core_->AbortPush(*ticket_, why);
-  }
-
-  CoordinatorCore* core_;
+  PushSession session_;
   PushReply* reply_;
-  std::unique_ptr<ChunkStreamReader> reader_;   // made from the header: the fragment's specs
-  const std::vector<size_t>* members_ = nullptr;  // reader index -> position in the model's parameters
   PushMessage message_;
-  std::unique_ptr<PushTicket> ticket_;
 };
 
 }  // namespace
 
 grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* ctx, const JoinRequest* request,
                                                    JoinReply* reply) {
+  if (auto* refused = RefuseUnary(auth_, ctx, "Join", request->meta().worker_id())) return refused;
   return Unary(ctx, [&]() -> absl::Status {
     auto r = coordinator_->Join(*request);
     if (!r.ok()) {
@@ -173,11 +135,13 @@ grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* 
 
 grpc::ServerUnaryReactor* CoordinatorService::Leave(grpc::CallbackServerContext* ctx, const LeaveRequest* request,
                                                     LeaveReply*) {
+  if (auto* refused = RefuseUnary(auth_, ctx, "Leave", request->meta().worker_id())) return refused;
   return Unary(ctx, [&] { return coordinator_->Leave(*request); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* ctx,
                                                         const HeartbeatRequest* request, HeartbeatReply* reply) {
+  if (auto* refused = RefuseUnary(auth_, ctx, "Heartbeat", request->meta().worker_id())) return refused;
   return Unary(ctx, [&]() -> absl::Status {
     auto r = coordinator_->Heartbeat(*request);
     if (!r.ok()) return r.status();
@@ -188,6 +152,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
 
 grpc::ServerUnaryReactor* CoordinatorService::GetStatus(grpc::CallbackServerContext* ctx, const StatusRequest*,
                                                         StatusReply* reply) {
+  if (auto* refused = RefuseUnary(auth_, ctx, "GetStatus")) return refused;
   return Unary(ctx, [&] {
     *reply = coordinator_->Status();
     return absl::OkStatus();
@@ -196,11 +161,13 @@ grpc::ServerUnaryReactor* CoordinatorService::GetStatus(grpc::CallbackServerCont
 
 grpc::ServerUnaryReactor* CoordinatorService::Drain(grpc::CallbackServerContext* ctx, const DrainRequest* request,
                                                     DrainReply*) {
+  if (auto* refused = RefuseUnary(auth_, ctx, "Drain")) return refused;
   return Unary(ctx, [&] { return coordinator_->Drain(request->worker_id()); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Checkpoint(grpc::CallbackServerContext* ctx, const CheckpointRequest*,
                                                          CheckpointReply* reply) {
+  if (auto* refused = RefuseUnary(auth_, ctx, "Checkpoint")) return refused;
   // Writing a checkpoint blocks on the disk: do it on a thread of its own, never on a gRPC thread.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   std::thread([this, reactor, reply] {
@@ -222,6 +189,9 @@ grpc::ServerUnaryReactor* CoordinatorService::Checkpoint(grpc::CallbackServerCon
 
 grpc::ServerWriteReactor<PullMessage>* CoordinatorService::PullParameters(grpc::CallbackServerContext* ctx,
                                                                           const PullRequest* request) {
+  if (auto* refused = RefuseStream<grpc::ServerWriteReactor<PullMessage>>(auth_, ctx, "PullParameters")) {
+    return refused;
+  }
   auto snapshot = coordinator_->BeginPull(*request);
   if (!snapshot.ok()) {
     // A reactor that finishes at once with the error.
@@ -238,6 +208,9 @@ grpc::ServerWriteReactor<PullMessage>* CoordinatorService::PullParameters(grpc::
 
 grpc::ServerReadReactor<PushMessage>* CoordinatorService::PushPseudoGradient(grpc::CallbackServerContext* ctx,
                                                                              PushReply* reply) {
+  if (auto* refused = RefuseStream<grpc::ServerReadReactor<PushMessage>>(auth_, ctx, "PushPseudoGradient")) {
+    return refused;
+  }
   return new PushReactor(coordinator_, reply);
 }
 

@@ -5,6 +5,7 @@
 // Thread-safety: gRPC calls the handlers from its own threads; all state lives in the (thread-safe) Coordinator.
 #pragma once
 
+#include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
 #include "proto/diloco.grpc.pb.h"
 
@@ -12,9 +13,10 @@ namespace diloco {
 
 class CoordinatorService final : public diloco::Coordinator::CallbackService {
  public:
-  // Pulls are streamed in chunks of about chunk_bytes, encoded with pull_codec (CODEC_RAW: lossless).
-  CoordinatorService(CoordinatorCore* coordinator, int64_t chunk_bytes, Codec pull_codec)
-      : coordinator_(coordinator), chunk_bytes_(chunk_bytes), pull_codec_(pull_codec) {}
+  // Pulls are streamed in chunks of about chunk_bytes, encoded with pull_codec (CODEC_RAW: lossless). With a
+  // non-empty `token` (security.token_file) every call must carry it (coordinator/auth.h) or gets UNAUTHENTICATED.
+  CoordinatorService(CoordinatorCore* coordinator, int64_t chunk_bytes, Codec pull_codec, std::string token = {})
+      : coordinator_(coordinator), chunk_bytes_(chunk_bytes), pull_codec_(pull_codec), auth_(std::move(token)) {}
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const JoinRequest* request,
                                  JoinReply* reply) override;
@@ -37,6 +39,7 @@ class CoordinatorService final : public diloco::Coordinator::CallbackService {
   CoordinatorCore* coordinator_;
   int64_t chunk_bytes_;
   Codec pull_codec_;
+  TokenAuthenticator auth_;
 };
 
 }  // namespace diloco

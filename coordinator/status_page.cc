@@ -2,8 +2,8 @@
 
 namespace diloco {
 
-// The page reads only the keys StatusToJson (proto/status_json.cc) writes. Validation loss against bytes: EvalPoint
-// carries no byte count, so unless an eval has a "bytes_pushed_committed" key the x value is an estimate
+// The page reads only the keys StatusToJson (proto/status_json.cc) writes. Validation loss against bytes uses each
+// EvalPoint's bytes_pushed_committed; should an eval lack it (an older coordinator), the x value is an estimate
 // (eval round x the last round's pushed bytes) and the chart's caption says so.
 const char* StatusPageHtml() {
   return R"HTML(<!doctype html>
@@ -40,7 +40,8 @@ const char* StatusPageHtml() {
   <tbody></tbody>
 </table>
 <div class="charts">
-  <figure><figcaption>validation loss vs round</figcaption><svg id="chart-round" width="440" height="270"></svg></figure>
+  <figure><figcaption>validation loss vs round</figcaption>
+          <svg id="chart-round" width="440" height="270"></svg></figure>
   <figure><figcaption id="bytes-caption">validation loss vs bytes pushed</figcaption>
           <svg id="chart-bytes" width="440" height="270"></svg></figure>
 </div>
@@ -153,8 +154,9 @@ function render(s) {
       ? "validation loss vs bytes pushed (committed rounds)"
       : "validation loss vs bytes pushed, estimated as round \u00d7 last round's pushed bytes (" +
         fmtBytes(s.last_round_bytes_pushed) + ")";
-  drawChart($("chart-bytes"), evals.map((e) => ({x: bytesAt(e), y: e.val_loss,
-                                                  label: `${fmtBytes(bytesAt(e))}: val loss ${e.val_loss.toFixed(4)}`})),
+  drawChart($("chart-bytes"),
+            evals.map((e) => ({x: bytesAt(e), y: e.val_loss,
+                               label: `${fmtBytes(bytesAt(e))}: val loss ${e.val_loss.toFixed(4)}`})),
             fmtBytes);
   $("updated").textContent = "updated " + new Date().toLocaleTimeString();
 }

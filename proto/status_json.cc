@@ -15,10 +15,14 @@ nlohmann::json StatusToJson(const StatusReply& s) {
                        {"tokens_per_s", w.tokens_per_s()},
                        {"bytes_pushed", w.bytes_pushed()},
                        {"bytes_pulled", w.bytes_pulled()},
-                       {"pushed_this_round", w.pushed_this_round()}});
+                       {"pushed_this_round", w.pushed_this_round()},
+                       {"cluster_size", w.cluster_size()}});
   }
   nlohmann::json evals = nlohmann::json::array();
-  for (const EvalPoint& e : s.evals()) evals.push_back({{"round", e.round()}, {"val_loss", e.val_loss()}});
+  for (const EvalPoint& e : s.evals()) {
+    evals.push_back({{"round", e.round()}, {"val_loss", e.val_loss()}, {"tokens", e.tokens()},
+                     {"bytes_pushed_committed", e.bytes_pushed_committed()}});
+  }
   return {{"run_name", s.run_name()},
           {"round", s.round()},
           {"rounds_total", s.rounds_total()},

@@ -72,8 +72,13 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b);
 // True for a listen address on the loopback interface: localhost, 127.0.0.0/8, ::1 (HOST:PORT or [HOST]:PORT).
 bool IsLoopbackAddress(const std::string& host_port);
 
-// True if a failed call's message says the TLS handshake failed (a certificate refused, a plaintext peer on a TLS
-// port, ...), as opposed to a coordinator that is not up.
+// True if a failed call's message says this client's own TLS checks failed (an SSL error: the coordinator's
+// certificate is not signed by tls_ca or lacks the name dialled), as opposed to a coordinator that is not up.
 bool LooksLikeTlsFailure(const absl::Status& status);
+
+// For a connection the coordinator closed at once ("Socket closed"): with TLS 1.3 a client whose certificate the
+// coordinator refuses sees only that. Returns a hint for the error line ("" for other failures): with client TLS
+// on, the coordinator may refuse this client's certificate; with it off, the coordinator may serve TLS.
+std::string TlsHint(const std::string& failure_message, bool client_tls);
 
 }  // namespace diloco

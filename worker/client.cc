@@ -11,19 +11,22 @@
 namespace diloco {
 
 CoordinatorClient::CoordinatorClient(const std::string& address, std::string worker_id, std::string fingerprint,
-                                     double rpc_timeout_s, int64_t chunk_bytes, Codec push_codec)
+                                     double rpc_timeout_s, int64_t chunk_bytes, Codec push_codec,
+                                     TransportSecurity security)
     : worker_id_(std::move(worker_id)),
       fingerprint_(std::move(fingerprint)),
       rpc_timeout_s_(rpc_timeout_s),
       chunk_bytes_(chunk_bytes),
-      push_codec_(push_codec) {
+      push_codec_(push_codec),
+      security_(std::move(security)) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   args.SetMaxReceiveMessageSize(static_cast<int>(chunk_bytes) + (1 << 20));
-  channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  ApplyChannelArguments(security_, &args);
+  channel_ = grpc::CreateCustomChannel(address, MakeChannelCredentials(security_), args);
   stub_ = diloco::Coordinator::NewStub(channel_);
 }
 
@@ -35,15 +38,17 @@ RequestMeta CoordinatorClient::Meta(int64_t round) const {
   return meta;
 }
 
-void CoordinatorClient::SetDeadline(grpc::ClientContext* ctx) const {
+void CoordinatorClient::Prepare(grpc::ClientContext* ctx) const {
   ctx->set_deadline(std::chrono::system_clock::now() +
                     std::chrono::milliseconds(static_cast<int64_t>(rpc_timeout_s_ * 1000)));
+  AttachToken(security_, ctx);
 }
 
 absl::StatusOr<JoinReply> CoordinatorClient::Join(const ModelSpec& model, int32_t threads, const std::string& device,
-                                                  int32_t shard_hint, int32_t fragments) {
+                                                  int32_t shard_hint, int32_t fragments,
+                                                  int32_t cluster_size) {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx);
+  Prepare(&ctx);
   JoinRequest request;
   *request.mutable_meta() = Meta(0);
   *request.mutable_model() = model;
@@ -51,6 +56,7 @@ absl::StatusOr<JoinReply> CoordinatorClient::Join(const ModelSpec& model, int32_
   request.set_device(device);
   if (shard_hint >= 0) request.set_shard_hint(shard_hint);
   request.set_fragments(fragments);
+  request.set_cluster_size(cluster_size);
   JoinReply reply;
   grpc::Status s = stub_->Join(&ctx, request, &reply);
   if (!s.ok()) return FromGrpc(s);
@@ -59,7 +65,7 @@ absl::StatusOr<JoinReply> CoordinatorClient::Join(const ModelSpec& model, int32_
 
 absl::Status CoordinatorClient::Leave(const std::string& reason) {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx);
+  Prepare(&ctx);
   LeaveRequest request;
   *request.mutable_meta() = Meta(0);
   request.set_reason(reason);
@@ -69,7 +75,7 @@ absl::Status CoordinatorClient::Leave(const std::string& reason) {
 
 absl::StatusOr<HeartbeatReply> CoordinatorClient::Heartbeat(int64_t round) {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx);
+  Prepare(&ctx);
   HeartbeatRequest request;
   *request.mutable_meta() = Meta(round);
   HeartbeatReply reply;
@@ -80,7 +86,7 @@ absl::StatusOr<HeartbeatReply> CoordinatorClient::Heartbeat(int64_t round) {
 
 absl::StatusOr<PullResult> CoordinatorClient::Pull(NamedTensors& theta, int fragment) {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx);
+  Prepare(&ctx);
   PullRequest request;
   *request.mutable_meta() = Meta(0);
   if (fragment >= 0) request.set_fragment(fragment);
@@ -109,7 +115,7 @@ absl::StatusOr<PullResult> CoordinatorClient::Pull(NamedTensors& theta, int frag
 
 absl::StatusOr<int64_t> CoordinatorClient::Push(int64_t round, const RoundResult& result) {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx);
+  Prepare(&ctx);
   PushReply reply;
   std::unique_ptr<grpc::ClientWriter<PushMessage>> writer = stub_->PushPseudoGradient(&ctx, &reply);
   PushMessage message;

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "proto/codec.h"
 #include "proto/diloco.grpc.pb.h"
+#include "proto/transport_security.h"
 #include "worker/trainer.h"
 
 namespace diloco {
@@ -24,12 +25,13 @@ struct PullResult {
 class CoordinatorClient {
  public:
   // Pushes are encoded with push_codec (proto/codec.h); pulls decode whatever codec the coordinator sends.
+  // `security`: TLS credentials of the channel and the token attached to every call (default: plaintext, none).
   CoordinatorClient(const std::string& address, std::string worker_id, std::string fingerprint,
-                    double rpc_timeout_s, int64_t chunk_bytes, Codec push_codec);
+                    double rpc_timeout_s, int64_t chunk_bytes, Codec push_codec, TransportSecurity security = {});
 
   // shard_hint >= 0: the shard this worker had (after a coordinator restart), kept if it is free.
   absl::StatusOr<JoinReply> Join(const ModelSpec& model, int32_t threads, const std::string& device,
-                                 int32_t shard_hint = -1, int32_t fragments = 1);
+                                 int32_t shard_hint = -1, int32_t fragments = 1, int32_t cluster_size = 1);
   absl::Status Leave(const std::string& reason);
   absl::StatusOr<HeartbeatReply> Heartbeat(int64_t round);
   // Fills `theta` (from InnerTrainer::MakeParameterBuffers) with the current global parameters; with fragment >= 0,
@@ -41,7 +43,8 @@ class CoordinatorClient {
 
  private:
   RequestMeta Meta(int64_t round) const;
-  void SetDeadline(grpc::ClientContext* ctx) const;
+  // Sets the call's deadline and attaches the token (security.token_file), if any.
+  void Prepare(grpc::ClientContext* ctx) const;
 
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<diloco::Coordinator::Stub> stub_;
@@ -50,6 +53,7 @@ class CoordinatorClient {
   double rpc_timeout_s_;
   int64_t chunk_bytes_;
   Codec push_codec_;
+  TransportSecurity security_;
 };
 
 }  // namespace diloco

@@ -6,10 +6,12 @@
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <csignal>
+#include <iostream>
 
 #include "config/config_loader.h"
 #include "config/data_cache.h"
 #include "config/subprocess.h"
+#include "worker/data_parallel.h"
 #include "worker/worker_loop.h"
 
 namespace {
@@ -23,11 +25,29 @@ int main(int argc, char** argv) {
   std::vector<std::string> overrides;
   diloco::WorkerOptions options;
   app.add_option("--config", config_path, "run config (YAML), the same file as the coordinator's")->required();
-  app.add_option("--coordinator", options.coordinator, "coordinator address HOST:PORT")->required();
-  app.add_option("--id", options.id, "worker id, unique in the run (a restarted worker reuses its id)")->required();
+  std::string mode = "diloco";
+  app.add_option("--mode", mode, "diloco (default): a DiLoCo worker; ddp: a rank of the data-parallel baseline "
+                                 "(no coordinator; --rank and --cluster-store over workers.count x cluster_size ranks)")
+      ->check(CLI::IsMember({"diloco", "ddp"}));
+  app.add_option("--coordinator", options.coordinator, "coordinator address HOST:PORT (required with --mode diloco)");
+  app.add_option("--id", options.id, "worker id, unique in the run (a restarted worker reuses its id)");
   app.add_option("--set", overrides, "override a config key: section.key=value (repeatable)");
+  app.add_option("--rank", options.rank, "workers.cluster_size > 1: this process's rank in the worker's cluster");
+  app.add_option("--cluster-store", options.cluster_store,
+                 "workers.cluster_size > 1: HOST:PORT of the cluster's c10d store (rank 0 listens there)");
+  app.add_option("--cluster-bind", options.cluster_bind,
+                 "this rank's own IP address for the cluster's connections (default: the --cluster-store host; set it "
+                 "when ranks are on different hosts)");
   CLI11_PARSE(app, argc, argv);
-  spdlog::set_pattern("%H:%M:%S.%e %^%l%$ " + options.id + ": %v");
+  const bool ddp = mode == "ddp";
+  if (!ddp && (options.coordinator.empty() || options.id.empty())) {
+    std::cerr << "diloco-worker: --coordinator and --id are required (or --mode ddp)\n";
+    return diloco::kWorkerConfigError;
+  }
+  const std::string who = ddp                           ? "rank-" + std::to_string(options.rank)
+                          : options.cluster_store.empty() ? options.id
+                                                          : options.id + "." + std::to_string(options.rank);
+  spdlog::set_pattern("%H:%M:%S.%e %^%l%$ " + who + ": %v");
 
   auto config = diloco::LoadConfig(config_path, overrides);
   if (!config.ok()) {
@@ -48,5 +68,6 @@ int main(int argc, char** argv) {
   }
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
+  if (ddp) return diloco::RunDataParallel(*config, *cache, options, g_stop);
   return diloco::RunWorker(*config, *cache, options, g_stop);
 }

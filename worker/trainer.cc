@@ -31,6 +31,18 @@ InnerTrainer::InnerTrainer(const Config& config, TokenData train, torch::Device 
                                 .weight_decay(config.inner.weight_decay));
 }
 
+absl::StatusOr<std::unique_ptr<InnerTrainer>> InnerTrainer::ForShard(const Config& config,
+                                                                    const std::string& train_path, int shard_index,
+                                                                    int shard_count, int rank, int cluster_size) {
+  auto train = TokenData::Load(train_path, config.model.seq_len);
+  if (!train.ok()) return train.status();
+  const int part = shard_index * cluster_size + rank;  // with one rank: the worker's shard itself
+  absl::Status s = train->SelectShard(part, shard_count * cluster_size, config.data.split == "contiguous");
+  if (!s.ok()) return s;
+  const uint64_t seed = static_cast<uint64_t>(config.run.seed) * 1000003ULL + static_cast<uint64_t>(part) + 1;
+  return std::make_unique<InnerTrainer>(config, std::move(*train), torch::Device(config.workers.device), seed);
+}
+
 NamedTensors InnerTrainer::MakeParameterBuffers() const {
   NamedTensors out;
   for (const auto& [name, p] : NamedParameters(*model_)) {
@@ -47,7 +59,8 @@ StepStats InnerTrainer::TrainSteps(int64_t first_step, int64_t n, const std::ato
   const auto params = model_->parameters();
   StepStats stats;
   for (int64_t i = 0; i < n; ++i) {
-    if (stop != nullptr && *stop) {
+    const bool want_stop = stop != nullptr && *stop;
+    if (want_stop && !gradient_hook_) {
       stats.abandoned = true;
       break;
     }
@@ -59,8 +72,13 @@ StepStats InnerTrainer::TrainSteps(int64_t first_step, int64_t n, const std::ato
     optimizer_->zero_grad();
     torch::Tensor loss = model_->Loss(batch.inputs.to(device_), batch.targets.to(device_));
     loss.backward();
+    if (gradient_hook_ && gradient_hook_(params, want_stop)) {
+      stats.abandoned = true;
+      break;
+    }
     if (config_.inner.grad_clip > 0) torch::nn::utils::clip_grad_norm_(params, config_.inner.grad_clip);
     optimizer_->step();
+    if (step_hook_) step_hook_(params, first_step + i);
     const double l = loss.item<double>();
     if (i == 0) stats.first_loss = l;
     stats.loss_sum += l;

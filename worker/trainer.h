@@ -9,11 +9,13 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <functional>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "config/config.h"
 #include "worker/lm/token_data.h"
 #include "worker/lm/transformer.h"
@@ -50,6 +52,13 @@ class InnerTrainer {
  public:
   InnerTrainer(const Config& config, TokenData train, torch::Device device, uint64_t seed);
 
+  // The trainer of rank `rank` of a worker cluster of `cluster_size` (1: a plain worker) that reads shard
+  // shard_index of shard_count: the rank reads its own part of that shard (data.split decides how parts are cut)
+  // and samples with its own seed. Errors name the cache file or the shard.
+  static absl::StatusOr<std::unique_ptr<InnerTrainer>> ForShard(const Config& config, const std::string& train_path,
+                                                                int shard_index, int shard_count, int rank,
+                                                                int cluster_size);
+
   // Zero-filled CPU tensors shaped like the parameters: the destination of a pull.
   NamedTensors MakeParameterBuffers() const;
   const TransformerLM& model() const { return model_; }
@@ -69,6 +78,15 @@ class InnerTrainer {
   // Streaming DiLoCo's merge: local[which[j]] <- alpha * local[which[j]] + (1 - alpha) * global[j].
   void Merge(const NamedTensors& global, const std::vector<size_t>& which, double alpha);
 
+  // Worker clusters (worker/cluster.h). The gradient hook runs after each backward, before clipping, with this
+  // rank's wish to stop (*stop); it returns whether the cluster stops (then the step is not taken and TrainSteps
+  // returns abandoned). With a gradient hook, *stop is only acted on through it, so all ranks stop at the same step.
+  // The step hook runs after each optimizer step with the global step index.
+  using GradientHook = std::function<bool(const std::vector<torch::Tensor>& params, bool want_stop)>;
+  using StepHook = std::function<void(const std::vector<torch::Tensor>& params, int64_t step)>;
+  void set_gradient_hook(GradientHook hook) { gradient_hook_ = std::move(hook); }
+  void set_step_hook(StepHook hook) { step_hook_ = std::move(hook); }
+
  private:
   Config config_;
   TokenData train_;
@@ -76,6 +94,8 @@ class InnerTrainer {
   TransformerLM model_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::mt19937_64 rng_;
+  GradientHook gradient_hook_;
+  StepHook step_hook_;
 };
 
 }  // namespace diloco

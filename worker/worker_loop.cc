@@ -12,8 +12,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/tensor_spec.h"
+#include "proto/transport_security.h"
 #include "worker/lm/fragments.h"
 #include "worker/client.h"
+#include "worker/cluster.h"
+#include "worker/cluster_follower.h"
 #include "worker/error_feedback.h"
 #include "worker/trainer.h"
 
@@ -62,8 +65,8 @@ ModelSpec SpecOf(const ModelConfig& m) {
 // Everything one worker process holds.
 class Worker {
  public:
-  Worker(const Config& config, const WorkerOptions& options, const std::atomic<bool>& stop)
-      : config_(config), options_(options), stop_(stop), backoff_(5.0) {}
+  Worker(const Config& config, const WorkerOptions& options, const std::atomic<bool>& stop, WorkerCluster* cluster)
+      : config_(config), options_(options), stop_(stop), backoff_(5.0), cluster_(cluster) {}
 
   int Run(const TokenCache& cache);
 
@@ -80,13 +83,18 @@ class Worker {
   // inner loop trains on (comm.overlap_steps): it touches only the client, the backoff and the flags.
   std::optional<PullResult> Exchange(int64_t round, const RoundResult& result, NamedTensors& fragment_theta);
   void HeartbeatLoop();
-  // True once a signal or an operator's drain asks this worker to go.
-  bool Stopping() const { return stop_ || drain_; }
+  // The inner loop of the leader: with a cluster, the followers are told to do the same first.
+  StepStats TrainSteps(int64_t first_step, int64_t n);
+  // True once a signal or an operator's drain asks this worker to go, or its cluster failed.
+  bool Stopping() const { return stop_ || drain_ || failed_; }
 
   const Config& config_;
   const WorkerOptions& options_;
   const std::atomic<bool>& stop_;
   Backoff backoff_;
+  WorkerCluster* cluster_;  // null for a one-process worker
+  std::atomic<bool> failed_{false};  // a collective of the cluster failed: the exchange thread gives up too
+  bool followers_left_ = false;      // the cluster stopped together (no kStop to send)
   std::unique_ptr<CoordinatorClient> client_;
   std::unique_ptr<InnerTrainer> trainer_;
   JoinReply join_;
@@ -96,16 +104,19 @@ class Worker {
   std::atomic<bool> quit_{false};   // stop_ or drain_: polled by the inner loop to abandon a round
   bool keep_local_ = false;         // outer.late_policy reuse_local after a late push
   int exit_code_ = kWorkerDone;
+  double compute_seconds_ = 0;  // inner steps, less the cluster's all-reduce waits
 };
 
 int Worker::JoinWithRetry() {
   const double deadline = Now() + config_.workers.connect_timeout_s;
-  bool warned = false;
+  bool warned = false, hinted = false;
+  const bool tls = !config_.security.tls_ca.empty() || !config_.security.tls_cert.empty();
   backoff_.Reset();
   while (!Stopping()) {
     auto reply = client_->Join(SpecOf(config_.model), static_cast<int32_t>(config_.workers.threads),
                                config_.workers.device, trainer_ ? join_.shard_index() : -1,
-                               static_cast<int32_t>(config_.comm.fragments));
+                               static_cast<int32_t>(config_.comm.fragments),
+                               cluster_ ? cluster_->size() : 1);
     if (reply.ok()) {
       if (trainer_ && reply->shard_index() != join_.shard_index()) {
         spdlog::warn("rejoined with shard {} instead of {}; this worker keeps reading shard {}",
@@ -122,11 +133,21 @@ int Worker::JoinWithRetry() {
                     std::string(reply.status().message()));
       return kWorkerRefused;
     }
+    if (tls && LooksLikeTlsFailure(reply.status())) {  // this worker's own TLS check failed: retrying cannot help
+      spdlog::error("TLS handshake with coordinator {} failed: {} (security.tls_ca must hold the CA that signed the "
+                    "coordinator's certificate, and the certificate must name the address's host or "
+                    "security.server_name)", options_.coordinator, std::string(reply.status().message()));
+      return kWorkerRefused;
+    }
+    const std::string hint = TlsHint(std::string(reply.status().message()), tls);
     if (Now() > deadline) {
-      spdlog::error("coordinator {} unreachable for workers.connect_timeout_s = {} s: {}", options_.coordinator,
-                    config_.workers.connect_timeout_s, std::string(reply.status().message()));
+      spdlog::error("coordinator {} unreachable for workers.connect_timeout_s = {} s: {}{}{}", options_.coordinator,
+                    config_.workers.connect_timeout_s, std::string(reply.status().message()),
+                    hint.empty() ? "" : "; ", hint);
       return kWorkerUnreachable;
     }
+    if (!hint.empty() && !hinted) spdlog::warn("coordinator {}: {}; retrying", options_.coordinator, hint);
+    hinted = hinted || !hint.empty();
     if (!warned) spdlog::info("waiting for coordinator {} ...", options_.coordinator);
     warned = true;
     backoff_.Sleep(stop_);
@@ -253,8 +274,15 @@ int Worker::Run(const TokenCache& cache) {
   const NamedTensors probe_params = NamedParameters(*probe);
   const std::string fingerprint = Fingerprint(SpecsOf(probe_params));
   const Codec codec = CodecFromName(config_.comm.codec).value();  // validated with the config
+  const SecurityConfig& sec = config_.security;
+  auto security = LoadTransportSecurity({sec.tls_cert, sec.tls_key, sec.tls_ca, sec.token_file, sec.server_name});
+  if (!security.ok()) {
+    spdlog::error("{}", std::string(security.status().message()));
+    return kWorkerConfigError;
+  }
   client_ = std::make_unique<CoordinatorClient>(options_.coordinator, options_.id, fingerprint,
-                                                config_.workers.rpc_timeout_s, config_.comm.chunk_bytes, codec);
+                                                config_.workers.rpc_timeout_s, config_.comm.chunk_bytes, codec,
+                                                std::move(*security));
   // Streaming DiLoCo: round r syncs fragment r mod P after S = H / P inner steps (P = 1: plain DiLoCo).
   const int P = static_cast<int>(config_.comm.fragments);
   const int64_t S = config_.StepsPerSync();
@@ -266,22 +294,32 @@ int Worker::Run(const TokenCache& cache) {
   if (config_.comm.error_feedback && codec != CODEC_RAW) {
     for (auto& ef : error_feedback) ef = std::make_unique<ErrorFeedback>(codec, config_.comm.chunk_bytes);
   }
-  if (int code = JoinWithRetry(); code >= 0) return code;
+  if (int code = JoinWithRetry(); code >= 0) {
+    if (cluster_) cluster_->SendCommand({ClusterCommand::kStop});
+    return code;
+  }
 
-  auto train = TokenData::Load(cache.train_path(), config_.model.seq_len);
-  if (!train.ok()) {
-    spdlog::error("{}", std::string(train.status().message()));
+  const int cluster_size = cluster_ ? cluster_->size() : 1;
+  auto trainer = InnerTrainer::ForShard(config_, cache.train_path(), join_.shard_index(), join_.shard_count(), 0,
+                                        cluster_size);
+  if (!trainer.ok()) {
+    spdlog::error("{}", std::string(trainer.status().message()));
     return kWorkerConfigError;
   }
-  if (absl::Status s = train->SelectShard(join_.shard_index(), join_.shard_count(),
-                                          config_.data.split == "contiguous");
-      !s.ok()) {
-    spdlog::error("{}", std::string(s.message()));
-    return kWorkerConfigError;
+  trainer_ = std::move(*trainer);
+  int64_t replica_checks = 0;
+  if (cluster_) {
+    cluster_->SendCommand({ClusterCommand::kShard, join_.shard_index(), join_.shard_count()});
+    trainer_->set_gradient_hook([this](const std::vector<torch::Tensor>& params, bool want_stop) {
+      return cluster_->AverageGradients(params, want_stop);
+    });
+    if (config_.workers.check_replicas) {
+      trainer_->set_step_hook([&](const std::vector<torch::Tensor>& params, int64_t step) {
+        cluster_->CheckReplicas(params, step);
+        ++replica_checks;
+      });
+    }
   }
-  const torch::Device device(config_.workers.device);
-  const uint64_t seed = static_cast<uint64_t>(config_.run.seed) * 1000003ULL + join_.shard_index() + 1;
-  trainer_ = std::make_unique<InnerTrainer>(config_, std::move(*train), device, seed);
   // theta: the global value of every tensor as last received (what pseudo-gradients are computed against);
   // fragment_theta[p]: the same tensors of fragment p (views of theta), the destination of a fragment pull.
   NamedTensors theta = trainer_->MakeParameterBuffers();
@@ -290,10 +328,12 @@ int Worker::Run(const TokenCache& cache) {
     for (size_t i : members[static_cast<size_t>(p)]) fragment_theta[static_cast<size_t>(p)].push_back(theta[i]);
   }
   std::thread heartbeat([this] { HeartbeatLoop(); });
+  const double started = Now();
 
   bool need_full_pull = true;
   int64_t round = 0;  // the round whose fragment syncs next; theta holds its global parameters
   StepStats carried;  // inner steps already trained toward the next push (the overlap)
+  try {
   while (!Stopping()) {
     if (need_full_pull) {
       std::optional<PullResult> pulled = PullWithRetry(theta, -1);
@@ -302,7 +342,15 @@ int Worker::Run(const TokenCache& cache) {
         spdlog::info("run complete at round {}; leaving", pulled->round);
         break;
       }
-      if (!keep_local_) trainer_->Load(theta);
+      if (!keep_local_) {
+        trainer_->Load(theta);
+        if (cluster_) {
+          cluster_->SendCommand({ClusterCommand::kLoad});
+          std::vector<torch::Tensor> tensors;
+          for (const auto& [name, p] : theta) tensors.push_back(p);
+          cluster_->Broadcast(tensors);
+        }
+      }
       keep_local_ = false;
       round = pulled->round;
       carried = StepStats();
@@ -311,14 +359,14 @@ int Worker::Run(const TokenCache& cache) {
     round_ = round;
     const int f = static_cast<int>(round % P);
     StepStats stats = carried;
-    stats.Add(trainer_->TrainSteps(round * S + carried.steps, S - carried.steps, &quit_));
+    stats.Add(TrainSteps(round * S + carried.steps, S - carried.steps));
     carried = StepStats();
     if (stats.abandoned) break;
     RoundResult result;
     result.fragment = f;
     result.pseudo_gradient = trainer_->PseudoGradient(fragment_theta[static_cast<size_t>(f)],
                                                       members[static_cast<size_t>(f)]);
-    result.tokens = stats.tokens;
+    result.tokens = stats.tokens * cluster_size;  // every rank trained on as many tokens
     result.steps = stats.steps;
     result.first_loss = stats.first_loss;
     result.mean_loss = stats.loss_sum / static_cast<double>(std::max<int64_t>(1, stats.steps));
@@ -335,7 +383,13 @@ int Worker::Run(const TokenCache& cache) {
     if (tau > 0) {
       std::future<std::optional<PullResult>> exchange =
           std::async(std::launch::async, [&] { return Exchange(round, result, incoming); });
-      carried = trainer_->TrainSteps((round + 1) * S, tau, &quit_);
+      try {
+        carried = TrainSteps((round + 1) * S, tau);
+      } catch (...) {  // a collective failed: stop the exchange thread before unwinding
+        failed_ = true;
+        exchange.wait();
+        throw;
+      }
       pulled = exchange.get();
     } else {
       pulled = Exchange(round, result, incoming);
@@ -353,26 +407,81 @@ int Worker::Run(const TokenCache& cache) {
     if (keep_local_) {  // outer.late_policy reuse_local after a late push: the local parameters go on
       keep_local_ = false;
     } else {
-      trainer_->Merge(incoming, members[static_cast<size_t>(f)], tau > 0 ? config_.comm.merge_alpha : 0.0);
+      const double alpha = tau > 0 ? config_.comm.merge_alpha : 0.0;
+      trainer_->Merge(incoming, members[static_cast<size_t>(f)], alpha);
+      if (cluster_) {
+        cluster_->SendCommand({ClusterCommand::kMerge, f, 0, alpha});
+        std::vector<torch::Tensor> tensors;
+        for (const auto& [name, p] : incoming) tensors.push_back(p);
+        cluster_->Broadcast(tensors);
+      }
     }
     round = pulled->round;
   }
+  if (cluster_ && !followers_left_) cluster_->SendCommand({ClusterCommand::kStop});
+  } catch (const std::exception& e) {
+    spdlog::error("worker cluster failed (a rank died or a collective broke): {}; leaving the run", e.what());
+    failed_ = true;
+    exit_code_ = kWorkerClusterFailed;
+  }
+  if (cluster_ && config_.workers.check_replicas) {
+    spdlog::info("replica check: parameters identical on all {} ranks after each of {} inner steps", cluster_size,
+                 replica_checks);
+  }
+  const double wall = Now() - started;
+  spdlog::info("compute utilisation: {:.1f}% ({:.1f} s of inner steps in {:.1f} s since joining)",
+               wall > 0 ? 100 * compute_seconds_ / wall : 0.0, compute_seconds_, wall);
   if (stop_) spdlog::info("signal received: leaving the run");
   if (drain_ && !stop_) spdlog::info("leaving at the operator's request");
   done_ = true;
   heartbeat.join();
   if (exit_code_ != kWorkerRefused) {
-    (void)client_->Leave(stop_ ? "signal" : drain_ ? "drained by operator" : exit_code_ == kWorkerDone ? "run complete"
-                                                                                                     : "error");
+    (void)client_->Leave(stop_                                ? "signal"
+                         : drain_                             ? "drained by operator"
+                         : exit_code_ == kWorkerClusterFailed ? "its cluster failed"
+                         : exit_code_ == kWorkerDone          ? "run complete"
+                                                              : "error");
   }
   return exit_code_;
+}
+
+StepStats Worker::TrainSteps(int64_t first_step, int64_t n) {
+  if (cluster_) cluster_->SendCommand({ClusterCommand::kTrain, first_step, n});
+  const double waited = cluster_ ? cluster_->collective_seconds() : 0;
+  StepStats stats = trainer_->TrainSteps(first_step, n, &quit_);
+  compute_seconds_ += stats.seconds - ((cluster_ ? cluster_->collective_seconds() : 0) - waited);
+  if (stats.abandoned && cluster_) followers_left_ = true;  // they stopped at the same step and left
+  return stats;
 }
 
 }  // namespace
 
 int RunWorker(const Config& config, const TokenCache& cache, const WorkerOptions& options,
               const std::atomic<bool>& stop) {
-  Worker worker(config, options, stop);
+  std::unique_ptr<WorkerCluster> cluster;
+  if (config.workers.cluster_size > 1) {
+    if (options.cluster_store.empty()) {
+      spdlog::error("workers.cluster_size is {}: pass --rank and --cluster-store HOST:PORT (rank 0 hosts the store)",
+                    config.workers.cluster_size);
+      return kWorkerConfigError;
+    }
+    if (options.rank < 0 || options.rank >= config.workers.cluster_size) {
+      spdlog::error("--rank {}: must be in [0, workers.cluster_size = {})", options.rank, config.workers.cluster_size);
+      return kWorkerConfigError;
+    }
+    auto connected = WorkerCluster::Connect(options.rank, static_cast<int>(config.workers.cluster_size),
+                                            options.cluster_store, config.workers.cluster_timeout_s,
+                                            options.cluster_bind);
+    if (!connected.ok()) {
+      spdlog::error("{}", std::string(connected.status().message()));
+      return kWorkerClusterFailed;
+    }
+    cluster = std::move(*connected);
+    spdlog::info("cluster of {} ranks ready at {} (this is rank {})", cluster->size(), options.cluster_store,
+                 options.rank);
+    if (options.rank > 0) return RunClusterFollower(config, cache, options, *cluster, stop);
+  }
+  Worker worker(config, options, stop, cluster.get());
   return worker.Run(cache);
 }
 

@@ -5,7 +5,8 @@
 // (exit 0), when an operator drains it (diloco-ctl leave: abandons its round, Leave, exit 0), on SIGINT/SIGTERM
 // (abandons its round, Leave, exit 0), or on a refusal it cannot fix (exit 3) or no coordinator (exit 4).
 // After a late (refused) push, outer.late_policy reuse_local keeps its own parameters for the next round.
-// A heartbeat thread keeps the lease alive while it trains. Thread-safety: call once per process.
+// A heartbeat thread keeps the lease alive while it trains. With workers.cluster_size > 1 the process of rank 0 does
+// all that and drives the other ranks (worker/cluster.h), which only train. Thread-safety: call once per process.
 #pragma once
 
 #include <atomic>
@@ -19,9 +20,14 @@ namespace diloco {
 struct WorkerOptions {
   std::string coordinator;  // HOST:PORT
   std::string id;
+  int rank = 0;               // workers.cluster_size > 1: this process's rank in its worker's cluster
+  std::string cluster_store;  // ... and HOST:PORT of the cluster's c10d store (hosted by rank 0)
+  std::string cluster_bind;   // this rank's own address for Gloo (default: the store's host)
 };
 
+// kWorkerClusterFailed: a rank of this worker's cluster died or a collective failed; the cluster left the run.
 enum WorkerExit { kWorkerDone = 0, kWorkerConfigError = 2, kWorkerRefused = 3, kWorkerUnreachable = 4,
+                  kWorkerClusterFailed = 5,
                   kWorkerInterrupted = 130 };  // kWorkerInterrupted: a signal came before the worker could join
 
 // `stop` is set by the signal handler; the worker leaves at its next check.

@@ -3,18 +3,23 @@
 //   diloco-ctl leave --addr HOST:PORT --id WORKER     (the worker abandons its round, leaves and exits 0)
 //   diloco-ctl checkpoint --addr HOST:PORT            (write a checkpoint of the global state now)
 //   diloco-ctl export --checkpoint F --config RUN.yaml [--set k=v] --format safetensors --out model.safetensors
+// status, leave and checkpoint speak TLS and send the token as the run's security.* keys say: from --config RUN.yaml
+// [--set k=v], or the flags --tls-ca, --tls-cert, --tls-key, --token-file, --server-name (which win).
 // status, leave and checkpoint are a thin front end: they speak the protocol in proto/ and use nothing of
 // coordinator/ or worker/. export works offline on a checkpoint file and needs the checkpoint reader and the model
 // (scripts/ctl/export.h); exit code 2 for a missing file or bad flag/config, 1 for any other failure.
 #include <grpcpp/grpcpp.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <thread>
 
+#include "config/config_loader.h"
 #include "proto/diloco.grpc.pb.h"
+#include "proto/transport_security.h"
 #include "proto/status_json.h"
 #include "scripts/ctl/export.h"
 
@@ -32,12 +37,12 @@ void PrintHuman(const diloco::StatusReply& s) {
            s.bytes_pushed_committed() / 1e6, s.dp_equivalent_bytes() / 1e6,
            static_cast<double>(s.dp_equivalent_bytes()) / s.bytes_pushed_committed());
   }
-  printf("%-16s %-7s %6s %7s %12s %10s %10s %9s\n", "worker", "state", "shard", "rounds", "tokens", "tokens/s",
-         "last_loss", "hb_age_s");
+  printf("%-16s %-7s %6s %5s %7s %12s %10s %10s %9s\n", "worker", "state", "shard", "procs", "rounds", "tokens",
+         "tokens/s", "last_loss", "hb_age_s");
   for (const auto& w : s.workers()) {
-    printf("%-16s %-7s %6d %7lld %12lld %10.0f %10.4f %9.1f\n", w.id().c_str(), w.state().c_str(), w.shard_index(),
-           static_cast<long long>(w.rounds_contributed()), static_cast<long long>(w.tokens()), w.tokens_per_s(),
-           w.last_loss(), w.heartbeat_age_s());
+    printf("%-16s %-7s %6d %5d %7lld %12lld %10.0f %10.4f %9.1f\n", w.id().c_str(), w.state().c_str(),
+           w.shard_index(), std::max(1, w.cluster_size()), static_cast<long long>(w.rounds_contributed()),
+           static_cast<long long>(w.tokens()), w.tokens_per_s(), w.last_loss(), w.heartbeat_age_s());
   }
   if (s.evals_size() > 0) {
     printf("val_loss:");
@@ -48,10 +53,12 @@ void PrintHuman(const diloco::StatusReply& s) {
 
 // Redraws the status table every interval_s; returns 0 once the run is complete, 1 if the coordinator cannot be
 // reached (after it was complete, 0: the coordinator exits at the end of a run).
-int Watch(diloco::Coordinator::Stub& stub, const std::string& addr, double timeout_s, double interval_s) {
+int Watch(diloco::Coordinator::Stub& stub, const std::string& addr, double timeout_s, double interval_s,
+          const diloco::TransportSecurity& security) {
   bool complete = false;
   while (true) {
     grpc::ClientContext ctx;
+    diloco::AttachToken(security, &ctx);
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int>(timeout_s * 1000)));
     diloco::StatusReply reply;
     grpc::Status s = stub.GetStatus(&ctx, diloco::StatusRequest(), &reply);
@@ -67,6 +74,24 @@ int Watch(diloco::Coordinator::Stub& stub, const std::string& addr, double timeo
     if (complete) return 0;
     std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(interval_s * 1000)));
   }
+}
+
+// The transport security of status, leave and checkpoint: the security.* keys of the run config (if given), each
+// overridden by its flag.
+absl::StatusOr<diloco::TransportSecurity> LoadSecurity(const std::string& config_path,
+                                                        const std::vector<std::string>& overrides,
+                                                        diloco::TransportSecurityFiles flags) {
+  if (!config_path.empty()) {
+    auto config = diloco::LoadConfig(config_path, overrides);
+    if (!config.ok()) return config.status();
+    const diloco::SecurityConfig& c = config->security;
+    for (auto [flag, key] : {std::pair{&flags.tls_ca, &c.tls_ca}, std::pair{&flags.tls_cert, &c.tls_cert},
+                             std::pair{&flags.tls_key, &c.tls_key}, std::pair{&flags.token_file, &c.token_file},
+                             std::pair{&flags.server_name, &c.server_name}}) {
+      if (flag->empty()) *flag = *key;
+    }
+  }
+  return diloco::LoadTransportSecurity(flags);
 }
 
 int RunExport(const diloco::ExportOptions& options) {
@@ -98,9 +123,19 @@ int main(int argc, char** argv) {
   CLI::App* leave = app.add_subcommand("leave", "ask a worker to leave the run");
   leave->add_option("--id", worker_id, "worker id")->required();
   CLI::App* checkpoint = app.add_subcommand("checkpoint", "write a checkpoint now");
+  std::string run_config;
+  std::vector<std::string> run_overrides;
+  diloco::TransportSecurityFiles security_flags;
   for (CLI::App* sub : {status, leave, checkpoint}) {
     sub->add_option("--addr", addr, "coordinator address HOST:PORT")->required();
     sub->add_option("--timeout", timeout_s, "seconds to wait for the coordinator");
+    sub->add_option("--config", run_config, "the run's YAML config: its security.* keys (TLS, token) are used");
+    sub->add_option("--set", run_overrides, "section.key=value override of --config (repeatable)");
+    sub->add_option("--tls-ca", security_flags.tls_ca, "CA bundle verifying the coordinator (turns TLS on)");
+    sub->add_option("--tls-cert", security_flags.tls_cert, "client certificate for mutual TLS (PEM)");
+    sub->add_option("--tls-key", security_flags.tls_key, "private key of --tls-cert (PEM)");
+    sub->add_option("--token-file", security_flags.token_file, "file holding the run's shared token");
+    sub->add_option("--server-name", security_flags.server_name, "TLS name to verify instead of the address's host");
   }
   diloco::ExportOptions export_options;
   CLI::App* export_cmd = app.add_subcommand("export", "write a checkpoint's model as safetensors + a model JSON");
@@ -112,9 +147,18 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (*export_cmd) return RunExport(export_options);
 
-  auto stub = diloco::Coordinator::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
-  if (*status && watch) return Watch(*stub, addr, timeout_s, interval_s);
+  auto security = LoadSecurity(run_config, run_overrides, security_flags);
+  if (!security.ok()) {
+    std::cerr << "diloco-ctl: error: " << security.status().message() << "\n";
+    return 2;
+  }
+  grpc::ChannelArguments channel_args;
+  diloco::ApplyChannelArguments(*security, &channel_args);
+  auto stub = diloco::Coordinator::NewStub(
+      grpc::CreateCustomChannel(addr, diloco::MakeChannelCredentials(*security), channel_args));
+  if (*status && watch) return Watch(*stub, addr, timeout_s, interval_s, *security);
   grpc::ClientContext ctx;
+  diloco::AttachToken(*security, &ctx);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int>(timeout_s * 1000)));
   grpc::Status s;
   if (*status) {
@@ -134,7 +178,9 @@ int main(int argc, char** argv) {
     if (s.ok()) std::cout << "checkpoint of round " << reply.round() << ": " << reply.path() << "\n";
   }
   if (!s.ok()) {
-    std::cerr << "diloco-ctl: error: coordinator " << addr << ": " << s.error_message() << "\n";
+    const std::string hint = diloco::TlsHint(s.error_message(), security->client_tls());
+    std::cerr << "diloco-ctl: error: coordinator " << addr << ": " << s.error_message() << (hint.empty() ? "" : "; ")
+              << hint << "\n";
     return 1;
   }
   return 0;

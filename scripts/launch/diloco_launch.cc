@@ -4,9 +4,14 @@
 // once the coordinator has finished outer.rounds rounds and every worker has exited 0. A second launch with the same
 // run.output_dir resumes from the coordinator's newest checkpoint; --fresh starts over. Ctrl-C (SIGINT) or SIGTERM
 // stops the workers, then the coordinator, cleanly (SIGTERM, then SIGKILL after 10 s).
+// --mode ddp runs the data-parallel baseline instead (worker/data_parallel.h): workers.count x cluster_size ranks
+// of diloco-worker --mode ddp meeting at a c10d store, no coordinator; it ends when every rank has exited.
 // --check-config only loads and validates the config (the strict loader) and exits: 0 if valid, 2 if not.
 // A thin front end: it uses config/ only and starts the other binaries; it never links coordinator/ or worker/.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -107,6 +112,67 @@ void PrintSummary(const std::string& path) {
   Say(line);
 }
 
+// A TCP port free on 127.0.0.1 right now (the kernel picks it; it may be taken again before use, rarely).
+int FreeLocalPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  if (fd >= 0) close(fd);
+  return port;
+}
+
+// Waits for every child to exit (or a signal, which stops them all); returns the launcher's exit code.
+int WaitForAll(std::vector<Child>& children) {
+  bool running = true;
+  while (running && g_signal == 0) {
+    running = false;
+    for (Child& c : children) running = running || !c.process.Poll(nullptr);
+    if (running) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (g_signal != 0) {
+    Say("signal " + std::to_string(g_signal.load()) + ": stopping every rank");
+    StopAll(children);
+  }
+  int worst = 0;
+  for (Child& c : children) {
+    const int code = c.process.Wait();
+    if (c.pump.joinable()) c.pump.join();
+    if (code != 0) {
+      Say(c.name + " exited with code " + std::to_string(code));
+      worst = code;
+    }
+  }
+  if (g_signal != 0) return 130;
+  return worst == 0 ? 0 : 1;
+}
+
+// --mode ddp: ranks 0..n-1 of the data-parallel baseline; rank 0 hosts the c10d store and writes the summary.
+// A rank that fails makes the others' next collective fail, so they all end.
+int RunDataParallel(const diloco::Config& config, const std::vector<std::string>& common,
+                    std::vector<Child>& children) {
+  const int64_t ranks = config.workers.count * config.workers.cluster_size;
+  const std::string store = "127.0.0.1:" + std::to_string(FreeLocalPort());
+  for (int64_t r = 0; r < ranks; ++r) {
+    std::vector<std::string> argv = {diloco::SiblingExecutable("diloco-worker"), "--mode", "ddp"};
+    argv.insert(argv.end(), common.begin(), common.end());
+    argv.insert(argv.end(), {"--rank", std::to_string(r), "--cluster-store", store});
+    if (!StartChild(children, "rank-" + std::to_string(r), argv)) {
+      g_signal = SIGTERM;
+      break;
+    }
+  }
+  const int code = WaitForAll(children);
+  if (code == 0) PrintSummary(config.run.output_dir + "/summary.json");
+  return code;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -117,6 +183,9 @@ int main(int argc, char** argv) {
   bool fresh = false;
   app.add_option("--set", overrides, "override a config key: section.key=value (repeatable)");
   app.add_flag("--fresh", fresh, "start from theta_0 even if run.output_dir holds checkpoints of this run");
+  std::string mode = "diloco";
+  app.add_option("--mode", mode, "diloco (default) or ddp: the fully synchronous data-parallel baseline")
+      ->check(CLI::IsMember({"diloco", "ddp"}));
   bool check_config = false;
   app.add_flag("--check-config", check_config, "only load and validate the config (strict loader), then exit 0");
   CLI11_PARSE(app, argc, argv);
@@ -132,9 +201,16 @@ int main(int argc, char** argv) {
   }
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
-  Say("run '" + config->run.name + "': " + std::to_string(config->workers.count) + " workers, " +
-      std::to_string(config->outer.rounds) + " rounds of " + std::to_string(config->inner.steps) +
-      " inner steps; output in " + config->run.output_dir);
+  const bool ddp = mode == "ddp";
+  if (ddp) {
+    Say("run '" + config->run.name + "' (data parallel): " +
+        std::to_string(config->workers.count * config->workers.cluster_size) + " ranks, " +
+        std::to_string(config->outer.rounds * config->inner.steps) + " steps; output in " + config->run.output_dir);
+  } else {
+    Say("run '" + config->run.name + "': " + std::to_string(config->workers.count) + " workers, " +
+        std::to_string(config->outer.rounds) + " rounds of " + std::to_string(config->inner.steps) +
+        " inner steps; output in " + config->run.output_dir);
+  }
   auto cache = diloco::EnsureTokenized(*config, diloco::SiblingExecutable("diloco-tokenize"));
   if (!cache.ok()) {
     std::cerr << "diloco-launch: error: " << cache.status().message() << "\n";
@@ -149,7 +225,8 @@ int main(int argc, char** argv) {
   std::filesystem::remove(port_file);
 
   std::vector<Child> children;
-  children.reserve(1 + config->workers.count);
+  children.reserve(1 + config->workers.count * config->workers.cluster_size);
+  if (ddp) return RunDataParallel(*config, common, children);
   std::vector<std::string> coordinator_argv = {diloco::SiblingExecutable("diloco-coordinator")};
   coordinator_argv.insert(coordinator_argv.end(), common.begin(), common.end());
   coordinator_argv.insert(coordinator_argv.end(), {"--port-file", port_file});
@@ -166,10 +243,16 @@ int main(int argc, char** argv) {
     Say("coordinator listening on " + address);
     for (int64_t i = 0; i < config->workers.count; ++i) {
       const std::string id = "worker-" + std::to_string(i);
-      std::vector<std::string> worker_argv = {diloco::SiblingExecutable("diloco-worker")};
-      worker_argv.insert(worker_argv.end(), common.begin(), common.end());
-      worker_argv.insert(worker_argv.end(), {"--coordinator", address, "--id", id});
-      if (!StartChild(children, id, worker_argv)) g_signal = SIGTERM;
+      // A worker cluster (workers.cluster_size ranks) meets at a c10d store that its rank 0 hosts on a free port.
+      const int64_t ranks = config->workers.cluster_size;
+      const std::string store = ranks > 1 ? "127.0.0.1:" + std::to_string(FreeLocalPort()) : "";
+      for (int64_t r = 0; r < ranks; ++r) {
+        std::vector<std::string> worker_argv = {diloco::SiblingExecutable("diloco-worker")};
+        worker_argv.insert(worker_argv.end(), common.begin(), common.end());
+        worker_argv.insert(worker_argv.end(), {"--coordinator", address, "--id", id});
+        if (ranks > 1) worker_argv.insert(worker_argv.end(), {"--rank", std::to_string(r), "--cluster-store", store});
+        if (!StartChild(children, ranks > 1 ? id + "." + std::to_string(r) : id, worker_argv)) g_signal = SIGTERM;
+      }
     }
   }
 

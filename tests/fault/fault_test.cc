@@ -280,5 +280,49 @@ TEST(Fault, TruncatedNewestCheckpointIsSkippedAndTheOneBeforeIsUsed) {
   EXPECT_EQ(ReadJson(dir + "/summary.json")["round"], 4);
 }
 
+// Worker clusters: kill -9 of one rank of a 2-rank cluster takes that cluster out of the run (its leader's next
+// all-reduce fails: it says why, leaves and exits 5), not the whole run: the rounds go on with the other worker.
+// Restarted (both ranks, a new store), the cluster joins again as the same worker and contributes again.
+TEST(Fault, KilledClusterRankTakesOnlyItsClusterOutAndTheClusterRejoins) {
+  const std::string dir = ScratchDir("kill_rank");
+  const std::string address = Loopback();
+  const auto args = FaultArgs(dir, address, {"outer.rounds=7", "workers.count=2", "coordinator.min_workers=1"});
+  const auto cluster_args = With(args, {"--set", "workers.cluster_size=2", "--set", "workers.cluster_timeout_s=20"});
+  auto coordinator_process = StartCoordinator(args);
+  RunningProcess& coordinator = *coordinator_process;
+  auto start_rank = [&](int rank, const std::string& store) {
+    return StartWorker(With(cluster_args, {"--rank", std::to_string(rank), "--cluster-store", store}), address, "c");
+  };
+  std::string store = "127.0.0.1:" + std::to_string(FreePort());
+  auto leader = start_rank(0, store);
+  auto follower = start_rank(1, store);
+  auto plain = StartWorker(args, address, "p");
+  ASSERT_TRUE(coordinator.WaitForOutput("round 2/7 closed", 180)) << coordinator.output();
+
+  follower->Signal(SIGKILL);  // mid-round 3
+  const auto killed = Clock::now();
+  EXPECT_EQ(leader->Wait(120), 5) << leader->output();
+  EXPECT_NE(leader->output().find("worker cluster failed"), std::string::npos) << leader->output();
+  ASSERT_TRUE(coordinator.WaitForOutput("round 3/7 closed", 60)) << coordinator.output();
+  Measure("kill -9 of a cluster rank -> next round committed", SecondsSince(killed));
+  EXPECT_NE(coordinator.output().find("left: worker c (its cluster failed)"), std::string::npos);
+
+  store = "127.0.0.1:" + std::to_string(FreePort());
+  leader = start_rank(0, store);
+  follower = start_rank(1, store);
+  EXPECT_EQ(plain->Wait(240), 0) << plain->output();
+  EXPECT_EQ(leader->Wait(120), 0) << leader->output();
+  EXPECT_EQ(follower->Wait(120), 0) << follower->output();
+  ASSERT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+  EXPECT_NE(coordinator.output().find("rejoined: worker c"), std::string::npos);
+  const nlohmann::json summary = ReadJson(dir + "/summary.json");
+  EXPECT_EQ(summary["round"], 7);
+  EXPECT_EQ((*FindWorker(summary, "p"))["rounds_contributed"], 7);
+  const auto& c = *FindWorker(summary, "c");
+  EXPECT_EQ(c["cluster_size"], 2);
+  EXPECT_GE(c["rounds_contributed"].get<int>(), 3);  // rounds 1-2 before the kill, and at least one after rejoining
+  EXPECT_LT(c["rounds_contributed"].get<int>(), 7);  // not round 3
+}
+
 }  // namespace
 }  // namespace diloco::testing

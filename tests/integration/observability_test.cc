@@ -278,11 +278,14 @@ TEST(Observability, MetricsStatusPageHealthAndReflectionDuringARun) {
   auto missing = http.client.Get("/no-such-page");
   ASSERT_TRUE(missing);
   EXPECT_EQ(missing->status, 404);
+  auto post = http.client.Post("/metrics", "x", "text/plain");
+  ASSERT_TRUE(post);
+  EXPECT_EQ(post->status, 405);
 
   // gRPC health (SERVING = 1: bytes 08 01) and reflection (lists the coordinator's own service).
   std::string reply;
   grpc::Status health = HealthCheck(address, "", &reply);
-  ASSERT_TRUE(health.ok()) << health.error_message();
+  EXPECT_TRUE(health.ok()) << health.error_message();
   EXPECT_EQ(reply, std::string("\x08\x01", 2));
   EXPECT_EQ(HealthCheck(address, "no.such.Service", &reply).error_code(), grpc::StatusCode::NOT_FOUND);
   const std::string services = ListServicesByReflection(address);

@@ -4,6 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <xxhash.h>
+
+#include <cstring>
 
 #include <filesystem>
 #include <fstream>
@@ -29,7 +32,7 @@ class CheckpointTest : public ScratchDirTest {
     d.fingerprint = "0123456789abcdef";
     d.params = {{"emb.weight", at::randn({4, 3})}, {"head.bias", at::randn({5})}, {"scalar", at::randn({})}};
     for (const auto& [name, t] : d.params) d.momentum.push_back(at::randn(t.sizes()));
-    d.evals = {{0, 5.5}, {3, 4.25}, {7, 3.125}};
+    d.evals = {{0, 5.5, 0, 0}, {3, 4.25, 3000, 123456}, {7, 3.125, 7000, 288064}};
     return d;
   }
   static std::string ReadAll(const std::string& path) {
@@ -75,6 +78,33 @@ TEST_F(CheckpointTest, RoundTrip) {
   EXPECT_EQ(loaded->evals[2].round, 7);
   EXPECT_EQ(loaded->evals[2].val_loss, 3.125);
   EXPECT_EQ(loaded->evals[0].val_loss, 5.5);
+  EXPECT_EQ(loaded->evals[1].tokens, 3000);
+  EXPECT_EQ(loaded->evals[2].bytes_pushed_committed, 288064);
+}
+
+// A version-1 file (evals without tokens and bytes, written by earlier releases) still loads, with those zero.
+TEST_F(CheckpointTest, VersionOneFileStillLoads) {
+  CheckpointData saved = Sample();
+  saved.evals = {{4, 2.5, 99, 77}};
+  const std::string path = CheckpointPath(dir_.string(), saved.round);
+  ASSERT_TRUE(SaveCheckpoint(path, saved).ok());
+  std::string bytes = ReadAll(path);
+  // Tail of version 2: ... uint32 count, int64 round, f64 loss, int64 tokens, int64 bytes, uint64 xxh64.
+  bytes.erase(bytes.size() - 8 - 16, 16);  // drop tokens and bytes
+  bytes.resize(bytes.size() - 8);          // and the checksum
+  const uint32_t v1 = 1;
+  std::memcpy(&bytes[8], &v1, sizeof(v1));
+  const uint64_t h = XXH64(bytes.data(), bytes.size(), 0);
+  bytes.append(reinterpret_cast<const char*>(&h), sizeof(h));
+  WriteAll(path, bytes);
+  absl::StatusOr<CheckpointData> loaded = LoadCheckpoint(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->evals.size(), 1u);
+  EXPECT_EQ(loaded->evals[0].round, 4);
+  EXPECT_EQ(loaded->evals[0].val_loss, 2.5);
+  EXPECT_EQ(loaded->evals[0].tokens, 0);
+  EXPECT_EQ(loaded->evals[0].bytes_pushed_committed, 0);
+  EXPECT_TRUE(loaded->params[0].second.equal(saved.params[0].second));
 }
 
 TEST_F(CheckpointTest, RoundTripWithoutMomentumOrEvals) {

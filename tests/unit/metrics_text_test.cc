@@ -162,7 +162,9 @@ TEST(MetricsTextTest, PushedThisRoundCountsAsReportedAndUnknownStatesGetTheirOwn
 TEST(MetricsTextTest, EveryLineIsValidExpositionAndEverySampleHasATypedFamily) {
   StatusReply s = TwoWorkers();
   s.mutable_workers(0)->set_id("odd \"id\"\\with\nnewline");
-  const std::regex sample(R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\[\\"n])*"(,[a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\[\\"n])*")*\})? (-?[0-9.e+-]+|NaN|[+-]Inf)$)");
+  const std::string label = R"([a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\[\\"n])*")";  // name="escaped value"
+  const std::regex sample("^([a-zA-Z_:][a-zA-Z0-9_:]*)(\\{" + label + "(," + label + ")*\\})? " +
+                          "(-?[0-9.e+-]+|NaN|[+-]Inf)$");
   const std::regex type_line(R"(^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (gauge|counter)$)");
   std::set<std::string> typed;
   std::istringstream in(MetricsText(s));

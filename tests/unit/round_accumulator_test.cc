@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -141,6 +142,24 @@ TEST(RoundAccumulatorTest, TakeAverageSwapsInTheFreshSums) {
   EXPECT_TRUE(next[0].allclose(at::ones({4}))) << "the next round starts from the fresh zeros";
   std::vector<at::Tensor> again = acc.TakeAverage(std::move(delta));
   EXPECT_EQ(again[0].data_ptr(), fresh_ptr);
+}
+
+TEST(AllFiniteTest, FindsEveryKindOfNonFiniteValueAnywhere) {
+  at::Tensor v = at::randn({1000});
+  v[3] = std::numeric_limits<float>::max();
+  v[4] = -std::numeric_limits<float>::max();
+  v[5] = std::numeric_limits<float>::denorm_min();
+  EXPECT_TRUE(AllFinite(v));
+  for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                    std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()}) {
+    for (int64_t at : {int64_t{0}, int64_t{517}, int64_t{999}}) {
+      at::Tensor w = v.clone();
+      w[at] = bad;
+      EXPECT_FALSE(AllFinite(w)) << bad << " at " << at;
+      EXPECT_FALSE(AllFinite(w.view({10, 100}).t())) << "non-contiguous, " << bad << " at " << at;
+    }
+  }
+  EXPECT_TRUE(AllFinite(at::zeros({0})));
 }
 
 }  // namespace

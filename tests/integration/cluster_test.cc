@@ -1,0 +1,111 @@
+// Worker clusters (workers.cluster_size, worker/cluster.h) end to end: real processes on 127.0.0.1, ranks meeting at a
+// c10d store, gradients all-reduced with ProcessGroupGloo every inner step.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/process_harness.h"
+
+namespace diloco::testing {
+namespace {
+
+// One worker that is a cluster of 2 ranks trains 3 rounds with the coordinator. With workers.check_replicas every
+// rank compares a float64 checksum of its parameters with rank 0's after every inner step (the run fails if one
+// differs); both ranks report having checked all 30 steps, the worker's tokens count both ranks, and loss falls.
+TEST(Cluster, TwoRanksTrainWithTheCoordinatorAndStayIdenticalAfterEveryStep) {
+  const std::string dir = ScratchDir("cluster_launch");
+  std::vector<std::string> args = TinyArgs(dir, {"workers.count=1", "coordinator.min_workers=1",
+                                                 "workers.cluster_size=2", "workers.check_replicas=true"});
+  args.erase(args.begin());  // the launcher takes the config as a positional argument
+  RunningProcess launch("diloco-launch", args);
+  ASSERT_EQ(launch.Wait(240), 0) << launch.output();
+  const std::string out = launch.output();
+  EXPECT_NE(out.find("[worker-0.0] "), std::string::npos) << out;
+  EXPECT_NE(out.find("replica check: parameters identical on all 2 ranks after each of 30 inner steps"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("replica check: parameters identical to rank 0 after each of 30 inner steps"), std::string::npos)
+      << out;
+  const nlohmann::json summary = ReadJson(dir + "/summary.json");
+  ASSERT_EQ(summary["workers"].size(), 1u);
+  const auto& w = summary["workers"][0];
+  EXPECT_EQ(w["cluster_size"], 2);
+  EXPECT_EQ(w["rounds_contributed"], 3);
+  EXPECT_EQ(w["tokens"], 2 * 3 * 10 * 8 * 32);  // ranks x rounds x H x batch x seq_len
+  EXPECT_LT(summary["evals"].back()["val_loss"].get<double>(),
+            summary["evals"].front()["val_loss"].get<double>() - 0.2);
+}
+
+// A rank given an unreachable store gives one clear line and exit 5 (kWorkerClusterFailed) once
+// workers.cluster_timeout_s passes; a rank outside [0, cluster_size) is a config error (exit 2).
+TEST(Cluster, BadRankOrUnreachableStoreIsOneClearLine) {
+  const std::string dir = ScratchDir("cluster_bad");
+  const std::vector<std::string> args =
+      TinyArgs(dir, {"workers.cluster_size=2", "workers.cluster_timeout_s=2", "workers.connect_timeout_s=5"});
+  const std::string store = "127.0.0.1:" + std::to_string(FreePort());
+  RunningProcess bad_rank("diloco-worker",
+                          With(args, {"--coordinator", "127.0.0.1:1", "--id", "x", "--rank", "2", "--cluster-store",
+                                      store}));
+  EXPECT_EQ(bad_rank.Wait(60), 2) << bad_rank.output();
+  EXPECT_NE(bad_rank.output().find("--rank 2: must be in [0, workers.cluster_size = 2)"), std::string::npos)
+      << bad_rank.output();
+  RunningProcess lonely("diloco-worker", With(args, {"--coordinator", "127.0.0.1:1", "--id", "x", "--rank", "1",
+                                                     "--cluster-store", store}));
+  EXPECT_EQ(lonely.Wait(120), 5) << lonely.output();
+  EXPECT_NE(lonely.output().find("cluster rendezvous at " + store + " (rank 1 of 2) failed"), std::string::npos)
+      << lonely.output();
+}
+
+
+// The data-parallel baseline (diloco-launch --mode ddp). With one rank it is plain training, and so is DiLoCo with
+// one worker and FedAvg's outer step (sgd, lr 1, momentum 0: theta_{t+1} = the worker's parameters): the two must
+// give the same validation loss at every round (same theta_0, data, AdamW state and schedule; only float rounding
+// of theta - (theta - local) differs). With two ranks their parameters stay identical after every step, tokens
+// count both ranks and the bytes are those of a ring all-reduce of fp32 gradients.
+TEST(DataParallel, OneRankMatchesFedAvgWithOneWorkerAndTwoRanksStayIdentical) {
+  const std::string fedavg_dir = ScratchDir("ddp_fedavg");
+  std::vector<std::string> fedavg = TinyArgs(fedavg_dir, {"workers.count=1", "coordinator.min_workers=1",
+                                                          "outer.optimizer=sgd", "outer.lr=1", "outer.momentum=0"});
+  fedavg.erase(fedavg.begin());
+  RunningProcess diloco("diloco-launch", fedavg);
+  ASSERT_EQ(diloco.Wait(240), 0) << diloco.output();
+
+  const std::string one_dir = ScratchDir("ddp_one");
+  std::vector<std::string> one = TinyArgs(one_dir, {"workers.count=1"});
+  one.erase(one.begin());
+  RunningProcess ddp_one("diloco-launch", With(one, {"--mode", "ddp"}));
+  ASSERT_EQ(ddp_one.Wait(240), 0) << ddp_one.output();
+  const nlohmann::json a = ReadJson(fedavg_dir + "/summary.json");
+  const nlohmann::json b = ReadJson(one_dir + "/summary.json");
+  EXPECT_EQ(b["mode"], "ddp");
+  ASSERT_EQ(a["evals"].size(), 4u);
+  ASSERT_EQ(b["evals"].size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(b["evals"][i]["round"], a["evals"][i]["round"]);
+    EXPECT_NEAR(b["evals"][i]["val_loss"].get<double>(), a["evals"][i]["val_loss"].get<double>(), 1e-4) << i;
+  }
+  EXPECT_LT(b["evals"][3]["val_loss"].get<double>(), b["evals"][0]["val_loss"].get<double>() - 0.2);
+  EXPECT_EQ(b["bytes_sent"], 0);
+
+  const std::string two_dir = ScratchDir("ddp_two");
+  std::vector<std::string> two = TinyArgs(two_dir, {"workers.check_replicas=true"});
+  two.erase(two.begin());
+  RunningProcess ddp_two("diloco-launch", With(two, {"--mode", "ddp"}));
+  ASSERT_EQ(ddp_two.Wait(240), 0) << ddp_two.output();
+  EXPECT_NE(ddp_two.output().find("[rank-1] "), std::string::npos);
+  EXPECT_NE(ddp_two.output().find("replica check: parameters identical on all 2 ranks after each of 30 inner steps"),
+            std::string::npos)
+      << ddp_two.output();
+  const nlohmann::json c = ReadJson(two_dir + "/summary.json");
+  const int64_t params = c["params"].get<int64_t>();
+  EXPECT_EQ(params, a["params"].get<int64_t>());
+  EXPECT_EQ(c["tokens"], 2 * 3 * 10 * 8 * 32);                  // ranks x rounds x H x batch x seq_len
+  EXPECT_EQ(c["bytes_sent"].get<int64_t>(), 30 * 2 * 1 * 4 * params);  // steps x 2 (k - 1) x 4 bytes x params
+  EXPECT_EQ(c["evals"].back()["bytes_communicated"], c["bytes_sent"]);
+  // Twice the batch per step: a lower loss than one rank at the same step.
+  EXPECT_LT(c["evals"].back()["val_loss"].get<double>(), b["evals"].back()["val_loss"].get<double>());
+}
+
+}  // namespace
+}  // namespace diloco::testing

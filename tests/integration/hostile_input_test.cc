@@ -1,0 +1,323 @@
+// Hostile and broken input, end to end: a real diloco-coordinator (config/tiny.yaml on 127.0.0.1) trains with two
+// real diloco-worker processes while a raw gRPC client (the generated stub, not worker/client.cc, so that it can
+// send malformed streams) joins as a third member and sends one push of each bad kind: wrong fingerprint, stale
+// round, wrong shape, wrong dtype, truncated stream, oversized chunk, NaN, and more. Each must get its own gRPC code
+// and message (README.md "Errors a push can get"); the coordinator keeps serving, the good workers contribute to
+// every round, the bad member never does, and the run ends at the validation loss of the same run without the
+// hostile client (so no refused push reached the global model).
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config/config_loader.h"
+#include "proto/diloco.grpc.pb.h"
+#include "tests/process_harness.h"
+
+namespace diloco::testing {
+namespace {
+
+constexpr int kRounds = 4;
+
+struct TensorInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+};
+
+// The bad member: a raw stub on its own channel.
+class RawClient {
+ public:
+  explicit RawClient(const std::string& address)
+      : stub_(Coordinator::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+
+  StatusReply Status() {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    StatusReply reply;
+    grpc::Status s = stub_->GetStatus(&ctx, StatusRequest(), &reply);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return reply;
+  }
+  grpc::Status Join(const Config& config, const std::string& fingerprint, JoinReply* reply) {
+    JoinRequest r;
+    *r.mutable_meta() = Meta(0, fingerprint);
+    r.mutable_model()->set_vocab_size(config.model.vocab_size);
+    r.mutable_model()->set_seq_len(config.model.seq_len);
+    r.mutable_model()->set_n_layer(config.model.n_layer);
+    r.mutable_model()->set_n_head(config.model.n_head);
+    r.mutable_model()->set_d_model(config.model.d_model);
+    r.set_fragments(static_cast<int32_t>(config.comm.fragments));
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    return stub_->Join(&ctx, r, reply);
+  }
+  grpc::Status Heartbeat(int64_t round, const std::string& fingerprint) {
+    HeartbeatRequest r;
+    *r.mutable_meta() = Meta(round, fingerprint);
+    HeartbeatReply reply;
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    return stub_->Heartbeat(&ctx, r, &reply);
+  }
+  grpc::Status Leave(int64_t round, const std::string& fingerprint) {
+    LeaveRequest r;
+    *r.mutable_meta() = Meta(round, fingerprint);
+    r.set_reason("hostile test done");
+    LeaveReply reply;
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    return stub_->Leave(&ctx, r, &reply);
+  }
+  // The tensors of the model, in order, from a pull of the global parameters.
+  std::vector<TensorInfo> PullLayout(int64_t round, const std::string& fingerprint) {
+    PullRequest r;
+    *r.mutable_meta() = Meta(round, fingerprint);
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    auto reader = stub_->PullParameters(&ctx, r);
+    std::vector<TensorInfo> layout;
+    PullMessage m;
+    while (reader->Read(&m)) {
+      if (!m.has_chunk() || (!layout.empty() && layout.back().name == m.chunk().name())) continue;
+      TensorInfo t{m.chunk().name(), {m.chunk().shape().begin(), m.chunk().shape().end()}, 1};
+      for (int64_t d : t.shape) t.numel *= d;
+      layout.push_back(t);
+    }
+    grpc::Status s = reader->Finish();
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return layout;
+  }
+  // Sends `messages` as one push stream (stops writing once the server has refused) and returns the final status.
+  grpc::Status Push(const std::vector<PushMessage>& messages) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    PushReply reply;
+    auto writer = stub_->PushPseudoGradient(&ctx, &reply);
+    for (const PushMessage& m : messages) {
+      if (!writer->Write(m)) break;
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  }
+  RequestMeta Meta(int64_t round, const std::string& fingerprint) const {
+    RequestMeta meta;
+    meta.set_worker_id("hostile");
+    meta.set_round(round);
+    meta.set_fingerprint(fingerprint);
+    return meta;
+  }
+
+ private:
+  static void Deadline(grpc::ClientContext* ctx) {
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  }
+  std::unique_ptr<Coordinator::Stub> stub_;
+};
+
+// A well-formed push of 0.5 everywhere (one chunk per tensor): were any of it applied, the loss would jump.
+std::vector<PushMessage> GoodPush(const RawClient& client, int64_t round, const std::string& fingerprint,
+                                  const std::vector<TensorInfo>& layout) {
+  std::vector<PushMessage> out(1);
+  PushHeader* h = out[0].mutable_header();
+  *h->mutable_meta() = client.Meta(round, fingerprint);
+  h->set_tokens(1000);
+  h->set_inner_steps(10);
+  h->set_loss(3.0);
+  h->set_seconds(1.0);
+  for (const TensorInfo& t : layout) {
+    PushMessage m;
+    TensorChunk* c = m.mutable_chunk();
+    c->set_name(t.name);
+    c->set_dtype(FLOAT32);
+    for (int64_t d : t.shape) c->add_shape(d);
+    c->set_offset(0);
+    c->set_count(t.numel);
+    c->set_codec(CODEC_RAW);
+    std::vector<float> values(static_cast<size_t>(t.numel), 0.5f);
+    c->set_data(values.data(), values.size() * sizeof(float));
+    out.push_back(m);
+  }
+  return out;
+}
+
+struct RunResult {
+  nlohmann::json summary;
+  std::string coordinator_log;
+};
+
+// Runs the tiny config for kRounds rounds with workers w0 and w1 (w0 joins first, so shards are the same in every
+// run). `hostile`, if set, is called once round 1 has closed, with the coordinator's address.
+RunResult TinyRun(const std::string& name, const std::function<void(const std::string&)>& hostile) {
+  const std::string dir = ScratchDir(name);
+  const std::vector<std::string> args = TinyArgs(dir, {"outer.rounds=" + std::to_string(kRounds)});
+  RunningProcess coordinator("diloco-coordinator", With(args, {"--port-file", dir + "/addr"}));
+  const std::string address = WaitForAddress(coordinator, dir + "/addr");
+  EXPECT_FALSE(address.empty()) << coordinator.output();
+  if (address.empty()) return {};
+  RunningProcess w0("diloco-worker", With(args, {"--coordinator", address, "--id", "w0"}));
+  EXPECT_TRUE(coordinator.WaitForOutput("joined: worker w0", 60)) << coordinator.output();
+  RunningProcess w1("diloco-worker", With(args, {"--coordinator", address, "--id", "w1"}));
+  if (hostile) hostile(address);
+  EXPECT_EQ(w0.Wait(180), 0) << w0.output();
+  EXPECT_EQ(w1.Wait(180), 0) << w1.output();
+  EXPECT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+  return {ReadJson(dir + "/summary.json"), coordinator.output()};
+}
+
+struct BadPush {
+  std::string name;
+  std::vector<PushMessage> messages;
+  grpc::StatusCode code;
+  std::string message;  // a substring of the error message
+};
+
+TEST(HostileInput, EveryBadPushGetsItsOwnErrorWhileTheGoodWorkersFinishTheRun) {
+  auto config = LoadConfig(SourceDir() + "/config/tiny.yaml", {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  std::set<std::string> seen_messages;
+  int refused = 0;
+
+  auto hostile = [&](const std::string& address) {
+    RawClient client(address);
+    StatusReply status;
+    for (int i = 0; i < 1200; ++i) {  // until round 1 has closed (at most 120 s)
+      status = client.Status();
+      if (status.round() >= 1) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ASSERT_GE(status.round(), 1) << "round 1 never closed";
+    const std::string fp = status.fingerprint();
+    JoinReply joined;
+    grpc::Status s = client.Join(*config, fp, &joined);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    const int64_t r = joined.round();
+    ASSERT_LT(r, kRounds) << "the run ended before the hostile client could join";
+    // The open round now waits for this member too: it closes only after the Leave below, so every push here is
+    // checked against round r.
+    const std::vector<TensorInfo> layout = client.PullLayout(r, fp);
+    ASSERT_GE(layout.size(), 2u);
+    const std::string t0 = layout[0].name, t1 = layout[1].name;
+    const std::vector<PushMessage> good = GoodPush(client, r, fp, layout);
+
+    std::vector<BadPush> cases;
+    auto add = [&](const std::string& name, grpc::StatusCode code, const std::string& message,
+                   const std::function<void(std::vector<PushMessage>&)>& mutate) {
+      std::vector<PushMessage> m = good;
+      mutate(m);
+      cases.push_back({name, std::move(m), code, message});
+    };
+    add("wrong fingerprint", grpc::StatusCode::FAILED_PRECONDITION,
+        "model fingerprint 0123456789abcdef does not match the coordinator's " + fp,
+        [](auto& m) { m[0].mutable_header()->mutable_meta()->set_fingerprint("0123456789abcdef"); });
+    add("stale round", grpc::StatusCode::FAILED_PRECONDITION,
+        "push for round " + std::to_string(r - 1) + " refused: the open round is based on round " + std::to_string(r),
+        [r](auto& m) { m[0].mutable_header()->mutable_meta()->set_round(r - 1); });
+    add("unknown worker", grpc::StatusCode::NOT_FOUND, "worker 'intruder' is not an active member",
+        [](auto& m) { m[0].mutable_header()->mutable_meta()->set_worker_id("intruder"); });
+    add("wrong shape", grpc::StatusCode::INVALID_ARGUMENT, "tensor '" + t0 + "': shape [7,7], expected [",
+        [](auto& m) {
+          m[1].mutable_chunk()->clear_shape();
+          m[1].mutable_chunk()->add_shape(7);
+          m[1].mutable_chunk()->add_shape(7);
+        });
+    add("wrong dtype", grpc::StatusCode::INVALID_ARGUMENT, "tensor '" + t0 + "': dtype Double, expected Float",
+        [](auto& m) {
+          m[1].mutable_chunk()->set_dtype(FLOAT64);
+          m[1].mutable_chunk()->set_count(m[1].chunk().count() / 2);
+        });
+    add("declared and received bytes differ", grpc::StatusCode::INVALID_ARGUMENT,
+        "tensor '" + t0 + "': chunk declares " + std::to_string(layout[0].numel) + " elements",
+        [](auto& m) { m[1].mutable_chunk()->mutable_data()->resize(m[1].chunk().data().size() / 2); });
+    add("chunk offset", grpc::StatusCode::INVALID_ARGUMENT, "tensor '" + t0 + "': chunk at element 5, expected 0",
+        [](auto& m) { m[1].mutable_chunk()->set_offset(5); });
+    add("truncated stream", grpc::StatusCode::INVALID_ARGUMENT, "push stream ended early, at tensor 2/",
+        [](auto& m) { m.resize(2); });
+    add("oversized chunk", grpc::StatusCode::RESOURCE_EXHAUSTED, "Received message larger than max (",
+        [](auto& m) { m[1].mutable_chunk()->mutable_data()->resize(3 << 20); });  // > chunk_bytes + 1 MiB
+    add("NaN", grpc::StatusCode::INVALID_ARGUMENT, "pseudo-gradient of '" + t1 + "' holds NaN or Inf",
+        [](auto& m) {
+          const float nan = std::numeric_limits<float>::quiet_NaN();
+          m[2].mutable_chunk()->mutable_data()->replace(8, sizeof(float), reinterpret_cast<const char*>(&nan),
+                                                        sizeof(float));
+        });
+    add("Inf", grpc::StatusCode::INVALID_ARGUMENT, "pseudo-gradient of '" + t0 + "' holds NaN or Inf",
+        [](auto& m) {
+          const float inf = std::numeric_limits<float>::infinity();
+          m[1].mutable_chunk()->mutable_data()->replace(0, sizeof(float), reinterpret_cast<const char*>(&inf),
+                                                        sizeof(float));
+        });
+    add("fragment", grpc::StatusCode::INVALID_ARGUMENT, "push of fragment 3 refused",
+        [](auto& m) { m[0].mutable_header()->set_fragment(3); });
+
+    for (const BadPush& c : cases) {
+      ASSERT_TRUE(client.Heartbeat(r, fp).ok()) << "the coordinator stopped serving before: " << c.name;
+      grpc::Status got = client.Push(c.messages);
+      // A stream that gRPC itself cut off (the oversized chunk) is cleaned up on the coordinator a moment after the
+      // client sees its status; until then a new push is UNAVAILABLE "still streaming", and a worker retries.
+      for (int retry = 0; retry < 200 && got.error_code() == grpc::StatusCode::UNAVAILABLE &&
+                          got.error_message().find("is still streaming") != std::string::npos;
+           ++retry) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        got = client.Push(c.messages);
+      }
+      EXPECT_EQ(got.error_code(), c.code) << c.name << ": " << got.error_message();
+      EXPECT_NE(got.error_message().find(c.message), std::string::npos)
+          << c.name << ": '" << got.error_message() << "' does not contain '" << c.message << "'";
+      std::cout << "[refused] " << c.name << ": " << got.error_code() << " " << got.error_message() << "\n";
+      seen_messages.insert(got.error_message());
+      ++refused;
+    }
+    const StatusReply during = client.Status();
+    EXPECT_EQ(during.round(), r) << "the open round moved on while a member had not pushed";
+    for (const WorkerStatus& w : during.workers()) {
+      if (w.id() == "hostile") EXPECT_FALSE(w.pushed_this_round());
+    }
+    ASSERT_TRUE(client.Leave(r, fp).ok());
+  };
+
+  const RunResult attacked = TinyRun("hostile_input", hostile);
+  EXPECT_EQ(refused, 12);
+  EXPECT_EQ(seen_messages.size(), 12u) << "two kinds of bad push got the same message";
+  const nlohmann::json& summary = attacked.summary;
+  ASSERT_TRUE(summary.is_object());
+  EXPECT_EQ(summary["round"].get<int64_t>(), kRounds);
+  EXPECT_EQ(summary["phase"].get<std::string>(), "complete");
+  ASSERT_EQ(summary["workers"].size(), 3u) << summary.dump();
+  for (const auto& w : summary["workers"]) {
+    const std::string id = w["id"].get<std::string>();
+    EXPECT_EQ(w["state"].get<std::string>(), "left") << w.dump();
+    EXPECT_EQ(w["rounds_contributed"].get<int64_t>(), id == "hostile" ? 0 : kRounds) << w.dump();
+    if (id == "hostile") {
+      EXPECT_EQ(w["tokens"].get<int64_t>(), 0);
+      EXPECT_EQ(w["bytes_pushed"].get<int64_t>(), 0);
+    }
+  }
+  EXPECT_NE(attacked.coordinator_log.find("push from 'hostile' refused: INVALID_ARGUMENT: pseudo-gradient of"),
+            std::string::npos)
+      << "a refusal is logged with its reason";
+
+  // The same run without the hostile client ends at the same validation loss: nothing refused was applied (a 0.5
+  // pseudo-gradient on every parameter would move the loss by whole nats).
+  const RunResult clean = TinyRun("hostile_input_reference", nullptr);
+  ASSERT_TRUE(clean.summary.is_object());
+  const double loss = summary["evals"].back()["val_loss"].get<double>();
+  const double reference = clean.summary["evals"].back()["val_loss"].get<double>();
+  EXPECT_EQ(summary["evals"].back()["round"].get<int64_t>(), kRounds);
+  std::cout << "[loss] attacked run " << loss << ", clean run " << reference << "\n";
+  EXPECT_NEAR(loss, reference, 1e-4) << "attacked run " << loss << ", clean run " << reference;
+}
+
+}  // namespace
+}  // namespace diloco::testing

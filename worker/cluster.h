@@ -1,0 +1,67 @@
+// WorkerCluster: the processes of one DiLoCo worker when workers.cluster_size = n > 1 (DESIGN: a "worker" of the
+// paper is a cluster doing ordinary data parallel inside). Rank 0, the leader, alone talks to the coordinator; all n
+// ranks rendezvous through a c10d TCPStore (hosted by rank 0 at --cluster-store HOST:PORT) and a ProcessGroupGloo
+// (LibTorch's own collectives), and every inner step averages their gradients, so their parameters stay identical.
+// The leader drives the followers with commands (Broadcast of a small int64 tensor): load theta, train n steps,
+// merge a fragment, stop. A dead rank makes the next collective throw (Gloo sees the connection close), which takes
+// the whole cluster out of the run; restarted, it joins again as the same worker.
+// Not thread-safe: one thread of each process calls it (the inner loop's thread).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace diloco {
+
+// What the leader tells its followers to do next.
+struct ClusterCommand {
+  enum Kind : int64_t { kShard = 1, kLoad = 2, kTrain = 3, kMerge = 4, kStop = 5 };
+  int64_t kind = kStop;
+  int64_t a = 0;   // kShard: shard index; kTrain: first global inner step; kMerge: fragment
+  int64_t b = 0;   // kShard: shard count; kTrain: number of steps
+  double alpha = 0;  // kMerge: merge_alpha (0: replace)
+};
+
+class WorkerCluster {
+ public:
+  // Rendezvous of `size` ranks; rank 0 hosts the store at store_address (HOST:PORT). Blocks until all have come or
+  // timeout_s passes (then an error naming the store). Gloo's connections bind to bind_host, this rank's own
+  // address (default: the store's host, right when all ranks share a machine).
+  static absl::StatusOr<std::unique_ptr<WorkerCluster>> Connect(int rank, int size, const std::string& store_address,
+                                                                double timeout_s, const std::string& bind_host = "");
+  ~WorkerCluster();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // Seconds spent waiting in AverageGradients' all-reduce (communication and waiting for slower ranks).
+  double collective_seconds() const { return collective_seconds_; }
+
+  // Averages the gradients of `params` over the ranks (one all-reduce of a flat buffer) and ORs the ranks' stop
+  // wishes, carried in the same buffer. Returns whether any rank wants to stop. Throws on a dead peer.
+  bool AverageGradients(const std::vector<torch::Tensor>& params, bool want_stop);
+
+  // Rank 0's tensors (CPU, contiguous) overwrite the others' (one broadcast of a flat buffer).
+  void Broadcast(std::vector<torch::Tensor>& tensors);
+  void SendCommand(const ClusterCommand& command);  // rank 0
+  ClusterCommand ReceiveCommand();                   // other ranks
+
+  // Checks that this rank's parameters are bitwise identical to rank 0's (a checksum broadcast by rank 0);
+  // throws naming the step if not. For workers.check_replicas.
+  void CheckReplicas(const std::vector<torch::Tensor>& params, int64_t step);
+
+ private:
+  WorkerCluster(int rank, int size);
+  int rank_;
+  int size_;
+  struct Group;  // the c10d ProcessGroupGloo (its header needs USE_C10D_GLOO, so it stays in cluster.cc)
+  std::unique_ptr<Group> group_;
+  torch::Tensor flat_;  // reused all-reduce buffer
+  double collective_seconds_ = 0;
+};
+
+}  // namespace diloco
