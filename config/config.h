@@ -41,13 +41,17 @@ struct InnerConfig {
   double grad_clip = 1.0;                    // max global grad norm; 0 disables
   int64_t batch_size = 16;
   int64_t steps = 50;                        // H: inner steps per round
+  bool adaptive_steps = false;               // DyLU: the coordinator sets each worker's H from its speed
 };
 
 struct OuterConfig {
   std::string optimizer = "nesterov";        // nesterov | sgd (sgd with momentum 0 and lr 1 is FedAvg)
   double lr = 0.7;
   double momentum = 0.9;
-  int64_t rounds = 20;                       // T: outer rounds
+  int64_t rounds = 20;                       // T: outer rounds (async: outer.rounds x workers.count pushes)
+  std::string mode = "sync";                 // sync | async (each push applied when it arrives)
+  int64_t delay_n = 0;                       // async Delayed Nesterov: momentum updated every N pushes; 0 = workers.count
+  int64_t max_staleness = 16;                // async: pushes computed more than this many versions ago are refused
   std::string late_policy = "drop";          // a push refused as late: drop (restart from the new global) |
                                              // reuse_local (keep training from the worker's own parameters)
 };
@@ -76,6 +80,7 @@ struct WorkersConfig {
   int64_t cluster_size = 1;                  // processes per worker, data parallel inside (c10d Gloo)
   double cluster_timeout_s = 60;             // rendezvous and collective timeout inside a cluster
   bool check_replicas = false;               // check after every inner step that a cluster's ranks agree (tests)
+  double slowdown = 1.0;                     // >= 1: each inner step takes this many times its compute time (tests)
 };
 
 struct CommConfig {
@@ -116,7 +121,11 @@ struct Config {
   std::string CacheDir() const { return data.cache_dir.empty() ? run.output_dir + "/data" : data.cache_dir; }
   // The coordinator's rounds are fragment syncs: outer.rounds x comm.fragments of them, each after
   // inner.steps / comm.fragments inner steps. With one fragment these are plain DiLoCo rounds.
-  int64_t SyncRounds() const { return outer.rounds * comm.fragments; }
+  // Outer steps of the run: fragment syncs with Streaming DiLoCo; applied pushes in async mode (each worker pushes
+  // about outer.rounds times, as many pseudo-gradients as a synchronous run).
+  int64_t SyncRounds() const {
+    return outer.mode == "async" ? outer.rounds * workers.count : outer.rounds * comm.fragments;
+  }
   int64_t StepsPerSync() const { return inner.steps / comm.fragments; }
   std::string CheckpointDir() const {
     return coordinator.checkpoint_dir.empty() ? run.output_dir + "/checkpoints" : coordinator.checkpoint_dir;

@@ -94,11 +94,15 @@ const std::vector<Field>& Fields() {
       MakeField("inner.grad_clip", &Config::inner, &InnerConfig::grad_clip),
       MakeField("inner.batch_size", &Config::inner, &InnerConfig::batch_size),
       MakeField("inner.steps", &Config::inner, &InnerConfig::steps),
+      MakeField("inner.adaptive_steps", &Config::inner, &InnerConfig::adaptive_steps),
       MakeField("outer.optimizer", &Config::outer, &OuterConfig::optimizer),
       MakeField("outer.lr", &Config::outer, &OuterConfig::lr),
       MakeField("outer.momentum", &Config::outer, &OuterConfig::momentum),
       MakeField("outer.rounds", &Config::outer, &OuterConfig::rounds),
       MakeField("outer.late_policy", &Config::outer, &OuterConfig::late_policy),
+      MakeField("outer.mode", &Config::outer, &OuterConfig::mode),
+      MakeField("outer.delay_n", &Config::outer, &OuterConfig::delay_n),
+      MakeField("outer.max_staleness", &Config::outer, &OuterConfig::max_staleness),
       MakeField("coordinator.listen", &Config::coordinator, &CoordinatorConfig::listen),
       MakeField("coordinator.min_workers", &Config::coordinator, &CoordinatorConfig::min_workers),
       MakeField("coordinator.round_timeout_s", &Config::coordinator, &CoordinatorConfig::round_timeout_s),
@@ -120,6 +124,7 @@ const std::vector<Field>& Fields() {
       MakeField("workers.cluster_size", &Config::workers, &WorkersConfig::cluster_size),
       MakeField("workers.cluster_timeout_s", &Config::workers, &WorkersConfig::cluster_timeout_s),
       MakeField("workers.check_replicas", &Config::workers, &WorkersConfig::check_replicas),
+      MakeField("workers.slowdown", &Config::workers, &WorkersConfig::slowdown),
       MakeField("comm.chunk_bytes", &Config::comm, &CommConfig::chunk_bytes),
       MakeField("comm.codec", &Config::comm, &CommConfig::codec),
       MakeField("comm.pull_codec", &Config::comm, &CommConfig::pull_codec),
@@ -374,6 +379,21 @@ absl::Status ValidateConfig(const Config& c) {
   }
   if (!(c.comm.merge_alpha >= 0 && c.comm.merge_alpha <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat("comm.merge_alpha: must be in [0, 1], got ", c.comm.merge_alpha));
+  }
+  if (c.outer.mode != "sync" && c.outer.mode != "async") {
+    return absl::InvalidArgumentError(absl::StrCat("outer.mode: expected 'sync' or 'async', got '", c.outer.mode, "'"));
+  }
+  if (c.outer.delay_n < 0 || c.outer.max_staleness < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("outer.delay_n and outer.max_staleness: must be >= 0, got ",
+                                                   c.outer.delay_n, " and ", c.outer.max_staleness));
+  }
+  if (!(c.workers.slowdown >= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("workers.slowdown: must be >= 1, got ", c.workers.slowdown));
+  }
+  if ((c.outer.mode == "async" || c.inner.adaptive_steps) && (c.comm.fragments != 1 || c.comm.overlap_steps != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        c.outer.mode == "async" ? "outer.mode async" : "inner.adaptive_steps",
+        " needs comm.fragments 1 and comm.overlap_steps 0 (Streaming DiLoCo rounds are fixed fragments of H)"));
   }
   if (absl::Status s = ValidateSecurity(c.security); !s.ok()) return s;
   return absl::OkStatus();

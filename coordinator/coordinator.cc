@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/inner_steps.h"
 #include "proto/status_json.h"
 #include "worker/lm/evaluate.h"
 #include "worker/lm/fragments.h"
@@ -96,6 +97,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const C
     spdlog::info("theta_0 from {} (a round-{} checkpoint)", config.model.init_from, ckpt->round);
   }
   c->accumulator_ = RoundAccumulator(c->specs_);
+  if (config.outer.mode == "async" && config.outer.optimizer == "nesterov") {
+    const int64_t n = config.outer.delay_n > 0 ? config.outer.delay_n : config.workers.count;
+    c->dn_ = std::make_unique<DelayedNesterov>(config.outer.lr, config.outer.momentum, n);
+    spdlog::info("asynchronous rounds: Delayed Nesterov, momentum every {} pushes; max staleness {} versions", n,
+                 config.outer.max_staleness);
+  }
 
   auto val = TokenData::Load(cache.val_path(), config.model.seq_len);
   if (!val.ok()) return val.status();
@@ -116,7 +123,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const C
       snapshot->round = loaded->data.round;
       snapshot->complete = snapshot->round >= config.SyncRounds();
       c->momentum_snapshot_ = loaded->data.momentum;
-      c->outer_.set_momentum_buffers(std::move(loaded->data.momentum));
+      if (c->dn_) {
+        c->dn_->set_momentum_buffers(std::move(loaded->data.momentum));
+      } else {
+        c->outer_.set_momentum_buffers(std::move(loaded->data.momentum));
+      }
       c->evals_ = std::move(loaded->data.evals);
       if (!c->evals_.empty() && c->evals_.back().round == snapshot->round) {  // the totals go on from the checkpoint
         c->tokens_committed_ = c->evals_.back().tokens;
@@ -241,6 +252,12 @@ void CoordinatorCore::CountBytesSent(const std::string& worker_id, int64_t bytes
   if (Member* m = membership_.Find(worker_id)) m->bytes_pulled += bytes;
 }
 
+int64_t CoordinatorCore::InnerStepsFor(const std::string& worker_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Member* m = membership_.members().count(worker_id) ? &membership_.members().at(worker_id) : nullptr;
+  return m != nullptr && m->inner_steps > 0 ? m->inner_steps : config_.inner.steps;
+}
+
 absl::StatusOr<PushTicket> CoordinatorCore::BeginPush(const PushHeader& header) {
   std::lock_guard<std::mutex> lock(mu_);
   absl::Status s = CheckMeta(header.meta(), /*require_member=*/true);
@@ -253,7 +270,19 @@ absl::StatusOr<PushTicket> CoordinatorCore::BeginPush(const PushHeader& header) 
                                             "); Join again"));
   }
   if (complete_) return absl::FailedPreconditionError("the run is complete");
-  if (header.meta().round() != snapshot_->round || phase_ != "training") {
+  if (async()) {
+    if (phase_ != "training") {
+      return absl::UnavailableError(absl::StrCat("the global model is being stepped to version ", snapshot_->round + 1,
+                                                 "; retry"));
+    }
+    const int64_t behind = snapshot_->round - header.meta().round();
+    if (behind < 0 || behind > config_.outer.max_staleness) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "push computed against version ", header.meta().round(), " refused: the global model is at version ",
+          snapshot_->round, " (", behind, " behind; outer.max_staleness is ", config_.outer.max_staleness,
+          "); pull the current parameters"));
+    }
+  } else if (header.meta().round() != snapshot_->round || phase_ != "training") {
     return absl::FailedPreconditionError(absl::StrCat("push for round ", header.meta().round(),
                                                       " refused: the open round is based on round ", snapshot_->round,
                                                       " (phase ", phase_, "); pull the current parameters"));
@@ -391,6 +420,7 @@ StatusReply CoordinatorCore::Status() const {
     w->set_bytes_pulled(m.bytes_pulled);
     w->set_pushed_this_round(pushed_.count(id) != 0);
     w->set_cluster_size(m.cluster_size);
+    w->set_inner_steps(m.inner_steps > 0 ? m.inner_steps : config_.inner.steps);
   }
   for (const EvalRecord& e : evals_) {
     EvalPoint* p = s.add_evals();
@@ -424,7 +454,16 @@ void CoordinatorCore::RoundLoopPass(std::unique_lock<std::mutex>& lock) {
   }
   std::set<std::string> pushed;
   for (const auto& [id, ticket] : pushed_) pushed.insert(id);
-  RoundDecision decision = DecideRoundClose({membership_.ActiveIds(), pushed, round_opened_at_}, now, options);
+  RoundDecision decision;
+  if (async()) {  // apply what has arrived, once no other push is half in the sums
+    decision.close = !pushed_.empty() && streaming_.empty();
+    decision.reason = pushed_.empty() ? "async: waiting for a push"
+                      : decision.close ? absl::StrCat("async: ", pushed_.size(), " push(es) arrived")
+                                       : absl::StrCat("async: waiting for ", streaming_.size(), " push stream(s)");
+    phase_reason_ = decision.reason;  // changes with every push: not logged
+  } else {
+    decision = DecideRoundClose({membership_.ActiveIds(), pushed, round_opened_at_}, now, options);
+  }
   if (decision.close && !partial_.empty()) {  // never close over chunks of a push that has not committed
     decision = {false, absl::StrCat("ready to close; waiting for ", partial_.size(), " push stream(s) in flight")};
   }
@@ -476,7 +515,8 @@ void CoordinatorCore::FinishClose(ClosingRound closing, const std::string& reaso
   for (const auto& [name, p] : base->params) theta.push_back(p);
   const std::vector<size_t>* only =
       fragments() > 1 ? &fragment_members_[static_cast<size_t>(base->round % fragments())] : nullptr;
-  std::vector<at::Tensor> next = outer_.Step(theta, delta, std::move(closing.recycle), only);
+  std::vector<at::Tensor> next =
+      dn_ ? dn_->Step(theta, delta) : outer_.Step(theta, delta, std::move(closing.recycle), only);
   auto snapshot = std::make_shared<ParamSnapshot>();
   snapshot->round = base->round + 1;
   snapshot->complete = snapshot->round >= config_.SyncRounds();
@@ -494,18 +534,28 @@ void CoordinatorCore::FinishClose(ClosingRound closing, const std::string& reaso
         ++m->rounds_contributed;
         m->tokens += push.tokens;
         m->bytes_pushed += push.bytes;
+        if (push.seconds > 0) m->steps_per_s = static_cast<double>(push.inner_steps) / push.seconds;
       }
       tokens_committed_ += push.tokens;
       last_round_bytes_pushed_ += push.bytes;
       dp_equivalent_bytes_ += static_cast<int64_t>(push.inner_steps * 2.0 * (k - 1) / k * 4.0 * num_params_);
     }
     bytes_pushed_committed_ += last_round_bytes_pushed_;
+    if (config_.inner.adaptive_steps) {  // DyLU: next round's H of every active worker from its measured speed
+      std::map<std::string, double> speeds;
+      for (const std::string& id : membership_.ActiveIds()) speeds[id] = membership_.Find(id)->steps_per_s;
+      for (const auto& [id, h] : AssignInnerSteps(speeds, config_.inner.steps)) {
+        Member* m = membership_.Find(id);
+        if (m->inner_steps != h) spdlog::info("DyLU: worker {} trains {} inner steps per round ({:.1f} steps/s)", id, h, m->steps_per_s);
+        m->inner_steps = h;
+      }
+    }
     last_outer_step_seconds_ = t1 - t0;
     last_round_seconds_ = t1 - round_opened_at_;
     round_opened_at_ = t1;
     previous_snapshot_ = snapshot_;
     snapshot_ = snapshot;
-    momentum_snapshot_ = outer_.momentum_buffers();
+    momentum_snapshot_ = dn_ ? dn_->momentum_buffers() : outer_.momentum_buffers();
     phase_ = snapshot->complete ? "finishing" : "training";
     phase_reason_.clear();
   }

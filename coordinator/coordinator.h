@@ -4,6 +4,11 @@
 // is computed), the outer optimizer and its momentum, the round accumulator, the membership, the evaluation history,
 // byte counters and checkpoints. The gRPC service (service.h) translates RPCs into the methods below.
 //
+// Asynchronous mode (outer.mode async): a "round" is one version of theta. A push computed against any version at
+// most outer.max_staleness behind is accepted; the round closes as soon as a push has committed and no other is
+// streaming, and its pseudo-gradient is applied at once (Delayed Nesterov, delayed_nesterov.h, with the nesterov
+// optimizer). Pushes that commit together are averaged into one arrival.
+//
 // Round lifecycle (DESIGN.md §2): round t+1 is open while theta_t is published; pushes tagged with round t are folded
 // into the accumulator chunk by chunk; the round thread (Run) closes the round when DecideRoundClose says so,
 // applies the outer step, publishes theta_{t+1}, evaluates and checkpoints when due.
@@ -31,6 +36,7 @@
 #include "config/config.h"
 #include "config/data_cache.h"
 #include "coordinator/checkpoint.h"
+#include "coordinator/delayed_nesterov.h"
 #include "coordinator/membership.h"
 #include "coordinator/outer_optimizer.h"
 #include "coordinator/round_accumulator.h"
@@ -81,6 +87,8 @@ class CoordinatorCore {
   absl::StatusOr<HeartbeatReply> Heartbeat(const HeartbeatRequest& request);
   absl::StatusOr<std::shared_ptr<const ParamSnapshot>> BeginPull(const PullRequest& request);
   void CountBytesSent(const std::string& worker_id, int64_t bytes);
+  // The inner steps this worker should train next (DyLU with inner.adaptive_steps; else inner.steps).
+  int64_t InnerStepsFor(const std::string& worker_id) const;
 
   absl::StatusOr<PushTicket> BeginPush(const PushHeader& header);
   // Folds one validated chunk (values: 1-D float view) of tensor `index` at element `offset`. wire_bytes: the
@@ -150,6 +158,8 @@ class CoordinatorCore {
   int64_t num_params_ = 0;
   std::unique_ptr<Evaluator> evaluator_;  // round thread only
   OuterOptimizer outer_;                   // round thread only
+  std::unique_ptr<DelayedNesterov> dn_;    // outer.mode async with outer.optimizer nesterov; round thread only
+  bool async() const { return config_.outer.mode == "async"; }
 
   std::mutex checkpoint_mu_;  // one checkpoint write at a time (round thread and operator requests)
   mutable std::mutex mu_;

@@ -29,6 +29,8 @@ struct Member {
   int64_t bytes_pulled = 0;
   bool drain_requested = false;  // an operator asked it to leave
   int cluster_size = 1;          // processes of this worker (workers.cluster_size), as told at Join
+  double steps_per_s = 0;        // inner steps per second of its last committed push (0: not measured yet)
+  int64_t inner_steps = 0;       // its H for the next round (inner.adaptive_steps); 0 = inner.steps
 };
 
 class Membership {

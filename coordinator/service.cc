@@ -54,6 +54,7 @@ class PullReactor : public grpc::ServerWriteReactor<PullMessage> {
     for (const auto& [name, t] : tensors_) n += t.numel();
     h->set_num_elements(n);
     h->set_fragment(fragment);
+    h->set_inner_steps(core_->InnerStepsFor(worker_id_));
     StartWrite(&message_);
   }
 

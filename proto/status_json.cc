@@ -16,7 +16,8 @@ nlohmann::json StatusToJson(const StatusReply& s) {
                        {"bytes_pushed", w.bytes_pushed()},
                        {"bytes_pulled", w.bytes_pulled()},
                        {"pushed_this_round", w.pushed_this_round()},
-                       {"cluster_size", w.cluster_size()}});
+                       {"cluster_size", w.cluster_size()},
+                       {"inner_steps", w.inner_steps()}});
   }
   nlohmann::json evals = nlohmann::json::array();
   for (const EvalPoint& e : s.evals()) {

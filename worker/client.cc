@@ -101,6 +101,7 @@ absl::StatusOr<PullResult> CoordinatorClient::Pull(NamedTensors& theta, int frag
       have_header = true;
       result.round = message.header().round();
       result.run_complete = message.header().run_complete();
+      result.inner_steps = message.header().inner_steps();
     } else if (error.ok()) {
       result.bytes += static_cast<int64_t>(message.chunk().data().size());
       error = assembler.Accept(message.chunk());

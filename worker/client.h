@@ -20,6 +20,7 @@ struct PullResult {
   int64_t round = 0;
   bool run_complete = false;
   int64_t bytes = 0;
+  int64_t inner_steps = 0;  // the H the coordinator assigns this worker (DyLU); 0 = inner.steps
 };
 
 class CoordinatorClient {

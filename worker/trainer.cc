@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <numeric>
+#include <thread>
 
 #include "worker/lr_schedule.h"
 
@@ -59,6 +60,7 @@ StepStats InnerTrainer::TrainSteps(int64_t first_step, int64_t n, const std::ato
   const auto params = model_->parameters();
   StepStats stats;
   for (int64_t i = 0; i < n; ++i) {
+    const auto step_start = std::chrono::steady_clock::now();
     const bool want_stop = stop != nullptr && *stop;
     if (want_stop && !gradient_hook_) {
       stats.abandoned = true;
@@ -85,6 +87,9 @@ StepStats InnerTrainer::TrainSteps(int64_t first_step, int64_t n, const std::ato
     stats.last_lr = lr;
     stats.tokens += batch.inputs.numel();
     ++stats.steps;
+    if (config_.workers.slowdown > 1) {  // a slower device, for heterogeneity tests: the step takes slowdown x as long
+      std::this_thread::sleep_for((std::chrono::steady_clock::now() - step_start) * (config_.workers.slowdown - 1));
+    }
   }
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;

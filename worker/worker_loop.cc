@@ -105,6 +105,8 @@ class Worker {
   bool keep_local_ = false;         // outer.late_policy reuse_local after a late push
   int exit_code_ = kWorkerDone;
   double compute_seconds_ = 0;  // inner steps, less the cluster's all-reduce waits
+  int64_t assigned_steps_ = 0;  // H from the last pull (inner.adaptive_steps); 0 = inner.steps
+  int64_t own_steps_ = 0;       // inner steps this worker has trained (the schedule position in async mode)
 };
 
 int Worker::JoinWithRetry() {
@@ -231,7 +233,13 @@ bool Worker::PushUntilCounted(int64_t round, const RoundResult& result) {
       continue;
     }
     if (beat->drain()) drain_ = quit_ = true;
-    if (beat->round() > round || beat->run_complete()) return true;
+    if (beat->run_complete()) return true;
+    if (config_.outer.mode == "async") {  // our push is applied once it is no longer pending (others' may be too)
+      if (beat->pushed()) continue;
+      if (beat->round() > round) return true;
+    } else if (beat->round() > round) {
+      return true;
+    }
     if (!beat->pushed()) {
       spdlog::info("round {}: the coordinator restarted the round's aggregation; pushing again", round + 1);
       need_push = true;
@@ -353,13 +361,22 @@ int Worker::Run(const TokenCache& cache) {
       }
       keep_local_ = false;
       round = pulled->round;
+      assigned_steps_ = pulled->inner_steps;
+      if (own_steps_ == 0 && config_.outer.mode == "async") {  // a joiner starts where a worker of its speed would be
+        own_steps_ = round * S / std::max<int64_t>(1, config_.workers.count);
+      }
       carried = StepStats();
       need_full_pull = false;
     }
     round_ = round;
     const int f = static_cast<int>(round % P);
+    // This round's H: the coordinator's (DyLU) or inner.steps. The schedule position: the round's place in a
+    // synchronous run, or with asynchronous rounds (versions advance with every worker's push) this worker's own
+    // count of inner steps.
+    const int64_t steps = config_.inner.adaptive_steps && assigned_steps_ > 0 ? assigned_steps_ : S;
+    const int64_t first = config_.outer.mode == "async" ? own_steps_ : round * S + carried.steps;
     StepStats stats = carried;
-    stats.Add(TrainSteps(round * S + carried.steps, S - carried.steps));
+    stats.Add(TrainSteps(first, steps - carried.steps));
     carried = StepStats();
     if (stats.abandoned) break;
     RoundResult result;
@@ -399,7 +416,9 @@ int Worker::Run(const TokenCache& cache) {
       spdlog::info("run complete at round {}; leaving", pulled->round);
       break;
     }
-    if (pulled->round != round + 1) {  // the run went on without us, or the coordinator restarted: start over
+    assigned_steps_ = pulled->inner_steps;
+    if (pulled->round != round + 1 && (P > 1 || tau > 0)) {  // the run went on without us (or the coordinator
+      // restarted): start over. With one fragment and no overlap the pull just made holds all of theta: go on from it.
       spdlog::info("round {}: the global model is at round {}; pulling all of it", round + 1, pulled->round);
       need_full_pull = true;
       continue;
@@ -449,6 +468,7 @@ StepStats Worker::TrainSteps(int64_t first_step, int64_t n) {
   if (cluster_) cluster_->SendCommand({ClusterCommand::kTrain, first_step, n});
   const double waited = cluster_ ? cluster_->collective_seconds() : 0;
   StepStats stats = trainer_->TrainSteps(first_step, n, &quit_);
+  own_steps_ += stats.steps;
   compute_seconds_ += stats.seconds - ((cluster_ ? cluster_->collective_seconds() : 0) - waited);
   if (stats.abandoned && cluster_) followers_left_ = true;  // they stopped at the same step and left
   return stats;

@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -186,6 +187,10 @@ int main(int argc, char** argv) {
   std::string mode = "diloco";
   app.add_option("--mode", mode, "diloco (default) or ddp: the fully synchronous data-parallel baseline")
       ->check(CLI::IsMember({"diloco", "ddp"}));
+  std::vector<std::string> worker_sets;
+  app.add_option("--worker-set", worker_sets,
+                 "override a config key for one worker: I:section.key=value (repeatable), e.g. 1:inner.batch_size=32 "
+                 "or 1:workers.slowdown=2");
   bool check_config = false;
   app.add_flag("--check-config", check_config, "only load and validate the config (strict loader), then exit 0");
   CLI11_PARSE(app, argc, argv);
@@ -194,6 +199,30 @@ int main(int argc, char** argv) {
   if (!config.ok()) {
     std::cerr << "diloco-launch: error: " << config.status().message() << "\n";
     return 2;
+  }
+  // Per-worker overrides: worker index -> extra --set values; each worker's resulting config is checked here.
+  std::map<int64_t, std::vector<std::string>> per_worker;
+  for (const std::string& ws : worker_sets) {
+    const size_t colon = ws.find(':');
+    int64_t index = -1;
+    try {
+      index = colon == std::string::npos ? -1 : std::stoll(ws.substr(0, colon));
+    } catch (const std::exception&) {
+    }
+    if (index < 0 || index >= config->workers.count) {
+      std::cerr << "diloco-launch: error: --worker-set " << ws << ": expected I:section.key=value with I in [0, "
+                << config->workers.count << ")\n";
+      return 2;
+    }
+    per_worker[index].push_back(ws.substr(colon + 1));
+  }
+  for (const auto& [index, sets] : per_worker) {
+    std::vector<std::string> all = overrides;
+    all.insert(all.end(), sets.begin(), sets.end());
+    if (auto c = diloco::LoadConfig(config_path, all); !c.ok()) {
+      std::cerr << "diloco-launch: error: worker " << index << ": " << c.status().message() << "\n";
+      return 2;
+    }
   }
   if (check_config) {
     std::cout << "config OK: " << config_path << "\n";
@@ -250,6 +279,7 @@ int main(int argc, char** argv) {
         std::vector<std::string> worker_argv = {diloco::SiblingExecutable("diloco-worker")};
         worker_argv.insert(worker_argv.end(), common.begin(), common.end());
         worker_argv.insert(worker_argv.end(), {"--coordinator", address, "--id", id});
+        for (const std::string& s : per_worker[i]) worker_argv.insert(worker_argv.end(), {"--set", s});
         if (ranks > 1) worker_argv.insert(worker_argv.end(), {"--rank", std::to_string(r), "--cluster-store", store});
         if (!StartChild(children, ranks > 1 ? id + "." + std::to_string(r) : id, worker_argv)) g_signal = SIGTERM;
       }

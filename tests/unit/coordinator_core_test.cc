@@ -578,3 +578,79 @@ TEST_F(CoordinatorCoreTest, FragmentRoundsStepOnlyTheirFragment) {
 
 }  // namespace
 }  // namespace diloco
+
+namespace diloco {
+namespace {
+
+// outer.mode async: every push is applied when it arrives, with Delayed Nesterov (N = 2 here), against whatever
+// version is current; a push computed more than outer.max_staleness versions ago is refused with a reason, and a
+// refused push changes nothing.
+TEST_F(CoordinatorCoreTest, AsyncAppliesEachPushWithDelayedNesterovAndRefusesStalePushes) {
+  config_.outer.mode = "async";
+  config_.outer.delay_n = 2;
+  config_.outer.max_staleness = 1;
+  config_.workers.count = 2;
+  Start();
+  Join("A");
+  Join("B");
+  const Tensors theta0 = Theta();
+  const Tensors d1 = RandomDelta(), d2 = RandomDelta(), d3 = RandomDelta();
+  ASSERT_TRUE(Push("A", 0, 1000, d1).ok());
+  core_->Poll();  // version 1: theta0 - (lr / N) d1, no momentum move yet
+  int64_t round = -1;
+  Tensors want1;
+  for (size_t i = 0; i < theta0.size(); ++i) want1.push_back(theta0[i] - kLr / 2 * d1[i]);
+  ExpectAllClose(Theta("A", &round), want1);
+  EXPECT_EQ(round, 1);
+  // B computed against version 0: one version behind, accepted and applied to version 1 (the second arrival moves
+  // the momentum: m = (d1 + d2) / 2; theta -= lr beta m + (lr / N) d2).
+  ASSERT_TRUE(Push("B", 0, 1000, d2).ok());
+  core_->Poll();
+  Tensors want2;
+  for (size_t i = 0; i < theta0.size(); ++i) {
+    const at::Tensor m = (d1[i] + d2[i]) / 2;
+    want2.push_back(want1[i] - kLr * kMu * m - kLr / 2 * d2[i]);
+  }
+  ExpectAllClose(Theta("A", &round), want2);
+  EXPECT_EQ(round, 2);
+  // A's next push, still against version 0, is now 2 behind: refused, naming the staleness; nothing changes.
+  const absl::Status stale = Push("A", 0, 1000, d3);
+  EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(stale.message()),
+              HasSubstr("push computed against version 0 refused: the global model is at version 2 (2 behind; "
+                        "outer.max_staleness is 1)"));
+  core_->Poll();
+  ExpectAllClose(Theta("A", &round), want2);
+  EXPECT_EQ(round, 2);
+  EXPECT_EQ(core_->Status().rounds_total(), config_.outer.rounds * 2);  // async: outer.rounds x workers.count pushes
+}
+
+// inner.adaptive_steps (DyLU): after a round, each worker's H for the next one is its share of the fastest speed.
+TEST_F(CoordinatorCoreTest, AdaptiveStepsGiveTheSlowerWorkerFewerInnerSteps) {
+  config_.inner.adaptive_steps = true;
+  config_.inner.steps = 40;
+  Start();
+  Join("A");
+  Join("B");
+  EXPECT_EQ(core_->InnerStepsFor("A"), 40);
+  PushHeader fast = Header("A", 0, 1000), slow = Header("B", 0, 1000);
+  fast.set_inner_steps(40);
+  fast.set_seconds(2.0);  // 20 steps/s
+  slow.set_inner_steps(40);
+  slow.set_seconds(8.0);  // 5 steps/s
+  for (const PushHeader& h : {fast, slow}) {
+    auto ticket = core_->BeginPush(h);
+    ASSERT_TRUE(ticket.ok()) << ticket.status();
+    const Tensors d = RandomDelta();
+    for (size_t i = 0; i < d.size(); ++i) ASSERT_TRUE(FoldTensor(*ticket, i, d[i]).ok());
+    ASSERT_TRUE(core_->CommitPush(*ticket).ok());
+  }
+  core_->Poll();
+  EXPECT_EQ(core_->Status().round(), 1);
+  EXPECT_EQ(core_->InnerStepsFor("A"), 40);
+  EXPECT_EQ(core_->InnerStepsFor("B"), 10);
+  EXPECT_EQ(Worker(core_->Status(), "B").inner_steps(), 10);
+}
+
+}  // namespace
+}  // namespace diloco

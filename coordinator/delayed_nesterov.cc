@@ -1,0 +1,43 @@
+#include "coordinator/delayed_nesterov.h"
+
+#include <stdexcept>
+
+namespace diloco {
+
+DelayedNesterov::DelayedNesterov(double lr, double momentum, int64_t delay_n)
+    : lr_(lr), momentum_(momentum), delay_n_(delay_n) {
+  if (delay_n < 1) throw std::invalid_argument("DelayedNesterov: delay_n must be >= 1");
+}
+
+std::vector<at::Tensor> DelayedNesterov::Step(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& g) {
+  if (theta.size() != g.size()) throw std::invalid_argument("DelayedNesterov::Step: tensor counts differ");
+  if (acc_.empty()) {
+    for (const at::Tensor& t : theta) acc_.push_back(at::zeros_like(t));
+  }
+  if (m_.empty()) {
+    for (const at::Tensor& t : theta) m_.push_back(at::zeros_like(t));
+  }
+  if (m_.size() != theta.size()) throw std::invalid_argument("DelayedNesterov: momentum count differs");
+  ++arrivals_;
+  const bool move = arrivals_ % delay_n_ == 0;
+  const double n = static_cast<double>(delay_n_);
+  std::vector<at::Tensor> next(theta.size());
+  for (size_t i = 0; i < theta.size(); ++i) {
+    if (theta[i].sizes() != g[i].sizes() || theta[i].scalar_type() != at::kFloat ||
+        g[i].scalar_type() != at::kFloat) {
+      throw std::invalid_argument("DelayedNesterov::Step: tensors must be float32 of matching shapes");
+    }
+    acc_[i].add_(g[i]);
+    at::Tensor out = theta[i].clone();
+    if (move) {
+      m_[i] = m_[i].mul(momentum_).add_(acc_[i], 1.0 / n);  // a new tensor: a checkpoint may hold the old one
+      out.add_(m_[i], -lr_ * momentum_);
+      acc_[i].zero_();
+    }
+    out.add_(g[i], -lr_ / n);
+    next[i] = out;
+  }
+  return next;
+}
+
+}  // namespace diloco

@@ -1,0 +1,42 @@
+// DelayedNesterov: the outer optimizer of asynchronous DiLoCo (outer.mode async), Delayed Nesterov (DN) from
+// "Asynchronous Local-SGD Training for Language Modeling" (Liu et al., arXiv 2401.09135, Algorithm 3, with c = 0).
+// Each arriving pseudo-gradient g is applied at once; the momentum moves only every N arrivals, with the mean of the
+// N pseudo-gradients buffered since its last move:
+//   acc <- acc + g;  t <- t + 1
+//   if t mod N == 0:  m <- beta m + acc / N;  theta <- theta - lr beta m - (lr / N) g;  acc <- 0
+//   else:             theta <- theta - (lr / N) g
+// With N = 1 this is PyTorch's SGD(nesterov=True) step (buf = beta buf + g; theta -= lr (g + beta buf)): naive
+// asynchronous Nesterov, the paper's unstable baseline. Shapes: lists of float32 tensors of matching shapes.
+// Owns m and acc. Not thread-safe: the coordinator's round thread alone calls Step().
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace diloco {
+
+class DelayedNesterov {
+ public:
+  DelayedNesterov(double lr, double momentum, int64_t delay_n);
+
+  // theta after one arrival of g, in new tensors (theta itself is left untouched: pulls may still read it).
+  std::vector<at::Tensor> Step(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& g);
+
+  int64_t arrivals() const { return arrivals_; }
+  // m, for checkpoints (empty before the first momentum move). Never modified in place once returned.
+  const std::vector<at::Tensor>& momentum_buffers() const { return m_; }
+  // Restores m from a checkpoint; the arrival count and the buffer acc start over (a partial buffer is not saved).
+  void set_momentum_buffers(std::vector<at::Tensor> m) { m_ = std::move(m); }
+
+ private:
+  double lr_;
+  double momentum_;
+  int64_t delay_n_;
+  int64_t arrivals_ = 0;
+  std::vector<at::Tensor> m_;
+  std::vector<at::Tensor> acc_;
+};
+
+}  // namespace diloco

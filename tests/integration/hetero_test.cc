@@ -1,0 +1,83 @@
+// Heterogeneous workers end to end (real coordinator and worker processes on 127.0.0.1): per-worker settings from
+// the launcher (--worker-set), DyLU (inner.adaptive_steps) and asynchronous rounds with Delayed Nesterov.
+// Worker 1 runs with workers.slowdown 4 (each inner step takes 4x its compute time). Speeds and wall times are
+// measured by scripts/bench/hetero, not here; these tests check what the modes do.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/process_harness.h"
+
+namespace diloco::testing {
+namespace {
+
+std::vector<std::string> LaunchArgs(const std::string& dir, std::vector<std::string> extra) {
+  extra.insert(extra.end(), {"coordinator.min_workers=2", "outer.rounds=4", "inner.steps=20"});
+  std::vector<std::string> args = TinyArgs(dir, extra);
+  args.erase(args.begin());  // the launcher takes the config as a positional argument
+  args.insert(args.end(), {"--worker-set", "1:workers.slowdown=4"});
+  return args;
+}
+
+const nlohmann::json& WorkerNamed(const nlohmann::json& summary, const std::string& id) {
+  for (const auto& w : summary["workers"]) {
+    if (w["id"] == id) return w;
+  }
+  static const nlohmann::json none;
+  ADD_FAILURE() << "no " << id << " in " << summary.dump();
+  return none;
+}
+
+// With DyLU the coordinator measures both workers after round 1 and gives the slow one (about 4x slower) a
+// fraction of H = 20 inner steps; the fast one keeps 20. The run completes and its loss falls.
+TEST(Hetero, AdaptiveStepsGiveTheSlowWorkerFewerInnerSteps) {
+  const std::string dir = ScratchDir("hetero_dylu");
+  RunningProcess launch("diloco-launch", LaunchArgs(dir, {"inner.adaptive_steps=true"}));
+  ASSERT_EQ(launch.Wait(240), 0) << launch.output();
+  EXPECT_NE(launch.output().find("DyLU: worker worker-1 trains"), std::string::npos) << launch.output();
+  const nlohmann::json s = ReadJson(dir + "/summary.json");
+  EXPECT_EQ(WorkerNamed(s, "worker-0")["inner_steps"], 20);
+  EXPECT_LE(WorkerNamed(s, "worker-1")["inner_steps"].get<int64_t>(), 12);  // ~ 20 / 4; a wide margin for noise
+  EXPECT_LT(WorkerNamed(s, "worker-1")["tokens"].get<int64_t>(), WorkerNamed(s, "worker-0")["tokens"].get<int64_t>());
+  EXPECT_LT(s["evals"].back()["val_loss"].get<double>(), s["evals"].front()["val_loss"].get<double>() - 0.2);
+}
+
+// Asynchronous rounds: outer.rounds x workers.count = 8 pushes are applied one by one; the fast worker pushes more
+// often than the slow one, no push waits for another worker, and the loss falls.
+TEST(Hetero, AsyncRoundsApplyEveryPushAndTheFastWorkerPushesMoreOften) {
+  const std::string dir = ScratchDir("hetero_async");
+  RunningProcess launch("diloco-launch", LaunchArgs(dir, {"outer.mode=async", "outer.delay_n=2"}));
+  ASSERT_EQ(launch.Wait(240), 0) << launch.output();
+  EXPECT_NE(launch.output().find("asynchronous rounds: Delayed Nesterov, momentum every 2 pushes"), std::string::npos)
+      << launch.output();
+  const nlohmann::json s = ReadJson(dir + "/summary.json");
+  EXPECT_EQ(s["round"], 8);
+  EXPECT_EQ(s["rounds_total"], 8);
+  const int64_t fast = WorkerNamed(s, "worker-0")["rounds_contributed"].get<int64_t>();
+  const int64_t slow = WorkerNamed(s, "worker-1")["rounds_contributed"].get<int64_t>();
+  EXPECT_EQ(fast + slow, 8);
+  EXPECT_GT(fast, slow);
+  EXPECT_LT(s["evals"].back()["val_loss"].get<double>(), s["evals"].front()["val_loss"].get<double>() - 0.2);
+}
+
+// A --worker-set for a worker that does not exist, or a bad key, is one clear line and exit 2.
+TEST(Hetero, BadWorkerSetIsOneClearLine) {
+  const std::string dir = ScratchDir("hetero_bad");
+  std::vector<std::string> args = TinyArgs(dir, {});
+  args.erase(args.begin());
+  RunningProcess out_of_range("diloco-launch", With(args, {"--worker-set", "5:workers.slowdown=2"}));
+  EXPECT_EQ(out_of_range.Wait(60), 2);
+  EXPECT_NE(out_of_range.output().find("--worker-set 5:workers.slowdown=2: expected I:section.key=value with I in "
+                                       "[0, 2)"),
+            std::string::npos)
+      << out_of_range.output();
+  RunningProcess bad_value("diloco-launch", With(args, {"--worker-set", "1:workers.slowdown=0.5"}));
+  EXPECT_EQ(bad_value.Wait(60), 2);
+  EXPECT_NE(bad_value.output().find("error: worker 1: "), std::string::npos) << bad_value.output();
+  EXPECT_NE(bad_value.output().find("workers.slowdown: must be >= 1, got 0.5"), std::string::npos)
+      << bad_value.output();
+}
+
+}  // namespace
+}  // namespace diloco::testing
