@@ -80,6 +80,7 @@ struct WorkersConfig {
   int64_t cluster_size = 1;                  // processes per worker, data parallel inside (c10d Gloo)
   double cluster_timeout_s = 60;             // rendezvous and collective timeout inside a cluster
   bool check_replicas = false;               // check after every inner step that a cluster's ranks agree (tests)
+  std::string precision = "fp32";           // fp32 | bf16: autocast the inner forward pass to bfloat16 (CUDA or CPU)
   double slowdown = 1.0;                     // >= 1: each inner step takes this many times its compute time (tests)
 };
 

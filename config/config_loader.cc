@@ -125,6 +125,7 @@ const std::vector<Field>& Fields() {
       MakeField("workers.cluster_timeout_s", &Config::workers, &WorkersConfig::cluster_timeout_s),
       MakeField("workers.check_replicas", &Config::workers, &WorkersConfig::check_replicas),
       MakeField("workers.slowdown", &Config::workers, &WorkersConfig::slowdown),
+      MakeField("workers.precision", &Config::workers, &WorkersConfig::precision),
       MakeField("comm.chunk_bytes", &Config::comm, &CommConfig::chunk_bytes),
       MakeField("comm.codec", &Config::comm, &CommConfig::codec),
       MakeField("comm.pull_codec", &Config::comm, &CommConfig::pull_codec),
@@ -386,6 +387,10 @@ absl::Status ValidateConfig(const Config& c) {
   if (c.outer.delay_n < 0 || c.outer.max_staleness < 0) {
     return absl::InvalidArgumentError(absl::StrCat("outer.delay_n and outer.max_staleness: must be >= 0, got ",
                                                    c.outer.delay_n, " and ", c.outer.max_staleness));
+  }
+  if (c.workers.precision != "fp32" && c.workers.precision != "bf16") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("workers.precision: expected 'fp32' or 'bf16', got '", c.workers.precision, "'"));
   }
   if (!(c.workers.slowdown >= 1)) {
     return absl::InvalidArgumentError(absl::StrCat("workers.slowdown: must be >= 1, got ", c.workers.slowdown));

@@ -1,5 +1,7 @@
 #include "worker/trainer.h"
 
+#include <ATen/autocast_mode.h>
+
 #include <chrono>
 #include <numeric>
 #include <thread>
@@ -7,6 +9,39 @@
 #include "worker/lr_schedule.h"
 
 namespace diloco {
+namespace {
+
+// workers.precision bf16: the forward pass of one step runs under autocast (matmuls in bfloat16, reductions and the
+// loss in float32; parameters, gradients and AdamW stay float32). Autocast state is thread-local; restored on exit.
+class AutocastScope {
+ public:
+  AutocastScope(bool on, const torch::Device& device) : on_(on), cuda_(device.is_cuda()) {
+    if (!on_) return;
+    if (cuda_) {
+      was_ = at::autocast::is_enabled();
+      at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+      at::autocast::set_enabled(true);
+    } else {
+      was_ = at::autocast::is_cpu_enabled();
+      at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+      at::autocast::set_cpu_enabled(true);
+    }
+  }
+  ~AutocastScope() {
+    if (!on_) return;
+    if (cuda_) {
+      at::autocast::set_enabled(was_);
+    } else {
+      at::autocast::set_cpu_enabled(was_);
+    }
+    at::autocast::clear_cache();
+  }
+
+ private:
+  bool on_, cuda_, was_ = false;
+};
+
+}  // namespace
 
 void StepStats::Add(const StepStats& later) {
   if (steps == 0) first_loss = later.first_loss;
@@ -72,7 +107,11 @@ StepStats InnerTrainer::TrainSteps(int64_t first_step, int64_t n, const std::ato
     }
     Batch batch = train_.Sample(config_.inner.batch_size, rng_);
     optimizer_->zero_grad();
-    torch::Tensor loss = model_->Loss(batch.inputs.to(device_), batch.targets.to(device_));
+    torch::Tensor loss;
+    {
+      AutocastScope autocast(config_.workers.precision == "bf16", device_);
+      loss = model_->Loss(batch.inputs.to(device_), batch.targets.to(device_));
+    }
     loss.backward();
     if (gradient_hook_ && gradient_hook_(params, want_stop)) {
       stats.abandoned = true;
