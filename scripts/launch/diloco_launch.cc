@@ -129,6 +129,22 @@ int FreeLocalPort() {
   return port;
 }
 
+// Collects every child's exit code (each has exited or been stopped) and reports the failures; returns the
+// launcher's exit code: 130 after a signal, 1 if any child failed, else 0.
+int Reap(std::vector<Child>& children) {
+  int worst = 0;
+  for (Child& c : children) {
+    const int code = c.process.Wait();
+    if (c.pump.joinable()) c.pump.join();
+    if (code != 0) {
+      Say(c.name + " exited with code " + std::to_string(code));
+      worst = code;
+    }
+  }
+  if (g_signal != 0) return 130;
+  return worst == 0 ? 0 : 1;
+}
+
 // Waits for every child to exit (or a signal, which stops them all); returns the launcher's exit code.
 int WaitForAll(std::vector<Child>& children) {
   bool running = true;
@@ -141,17 +157,7 @@ int WaitForAll(std::vector<Child>& children) {
     Say("signal " + std::to_string(g_signal.load()) + ": stopping every rank");
     StopAll(children);
   }
-  int worst = 0;
-  for (Child& c : children) {
-    const int code = c.process.Wait();
-    if (c.pump.joinable()) c.pump.join();
-    if (code != 0) {
-      Say(c.name + " exited with code " + std::to_string(code));
-      worst = code;
-    }
-  }
-  if (g_signal != 0) return 130;
-  return worst == 0 ? 0 : 1;
+  return Reap(children);
 }
 
 // --mode ddp: ranks 0..n-1 of the data-parallel baseline; rank 0 hosts the c10d store and writes the summary.
@@ -303,16 +309,7 @@ int main(int argc, char** argv) {
     }
     StopAll(children);  // no-op for the ones that exited
   }
-  int worst = 0;
-  for (Child& c : children) {
-    const int code = c.process.Wait();
-    if (c.pump.joinable()) c.pump.join();
-    if (code != 0) {
-      Say(c.name + " exited with code " + std::to_string(code));
-      worst = code;
-    }
-  }
-  if (g_signal != 0) return 130;
-  if (worst == 0) PrintSummary(config->run.output_dir + "/summary.json");
-  return worst == 0 ? 0 : 1;
+  const int code = Reap(children);
+  if (code == 0) PrintSummary(config->run.output_dir + "/summary.json");
+  return code;
 }

@@ -4,6 +4,7 @@
 // generous bound and never assert on time.
 #include "coordinator/coordinator.h"
 #include "tests/unit/scratch_dir_test.h"
+#include "tests/unit/tiny_coordinator_config.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -41,27 +42,10 @@ class CoordinatorCoreTest : public ScratchDirTest {
  protected:
   void SetUp() override {
     ScratchDirTest::SetUp();
-    std::vector<uint32_t> ids(5000);
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<uint32_t>((i * 7919 + i / 13) % 64);
-    std::string error;
-    ASSERT_TRUE(WriteTokenShard(TokenCache{dir_.string()}.val_path(), ids, 64, &error)) << error;
-    config_.model.vocab_size = 64;
-    config_.model.seq_len = 16;
-    config_.model.n_layer = 1;
-    config_.model.n_head = 2;
-    config_.model.d_model = 16;
-    config_.inner.batch_size = 4;
+    config_ = TinyCoordinatorConfig(dir_);
     config_.outer.lr = kLr;
     config_.outer.momentum = kMu;
-    config_.outer.rounds = 10;
-    config_.coordinator.eval_batches = 2;
-    config_.coordinator.eval_every = 0;
-    config_.coordinator.checkpoint_every = 0;
-    config_.coordinator.min_workers = 2;
-    config_.coordinator.round_timeout_s = 1e6;
     config_.coordinator.lease_s = 1e6;
-    config_.run.output_dir = (dir_ / "run").string();
-    config_.coordinator.checkpoint_dir = (dir_ / "ckpt").string();
   }
 
   void TearDown() override {
