@@ -18,6 +18,7 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/http_status.h"
 #include "coordinator/service.h"
+#include "worker/lm/threads.h"
 #include "proto/transport_security.h"
 #include "proto/codec.h"
 
@@ -57,7 +58,7 @@ int main(int argc, char** argv) {
   auto config = diloco::LoadConfig(config_path, overrides);
   if (!config.ok()) return Fail(std::string(config.status().message()));
   spdlog::info("config {} (hash {}):\n{}", config_path, diloco::ConfigHash(*config), diloco::RenderConfig(*config));
-  at::set_num_threads(static_cast<int>(config->coordinator.threads));
+  diloco::SetComputeThreads(static_cast<int>(config->coordinator.threads));
   // Transport security (README "Security"): TLS identity, mutual TLS with security.tls_ca, the shared token.
   const diloco::SecurityConfig& sec = config->security;
   auto security = diloco::LoadTransportSecurity({sec.tls_cert, sec.tls_key, sec.tls_ca, sec.token_file, ""});

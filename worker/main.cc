@@ -12,6 +12,7 @@
 #include "config/data_cache.h"
 #include "config/subprocess.h"
 #include "worker/data_parallel.h"
+#include "worker/lm/threads.h"
 #include "worker/worker_loop.h"
 
 namespace {
@@ -55,7 +56,7 @@ int main(int argc, char** argv) {
     return diloco::kWorkerConfigError;
   }
   spdlog::info("config {} (hash {})", config_path, diloco::ConfigHash(*config));
-  at::set_num_threads(static_cast<int>(config->workers.threads));
+  diloco::SetComputeThreads(static_cast<int>(config->workers.threads));
   if (config->workers.device != "cpu" && !torch::cuda::is_available()) {
     spdlog::error("workers.device: '{}' requested but this LibTorch has no CUDA device; use cpu",
                   config->workers.device);

@@ -14,6 +14,7 @@
 #include "config/data_cache.h"
 #include "config/subprocess.h"
 #include "coordinator/outer_optimizer.h"
+#include "worker/lm/threads.h"
 #include "worker/trainer.h"
 
 namespace {
@@ -52,7 +53,7 @@ int main(int argc, char** argv) {
     std::cerr << "error: " << config.status().message() << "\n";
     return 2;
   }
-  at::set_num_threads(threads);
+  diloco::SetComputeThreads(threads);  // LibTorch and OpenBLAS, as the worker does
   config->inner.steps = steps;
   auto cache = diloco::EnsureTokenized(*config, diloco::SiblingExecutable("diloco-tokenize"));
   if (!cache.ok()) {

@@ -3,6 +3,7 @@
 (token + position embeddings, pre-LayerNorm blocks, causal attention, GELU MLP, tied head, N(0, 0.02) init), AdamW
 with the same betas and weight decay, grad-norm clipping, random windows of the same token shard. Prints one JSON
 line with tokens/s. Run with Debian's /usr/bin/python3 (python3-torch, the same LibTorch underneath)."""
+import ctypes
 import argparse
 import json
 import math
@@ -74,6 +75,10 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    try:  # OpenBLAS sizes its own pool; the C++ worker sets it too (worker/lm/threads.h)
+        ctypes.CDLL("libblas.so.3").openblas_set_num_threads(a.threads)
+    except (OSError, AttributeError):
+        pass
     torch.manual_seed(0)
     tokens = load_tokens(a.tokens)
     model = TransformerLM(a.vocab_size, a.seq_len, a.n_layer, a.n_head, a.d_model)
