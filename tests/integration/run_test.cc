@@ -22,12 +22,13 @@ TEST(Run, TwoWorkersTrainThreeRoundsAndLossFalls) {
   ASSERT_FALSE(address.empty()) << coordinator.output();
 
   RunningProcess w0("diloco-worker", With(TinyArgs(dir), {"--coordinator", address, "--id", "w0"}));
-  RunningProcess w1("diloco-worker", With(TinyArgs(dir), {"--coordinator", address, "--id", "w1"}));
 
-  // The status RPC answers while the run goes on, in the documented JSON shape.
+  // The status RPC answers while the run goes on, in the documented JSON shape. With w0 joined and w1 not yet
+  // started, round 1 cannot close (min_workers 2), so the run is surely still going when ctl asks.
   ASSERT_TRUE(coordinator.WaitForOutput("joined: worker", 60));
   RunningProcess ctl("diloco-ctl", {"status", "--addr", address, "--json"});
   ASSERT_EQ(ctl.Wait(30), 0) << ctl.output();
+  RunningProcess w1("diloco-worker", With(TinyArgs(dir), {"--coordinator", address, "--id", "w1"}));
   const nlohmann::json live = nlohmann::json::parse(ctl.output());
   for (const char* key : {"round", "phase", "params", "fingerprint", "bytes_received", "bytes_sent", "workers",
                           "evals"}) {
