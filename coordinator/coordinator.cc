@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "config/text_file.h"
 #include "coordinator/inner_steps.h"
 #include "proto/status_json.h"
 #include "worker/lm/evaluate.h"
@@ -622,16 +623,9 @@ absl::StatusOr<CoordinatorCore::WrittenCheckpoint> CoordinatorCore::WriteCheckpo
 }
 
 void CoordinatorCore::WriteSummary() const {
-  const std::string path = config_.run.output_dir + "/summary.json";
-  const std::string tmp = path + ".tmp";
-  std::error_code ec;
-  std::filesystem::create_directories(config_.run.output_dir, ec);
-  {
-    std::ofstream out(tmp);
-    out << StatusToJson(Status()).dump(2) << "\n";
-  }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) spdlog::error("cannot write {}: {}", path, ec.message());
+  const absl::Status s =
+      WriteTextFileAtomically(config_.run.output_dir + "/summary.json", StatusToJson(Status()).dump(2) + "\n");
+  if (!s.ok()) spdlog::error("{}", std::string(s.message()));
 }
 
 void CoordinatorCore::Stop() {

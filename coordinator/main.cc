@@ -17,6 +17,7 @@
 #include "config/subprocess.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/http_status.h"
+#include "config/text_file.h"
 #include "coordinator/service.h"
 #include "worker/lm/threads.h"
 #include "proto/transport_security.h"
@@ -35,8 +36,8 @@ int Fail(const std::string& message, int code = 2) {
 // Writes `address` to `path` atomically (temp file + rename), for tests and launchers that listen on port 0.
 void WriteAddressFile(const std::string& path, const std::string& address) {
   if (path.empty()) return;
-  std::ofstream(path + ".tmp") << address << "\n";
-  std::rename((path + ".tmp").c_str(), path.c_str());
+  const absl::Status s = diloco::WriteTextFileAtomically(path, address + "\n");
+  if (!s.ok()) spdlog::error("--port-file: {}", std::string(s.message()));
 }
 
 }  // namespace

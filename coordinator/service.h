@@ -1,6 +1,7 @@
-// CoordinatorService: the gRPC face of a Coordinator (callback API). Reactors only move bytes: they validate each
-// streamed chunk against the model's specs (ChunkStreamReader) and hand it to the Coordinator, which folds it into
-// the round accumulator; the outer step runs on the coordinator's round thread, never here.
+// CoordinatorService: the gRPC face of a Coordinator (callback API). Reactors only move bytes: a push stream's
+// messages go to a PushSession (push_session.h), which validates each one (header, chunk offsets and sizes, codec,
+// NaN/Inf) before the Coordinator folds it into the round accumulator; the outer step runs on the coordinator's round
+// thread, never here.
 // Exceptions never escape a reactor: every handler turns them into INTERNAL.
 // Thread-safety: gRPC calls the handlers from its own threads; all state lives in the (thread-safe) Coordinator.
 #pragma once

@@ -3,11 +3,10 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "config/text_file.h"
 #include "worker/cluster.h"
 #include "worker/lm/evaluate.h"
 #include "worker/trainer.h"
@@ -49,15 +48,8 @@ void WriteSummary(const Config& config, int ranks, int64_t params, int64_t round
     s["workers"].push_back({{"id", "rank-" + std::to_string(r)}, {"tokens", tokens / ranks}, {"cluster_size", 1},
                             {"rounds_contributed", round}});
   }
-  const std::string path = config.run.output_dir + "/summary.json";
-  std::error_code ec;
-  std::filesystem::create_directories(config.run.output_dir, ec);
-  {
-    std::ofstream out(path + ".tmp");
-    out << s.dump(2) << "\n";
-  }
-  std::filesystem::rename(path + ".tmp", path, ec);
-  if (ec) spdlog::error("cannot write {}: {}", path, ec.message());
+  const absl::Status written = WriteTextFileAtomically(config.run.output_dir + "/summary.json", s.dump(2) + "\n");
+  if (!written.ok()) spdlog::error("{}", std::string(written.message()));
 }
 
 }  // namespace
@@ -165,8 +157,9 @@ int RunDataParallel(const Config& config, const TokenCache& cache, const WorkerO
   const double compute = train_seconds - cluster.collective_seconds();
   spdlog::info("compute utilisation: {:.1f}% ({:.1f} s computing, {:.1f} s in all-reduce, {:.1f} s wall)",
                100 * compute / seconds(), compute, cluster.collective_seconds(), seconds());
-  if (stop) return kWorkerDone;
-  if (options.rank == 0) spdlog::info("data-parallel run complete: {} rounds of {} steps", round, config.inner.steps);
+  if (options.rank == 0 && !stop) {
+    spdlog::info("data-parallel run complete: {} rounds of {} steps", round, config.inner.steps);
+  }
   return kWorkerDone;
 }
 

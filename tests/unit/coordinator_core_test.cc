@@ -109,13 +109,14 @@ class CoordinatorCoreTest : public ScratchDirTest {
     EXPECT_TRUE(reply.ok()) << reply.status();
     return reply.ok() ? *reply : HeartbeatReply();
   }
-  PushHeader Header(const std::string& id, int64_t round, int64_t tokens) const {
+  PushHeader Header(const std::string& id, int64_t round, int64_t tokens, int64_t inner_steps = 5,
+                    double seconds = 2.0) const {
     PushHeader h;
     *h.mutable_meta() = Meta(id, round);
     h.set_tokens(tokens);
-    h.set_inner_steps(5);
+    h.set_inner_steps(inner_steps);
     h.set_loss(3.5);
-    h.set_seconds(2.0);
+    h.set_seconds(seconds);
     return h;
   }
   Tensors RandomDelta() const {
@@ -133,8 +134,9 @@ class CoordinatorCoreTest : public ScratchDirTest {
     }
     return core_->FoldChunk(t, i, half, flat.narrow(0, half, flat.numel() - half));
   }
-  absl::Status Push(const std::string& id, int64_t round, int64_t tokens, const Tensors& delta) {
-    auto ticket = core_->BeginPush(Header(id, round, tokens));
+  absl::Status Push(const std::string& id, int64_t round, int64_t tokens, const Tensors& delta,
+                    int64_t inner_steps = 5, double seconds = 2.0) {
+    auto ticket = core_->BeginPush(Header(id, round, tokens, inner_steps, seconds));
     if (!ticket.ok()) return ticket.status();
     for (size_t i = 0; i < delta.size(); ++i) {
       absl::Status s = FoldTensor(*ticket, i, delta[i]);
@@ -560,12 +562,6 @@ TEST_F(CoordinatorCoreTest, FragmentRoundsStepOnlyTheirFragment) {
   EXPECT_EQ(core_->Status().rounds_total(), 2 * config_.outer.rounds);
 }
 
-}  // namespace
-}  // namespace diloco
-
-namespace diloco {
-namespace {
-
 // outer.mode async: every push is applied when it arrives, with Delayed Nesterov (N = 2 here), against whatever
 // version is current; a push computed more than outer.max_staleness versions ago is refused with a reason, and a
 // refused push changes nothing.
@@ -617,18 +613,8 @@ TEST_F(CoordinatorCoreTest, AdaptiveStepsGiveTheSlowerWorkerFewerInnerSteps) {
   Join("A");
   Join("B");
   EXPECT_EQ(core_->InnerStepsFor("A"), 40);
-  PushHeader fast = Header("A", 0, 1000), slow = Header("B", 0, 1000);
-  fast.set_inner_steps(40);
-  fast.set_seconds(2.0);  // 20 steps/s
-  slow.set_inner_steps(40);
-  slow.set_seconds(8.0);  // 5 steps/s
-  for (const PushHeader& h : {fast, slow}) {
-    auto ticket = core_->BeginPush(h);
-    ASSERT_TRUE(ticket.ok()) << ticket.status();
-    const Tensors d = RandomDelta();
-    for (size_t i = 0; i < d.size(); ++i) ASSERT_TRUE(FoldTensor(*ticket, i, d[i]).ok());
-    ASSERT_TRUE(core_->CommitPush(*ticket).ok());
-  }
+  ASSERT_TRUE(Push("A", 0, 1000, RandomDelta(), /*inner_steps=*/40, /*seconds=*/2.0).ok());  // 20 steps/s
+  ASSERT_TRUE(Push("B", 0, 1000, RandomDelta(), /*inner_steps=*/40, /*seconds=*/8.0).ok());  // 5 steps/s
   core_->Poll();
   EXPECT_EQ(core_->Status().round(), 1);
   EXPECT_EQ(core_->InnerStepsFor("A"), 40);
