@@ -16,4 +16,9 @@ double InnerLearningRate(const InnerConfig& inner, int64_t step, int64_t total_s
   return inner.lr * (inner.min_lr_ratio + (1.0 - inner.min_lr_ratio) * cosine);
 }
 
+int64_t ScheduleStart(const Config& config, int64_t round, int64_t carried_steps) {
+  if (config.outer.mode == "async") return round * config.inner.steps / std::max<int64_t>(1, config.workers.count);
+  return round * config.inner.steps + carried_steps;
+}
+
 }  // namespace diloco

@@ -18,6 +18,7 @@
 #include "worker/cluster.h"
 #include "worker/cluster_follower.h"
 #include "worker/error_feedback.h"
+#include "worker/lr_schedule.h"
 #include "worker/trainer.h"
 
 namespace diloco {
@@ -106,7 +107,6 @@ class Worker {
   int exit_code_ = kWorkerDone;
   double compute_seconds_ = 0;  // inner steps, less the cluster's all-reduce waits
   int64_t assigned_steps_ = 0;  // H from the last pull (inner.adaptive_steps); 0 = inner.steps
-  int64_t own_steps_ = 0;       // inner steps this worker has trained (the schedule position in async mode)
 };
 
 int Worker::JoinWithRetry() {
@@ -362,19 +362,14 @@ int Worker::Run(const TokenCache& cache) {
       keep_local_ = false;
       round = pulled->round;
       assigned_steps_ = pulled->inner_steps;
-      if (own_steps_ == 0 && config_.outer.mode == "async") {  // a joiner starts where a worker of its speed would be
-        own_steps_ = round * S / std::max<int64_t>(1, config_.workers.count);
-      }
       carried = StepStats();
       need_full_pull = false;
     }
     round_ = round;
     const int f = static_cast<int>(round % P);
-    // This round's H: the coordinator's (DyLU) or inner.steps. The schedule position: the round's place in a
-    // synchronous run, or with asynchronous rounds (versions advance with every worker's push) this worker's own
-    // count of inner steps.
+    // This round's H: the coordinator's (DyLU) or inner.steps; the schedule follows the global progress.
     const int64_t steps = config_.inner.adaptive_steps && assigned_steps_ > 0 ? assigned_steps_ : S;
-    const int64_t first = config_.outer.mode == "async" ? own_steps_ : round * S + carried.steps;
+    const int64_t first = ScheduleStart(config_, round, carried.steps);
     StepStats stats = carried;
     stats.Add(TrainSteps(first, steps - carried.steps));
     carried = StepStats();
@@ -468,7 +463,6 @@ StepStats Worker::TrainSteps(int64_t first_step, int64_t n) {
   if (cluster_) cluster_->SendCommand({ClusterCommand::kTrain, first_step, n});
   const double waited = cluster_ ? cluster_->collective_seconds() : 0;
   StepStats stats = trainer_->TrainSteps(first_step, n, &quit_);
-  own_steps_ += stats.steps;
   compute_seconds_ += stats.seconds - ((cluster_ ? cluster_->collective_seconds() : 0) - waited);
   if (stats.abandoned && cluster_) followers_left_ = true;  // they stopped at the same step and left
   return stats;

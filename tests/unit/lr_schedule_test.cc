@@ -68,5 +68,20 @@ TEST(LrScheduleTest, NoWarmupStartsAtPeak) {
   EXPECT_NEAR(InnerLearningRate(inner, 100, 101), 1e-3, kTol);
 }
 
+// The schedule follows the global progress: sync rounds at round x H (+ steps carried over), async versions at their
+// share of the outer.rounds x workers.count pushes, so a fast and a slow worker pulling the same version get the same lr.
+TEST(LrScheduleTest, ScheduleStartFollowsGlobalProgress) {
+  Config config;
+  config.inner.steps = 50;
+  config.workers.count = 2;
+  config.outer.rounds = 10;
+  EXPECT_EQ(ScheduleStart(config, 3, 0), 150);
+  EXPECT_EQ(ScheduleStart(config, 3, 2), 152);
+  config.outer.mode = "async";
+  EXPECT_EQ(ScheduleStart(config, 0, 0), 0);
+  EXPECT_EQ(ScheduleStart(config, 6, 0), 150) << "version 6 of 20 pushes = 3 sync rounds of 50 steps";
+  EXPECT_EQ(ScheduleStart(config, 19, 0), 475) << "the last push of the run starts near the end of the cosine";
+}
+
 }  // namespace
 }  // namespace diloco
