@@ -12,9 +12,10 @@ namespace diloco {
 double InnerLearningRate(const InnerConfig& inner, int64_t step, int64_t total_steps);
 
 // The schedule position of a round's first inner step: the global model's progress, so fast and slow workers anneal
-// together. Sync: round x H + carried (steps of this round already trained while the last push was in flight).
-// Async (`round` is the version pulled, advancing with every push): version x H / workers.count, the version's share
-// of the run's outer.rounds x workers.count pushes.
+// together. S = the inner steps between syncs (H, or H / comm.fragments with Streaming DiLoCo, whose rounds are
+// fragment syncs). Sync: round x S + carried (steps of this round already trained while the last push was in
+// flight). Async (`round` is the version pulled, advancing with every push): version x S / workers.count, the
+// version's share of the run's outer.rounds x workers.count pushes.
 int64_t ScheduleStart(const Config& config, int64_t round, int64_t carried_steps);
 
 }  // namespace diloco

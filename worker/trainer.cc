@@ -61,10 +61,11 @@ InnerTrainer::InnerTrainer(const Config& config, TokenData train, torch::Device 
       rng_(seed) {
   model_->to(device_);
   model_->train();
-  optimizer_ = std::make_unique<torch::optim::AdamW>(
-      model_->parameters(), torch::optim::AdamWOptions(config.inner.lr)
-                                .betas({config.inner.beta1, config.inner.beta2})
-                                .weight_decay(config.inner.weight_decay));
+  AdamWSettings adamw;
+  adamw.beta1 = config.inner.beta1;
+  adamw.beta2 = config.inner.beta2;
+  adamw.weight_decay = config.inner.weight_decay;
+  optimizer_ = std::make_unique<FlatAdamW>(model_->parameters(), adamw);
 }
 
 absl::StatusOr<std::unique_ptr<InnerTrainer>> InnerTrainer::ForShard(const Config& config,
@@ -102,11 +103,8 @@ StepStats InnerTrainer::TrainSteps(int64_t first_step, int64_t n, const std::ato
       break;
     }
     const double lr = InnerLearningRate(config_.inner, first_step + i, total_steps);
-    for (auto& group : optimizer_->param_groups()) {
-      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-    }
     Batch batch = train_.Sample(config_.inner.batch_size, rng_);
-    optimizer_->zero_grad();
+    optimizer_->ZeroGrad();
     torch::Tensor loss;
     {
       AutocastScope autocast(config_.workers.precision == "bf16", device_);
@@ -117,8 +115,12 @@ StepStats InnerTrainer::TrainSteps(int64_t first_step, int64_t n, const std::ato
       stats.abandoned = true;
       break;
     }
-    if (config_.inner.grad_clip > 0) torch::nn::utils::clip_grad_norm_(params, config_.inner.grad_clip);
-    optimizer_->step();
+    // Clipping as torch::nn::utils::clip_grad_norm_ does it, its scale folded into the step.
+    double grad_scale = 1.0;
+    if (config_.inner.grad_clip > 0) {
+      grad_scale = std::min(1.0, config_.inner.grad_clip / (optimizer_->GradNorm() + 1e-6));
+    }
+    optimizer_->Step(lr, grad_scale);
     if (step_hook_) step_hook_(params, first_step + i);
     const double l = loss.item<double>();
     if (i == 0) stats.first_loss = l;

@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "config/config.h"
+#include "worker/flat_adamw.h"
 #include "worker/lm/token_data.h"
 #include "worker/lm/transformer.h"
 
@@ -92,7 +93,7 @@ class InnerTrainer {
   TokenData train_;
   torch::Device device_;
   TransformerLM model_;
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<FlatAdamW> optimizer_;
   std::mt19937_64 rng_;
   GradientHook gradient_hook_;
   StepHook step_hook_;

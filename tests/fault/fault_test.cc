@@ -296,6 +296,10 @@ TEST(Fault, KilledClusterRankTakesOnlyItsClusterOutAndTheClusterRejoins) {
   std::string store = "127.0.0.1:" + std::to_string(FreePort());
   auto leader = start_rank(0, store);
   auto follower = start_rank(1, store);
+  // The plain worker starts once the cluster has joined: with min_workers 1 it would otherwise close rounds 1-2
+  // alone while a slow rendezvous (2 cores, four processes starting) is still under way, and the kill below would
+  // hit a cluster that never trained.
+  ASSERT_TRUE(coordinator.WaitForOutput("joined: worker c ", 120)) << coordinator.output() << leader->output();
   auto plain = StartWorker(args, address, "p");
   ASSERT_TRUE(coordinator.WaitForOutput("round 2/7 closed", 180)) << coordinator.output();
 
@@ -317,6 +321,8 @@ TEST(Fault, KilledClusterRankTakesOnlyItsClusterOutAndTheClusterRejoins) {
   EXPECT_NE(coordinator.output().find("rejoined: worker c"), std::string::npos);
   const nlohmann::json summary = ReadJson(dir + "/summary.json");
   EXPECT_EQ(summary["round"], 7);
+  ASSERT_NE(FindWorker(summary, "p"), nullptr) << summary.dump();
+  ASSERT_NE(FindWorker(summary, "c"), nullptr) << summary.dump();
   EXPECT_EQ((*FindWorker(summary, "p"))["rounds_contributed"], 7);
   const auto& c = *FindWorker(summary, "c");
   EXPECT_EQ(c["cluster_size"], 2);

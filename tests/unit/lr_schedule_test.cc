@@ -77,6 +77,9 @@ TEST(LrScheduleTest, ScheduleStartFollowsGlobalProgress) {
   config.outer.rounds = 10;
   EXPECT_EQ(ScheduleStart(config, 3, 0), 150);
   EXPECT_EQ(ScheduleStart(config, 3, 2), 152);
+  config.comm.fragments = 2;  // Streaming DiLoCo: a round is one fragment's sync, every H / 2 steps
+  EXPECT_EQ(ScheduleStart(config, 3, 0), 75);
+  config.comm.fragments = 1;
   config.outer.mode = "async";
   EXPECT_EQ(ScheduleStart(config, 0, 0), 0);
   EXPECT_EQ(ScheduleStart(config, 6, 0), 150) << "version 6 of 20 pushes = 3 sync rounds of 50 steps";

@@ -1,0 +1,95 @@
+#include "worker/flat_adamw.h"
+
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <stdexcept>
+
+namespace diloco {
+namespace {
+
+struct StepConstants {
+  float decay, beta1, beta2, one_minus_beta1, one_minus_beta2, sqrt_bias_correction2, eps, step_size, grad_scale;
+};
+
+// One AdamW step over [begin, end): the float math of torch::optim::AdamW's per-tensor ops, element by element.
+// Compiled with -fno-math-errno so that sqrt vectorizes.
+void AdamWKernel(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
+                 const StepConstants& c, int64_t begin, int64_t end) {
+  for (int64_t j = begin; j < end; ++j) {
+    const float grad = g[j] * c.grad_scale;
+    const float mj = m[j] * c.beta1 + grad * c.one_minus_beta1;
+    const float vj = v[j] * c.beta2 + c.one_minus_beta2 * grad * grad;
+    m[j] = mj;
+    v[j] = vj;
+    p[j] = p[j] * c.decay - c.step_size * (mj / (std::sqrt(vj) / c.sqrt_bias_correction2 + c.eps));
+  }
+}
+
+}  // namespace
+
+FlatAdamW::FlatAdamW(std::vector<torch::Tensor> params, AdamWSettings settings)
+    : views_(std::move(params)), settings_(settings) {
+  if (views_.empty()) throw std::invalid_argument("FlatAdamW: no parameters");
+  int64_t total = 0;
+  for (const torch::Tensor& p : views_) {
+    if (p.scalar_type() != torch::kFloat || p.device() != views_[0].device()) {
+      throw std::invalid_argument("FlatAdamW: parameters must be float32 on one device");
+    }
+    total += p.numel();
+  }
+  const auto options = views_[0].options().requires_grad(false);
+  torch::NoGradGuard no_grad;
+  params_ = torch::empty({total}, options);
+  grads_ = torch::zeros({total}, options);
+  exp_avg_ = torch::zeros({total}, options);
+  exp_avg_sq_ = torch::zeros({total}, options);
+  int64_t offset = 0;
+  for (torch::Tensor& p : views_) {
+    const int64_t n = p.numel();
+    torch::Tensor slot = params_.narrow(0, offset, n).view(p.sizes());
+    slot.copy_(p.detach());
+    p.set_data(slot);
+    p.mutable_grad() = grads_.narrow(0, offset, n).view(p.sizes());
+    offset += n;
+  }
+}
+
+void FlatAdamW::ZeroGrad() { grads_.zero_(); }
+
+double FlatAdamW::GradNorm() const { return grads_.norm().item<double>(); }
+
+void FlatAdamW::Step(double lr, double grad_scale) {
+  torch::NoGradGuard no_grad;
+  ++step_;
+  const double bias_correction1 = 1.0 - std::pow(settings_.beta1, static_cast<double>(step_));
+  const double bias_correction2 = 1.0 - std::pow(settings_.beta2, static_cast<double>(step_));
+  const double step_size = lr / bias_correction1;
+  const double decay = 1.0 - lr * settings_.weight_decay;
+  if (params_.device().is_cpu()) {
+    const StepConstants c{static_cast<float>(decay),
+                          static_cast<float>(settings_.beta1),
+                          static_cast<float>(settings_.beta2),
+                          static_cast<float>(1.0 - settings_.beta1),
+                          static_cast<float>(1.0 - settings_.beta2),
+                          static_cast<float>(std::sqrt(bias_correction2)),
+                          static_cast<float>(settings_.eps),
+                          static_cast<float>(step_size),
+                          static_cast<float>(grad_scale)};
+    float* p = params_.data_ptr<float>();
+    const float* g = grads_.data_ptr<float>();
+    float* m = exp_avg_.data_ptr<float>();
+    float* v = exp_avg_sq_.data_ptr<float>();
+    at::parallel_for(0, params_.numel(), int64_t{1} << 15,
+                     [&](int64_t begin, int64_t end) { AdamWKernel(p, g, m, v, c, begin, end); });
+    return;
+  }
+  // Other devices: the same update in a few whole-buffer tensor ops.
+  if (grad_scale != 1.0) grads_.mul_(grad_scale);
+  params_.mul_(decay);
+  exp_avg_.mul_(settings_.beta1).add_(grads_, 1.0 - settings_.beta1);
+  exp_avg_sq_.mul_(settings_.beta2).addcmul_(grads_, grads_, 1.0 - settings_.beta2);
+  params_.addcdiv_(exp_avg_, (exp_avg_sq_.sqrt() / std::sqrt(bias_correction2)).add_(settings_.eps), -step_size);
+}
+
+}  // namespace diloco
