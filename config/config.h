@@ -94,6 +94,10 @@ struct CommConfig {
   int64_t fragments = 1;
   int64_t overlap_steps = 0;                 // inner steps a worker trains while its fragment is in flight
   double merge_alpha = 0.5;                  // with overlap: local <- alpha * local + (1 - alpha) * global
+  // How pushes travel: grpc (the PushPseudoGradient stream) or tcp (the same messages framed on a plain TCP
+  // connection beside gRPC, proto/push_frames.h: fewer copies; plaintext, so not with security.tls_*).
+  std::string transport = "grpc";
+  int64_t tcp_port = 0;                      // transport tcp: the coordinator's push port (0: any free one)
 };
 
 // Transport security (README "Security"). The same keys on every process: the coordinator serves with

@@ -133,6 +133,8 @@ const std::vector<Field>& Fields() {
       MakeField("comm.fragments", &Config::comm, &CommConfig::fragments),
       MakeField("comm.overlap_steps", &Config::comm, &CommConfig::overlap_steps),
       MakeField("comm.merge_alpha", &Config::comm, &CommConfig::merge_alpha),
+      MakeField("comm.transport", &Config::comm, &CommConfig::transport),
+      MakeField("comm.tcp_port", &Config::comm, &CommConfig::tcp_port),
       MakeField("security.tls_cert", &Config::security, &SecurityConfig::tls_cert),
       MakeField("security.tls_key", &Config::security, &SecurityConfig::tls_key),
       MakeField("security.tls_ca", &Config::security, &SecurityConfig::tls_ca),
@@ -338,6 +340,18 @@ absl::Status ValidateConfig(const Config& c) {
       return absl::InvalidArgumentError(
           absl::StrCat(key, ": expected fp32, bf16, fp16, int8 or int4, got '", v, "'"));
     }
+  }
+  if (c.comm.transport != "grpc" && c.comm.transport != "tcp") {
+    return absl::InvalidArgumentError(absl::StrCat("comm.transport: expected 'grpc' or 'tcp', got '",
+                                                   c.comm.transport, "'"));
+  }
+  if (c.comm.tcp_port < 0 || c.comm.tcp_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("comm.tcp_port: must be in [0, 65535], got ", c.comm.tcp_port));
+  }
+  if (c.comm.transport == "tcp" && (!c.security.tls_cert.empty() || !c.security.tls_ca.empty())) {
+    return absl::InvalidArgumentError(
+        "comm.transport: 'tcp' sends pseudo-gradients unencrypted; it cannot be combined with security.tls_* "
+        "(use 'grpc')");
   }
   if (c.outer.late_policy != "drop" && c.outer.late_policy != "reuse_local") {
     return absl::InvalidArgumentError(

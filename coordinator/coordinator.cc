@@ -193,6 +193,7 @@ absl::StatusOr<JoinReply> CoordinatorCore::Join(const JoinRequest& request) {
   reply.set_shard_count(membership_.shard_count());
   reply.set_heartbeat_interval_ms(static_cast<int64_t>(config_.coordinator.heartbeat_interval_s * 1000));
   reply.set_run_complete(complete_);
+  reply.set_push_port(push_port_);
   return reply;
 }
 

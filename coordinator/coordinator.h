@@ -83,6 +83,8 @@ class CoordinatorCore {
   ~CoordinatorCore();
 
   absl::StatusOr<JoinReply> Join(const JoinRequest& request);
+  // comm.transport tcp: the port Join replies name for pushes (TcpPushListener's); 0 = push over gRPC.
+  void set_push_port(int port) { push_port_ = port; }
   absl::Status Leave(const LeaveRequest& request);
   absl::StatusOr<HeartbeatReply> Heartbeat(const HeartbeatRequest& request);
   absl::StatusOr<std::shared_ptr<const ParamSnapshot>> BeginPull(const PullRequest& request);
@@ -162,6 +164,7 @@ class CoordinatorCore {
   bool async() const { return config_.outer.mode == "async"; }
 
   std::mutex checkpoint_mu_;  // one checkpoint write at a time (round thread and operator requests)
+  std::atomic<int> push_port_{0};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::shared_ptr<const ParamSnapshot> snapshot_;

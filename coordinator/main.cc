@@ -19,6 +19,7 @@
 #include "coordinator/http_status.h"
 #include "config/text_file.h"
 #include "coordinator/service.h"
+#include "coordinator/tcp_push_listener.h"
 #include "worker/lm/threads.h"
 #include "proto/transport_security.h"
 #include "proto/codec.h"
@@ -120,6 +121,16 @@ int main(int argc, char** argv) {
     spdlog::warn("coordinator.listen {} is not a loopback address and the transport is plaintext: anyone who can "
                  "reach it can join or read the model; set security.tls_cert/tls_key (and tls_ca for mutual TLS)",
                  config->coordinator.listen);
+  }
+  // comm.transport tcp: pushes on a plain TCP port beside gRPC (same host); Join replies tell workers the port.
+  std::unique_ptr<diloco::TcpPushListener> push_listener;
+  if (config->comm.transport == "tcp") {
+    push_listener = std::make_unique<diloco::TcpPushListener>(
+        core->get(), security->token, static_cast<uint64_t>(config->comm.chunk_bytes) + (1 << 20));
+    auto push_port = push_listener->Start(host, static_cast<int>(config->comm.tcp_port));
+    if (!push_port.ok()) return Fail(std::string(push_port.status().message()));
+    (*core)->set_push_port(*push_port);
+    spdlog::info("pushes over tcp on {}:{} (comm.transport tcp)", host, *push_port);
   }
   server->GetHealthCheckService()->SetServingStatus(true);
   WriteAddressFile(port_file, address);

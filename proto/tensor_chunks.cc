@@ -13,7 +13,9 @@ TensorChunker::TensorChunker(std::vector<std::pair<std::string, at::Tensor>> ten
   for (auto& [name, t] : tensors_) t = t.contiguous();
 }
 
-bool TensorChunker::Next(TensorChunk* out) {
+bool TensorChunker::Next(TensorChunk* out) { return Next(out, nullptr); }
+
+bool TensorChunker::Next(TensorChunk* out, std::string_view* raw_payload) {
   while (index_ < tensors_.size() && offset_ >= tensors_[index_].second.numel()) {
     ++index_;
     offset_ = 0;
@@ -28,9 +30,17 @@ bool TensorChunker::Next(TensorChunk* out) {
   for (int64_t d : t.sizes()) out->add_shape(d);
   out->set_offset(offset_);
   out->set_count(count);
-  EncodeValues(t.view({-1}).narrow(0, offset_, count), codec, out);
+  if (raw_payload != nullptr && codec == CODEC_RAW) {
+    out->set_codec(CODEC_RAW);
+    const char* base = static_cast<const char*>(t.data_ptr()) + offset_ * t.element_size();
+    *raw_payload = std::string_view(base, static_cast<size_t>(count * t.element_size()));
+  } else {
+    EncodeValues(t.view({-1}).narrow(0, offset_, count), codec, out);
+    if (raw_payload != nullptr) *raw_payload = std::string_view();
+  }
   offset_ += count;
-  bytes_emitted_ += static_cast<int64_t>(out->data().size());
+  bytes_emitted_ += static_cast<int64_t>(raw_payload != nullptr && !raw_payload->empty() ? raw_payload->size()
+                                                                                         : out->data().size());
   return true;
 }
 

@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -33,6 +34,10 @@ class TensorChunker {
 
   // Fills `out` with the next chunk; returns false when every tensor has been sent.
   bool Next(TensorChunk* out);
+  // The same, except that a raw (fp32, or non-float) chunk's bytes are not copied into out->data: *raw_payload
+  // points at them in the tensor's memory (valid while this chunker lives) and out->data is left empty. Encoded
+  // chunks fill out->data as Next does, and *raw_payload is empty.
+  bool Next(TensorChunk* out, std::string_view* raw_payload);
 
   // Encoded payload bytes of the chunks produced so far.
   int64_t bytes_emitted() const { return bytes_emitted_; }

@@ -18,7 +18,8 @@ CoordinatorClient::CoordinatorClient(const std::string& address, std::string wor
       rpc_timeout_s_(rpc_timeout_s),
       chunk_bytes_(chunk_bytes),
       push_codec_(push_codec),
-      security_(std::move(security)) {
+      security_(std::move(security)),
+      tcp_pusher_(address.substr(0, address.rfind(':')), security_.token, rpc_timeout_s) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
@@ -60,6 +61,7 @@ absl::StatusOr<JoinReply> CoordinatorClient::Join(const ModelSpec& model, int32_
   JoinReply reply;
   grpc::Status s = stub_->Join(&ctx, request, &reply);
   if (!s.ok()) return FromGrpc(s);
+  push_port_ = reply.push_port();
   return reply;
 }
 
@@ -115,10 +117,6 @@ absl::StatusOr<PullResult> CoordinatorClient::Pull(NamedTensors& theta, int frag
 }
 
 absl::StatusOr<int64_t> CoordinatorClient::Push(int64_t round, const RoundResult& result) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx);
-  PushReply reply;
-  std::unique_ptr<grpc::ClientWriter<PushMessage>> writer = stub_->PushPseudoGradient(&ctx, &reply);
   PushMessage message;
   PushHeader* header = message.mutable_header();
   *header->mutable_meta() = Meta(round);
@@ -127,8 +125,13 @@ absl::StatusOr<int64_t> CoordinatorClient::Push(int64_t round, const RoundResult
   header->set_loss(result.mean_loss);
   header->set_seconds(result.seconds);
   header->set_fragment(result.fragment);
-  bool ok = writer->Write(message);
   TensorChunker chunker(result.pseudo_gradient, chunk_bytes_, push_codec_);
+  if (const int port = push_port_; port > 0) return tcp_pusher_.Push(port, *header, chunker);
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  PushReply reply;
+  std::unique_ptr<grpc::ClientWriter<PushMessage>> writer = stub_->PushPseudoGradient(&ctx, &reply);
+  bool ok = writer->Write(message);
   while (ok && chunker.Next(message.mutable_chunk())) ok = writer->Write(message);
   if (ok) writer->WritesDone();
   grpc::Status s = writer->Finish();

@@ -1,10 +1,12 @@
 // CoordinatorClient: a worker's connection to the coordinator. One channel and stub reused for every call, keepalive
 // on, a deadline on every RPC. Pull streams theta into preallocated tensors; Push streams a pseudo-gradient as
-// chunks after a header. Errors come back as absl::Status with the gRPC code (UNAVAILABLE: retry; ABORTED: push
+// chunks after a header (or, when the coordinator's Join reply names a push port, comm.transport tcp, over a plain
+// TCP connection: worker/tcp_pusher.h). Errors come back as absl::Status with the gRPC code (UNAVAILABLE: retry; ABORTED: push
 // again; FAILED_PRECONDITION: round closed or config refused; NOT_FOUND: not a member, Join again).
 // Thread-safe (gRPC stubs are); the heartbeat thread and the main loop share one client.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -12,6 +14,7 @@
 #include "proto/codec.h"
 #include "proto/diloco.grpc.pb.h"
 #include "proto/transport_security.h"
+#include "worker/tcp_pusher.h"
 #include "worker/trainer.h"
 
 namespace diloco {
@@ -55,6 +58,9 @@ class CoordinatorClient {
   int64_t chunk_bytes_;
   Codec push_codec_;
   TransportSecurity security_;
+  // comm.transport tcp: the push port the last Join named (0: push over gRPC) and the connection to it.
+  std::atomic<int> push_port_{0};
+  TcpPusher tcp_pusher_;
 };
 
 }  // namespace diloco

@@ -126,8 +126,9 @@ int Worker::JoinWithRetry() {
         reply->set_shard_index(join_.shard_index());
       }
       join_ = *reply;
-      spdlog::info("joined {} at round {}: shard {}/{}", options_.coordinator, join_.round(), join_.shard_index(),
-                   join_.shard_count());
+      spdlog::info("joined {} at round {}: shard {}/{}; pushes over {}", options_.coordinator, join_.round(),
+                   join_.shard_index(), join_.shard_count(),
+                   join_.push_port() > 0 ? absl::StrCat("tcp to port ", join_.push_port()) : std::string("grpc"));
       return -1;
     }
     if (!Retryable(reply.status())) {

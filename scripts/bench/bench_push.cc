@@ -111,6 +111,7 @@ int main(int argc, char** argv) {
                         {"rounds", rounds},
                         {"codec", config->comm.codec},
                         {"fragments", config->comm.fragments},
+                        {"transport", config->comm.transport},
                         {"params", diloco::TotalElements(diloco::SpecsOf(params))},
                         {"bytes_per_round", per_round},
                         {"bytes_per_round_per_worker", per_round / workers},

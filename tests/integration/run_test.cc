@@ -1,14 +1,21 @@
 // Integration tests: a real diloco-coordinator on 127.0.0.1 and real diloco-worker processes train the tiny config
 // on tinyshakespeare; also the launcher, the status RPC through diloco-ctl, and refusals at start-up.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <tuple>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "proto/push_frames.h"
 #include "tests/process_harness.h"
 
 namespace diloco::testing {
@@ -181,6 +188,108 @@ nlohmann::json LaunchTiny(const std::string& name, const std::vector<std::string
   RunningProcess launch("diloco-launch", args);
   EXPECT_EQ(launch.Wait(240), 0) << launch.output();
   return ReadJson(dir + "/summary.json");
+}
+
+// comm.transport tcp: the same run with pushes framed on a plain TCP connection ends where the gRPC run ends (same
+// pseudo-gradients, same accounting); the coordinator says where it listens.
+TEST(Launch, TcpTransportTrainsLikeGrpc) {
+  const std::vector<std::string> common = {"outer.rounds=3", "inner.steps=20", "model.n_layer=2"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), common.begin(), common.end());
+    return more;
+  };
+  const nlohmann::json grpc = LaunchTiny("transport_grpc", with({"comm.transport=grpc"}));
+  const nlohmann::json tcp = LaunchTiny("transport_tcp", with({"comm.transport=tcp", "comm.codec=fp32"}));
+  const double loss_grpc = grpc["evals"].back()["val_loss"], loss_tcp = tcp["evals"].back()["val_loss"];
+  std::cout << "[measure] val_loss grpc " << loss_grpc << ", tcp " << loss_tcp << std::endl;
+  EXPECT_LT(loss_tcp, tcp["evals"].front()["val_loss"].get<double>() - 0.3);
+  // Two workers' pushes are summed in arrival order on both transports: equal up to float rounding.
+  EXPECT_NEAR(loss_tcp, loss_grpc, 1e-4 * loss_grpc);
+  EXPECT_EQ(tcp["round"], 3);
+  EXPECT_EQ(tcp["bytes_pushed_committed"], grpc["bytes_pushed_committed"]);
+  for (const auto& w : tcp["workers"]) EXPECT_EQ(w["rounds_contributed"], 3) << w.dump();
+}
+
+namespace {
+// A raw connection to the coordinator's TCP push port.
+int ConnectTo(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  return fd;
+}
+std::string U32(uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); }
+}  // namespace
+
+// Hostile input on the TCP push port: garbage, a wrong token, a lying frame length, a push from a stranger and a
+// push cut off mid-payload each get one log line (or a refusal answer) and change nothing; a real worker then
+// trains the run to its end.
+TEST(Run, TcpPushPortRefusesBadConnectionsAndTheRunGoesOn) {
+  const std::string dir = ScratchDir("tcp_hostile");
+  {
+    std::ofstream token(dir + "/token");
+    token << "right-token\n";
+  }
+  const auto args = TinyArgs(dir, {"comm.transport=tcp", "coordinator.min_workers=1", "outer.rounds=2",
+                                   "security.token_file=" + dir + "/token"});
+  RunningProcess coordinator("diloco-coordinator", With(args, {"--port-file", dir + "/addr"}));
+  const std::string address = WaitForAddress(coordinator, dir + "/addr");
+  ASSERT_FALSE(address.empty()) << coordinator.output();
+  ASSERT_TRUE(coordinator.WaitForOutput("pushes over tcp on 127.0.0.1:", 30)) << coordinator.output();
+  const std::string out = coordinator.output();
+  const size_t at = out.find("pushes over tcp on 127.0.0.1:") + std::string("pushes over tcp on 127.0.0.1:").size();
+  const int port = std::stoi(out.substr(at));
+
+  auto send_and_close = [&](const std::string& bytes, bool read_answer = false) {
+    const int fd = ConnectTo(port);
+    EXPECT_TRUE(WriteAll(fd, bytes.data(), bytes.size()).ok());
+    absl::StatusOr<PushReply> answer;
+    absl::Status io = absl::OkStatus();
+    if (read_answer) io = ReadPushResult(fd, &answer);
+    close(fd);
+    return std::make_pair(io, answer.status());
+  };
+  send_and_close("GET / HTTP/1.1\r\n\r\n");
+  ASSERT_TRUE(coordinator.WaitForOutput("refused: not a push connection", 30)) << coordinator.output();
+
+  const std::string hello_wrong = U32(kPushFramesMagic) + U32(kPushFramesVersion) + U32(5) + "wrong";
+  auto [io, answer] = send_and_close(hello_wrong, /*read_answer=*/true);
+  ASSERT_TRUE(io.ok()) << io;
+  EXPECT_EQ(answer.code(), absl::StatusCode::kUnauthenticated) << answer;
+  ASSERT_TRUE(coordinator.WaitForOutput("refused: wrong token", 30)) << coordinator.output();
+
+  const std::string hello = U32(kPushFramesMagic) + U32(kPushFramesVersion) + U32(11) + "right-token";
+  send_and_close(hello + U32(0x7fffffff));
+  ASSERT_TRUE(coordinator.WaitForOutput("message of 2147483647 bytes", 30)) << coordinator.output();
+
+  PushMessage stranger;
+  stranger.mutable_header()->mutable_meta()->set_worker_id("stranger");
+  stranger.mutable_header()->set_tokens(100);
+  const std::string stranger_frame = U32(static_cast<uint32_t>(stranger.ByteSizeLong())) +
+                                     stranger.SerializeAsString() + std::string(8, '\0');
+  std::tie(io, answer) = send_and_close(hello + stranger_frame + U32(0), /*read_answer=*/true);
+  ASSERT_TRUE(io.ok()) << io;
+  EXPECT_FALSE(answer.ok()) << "a push from a non-member must be refused";
+
+  PushMessage chunk;
+  chunk.mutable_chunk()->set_name("tok_emb.weight");
+  uint64_t big = 4096;
+  send_and_close(hello + stranger_frame + U32(static_cast<uint32_t>(chunk.ByteSizeLong())) + chunk.SerializeAsString() +
+                 std::string(reinterpret_cast<const char*>(&big), 8) + "cut");
+  ASSERT_TRUE(coordinator.WaitForOutput("connection lost reading a chunk's payload", 30)) << coordinator.output();
+
+  RunningProcess w0("diloco-worker", With(args, {"--coordinator", address, "--id", "w0"}));
+  ASSERT_EQ(w0.Wait(120), 0) << w0.output();
+  EXPECT_NE(w0.output().find("pushes over tcp to port " + std::to_string(port)), std::string::npos) << w0.output();
+  ASSERT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+  const nlohmann::json summary = ReadJson(dir + "/summary.json");
+  EXPECT_EQ(summary["round"], 2);
+  ASSERT_EQ(summary["workers"].size(), 1u) << summary.dump();
+  EXPECT_EQ(summary["workers"][0]["rounds_contributed"], 2);
+  EXPECT_EQ(summary["bytes_pushed_committed"].get<int64_t>(), 2 * 4 * summary["params"].get<int64_t>());
 }
 
 // Issue 4's acceptance: int8 pseudo-gradients, and Streaming DiLoCo (2 fragments, 2 overlapped steps), each end

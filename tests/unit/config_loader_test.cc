@@ -134,7 +134,9 @@ TEST(ConfigLoaderTest, CrossFieldChecksNameTheKey) {
         Case{"model: {n_layer: 1}\ncomm: {fragments: 3}", "comm.fragments"},
         Case{"model: {n_layer: 4}\ninner: {steps: 10}\ncomm: {fragments: 3}", "comm.fragments"},
         Case{"inner: {steps: 10}\ncomm: {fragments: 2, overlap_steps: 6}", "comm.overlap_steps"},
-        Case{"comm: {merge_alpha: 1.5}", "comm.merge_alpha"}}) {
+        Case{"comm: {merge_alpha: 1.5}", "comm.merge_alpha"}, Case{"comm: {transport: udp}", "comm.transport"},
+        Case{"comm: {tcp_port: 70000}", "comm.tcp_port"},
+        Case{"comm: {transport: tcp}\nsecurity: {tls_cert: c.pem, tls_key: c.key}", "comm.transport"}}) {
     absl::StatusOr<Config> c = ParseConfig(k.yaml, "my.yaml");
     ASSERT_FALSE(c.ok()) << k.yaml;
     EXPECT_THAT(Message(c.status()), HasSubstr(k.key)) << k.yaml;

@@ -250,5 +250,33 @@ TEST(TensorSpecTest, SpecsOfCopiesNamesShapesAndDTypes) {
   EXPECT_EQ(specs[1].numel(), 0);
 }
 
+
+// The zero-copy form used by the TCP push (Next with raw_payload): for every codec, the same chunk metadata and the
+// same payload bytes as Next, the fp32 ones pointing into the tensor itself, and the same byte count.
+TEST(TensorChunksTest, RawPayloadViewsMatchTheCopyingChunker) {
+  const Named tensors = {{"w", at::randn({300, 7})}, {"b", at::randn({13})}, {"i", RandomBits(at::kLong, {9}, 5)}};
+  for (Codec codec : {CODEC_RAW, CODEC_BF16, CODEC_INT8, CODEC_INT4}) {
+    TensorChunker copying(tensors, 1024, codec), viewing(tensors, 1024, codec);
+    TensorChunk a, b;
+    std::string_view raw;
+    int n = 0, views = 0;
+    while (copying.Next(&a)) {
+      ASSERT_TRUE(viewing.Next(&b, &raw)) << "codec " << codec << " chunk " << n;
+      const std::string payload = raw.empty() ? b.data() : std::string(raw);
+      if (!raw.empty()) {
+        EXPECT_TRUE(b.data().empty());
+        ++views;
+      }
+      EXPECT_EQ(payload, a.data()) << "codec " << codec << " chunk " << n;
+      b.set_data(a.data());
+      EXPECT_EQ(b.SerializeAsString(), a.SerializeAsString()) << "codec " << codec << " chunk " << n;
+      ++n;
+    }
+    EXPECT_FALSE(viewing.Next(&b, &raw));
+    EXPECT_EQ(viewing.bytes_emitted(), copying.bytes_emitted());
+    EXPECT_GT(views, 0) << "the int64 tensor (and fp32 ones with codec fp32) travel raw";
+  }
+}
+
 }  // namespace
 }  // namespace diloco

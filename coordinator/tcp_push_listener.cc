@@ -1,0 +1,176 @@
+#include "coordinator/tcp_push_listener.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/push_session.h"
+#include "proto/push_frames.h"
+#include "proto/transport_security.h"
+
+namespace diloco {
+namespace {
+
+std::string PeerName(const sockaddr_storage& addr) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (addr.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
+    inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+    port = ntohs(a->sin_port);
+  } else if (addr.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
+    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+    port = ntohs(a->sin6_port);
+  }
+  return absl::StrCat(host, ":", port);
+}
+
+// A peer that vanishes without closing (power loss, cable) is noticed within ~25 s instead of never.
+void SetKeepalive(int fd) {
+  int on = 1, idle = 10, interval = 5, count = 3;
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+}
+
+}  // namespace
+
+TcpPushListener::TcpPushListener(CoordinatorCore* core, std::string token, uint64_t max_payload_bytes)
+    : core_(core), token_(std::move(token)), max_payload_bytes_(max_payload_bytes) {}
+
+TcpPushListener::~TcpPushListener() { Stop(); }
+
+absl::StatusOr<int> TcpPushListener::Start(const std::string& host_in, int port) {
+  std::string host = host_in;
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &found); rc != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("comm.transport tcp: cannot resolve '", host, "': ",
+                                                   gai_strerror(rc)));
+  }
+  std::string error = "no address";
+  for (addrinfo* a = found; a != nullptr && listen_fd_ < 0; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const int on = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 64) == 0) {
+      listen_fd_ = fd;
+    } else {
+      error = std::strerror(errno);
+      close(fd);
+    }
+  }
+  freeaddrinfo(found);
+  if (listen_fd_ < 0) {
+    return absl::UnavailableError(absl::StrCat("comm.transport tcp: cannot listen on ", host, ":", port, ": ", error));
+  }
+  sockaddr_storage bound{};
+  socklen_t length = sizeof(bound);
+  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &length);
+  const int bound_port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                                     : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  acceptor_ = std::thread([this] { AcceptLoop(); });
+  return bound_port;
+}
+
+void TcpPushListener::Stop() {
+  if (stopping_.exchange(true)) return;
+  if (listen_fd_ >= 0) shutdown(listen_fd_, SHUT_RDWR);  // wakes accept()
+  if (acceptor_.joinable()) acceptor_.join();
+  if (listen_fd_ >= 0) close(listen_fd_);
+  std::vector<std::thread> servers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int fd : connections_) shutdown(fd, SHUT_RDWR);  // wakes their recv(); each thread closes its own socket
+    servers.swap(servers_);
+  }
+  for (std::thread& t : servers) t.join();
+}
+
+void TcpPushListener::AcceptLoop() {
+  while (!stopping_) {
+    sockaddr_storage peer{};
+    socklen_t length = sizeof(peer);
+    const int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &length, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (!stopping_) spdlog::error("tcp push listener: accept failed: {}", std::strerror(errno));
+      return;
+    }
+    SetKeepalive(fd);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) {
+      close(fd);
+      return;
+    }
+    connections_.push_back(fd);
+    servers_.emplace_back([this, fd, name = PeerName(peer)] { Serve(fd, name); });
+  }
+}
+
+void TcpPushListener::Forget(int fd) {
+  std::lock_guard<std::mutex> lock(mu_);
+  connections_.erase(std::remove(connections_.begin(), connections_.end(), fd), connections_.end());
+  close(fd);
+}
+
+void TcpPushListener::Serve(int fd, const std::string& peer) {
+  auto token = ReadHello(fd);
+  if (!token.ok()) {
+    if (!stopping_) spdlog::warn("tcp push connection from {} refused: {}", peer, std::string(token.status().message()));
+    Forget(fd);
+    return;
+  }
+  if (!token_.empty() && !ConstantTimeEquals(*token, token_)) {
+    const absl::Status refused = absl::UnauthenticatedError(
+        token->empty() ? "missing token (security.token_file)" : "wrong token (security.token_file)");
+    spdlog::warn("tcp push connection from {} refused: {}", peer, std::string(refused.message()));
+    (void)WritePushResult(fd, refused, PushReply());
+    Forget(fd);
+    return;
+  }
+  PushMessage message;
+  std::string buffer;  // the chunk payloads land here, one after another
+  while (!stopping_) {
+    PushSession session(core_);
+    bool first = true;
+    absl::StatusOr<bool> more = true;
+    while ((more = ReadPushFrame(fd, &message, max_payload_bytes_, &buffer)).ok() && *more) {
+      first = false;
+      if (session.refusal().ok()) (void)session.OnMessage(message);  // after a refusal: read on to the push's end
+      if (message.has_chunk()) buffer.swap(*message.mutable_chunk()->mutable_data());
+    }
+    if (!more.ok()) {
+      // A close between pushes is how a worker says goodbye; anything else breaks the push off.
+      if (!(first && absl::IsNotFound(more.status())) && !stopping_) {
+        spdlog::warn("tcp push connection from {} closed: {}", peer, std::string(more.status().message()));
+      }
+      session.OnBroken(std::string(more.status().message()));
+      break;
+    }
+    absl::StatusOr<PushReply> done =
+        session.refusal().ok() ? session.OnEnd() : absl::StatusOr<PushReply>(session.refusal());
+    if (!WritePushResult(fd, done.status(), done.ok() ? *done : PushReply()).ok()) break;
+  }
+  Forget(fd);
+}
+
+}  // namespace diloco

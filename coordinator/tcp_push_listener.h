@@ -1,0 +1,54 @@
+// TcpPushListener: the coordinator's end of comm.transport tcp (framing in proto/push_frames.h). It listens on a TCP
+// port beside the gRPC server (whose Join reply tells workers the port), checks each connection's hello against
+// security.token, and drives one PushSession per push exactly as the gRPC PushPseudoGradient stream does, so
+// validation, refusals, accounting and the round's handling of a broken push are the same on both transports; only
+// the bytes move differently (a chunk's payload is received straight into a reused buffer, no protobuf copy).
+// A refused push is read to its end, then answered with the refusal; a connection that breaks the framing, or breaks
+// off mid-push, is closed with one log line (the half-received push is aborted, as a broken gRPC stream is).
+// Threads: one accepting, one per connection (each worker keeps one). Stop() (or the destructor) shuts every socket
+// and joins them. Start and Stop from one thread; the connection threads use the CoordinatorCore, which is
+// thread-safe.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/coordinator.h"
+
+namespace diloco {
+
+class TcpPushListener {
+ public:
+  // `token`: security.token ("" = none); `max_payload_bytes`: the largest chunk payload accepted (comm.chunk_bytes
+  // plus slack, as the gRPC server's message limit).
+  TcpPushListener(CoordinatorCore* core, std::string token, uint64_t max_payload_bytes);
+  ~TcpPushListener();
+  TcpPushListener(const TcpPushListener&) = delete;
+  TcpPushListener& operator=(const TcpPushListener&) = delete;
+
+  // Listens on host:port (port 0: any free one) and starts accepting; returns the bound port.
+  absl::StatusOr<int> Start(const std::string& host, int port);
+  void Stop();
+
+ private:
+  void AcceptLoop();
+  void Serve(int fd, const std::string& peer);
+  void Forget(int fd);
+
+  CoordinatorCore* core_;
+  const std::string token_;
+  const uint64_t max_payload_bytes_;
+  int listen_fd_ = -1;
+  std::atomic<bool> stopping_{false};
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::vector<int> connections_;      // open connection sockets; guarded by mu_
+  std::vector<std::thread> servers_;  // one per accepted connection; guarded by mu_, joined by Stop
+};
+
+}  // namespace diloco

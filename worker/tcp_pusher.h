@@ -1,0 +1,42 @@
+// TcpPusher: a worker's end of comm.transport tcp (framing in proto/push_frames.h): one TCP connection to the
+// coordinator's push port, opened on first use with the hello (the token), kept across rounds, and reopened on the
+// next push after any error. A push writes the header frame, then each chunk's metadata and its encoded payload
+// straight from the chunker's buffer, then the end frame, and reads the coordinator's answer.
+// Errors: the coordinator's refusal comes back with its own code (as over gRPC); a broken or refused connection is
+// UNAVAILABLE (the worker retries the push). Thread-safety: Push may be called from any thread; one push at a time.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "proto/diloco.pb.h"
+#include "proto/tensor_chunks.h"
+
+namespace diloco {
+
+class TcpPusher {
+ public:
+  TcpPusher(std::string host, std::string token, double timeout_s);
+  ~TcpPusher();
+  TcpPusher(const TcpPusher&) = delete;
+  TcpPusher& operator=(const TcpPusher&) = delete;
+
+  // Pushes to `port` (the one the last Join named; a new port closes the old connection). Returns the payload
+  // bytes sent.
+  absl::StatusOr<int64_t> Push(int port, const PushHeader& header, TensorChunker& chunker);
+
+ private:
+  absl::Status Connect(int port);
+  void Close();
+
+  const std::string host_;
+  const std::string token_;
+  const double timeout_s_;
+  std::mutex mu_;
+  int fd_ = -1;    // guarded by mu_
+  int port_ = 0;   // guarded by mu_: the port fd_ is connected to
+};
+
+}  // namespace diloco
