@@ -4,13 +4,16 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/push_session.h"
@@ -47,8 +50,8 @@ void SetKeepalive(int fd) {
 
 }  // namespace
 
-TcpPushListener::TcpPushListener(CoordinatorCore* core, std::string token, uint64_t max_payload_bytes)
-    : core_(core), token_(std::move(token)), max_payload_bytes_(max_payload_bytes) {}
+TcpPushListener::TcpPushListener(CoordinatorCore* core, std::string token, uint64_t max_payload_bytes, double stall_s)
+    : core_(core), token_(std::move(token)), max_payload_bytes_(max_payload_bytes), stall_s_(stall_s) {}
 
 TcpPushListener::~TcpPushListener() { Stop(); }
 
@@ -96,13 +99,24 @@ void TcpPushListener::Stop() {
   if (listen_fd_ >= 0) shutdown(listen_fd_, SHUT_RDWR);  // wakes accept()
   if (acceptor_.joinable()) acceptor_.join();
   if (listen_fd_ >= 0) close(listen_fd_);
-  std::vector<std::thread> servers;
+  std::vector<Connection> servers;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (int fd : connections_) shutdown(fd, SHUT_RDWR);  // wakes their recv(); each thread closes its own socket
+    for (int fd : connections_) shutdown(fd, SHUT_RDWR);  // wakes their recv()/poll(); each closes its own socket
     servers.swap(servers_);
   }
-  for (std::thread& t : servers) t.join();
+  for (Connection& c : servers) c.thread.join();
+}
+
+void TcpPushListener::JoinFinished() {
+  for (auto it = servers_.begin(); it != servers_.end();) {
+    if (*it->done) {
+      it->thread.join();
+      it = servers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 void TcpPushListener::AcceptLoop() {
@@ -116,13 +130,34 @@ void TcpPushListener::AcceptLoop() {
       return;
     }
     SetKeepalive(fd);
+    timeval tv{static_cast<time_t>(stall_s_), static_cast<suseconds_t>((stall_s_ - static_cast<int64_t>(stall_s_)) * 1e6)};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) {
       close(fd);
       return;
     }
-    connections_.push_back(fd);
-    servers_.emplace_back([this, fd, name = PeerName(peer)] { Serve(fd, name); });
+    JoinFinished();
+    const std::string name = PeerName(peer);
+    if (servers_.size() >= kMaxConnections) {
+      spdlog::warn("tcp push connection from {} refused: {} connections open already", name, servers_.size());
+      close(fd);
+      continue;
+    }
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    try {
+      connections_.push_back(fd);
+      servers_.push_back({std::thread([this, fd, name, done] {
+                            Serve(fd, name);
+                            *done = true;
+                          }),
+                          done});
+    } catch (const std::system_error& e) {  // no thread to be had: refuse this one, keep serving the others
+      connections_.pop_back();
+      spdlog::warn("tcp push connection from {} refused: {}", name, e.what());
+      close(fd);
+    }
   }
 }
 
@@ -150,6 +185,9 @@ void TcpPushListener::Serve(int fd, const std::string& peer) {
   PushMessage message;
   std::string buffer;  // the chunk payloads land here, one after another
   while (!stopping_) {
+    // Between pushes the worker trains, for as long as it takes: wait without the stall limit.
+    pollfd waiting{fd, POLLIN, 0};
+    if (poll(&waiting, 1, -1) < 0 && errno != EINTR) break;
     PushSession session(core_);
     bool first = true;
     absl::StatusOr<bool> more = true;

@@ -5,13 +5,18 @@
 // the bytes move differently (a chunk's payload is received straight into a reused buffer, no protobuf copy).
 // A refused push is read to its end, then answered with the refusal; a connection that breaks the framing, or breaks
 // off mid-push, is closed with one log line (the half-received push is aborted, as a broken gRPC stream is).
-// Threads: one accepting, one per connection (each worker keeps one). Stop() (or the destructor) shuts every socket
-// and joins them. Start and Stop from one thread; the connection threads use the CoordinatorCore, which is
-// thread-safe.
+// Time limits: a connection must send its hello, and a push once begun each of its frames, within `stall_s`
+// seconds, or it is closed (and the push aborted); between pushes a connection may idle as long as it likes.
+// Threads: one accepting, one per connection (each worker keeps one; at most kMaxConnections at once, finished
+// ones are joined as new ones come). Stop() (or the destructor) shuts every socket and joins them. Start and Stop
+// from one thread; the connection threads use the CoordinatorCore, which is thread-safe.
+// A push the coordinator refuses is still read to its end before the answer (the worker learns of a late push only
+// after sending it all; gRPC answers at once).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -26,7 +31,9 @@ class TcpPushListener {
  public:
   // `token`: security.token ("" = none); `max_payload_bytes`: the largest chunk payload accepted (comm.chunk_bytes
   // plus slack, as the gRPC server's message limit).
-  TcpPushListener(CoordinatorCore* core, std::string token, uint64_t max_payload_bytes);
+  static constexpr size_t kMaxConnections = 1024;
+
+  TcpPushListener(CoordinatorCore* core, std::string token, uint64_t max_payload_bytes, double stall_s = 60);
   ~TcpPushListener();
   TcpPushListener(const TcpPushListener&) = delete;
   TcpPushListener& operator=(const TcpPushListener&) = delete;
@@ -39,16 +46,23 @@ class TcpPushListener {
   void AcceptLoop();
   void Serve(int fd, const std::string& peer);
   void Forget(int fd);
+  void JoinFinished();  // with mu_ held
+
+  struct Connection {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
 
   CoordinatorCore* core_;
   const std::string token_;
   const uint64_t max_payload_bytes_;
+  const double stall_s_;
   int listen_fd_ = -1;
   std::atomic<bool> stopping_{false};
   std::thread acceptor_;
   std::mutex mu_;
   std::vector<int> connections_;      // open connection sockets; guarded by mu_
-  std::vector<std::thread> servers_;  // one per accepted connection; guarded by mu_, joined by Stop
+  std::vector<Connection> servers_;   // one per accepted connection; guarded by mu_
 };
 
 }  // namespace diloco

@@ -58,6 +58,9 @@ absl::Status ReadAll(int fd, void* data, size_t n, const char* what) {
     const ssize_t r = ::recv(fd, p + got, n - got, 0);
     if (r < 0 && errno == EINTR) continue;
     if (r == 0 && got == 0) return absl::NotFoundError(absl::StrCat("connection closed before ", what));
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {  // SO_RCVTIMEO ran out
+      return absl::UnavailableError(absl::StrCat("timed out reading ", what, " (", got, " of ", n, " bytes)"));
+    }
     if (r <= 0) {
       return absl::UnavailableError(absl::StrCat("connection lost reading ", what, " (", got, " of ", n, " bytes",
                                                  r < 0 ? absl::StrCat(": ", std::strerror(errno)) : "", ")"));

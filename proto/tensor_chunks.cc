@@ -30,7 +30,7 @@ bool TensorChunker::Next(TensorChunk* out, std::string_view* raw_payload) {
   for (int64_t d : t.sizes()) out->add_shape(d);
   out->set_offset(offset_);
   out->set_count(count);
-  if (raw_payload != nullptr && codec == CODEC_RAW) {
+  if (raw_payload != nullptr && codec == CODEC_RAW && t.is_cpu()) {
     out->set_codec(CODEC_RAW);
     const char* base = static_cast<const char*>(t.data_ptr()) + offset_ * t.element_size();
     *raw_payload = std::string_view(base, static_cast<size_t>(count * t.element_size()));

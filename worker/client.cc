@@ -1,5 +1,7 @@
 #include "worker/client.h"
 
+#include <spdlog/spdlog.h>
+
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
@@ -125,8 +127,17 @@ absl::StatusOr<int64_t> CoordinatorClient::Push(int64_t round, const RoundResult
   header->set_loss(result.mean_loss);
   header->set_seconds(result.seconds);
   header->set_fragment(result.fragment);
+  if (const int port = push_port_; port > 0) {
+    TensorChunker chunker(result.pseudo_gradient, chunk_bytes_, push_codec_);
+    absl::StatusOr<int64_t> pushed = tcp_pusher_.Push(port, *header, chunker);
+    if (pushed.ok() || !absl::IsUnavailable(pushed.status())) return pushed;
+    // The TCP port failed (coordinator restarted on another port, the port unreachable, the connection cut, or the
+    // coordinator closed it over a frame it refused): this attempt goes over gRPC, whose answer is the coordinator's
+    // own (NOT_FOUND after a restart, RESOURCE_EXHAUSTED for an oversized chunk, ...). TCP again after the next Join.
+    spdlog::warn("{}; pushing over gRPC until the next join", std::string(pushed.status().message()));
+    push_port_ = 0;
+  }
   TensorChunker chunker(result.pseudo_gradient, chunk_bytes_, push_codec_);
-  if (const int port = push_port_; port > 0) return tcp_pusher_.Push(port, *header, chunker);
   grpc::ClientContext ctx;
   Prepare(&ctx);
   PushReply reply;

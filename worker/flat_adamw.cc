@@ -61,6 +61,13 @@ double FlatAdamW::GradNorm() const { return grads_.norm().item<double>(); }
 
 void FlatAdamW::Step(double lr, double grad_scale) {
   torch::NoGradGuard no_grad;
+  // Something that replaced a parameter's data or gradient (module zero_grad setting grads to none, .to(), a
+  // set_data) would cut it off the flat buffers and train on nothing: refuse loudly instead.
+  const torch::Tensor& first = views_.front();
+  if (first.data_ptr() != params_.data_ptr() || !first.grad().defined() ||
+      first.grad().data_ptr() != grads_.data_ptr()) {
+    throw std::logic_error("FlatAdamW: the parameters or gradients are no longer views of the flat buffers");
+  }
   ++step_;
   const double bias_correction1 = 1.0 - std::pow(settings_.beta1, static_cast<double>(step_));
   const double bias_correction2 = 1.0 - std::pow(settings_.beta2, static_cast<double>(step_));

@@ -4,7 +4,9 @@
 // split over the intra-op threads; a handful of tensor ops elsewhere) instead of ~10 tensor ops per parameter tensor,
 // zeroing the gradients is one fill, and the gradient norm for clipping is one reduction whose scale is folded into
 // the step. The module keeps working as before: loads, merges, broadcasts and autograd's in-place gradient
-// accumulation all write through the views. Parameters must be float32 and on one device.
+// accumulation all write through the views (Step throws if a parameter or its gradient was replaced instead).
+// Parameters must be float32 and on one device. Unlike torch's AdamW, a parameter that got no gradient in a step is
+// still decayed and moved by its momentum (every parameter of TransformerLM gets one every step).
 // Owns the flat buffers and the moments. Not thread-safe: one training thread calls it.
 #pragma once
 

@@ -132,10 +132,11 @@ TEST(Fault, WorkerJoiningAtRound3StartsFromTheGlobalModel) {
   EXPECT_NEAR(first_loss, val_at_join, 0.35);
 }
 
-TEST(Fault, CoordinatorKilledAndRestartedResumesFromItsCheckpoint) {
-  const std::string dir = ScratchDir("kill_coordinator");
+// kill -9 of the coordinator mid-round 4 and a restart with the same command; `transport`: comm.transport.
+void KillAndRestartCoordinator(const std::string& transport) {
+  const std::string dir = ScratchDir("kill_coordinator_" + transport);
   const std::string address = Loopback();
-  const auto args = FaultArgs(dir, address, {"outer.rounds=6", "workers.count=2"});
+  const auto args = FaultArgs(dir, address, {"outer.rounds=6", "workers.count=2", "comm.transport=" + transport});
   auto coordinator = StartCoordinator(args);
   auto w0 = StartWorker(args, address, "w0");
   auto w1 = StartWorker(args, address, "w1");
@@ -165,7 +166,21 @@ TEST(Fault, CoordinatorKilledAndRestartedResumesFromItsCheckpoint) {
   EXPECT_NEAR(at3, EvalLossInLog(before, 3), 1e-3);
   EXPECT_LT(at4, at3 + 0.05) << "no jump back after the restart";
   EXPECT_LT(at4, initial - 0.5);
+  if (transport == "tcp") {  // the restarted coordinator listens on a new push port: both workers joined it again
+    for (RunningProcess* w : {w0.get(), w1.get()}) {
+      const std::string out = w->output();
+      const size_t first = out.find("pushes over tcp to port ");
+      ASSERT_NE(first, std::string::npos) << out;
+      EXPECT_NE(out.find("pushes over tcp to port ", first + 1), std::string::npos) << out;
+    }
+  }
 }
+
+TEST(Fault, CoordinatorKilledAndRestartedResumesFromItsCheckpoint) { KillAndRestartCoordinator("grpc"); }
+
+// The same over comm.transport tcp: the workers' pushes to the dead coordinator's port fail, they fall back to gRPC,
+// learn that the new coordinator does not know them, join it again and push to its new port.
+TEST(Fault, CoordinatorKilledAndRestartedWithTcpPushesWorkersFindTheNewPort) { KillAndRestartCoordinator("tcp"); }
 
 TEST(Fault, SigtermedWorkerLeavesAndTheRoundStopsWaitingAtOnce) {
   const std::string dir = ScratchDir("sigterm_worker");
