@@ -106,22 +106,21 @@ int main(int argc, char** argv) {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   // comm.transport tcp: pushes on a plain TCP port beside gRPC (same host); Join replies tell workers the port, so it
   // is listening before the first Join can come.
-  const std::string listen_host = config->coordinator.listen.substr(0, config->coordinator.listen.rfind(':'));
+  const std::string host = config->coordinator.listen.substr(0, config->coordinator.listen.rfind(':'));
   std::unique_ptr<diloco::TcpPushListener> push_listener;
   if (config->comm.transport == "tcp") {
     push_listener = std::make_unique<diloco::TcpPushListener>(
         core->get(), security->token, static_cast<uint64_t>(config->comm.chunk_bytes) + (1 << 20));
-    auto push_port = push_listener->Start(listen_host, static_cast<int>(config->comm.tcp_port));
+    auto push_port = push_listener->Start(host, static_cast<int>(config->comm.tcp_port));
     if (!push_port.ok()) return Fail(std::string(push_port.status().message()));
     (*core)->set_push_port(*push_port);
-    spdlog::info("pushes over tcp on {}:{} (comm.transport tcp)", listen_host, *push_port);
+    spdlog::info("pushes over tcp on {}:{} (comm.transport tcp)", host, *push_port);
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     return Fail("coordinator.listen: cannot listen on '" + config->coordinator.listen +
                 "' (address in use or invalid? use HOST:PORT, port 0 picks a free one)");
   }
-  const std::string host = config->coordinator.listen.substr(0, config->coordinator.listen.rfind(':'));
   const std::string address = host + ":" + std::to_string(port);
   spdlog::info("listening on {}; waiting for workers ({} rounds of {} inner steps)", address, config->outer.rounds,
                config->inner.steps);

@@ -10,8 +10,8 @@
 // Threads: one accepting, one per connection (each worker keeps one; at most kMaxConnections at once, finished
 // ones are joined as new ones come). Stop() (or the destructor) shuts every socket and joins them. Start and Stop
 // from one thread; the connection threads use the CoordinatorCore, which is thread-safe.
-// A push the coordinator refuses is still read to its end before the answer (the worker learns of a late push only
-// after sending it all; gRPC answers at once).
+// Unlike gRPC, which answers a refused push at once, the worker learns of a refusal (a late push) only after sending
+// all of it.
 #pragma once
 
 #include <atomic>

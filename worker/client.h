@@ -1,8 +1,9 @@
 // CoordinatorClient: a worker's connection to the coordinator. One channel and stub reused for every call, keepalive
 // on, a deadline on every RPC. Pull streams theta into preallocated tensors; Push streams a pseudo-gradient as
 // chunks after a header (or, when the coordinator's Join reply names a push port, comm.transport tcp, over a plain
-// TCP connection: worker/tcp_pusher.h). Errors come back as absl::Status with the gRPC code (UNAVAILABLE: retry; ABORTED: push
-// again; FAILED_PRECONDITION: round closed or config refused; NOT_FOUND: not a member, Join again).
+// TCP connection: worker/tcp_pusher.h; a failed TCP push is sent again over gRPC). Errors come back as absl::Status
+// with the gRPC code (UNAVAILABLE: retry; ABORTED: push again; FAILED_PRECONDITION: round closed or config refused;
+// NOT_FOUND: not a member, Join again).
 // Thread-safe (gRPC stubs are); the heartbeat thread and the main loop share one client.
 #pragma once
 

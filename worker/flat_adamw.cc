@@ -91,11 +91,11 @@ void FlatAdamW::Step(double lr, double grad_scale) {
                      [&](int64_t begin, int64_t end) { AdamWKernel(p, g, m, v, c, begin, end); });
     return;
   }
-  // Other devices: the same update in a few whole-buffer tensor ops.
-  if (grad_scale != 1.0) grads_.mul_(grad_scale);
+  // Other devices: the same update in a few whole-buffer tensor ops (the gradients left as they are, as on CPU).
+  const torch::Tensor grads = grad_scale != 1.0 ? grads_ * grad_scale : grads_;
   params_.mul_(decay);
-  exp_avg_.mul_(settings_.beta1).add_(grads_, 1.0 - settings_.beta1);
-  exp_avg_sq_.mul_(settings_.beta2).addcmul_(grads_, grads_, 1.0 - settings_.beta2);
+  exp_avg_.mul_(settings_.beta1).add_(grads, 1.0 - settings_.beta1);
+  exp_avg_sq_.mul_(settings_.beta2).addcmul_(grads, grads, 1.0 - settings_.beta2);
   params_.addcdiv_(exp_avg_, (exp_avg_sq_.sqrt() / std::sqrt(bias_correction2)).add_(settings_.eps), -step_size);
 }
 

@@ -1,7 +1,7 @@
 // TcpPusher: a worker's end of comm.transport tcp (framing in proto/push_frames.h): one TCP connection to the
 // coordinator's push port, opened on first use with the hello (the token), kept across rounds, and reopened on the
-// next push after any error. A push writes the header frame, then each chunk's metadata and its encoded payload
-// straight from the chunker's buffer, then the end frame, and reads the coordinator's answer.
+// next push after any error. A push writes the header frame, then each chunk's metadata and its payload (fp32 straight
+// from the pseudo-gradient tensor, other codecs from the codec's buffer), then the end frame, and reads the answer.
 // Errors: the coordinator's refusal comes back with its own code (as over gRPC); a broken or refused connection is
 // UNAVAILABLE (the worker retries the push). Thread-safety: Push may be called from any thread; one push at a time.
 #pragma once

@@ -397,7 +397,7 @@ int Worker::Run(const TokenCache& cache) {
       std::future<std::optional<PullResult>> exchange =
           std::async(std::launch::async, [&] { return Exchange(round, result, incoming); });
       try {
-        carried = TrainSteps((round + 1) * S, tau);
+        carried = TrainSteps(ScheduleStart(config_, round + 1, 0), tau);
       } catch (...) {  // a collective failed: stop the exchange thread before unwinding
         failed_ = true;
         exchange.wait();

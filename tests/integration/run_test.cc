@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <tuple>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -181,25 +182,36 @@ TEST(Run, InitFromCheckpointStartsFromThoseParameters) {
 }
 
 // Runs config/tiny.yaml through the launcher with `overrides`; returns its summary.
-nlohmann::json LaunchTiny(const std::string& name, const std::vector<std::string>& overrides) {
+// With `output`, also returns what the launcher and its processes printed.
+nlohmann::json LaunchTiny(const std::string& name, const std::vector<std::string>& overrides,
+                          std::string* output = nullptr) {
   const std::string dir = ScratchDir(name);
   std::vector<std::string> args = TinyArgs(dir, overrides);
   args.erase(args.begin());  // the launcher takes the config as a positional argument
   RunningProcess launch("diloco-launch", args);
   EXPECT_EQ(launch.Wait(240), 0) << launch.output();
+  if (output != nullptr) *output = launch.output();
   return ReadJson(dir + "/summary.json");
 }
 
 // comm.transport tcp: the same run with pushes framed on a plain TCP connection ends where the gRPC run ends (same
-// pseudo-gradients, same accounting); the coordinator says where it listens.
+// pseudo-gradients, same accounting); the coordinator says where it listens, both workers push there, and no push
+// fell back to gRPC.
 TEST(Launch, TcpTransportTrainsLikeGrpc) {
   const std::vector<std::string> common = {"outer.rounds=3", "inner.steps=20", "model.n_layer=2"};
-  auto with = [&](std::vector<std::string> more) {
-    more.insert(more.begin(), common.begin(), common.end());
-    return more;
-  };
-  const nlohmann::json grpc = LaunchTiny("transport_grpc", with({"comm.transport=grpc"}));
-  const nlohmann::json tcp = LaunchTiny("transport_tcp", with({"comm.transport=tcp", "comm.codec=fp32"}));
+  const nlohmann::json grpc = LaunchTiny("transport_grpc", With(common, {"comm.transport=grpc"}));
+  std::string output;
+  const nlohmann::json tcp = LaunchTiny("transport_tcp", With(common, {"comm.transport=tcp"}), &output);
+  EXPECT_NE(output.find("pushes over tcp on 127.0.0.1:"), std::string::npos) << output;
+  for (const std::string worker : {"[worker-0] ", "[worker-1] "}) {
+    bool tcp_join = false;
+    std::istringstream lines(output);
+    for (std::string line; std::getline(lines, line);) {
+      tcp_join = tcp_join || (line.rfind(worker, 0) == 0 && line.find("pushes over tcp to port") != std::string::npos);
+    }
+    EXPECT_TRUE(tcp_join) << worker << "never joined with a TCP push port\n" << output;
+  }
+  EXPECT_EQ(output.find("pushing over gRPC"), std::string::npos) << output;
   const double loss_grpc = grpc["evals"].back()["val_loss"], loss_tcp = tcp["evals"].back()["val_loss"];
   std::cout << "[measure] val_loss grpc " << loss_grpc << ", tcp " << loss_tcp << std::endl;
   EXPECT_LT(loss_tcp, tcp["evals"].front()["val_loss"].get<double>() - 0.3);
@@ -296,10 +308,7 @@ TEST(Run, TcpPushPortRefusesBadConnectionsAndTheRunGoesOn) {
 // within 2% of the fp32 run's validation loss on the same seed and inner steps.
 TEST(Launch, Int8AndStreamingFragmentsReachTheFp32Loss) {
   const std::vector<std::string> common = {"outer.rounds=4", "inner.steps=30", "model.n_layer=2"};
-  auto with = [&](std::vector<std::string> more) {
-    more.insert(more.begin(), common.begin(), common.end());
-    return more;
-  };
+  auto with = [&](const std::vector<std::string>& more) { return With(common, more); };
   const nlohmann::json fp32 = LaunchTiny("codec_fp32", with({"comm.codec=fp32"}));
   const nlohmann::json int8 = LaunchTiny("codec_int8", with({"comm.codec=int8", "comm.error_feedback=true"}));
   const nlohmann::json streaming =
