@@ -2,12 +2,17 @@
 // model, batch and data), a matmul peak (1024^3 fp32), the model FLOP utilisation against that peak, memory
 // bandwidth (a triad), and the outer Nesterov step's time against its memory floor (5 x 4 bytes x params moved).
 // Prints one JSON line. Used by scripts/bench/train; not a test.
+// With --profile-ops N it instead runs N inner steps under LibTorch's profiler and prints, per operator (matrix
+// products also per shape), its self time per step and share of the total: where the C++ step's time goes.
 #include <ATen/Parallel.h>
+#include <torch/csrc/autograd/profiler_legacy.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "config/config_loader.h"
@@ -35,6 +40,54 @@ double MedianSeconds(int reps, F f) {
   return t[t.size() / 2];
 }
 
+// Runs `steps` inner steps under the profiler; prints each operator's self time per step (its time less that of the
+// operators it called), largest first.
+void ProfileOps(diloco::InnerTrainer& trainer, int64_t steps) {
+  using namespace torch::autograd::profiler;
+  enableProfilerLegacy(ProfilerConfig(ProfilerState::CPU, /*report_input_shapes=*/true));
+  trainer.TrainSteps(0, steps);
+  const thread_event_lists lists = disableProfilerLegacy();
+  std::map<std::string, double> self_us;
+  std::map<std::string, int64_t> calls;
+  for (const auto& list : lists) {
+    std::vector<std::pair<const LegacyEvent*, double>> open;  // a started range and the time of its children
+    for (const LegacyEvent& e : list) {
+      if (e.kind() == EventKind::PushRange) {
+        open.emplace_back(&e, 0.0);
+      } else if (e.kind() == EventKind::PopRange && !open.empty()) {
+        const auto [start, children_us] = open.back();
+        open.pop_back();
+        const double us = start->cpuElapsedUs(e);
+        std::string key = start->name();
+        if (key == "aten::mm") {
+          for (const auto& shape : start->shapes()) {
+            key += " [";
+            for (size_t i = 0; i < shape.size(); ++i) key += (i ? "x" : "") + std::to_string(shape[i]);
+            key += "]";
+          }
+        }
+        self_us[key] += us - children_us;
+        ++calls[key];
+        if (!open.empty()) open.back().second += us;
+      }
+    }
+  }
+  double total = 0;
+  std::vector<std::pair<double, std::string>> rows;
+  for (const auto& [key, us] : self_us) {
+    total += us;
+    rows.emplace_back(us, key);
+  }
+  std::sort(rows.rbegin(), rows.rend());
+  std::printf("%lld steps profiled: %.2f ms of operator time per step\n", static_cast<long long>(steps),
+              total / steps / 1e3);
+  std::printf("| operator | ms/step | share | calls/step |\n|---|---|---|---|\n");
+  for (size_t i = 0; i < rows.size() && i < 25; ++i) {
+    std::printf("| %s | %.3f | %.1f%% | %.0f |\n", rows[i].second.c_str(), rows[i].first / steps / 1e3,
+                100 * rows[i].first / total, static_cast<double>(calls[rows[i].second]) / steps);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -47,6 +100,8 @@ int main(int argc, char** argv) {
   app.add_option("--set", overrides);
   app.add_option("--steps", steps, "inner steps timed (after one untimed round of the same length)");
   app.add_option("--threads", threads);
+  int64_t profile_steps = 0;
+  app.add_option("--profile-ops", profile_steps, "instead of the benchmark: profile this many steps, print per operator");
   CLI11_PARSE(app, argc, argv);
   auto config = diloco::LoadConfig(config_path, overrides);
   if (!config.ok()) {
@@ -69,6 +124,10 @@ int main(int argc, char** argv) {
   diloco::NamedTensors theta;
   for (const auto& [name, p] : diloco::NamedParameters(*trainer.model())) theta.emplace_back(name, p.detach().clone());
   trainer.TrainRound(theta, 0);  // warm-up: allocations, AdamW state
+  if (profile_steps > 0) {
+    ProfileOps(trainer, profile_steps);
+    return 0;
+  }
   const diloco::RoundResult timed = trainer.TrainRound(theta, 1);
   const double tokens_per_s = timed.tokens / timed.seconds;
 

@@ -221,6 +221,9 @@ TEST(Fault, OperatorLeaveDrainsAWorkerAndCheckpointIsWrittenOnRequest) {
   auto w1 = StartWorker(args, address, "w1");
   auto w2 = StartWorker(args, address, "w2");
   ASSERT_TRUE(coordinator.WaitForOutput("round 1/4 closed", 120)) << coordinator.output();
+  // Hold the run open while the operator acts: with w0 stopped no later round can close (round_timeout_s 90), so
+  // the run cannot finish before the leave arrives, however fast the rounds are.
+  w0->Signal(SIGSTOP);
 
   RunningProcess checkpoint("diloco-ctl", {"checkpoint", "--addr", address});
   ASSERT_EQ(checkpoint.Wait(30), 0) << checkpoint.output();
@@ -228,7 +231,9 @@ TEST(Fault, OperatorLeaveDrainsAWorkerAndCheckpointIsWrittenOnRequest) {
 
   RunningProcess leave("diloco-ctl", {"leave", "--addr", address, "--id", "w2"});
   ASSERT_EQ(leave.Wait(30), 0) << leave.output();
-  EXPECT_EQ(w2->Wait(30), 0) << w2->output();
+  const int w2_exit = w2->Wait(30);
+  w0->Signal(SIGCONT);
+  EXPECT_EQ(w2_exit, 0) << w2->output();
   EXPECT_NE(w2->output().find("leaving at the operator's request"), std::string::npos) << w2->output();
 
   EXPECT_EQ(w0->Wait(120), 0);

@@ -1,7 +1,9 @@
 #include "worker/lm/transformer.h"
 
-#include <cmath>
 #include <stdexcept>
+
+#include "worker/lm/bias_gelu.h"
+#include "worker/lm/causal_attention.h"
 
 namespace diloco {
 
@@ -14,15 +16,11 @@ TransformerBlockImpl::TransformerBlockImpl(int64_t d_model, int64_t n_head) : n_
   mlp_out_ = register_module("mlp_out", torch::nn::Linear(4 * d_model, d_model));
 }
 
-torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& causal_mask) {
-  const int64_t B = x.size(0), T = x.size(1), D = x.size(2), hd = D / n_head_;
-  // Attention: [B, T, 3D] -> q, k, v each [B, h, T, hd].
-  auto qkv = qkv_->forward(ln1_->forward(x)).view({B, T, 3, n_head_, hd}).permute({2, 0, 3, 1, 4});
-  auto q = qkv[0], k = qkv[1], v = qkv[2];
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd))) + causal_mask;
-  auto attn = torch::matmul(torch::softmax(scores, -1), v);  // [B, h, T, hd]
-  auto h = x + attn_out_->forward(attn.transpose(1, 2).reshape({B, T, D}));
-  return h + mlp_out_->forward(torch::gelu(fc_->forward(ln2_->forward(h))));
+torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x) {
+  auto h = x + attn_out_->forward(CausalSelfAttention(qkv_->forward(ln1_->forward(x)), n_head_));
+  // fc without its bias, which BiasGelu adds in the same pass as the GELU.
+  auto fc = torch::nn::functional::linear(ln2_->forward(h), fc_->weight);
+  return h + mlp_out_->forward(BiasGelu(fc, fc_->bias));
 }
 
 TransformerLMImpl::TransformerLMImpl(const ModelConfig& config) : config_(config) {
@@ -49,8 +47,7 @@ torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens) {
   if (T > config_.seq_len) throw std::invalid_argument("sequence longer than model.seq_len");
   auto positions = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));
   auto x = tok_emb_->forward(tokens) + pos_emb_->forward(positions);
-  auto mask = torch::full({T, T}, -std::numeric_limits<float>::infinity(), x.options()).triu(1);
-  for (const auto& block : *blocks_) x = block->as<TransformerBlock>()->forward(x, mask);
+  for (const auto& block : *blocks_) x = block->as<TransformerBlock>()->forward(x);
   return torch::matmul(ln_f_->forward(x), tok_emb_->weight.t());  // tied head: [B, T, V]
 }
 

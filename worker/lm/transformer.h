@@ -19,8 +19,8 @@ namespace diloco {
 class TransformerBlockImpl : public torch::nn::Module {
  public:
   TransformerBlockImpl(int64_t d_model, int64_t n_head);
-  // x: [B, T, d_model]; causal_mask: [T, T] additive (0 or -inf).
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& causal_mask);
+  // x: [B, T, d_model]; attention is causal (worker/lm/causal_attention.h).
+  torch::Tensor forward(const torch::Tensor& x);
 
  private:
   int64_t n_head_;
