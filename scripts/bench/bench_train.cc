@@ -101,7 +101,8 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "inner steps timed (after one untimed round of the same length)");
   app.add_option("--threads", threads);
   int64_t profile_steps = 0;
-  app.add_option("--profile-ops", profile_steps, "instead of the benchmark: profile this many steps, print per operator");
+  app.add_option("--profile-ops", profile_steps,
+                 "instead of the benchmark: profile this many steps, print per operator");
   CLI11_PARSE(app, argc, argv);
   auto config = diloco::LoadConfig(config_path, overrides);
   if (!config.ok()) {

@@ -1,19 +1,19 @@
 // BiasGelu (worker/lm/bias_gelu.h) against torch::gelu(pre + bias) computed in float64: every element of the output
-// and of both gradients, over inputs from -12 to 12 (the far tails included), for a width that is a multiple of the
-// kernel's 8 lanes and one that is not.
+// and of both gradients, with both builds of the kernels, over inputs from -12 to 12 (the far tails included), for a
+// width that is a multiple of the kernel's 8 lanes and one that is not.
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "worker/lm/bias_gelu.h"
+#include "worker/lm/kernel_dispatch.h"
 
 namespace diloco {
 namespace {
 
 class BiasGeluTest : public ::testing::TestWithParam<int64_t> {};
 
-TEST_P(BiasGeluTest, MatchesExactGeluInDoubleForwardAndBackward) {
-  const int64_t cols = GetParam();
+void CheckAgainstDouble(int64_t cols) {
   torch::manual_seed(9);
   const torch::Tensor pre = torch::rand({3, 70, cols}) * 24 - 12;
   const torch::Tensor bias = torch::randn({cols});
@@ -43,6 +43,16 @@ TEST_P(BiasGeluTest, MatchesExactGeluInDoubleForwardAndBackward) {
   const double exact = BiasGeluReference(torch::full({1, 1}, -8.0, torch::kDouble), torch::zeros({1}, torch::kDouble))
                            .item<double>();
   EXPECT_NEAR(far[0][3].item<double>() / exact, 1.0, 0.05);
+}
+
+// Both builds of the kernels: the AVX2+FMA one (where this CPU has it) and the baseline x86-64 one.
+TEST_P(BiasGeluTest, MatchesExactGeluInDoubleForwardAndBackward) {
+  for (const bool avx2 : {true, false}) {
+    SCOPED_TRACE(avx2 ? "AVX2+FMA build (if the CPU has it)" : "baseline build");
+    AllowAvx2Kernels(avx2);
+    CheckAgainstDouble(GetParam());
+  }
+  AllowAvx2Kernels(true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Widths, BiasGeluTest, ::testing::Values(512, 13));

@@ -1,13 +1,14 @@
 // The fused causal attention (worker/lm/causal_attention.h) against the composite LibTorch ops computed in float64,
-// forward and backward, on the demo's shapes and on awkward ones (T and head_dim not multiples of the kernel's 16,
-// one position, large scores); causality; thread-count independence; and the whole model in float32 (fused) against
-// the same model in float64 (composite ops).
+// forward and backward, with both builds of the kernels, on the demo's shapes and on awkward ones (T and head_dim
+// not multiples of the kernel's 16, one position, large scores); causality; thread-count independence; and the whole
+// model in float32 (fused) against the same model in float64 (composite ops).
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "config/config.h"
 #include "worker/lm/causal_attention.h"
+#include "worker/lm/kernel_dispatch.h"
 #include "worker/lm/transformer.h"
 
 namespace diloco {
@@ -22,14 +23,17 @@ void PrintTo(const Case& c, std::ostream* os) {
   *os << "B" << c.B << " T" << c.T << " D" << c.D << " heads" << c.n_head << " scale" << c.input_scale;
 }
 
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << "B" << c.B << " T" << c.T << " D" << c.D << " heads" << c.n_head << " scale" << c.input_scale;
+}
+
 double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
 }
 
 class CausalAttentionTest : public ::testing::TestWithParam<Case> {};
 
-TEST_P(CausalAttentionTest, MatchesCompositeOpsInDoubleForwardAndBackward) {
-  const Case c = GetParam();
+void CheckAgainstDouble(const Case& c) {
   torch::manual_seed(7);
   const torch::Tensor input = torch::randn({c.B, c.T, 3 * c.D}) * c.input_scale;
   const torch::Tensor upstream = torch::randn({c.B, c.T, c.D});
@@ -53,6 +57,16 @@ TEST_P(CausalAttentionTest, MatchesCompositeOpsInDoubleForwardAndBackward) {
   torch::Tensor qkv32 = input.clone().requires_grad_(true);
   (CausalSelfAttentionReference(qkv32, c.n_head) * upstream).sum().backward();
   EXPECT_LT(MaxAbsDiff(qkv.grad(), qkv64.grad()), 10 * MaxAbsDiff(qkv32.grad(), qkv64.grad()) + 1e-7 * grad_scale);
+}
+
+// Both builds of the kernels: the AVX2+FMA one (where this CPU has it) and the baseline x86-64 one.
+TEST_P(CausalAttentionTest, MatchesCompositeOpsInDoubleForwardAndBackward) {
+  for (const bool avx2 : {true, false}) {
+    SCOPED_TRACE(avx2 ? "AVX2+FMA build (if the CPU has it)" : "baseline build");
+    AllowAvx2Kernels(avx2);
+    CheckAgainstDouble(GetParam());
+  }
+  AllowAvx2Kernels(true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CausalAttentionTest,

@@ -5,7 +5,8 @@
 // element, plus separate passes for the bias and its gradient's row sum); on CPU float32 this op adds the bias and
 // applies GELU in one pass, keeps the biased input for the backward pass, and computes the gradient in one more.
 // Its erf is the Abramowitz-Stegun 7.1.26 form (absolute error <= 1.5e-7, as in ATen's vectorized erf), with
-// 1 + erf(z) computed directly for z < 0 so the negative tail does not cancel to 0. Other devices and dtypes take torch::gelu(pre + bias).
+// 1 + erf(z) computed directly for z < 0 so the negative tail does not cancel to 0. Other devices and dtypes take
+// torch::gelu(pre + bias).
 // Stateless and thread-safe; parallel over rows with ATen's intra-op threads.
 #pragma once
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "worker/lm/kernel_dispatch.h"
 #include "worker/lm/simd.h"
 
 namespace diloco::gelu {
@@ -109,7 +110,7 @@ void BackwardBaseline(const float* biased, const float* grad_out, int64_t cols, 
 
 void Forward(const float* pre, const float* bias, int64_t cols, int64_t begin, int64_t end, float* biased,
              float* out) {
-  if (simd::HasAvx2Fma()) {
+  if (UseAvx2Kernels()) {
     ForwardAvx2(pre, bias, cols, begin, end, biased, out);
   } else {
     ForwardBaseline(pre, bias, cols, begin, end, biased, out);
@@ -117,7 +118,7 @@ void Forward(const float* pre, const float* bias, int64_t cols, int64_t begin, i
 }
 
 void Backward(const float* biased, const float* grad_out, int64_t cols, int64_t begin, int64_t end, float* grad_in) {
-  if (simd::HasAvx2Fma()) {
+  if (UseAvx2Kernels()) {
     BackwardAvx2(biased, grad_out, cols, begin, end, grad_in);
   } else {
     BackwardBaseline(biased, grad_out, cols, begin, end, grad_in);

@@ -1,5 +1,6 @@
 // The float loops behind BiasGelu (worker/lm/bias_gelu.h), over rows [begin, end) of a row-major [rows][cols]
-// matrix, on raw pointers (no LibTorch here). Built for AVX2+FMA and for the baseline x86-64; one is picked per CPU.
+// matrix, on raw pointers (no LibTorch here). Built for AVX2+FMA and for the baseline x86-64 (kernel_dispatch.h
+// picks one).
 // Pure functions of their arguments: thread-safe on disjoint row ranges.
 #pragma once
 

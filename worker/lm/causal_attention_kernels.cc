@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "worker/lm/kernel_dispatch.h"
 #include "worker/lm/simd.h"
 
 namespace diloco::attention {
@@ -40,7 +41,9 @@ DILOCO_INLINE void CausalProduct(const float* a, const float* bt, int64_t T, int
                                  float* s) {
   for (int64_t r0 = 0; r0 < T; r0 += 4) {
     const int64_t last_column = std::min(r0 + 4, T);
-    for (int64_t c0 = 0; c0 < last_column; c0 += 16) Kernel4x16<false>(a + r0 * hdp, hdp, bt + c0, Tp, 0, hd, s + r0 * Tp + c0, Tp);
+    for (int64_t c0 = 0; c0 < last_column; c0 += 16) {
+      Kernel4x16<false>(a + r0 * hdp, hdp, bt + c0, Tp, 0, hd, s + r0 * Tp + c0, Tp);
+    }
   }
 }
 
@@ -87,7 +90,8 @@ namespace {
 
 DILOCO_INLINE void ForwardHeadBody(const HeadShape& shape, const float* q, const float* k, const float* v, float* out,
                                    float* probs, AttentionScratch& scratch) {
-  const int64_t T = shape.T, hd = shape.head_dim, Tp = Padded(T), hdp = Padded(hd), stride = shape.qkv_stride, out_stride = shape.out_stride;
+  const int64_t T = shape.T, hd = shape.head_dim, Tp = Padded(T), hdp = Padded(hd), stride = shape.qkv_stride,
+                out_stride = shape.out_stride;
   float* Q = scratch.q();
   float* KT = scratch.transposed();
   float* V = scratch.v();
@@ -126,7 +130,8 @@ DILOCO_INLINE void ForwardHeadBody(const HeadShape& shape, const float* q, const
 DILOCO_INLINE void BackwardHeadBody(const HeadShape& shape, const float* q, const float* k, const float* v,
                                     const float* d_out, const float* probs, float* dq, float* dk, float* dv,
                                     AttentionScratch& scratch) {
-  const int64_t T = shape.T, hd = shape.head_dim, Tp = Padded(T), hdp = Padded(hd), stride = shape.qkv_stride, out_stride = shape.out_stride;
+  const int64_t T = shape.T, hd = shape.head_dim, Tp = Padded(T), hdp = Padded(hd), stride = shape.qkv_stride,
+                out_stride = shape.out_stride;
   float* Q = scratch.q();
   float* K = scratch.k();
   float* dO = scratch.d_out();
@@ -189,7 +194,7 @@ void BackwardHeadBaseline(const HeadShape& shape, const float* q, const float* k
 
 void ForwardHead(const HeadShape& shape, const float* q, const float* k, const float* v, float* out, float* probs,
                  AttentionScratch& scratch) {
-  if (simd::HasAvx2Fma()) {
+  if (UseAvx2Kernels()) {
     ForwardHeadAvx2(shape, q, k, v, out, probs, scratch);
   } else {
     ForwardHeadBaseline(shape, q, k, v, out, probs, scratch);
@@ -198,7 +203,7 @@ void ForwardHead(const HeadShape& shape, const float* q, const float* k, const f
 
 void BackwardHead(const HeadShape& shape, const float* q, const float* k, const float* v, const float* d_out,
                   const float* probs, float* dq, float* dk, float* dv, AttentionScratch& scratch) {
-  if (simd::HasAvx2Fma()) {
+  if (UseAvx2Kernels()) {
     BackwardHeadAvx2(shape, q, k, v, d_out, probs, dq, dk, dv, scratch);
   } else {
     BackwardHeadBaseline(shape, q, k, v, d_out, probs, dq, dk, dv, scratch);

@@ -1,7 +1,7 @@
 // The float loops behind CausalSelfAttention (worker/lm/causal_attention.h), one (batch, head) per call, on raw
 // pointers (no LibTorch here). Each call works in a caller-owned AttentionScratch sized for (T, head_dim): padded
 // copies of the head's rows kept in cache, multiplied with a register-blocked 4 x 16 kernel that skips the masked
-// half. Built for AVX2+FMA and for the baseline x86-64 (the loader picks one per CPU). Pure functions of their
+// half. Built for AVX2+FMA and for the baseline x86-64 (kernel_dispatch.h picks one). Pure functions of their
 // arguments: thread-safe as long as each thread has its own scratch.
 #pragma once
 

@@ -47,10 +47,4 @@ DILOCO_SIMD_INLINE V8 ExpNonPositive(V8 x) {
   return p * two_n;
 }
 
-// Which build of a kernel this CPU runs: the AVX2+FMA one where it can.
-inline bool HasAvx2Fma() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
-
 }  // namespace diloco::simd

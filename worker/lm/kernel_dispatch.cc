@@ -1,0 +1,19 @@
+#include "worker/lm/kernel_dispatch.h"
+
+#include <atomic>
+
+namespace diloco {
+namespace {
+
+std::atomic<bool> avx2_allowed{true};
+
+}  // namespace
+
+bool UseAvx2Kernels() {
+  static const bool cpu_has_them = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return cpu_has_them && avx2_allowed.load(std::memory_order_relaxed);
+}
+
+void AllowAvx2Kernels(bool allow) { avx2_allowed.store(allow, std::memory_order_relaxed); }
+
+}  // namespace diloco
