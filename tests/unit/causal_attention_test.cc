@@ -23,10 +23,6 @@ void PrintTo(const Case& c, std::ostream* os) {
   *os << "B" << c.B << " T" << c.T << " D" << c.D << " heads" << c.n_head << " scale" << c.input_scale;
 }
 
-void PrintTo(const Case& c, std::ostream* os) {
-  *os << "B" << c.B << " T" << c.T << " D" << c.D << " heads" << c.n_head << " scale" << c.input_scale;
-}
-
 double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
 }
