@@ -2,8 +2,10 @@
 // model, batch and data), a matmul peak (1024^3 fp32), the model FLOP utilisation against that peak, memory
 // bandwidth (a triad), and the outer Nesterov step's time against its memory floor (5 x 4 bytes x params moved).
 // Prints one JSON line. Used by scripts/bench/train; not a test.
-// With --profile-ops N it instead runs N inner steps under LibTorch's profiler and prints, per operator (matrix
-// products also per shape), its self time per step and share of the total: where the C++ step's time goes.
+// --composite-ops runs the model's attention as LibTorch's composite ops (as the Python reference
+// does) instead of the fused kernels. With --profile-ops N it instead runs N inner steps under LibTorch's profiler
+// and prints, per operator (matrix products also per shape), its self time per step and share of the total: where
+// the C++ step's time goes.
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/profiler_legacy.h>
 
@@ -19,6 +21,7 @@
 #include "config/data_cache.h"
 #include "config/subprocess.h"
 #include "coordinator/outer_optimizer.h"
+#include "worker/lm/kernel_dispatch.h"
 #include "worker/lm/threads.h"
 #include "worker/trainer.h"
 
@@ -103,6 +106,9 @@ int main(int argc, char** argv) {
   int64_t profile_steps = 0;
   app.add_option("--profile-ops", profile_steps,
                  "instead of the benchmark: profile this many steps, print per operator");
+  bool composite_ops = false;
+  app.add_flag("--composite-ops", composite_ops,
+               "the model's attention as LibTorch's composite ops, not the fused kernel");
   CLI11_PARSE(app, argc, argv);
   auto config = diloco::LoadConfig(config_path, overrides);
   if (!config.ok()) {
@@ -110,6 +116,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   diloco::SetComputeThreads(threads);  // LibTorch and OpenBLAS, as the worker does
+  diloco::AllowFusedKernels(!composite_ops);
   config->inner.steps = steps;
   auto cache = diloco::EnsureTokenized(*config, diloco::SiblingExecutable("diloco-tokenize"));
   if (!cache.ok()) {
@@ -170,7 +177,7 @@ int main(int argc, char** argv) {
   });
   const double outer_floor_s = 5.0 * 4 * params / bandwidth;
 
-  nlohmann::json out = {{"impl", "c++"},
+  nlohmann::json out = {{"impl", composite_ops ? "c++ composite" : "c++"},
                         {"threads", threads},
                         {"params", params},
                         {"tokens_per_s", tokens_per_s},

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "worker/lm/causal_attention_kernels.h"
+#include "worker/lm/kernel_dispatch.h"
 
 namespace diloco {
 namespace {
@@ -105,7 +106,9 @@ torch::Tensor CausalSelfAttentionReference(const torch::Tensor& qkv, int64_t n_h
 }
 
 torch::Tensor CausalSelfAttention(const torch::Tensor& qkv, int64_t n_head) {
-  if (!qkv.device().is_cpu() || qkv.scalar_type() != torch::kFloat) return CausalSelfAttentionReference(qkv, n_head);
+  if (!UseFusedKernels() || !qkv.device().is_cpu() || qkv.scalar_type() != torch::kFloat) {
+    return CausalSelfAttentionReference(qkv, n_head);
+  }
   return CausalAttentionFunction::apply(qkv, n_head);
 }
 

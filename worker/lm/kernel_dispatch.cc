@@ -5,9 +5,14 @@
 namespace diloco {
 namespace {
 
+std::atomic<bool> fused_allowed{true};
 std::atomic<bool> avx2_allowed{true};
 
 }  // namespace
+
+bool UseFusedKernels() { return fused_allowed.load(std::memory_order_relaxed); }
+
+void AllowFusedKernels(bool allow) { fused_allowed.store(allow, std::memory_order_relaxed); }
 
 bool UseAvx2Kernels() {
   static const bool cpu_has_them = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");

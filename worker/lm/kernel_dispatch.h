@@ -1,9 +1,13 @@
-// Which build of the model's CPU kernels (worker/lm/*_kernels.cc) runs: the AVX2+FMA one where the CPU has both, the
-// baseline x86-64 one otherwise. Tests switch the AVX2 build off to check the baseline one on machines that have AVX2.
-// Thread-safe (an atomic flag); switch it only while no kernel runs.
+// Whether the model uses its fused CPU kernels (worker/lm/causal_attention.h) at all, and which build of them runs:
+// the AVX2+FMA one where the CPU has both, the baseline x86-64 one otherwise. On by default; tests switch the AVX2
+// build off to check the baseline one, and diloco-bench-train --composite-ops switches the kernels off to measure what
+// they gain. Thread-safe (atomic flags); switch them only while no kernel runs.
 #pragma once
 
 namespace diloco {
+
+bool UseFusedKernels();
+void AllowFusedKernels(bool allow);
 
 bool UseAvx2Kernels();
 void AllowAvx2Kernels(bool allow);

@@ -2,7 +2,6 @@
 
 #include <stdexcept>
 
-#include "worker/lm/bias_gelu.h"
 #include "worker/lm/causal_attention.h"
 
 namespace diloco {
@@ -18,9 +17,7 @@ TransformerBlockImpl::TransformerBlockImpl(int64_t d_model, int64_t n_head) : n_
 
 torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x) {
   auto h = x + attn_out_->forward(CausalSelfAttention(qkv_->forward(ln1_->forward(x)), n_head_));
-  // fc without its bias, which BiasGelu adds in the same pass as the GELU.
-  auto fc = torch::nn::functional::linear(ln2_->forward(h), fc_->weight);
-  return h + mlp_out_->forward(BiasGelu(fc, fc_->bias));
+  return h + mlp_out_->forward(torch::gelu(fc_->forward(ln2_->forward(h))));
 }
 
 TransformerLMImpl::TransformerLMImpl(const ModelConfig& config) : config_(config) {
