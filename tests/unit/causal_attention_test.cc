@@ -69,6 +69,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CausalAttentionTest,
                          ::testing::Values(Case{4, 64, 128, 4, 1.0},    // the demo model's layer
                                            Case{3, 37, 72, 3, 1.0},     // T and head_dim (24) off the 16 grid
                                            Case{2, 100, 80, 2, 1.0},    // head_dim 40
+                                           Case{2, 19, 60, 5, 4.0},     // head_dim 12: not even a multiple of 8
                                            Case{2, 1, 16, 1, 1.0},      // one position
                                            Case{2, 21, 64, 4, 8.0}));   // scores in the hundreds: peaked softmax
 
@@ -81,6 +82,18 @@ TEST(CausalAttention, LaterPositionsDoNotChangeEarlierOutputs) {
   const torch::Tensor out_a = CausalSelfAttention(a, 4), out_b = CausalSelfAttention(b, 4);
   EXPECT_TRUE(torch::equal(out_a.narrow(1, 0, 25), out_b.narrow(1, 0, 25)));
   EXPECT_FALSE(torch::equal(out_a.narrow(1, 25, 1), out_b.narrow(1, 25, 1)));
+}
+
+TEST(CausalAttention, TakesANonContiguousInputAndRefusesDoubleBackward) {
+  torch::manual_seed(8);
+  const torch::Tensor leaf = torch::randn({20, 3, 3 * 32}).requires_grad_(true);  // [T, B, 3D]
+  const torch::Tensor qkv = leaf.transpose(0, 1);                                  // [B, T, 3D], not contiguous
+  ASSERT_FALSE(qkv.is_contiguous());
+  const torch::Tensor out = CausalSelfAttention(qkv, 2);
+  const torch::Tensor out64 = CausalSelfAttentionReference(leaf.detach().to(torch::kDouble).transpose(0, 1), 2);
+  EXPECT_LT(MaxAbsDiff(out, out64), 2e-6 * out64.abs().max().item<double>());
+  EXPECT_THROW(torch::autograd::grad({out.sum()}, {leaf}, {}, /*retain_graph=*/true, /*create_graph=*/true),
+               c10::Error);
 }
 
 TEST(CausalAttention, SameBitsWithOneOrTwoThreads) {

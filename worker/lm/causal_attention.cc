@@ -87,6 +87,9 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
+    // The backward pass is plain loops, not differentiable ops: refuse create_graph rather than return zero
+    // second-order gradients.
+    TORCH_CHECK(!torch::GradMode::is_enabled(), "CausalSelfAttention: no double backward (create_graph)");
     const torch::Tensor qkv = ctx->get_saved_variables()[0].contiguous();
     const torch::Tensor probs = ctx->saved_data["probs"].toTensor();
     const Shape s = ShapeOf(qkv, ctx->saved_data["n_head"].toInt());

@@ -11,6 +11,7 @@ namespace diloco::simd {
 
 typedef float V8 __attribute__((vector_size(32)));
 typedef int32_t I8 __attribute__((vector_size(32)));
+typedef uint32_t U8 __attribute__((vector_size(32)));
 
 #define DILOCO_SIMD_INLINE inline __attribute__((always_inline))
 
@@ -41,9 +42,11 @@ DILOCO_SIMD_INLINE V8 ExpNonPositive(V8 x) {
   p = p * r * r + r + Splat(1.0f);
   I8 bits;
   std::memcpy(&bits, &t, sizeof(bits));
-  bits = (bits - 0x4B400000 + 127) << 23;  // n + 127 in the exponent field: 2^n
+  // n + 127 in the exponent field: 2^n (shifted unsigned: for the positive inputs of masked columns, whose results
+  // the callers discard, the value may leave the exponent's range).
+  const U8 exponent = (U8)(bits - 0x4B400000 + 127) << 23;  // a vector cast of equal size: the same bits
   V8 two_n;
-  std::memcpy(&two_n, &bits, sizeof(two_n));
+  std::memcpy(&two_n, &exponent, sizeof(two_n));
   return p * two_n;
 }
 
