@@ -105,7 +105,9 @@ TEST(Fault, KilledWorkerIsMarkedLostAndTheRoundClosesWithTheOthers) {
 TEST(Fault, WorkerJoiningAtRound3StartsFromTheGlobalModel) {
   const std::string dir = ScratchDir("late_joiner");
   const std::string address = Loopback();
-  const auto args = FaultArgs(dir, address, {"outer.rounds=7", "workers.count=4"});
+  // lease_s and round_timeout_s long: w0 is held stopped below while w3 joins.
+  const auto args = FaultArgs(
+      dir, address, {"outer.rounds=7", "workers.count=4", "coordinator.lease_s=60", "coordinator.round_timeout_s=90"});
   auto coordinator_process = StartCoordinator(args);
   RunningProcess& coordinator = *coordinator_process;
   auto w0 = StartWorker(args, address, "w0");
@@ -114,7 +116,13 @@ TEST(Fault, WorkerJoiningAtRound3StartsFromTheGlobalModel) {
   ASSERT_TRUE(coordinator.WaitForOutput("eval: round 3 val_loss", 120)) << coordinator.output();
   const double val_at_join = EvalLossInLog(coordinator.output(), 3);
   const double val_initial = EvalLossInLog(coordinator.output(), 0);
+  // Hold the run at round 4 (it cannot close without w0) until w3 has joined, so that w3 joins a run that is still
+  // going however fast the rounds are.
+  w0->Signal(SIGSTOP);
   auto w3 = StartWorker(args, address, "w3");
+  const bool joined = coordinator.WaitForOutput("joined: worker w3", 60);
+  w0->Signal(SIGCONT);
+  ASSERT_TRUE(joined) << coordinator.output() << w3->output();
 
   for (auto* w : {w0.get(), w1.get(), w2.get(), w3.get()}) EXPECT_EQ(w->Wait(120), 0) << w->output();
   ASSERT_EQ(coordinator.Wait(60), 0) << coordinator.output();
@@ -306,7 +314,10 @@ TEST(Fault, TruncatedNewestCheckpointIsSkippedAndTheOneBeforeIsUsed) {
 TEST(Fault, KilledClusterRankTakesOnlyItsClusterOutAndTheClusterRejoins) {
   const std::string dir = ScratchDir("kill_rank");
   const std::string address = Loopback();
-  const auto args = FaultArgs(dir, address, {"outer.rounds=7", "workers.count=2", "coordinator.min_workers=1"});
+  // lease_s 60: the plain worker is held stopped below while the cluster restarts (the cluster's failure is detected
+  // by its leader's all-reduce, not by the lease).
+  const auto args = FaultArgs(
+      dir, address, {"outer.rounds=7", "workers.count=2", "coordinator.min_workers=1", "coordinator.lease_s=60"});
   const auto cluster_args = With(args, {"--set", "workers.cluster_size=2", "--set", "workers.cluster_timeout_s=20"});
   auto coordinator_process = StartCoordinator(args);
   RunningProcess& coordinator = *coordinator_process;
@@ -331,14 +342,19 @@ TEST(Fault, KilledClusterRankTakesOnlyItsClusterOutAndTheClusterRejoins) {
   Measure("kill -9 of a cluster rank -> next round committed", SecondsSince(killed));
   EXPECT_NE(coordinator.output().find("left: worker c (its cluster failed)"), std::string::npos);
 
+  // Hold the plain worker until the cluster is back: with min_workers 1 it would otherwise close rounds 4-7 alone
+  // while the restarted ranks rendezvous, and the cluster would rejoin a finished run.
+  plain->Signal(SIGSTOP);
   store = "127.0.0.1:" + std::to_string(FreePort());
   leader = start_rank(0, store);
   follower = start_rank(1, store);
+  const bool rejoined = coordinator.WaitForOutput("rejoined: worker c", 120);
+  plain->Signal(SIGCONT);
+  ASSERT_TRUE(rejoined) << coordinator.output() << leader->output();
   EXPECT_EQ(plain->Wait(240), 0) << plain->output();
   EXPECT_EQ(leader->Wait(120), 0) << leader->output();
   EXPECT_EQ(follower->Wait(120), 0) << follower->output();
   ASSERT_EQ(coordinator.Wait(60), 0) << coordinator.output();
-  EXPECT_NE(coordinator.output().find("rejoined: worker c"), std::string::npos);
   const nlohmann::json summary = ReadJson(dir + "/summary.json");
   EXPECT_EQ(summary["round"], 7);
   ASSERT_NE(FindWorker(summary, "p"), nullptr) << summary.dump();
