@@ -14,12 +14,10 @@ using simd::Splat;
 using simd::Store;
 using simd::V8;
 
-#define DILOCO_INLINE DILOCO_SIMD_INLINE
-
 // c[4 x 16] (row stride ldc) = sum over k in [k0, k1) of a[r][k] b[k][0..16): b row-major (ldb), a row-major (lda)
 // or, with kTransposedA, a stored transposed (a[r][k] at a[k * lda + r]). Eight accumulators stay in registers.
 template <bool kTransposedA>
-DILOCO_INLINE void Kernel4x16(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k0, int64_t k1,
+DILOCO_SIMD_INLINE void Kernel4x16(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k0, int64_t k1,
                               float* c, int64_t ldc) {
   V8 acc[4][2] = {};
   for (int64_t k = k0; k < k1; ++k) {
@@ -37,7 +35,7 @@ DILOCO_INLINE void Kernel4x16(const float* a, int64_t lda, const float* b, int64
 }
 
 // Causal a b^T: s[i][j] = sum_d a[i][d] bt[d][j] for the 4 x 16 blocks that hold some j <= i (rows < T).
-DILOCO_INLINE void CausalProduct(const float* a, const float* bt, int64_t T, int64_t hd, int64_t hdp, int64_t Tp,
+DILOCO_SIMD_INLINE void CausalProduct(const float* a, const float* bt, int64_t T, int64_t hd, int64_t hdp, int64_t Tp,
                                  float* s) {
   for (int64_t r0 = 0; r0 < T; r0 += 4) {
     const int64_t last_column = std::min(r0 + 4, T);
@@ -50,7 +48,7 @@ DILOCO_INLINE void CausalProduct(const float* a, const float* bt, int64_t T, int
 // out[i][0..hd) = sum over k of m[i][k] rows[k][0..hd), four rows i at a time, for a lower-triangular m [Tp][Tp]
 // (k <= i: k in [0, r0 + 4)); with kTransposedM, for m^T where m is lower-triangular (k >= i: k in [r0, T)).
 template <bool kTransposedM>
-DILOCO_INLINE void TriangularTimesRows(const float* m, const float* rows, int64_t T, int64_t hd, int64_t hdp,
+DILOCO_SIMD_INLINE void TriangularTimesRows(const float* m, const float* rows, int64_t T, int64_t hd, int64_t hdp,
                                        int64_t Tp, float* out) {
   for (int64_t r0 = 0; r0 < T; r0 += 4) {
     const int64_t k0 = kTransposedM ? r0 : 0, k1 = kTransposedM ? T : std::min(r0 + 4, T);
@@ -88,7 +86,7 @@ AttentionScratch::AttentionScratch(const HeadShape& shape) {
 
 namespace {
 
-DILOCO_INLINE void ForwardHeadBody(const HeadShape& shape, const float* q, const float* k, const float* v, float* out,
+DILOCO_SIMD_INLINE void ForwardHeadBody(const HeadShape& shape, const float* q, const float* k, const float* v, float* out,
                                    float* probs, AttentionScratch& scratch) {
   const int64_t T = shape.T, hd = shape.head_dim, Tp = Padded(T), hdp = Padded(hd), stride = shape.qkv_stride,
                 out_stride = shape.out_stride;
@@ -127,7 +125,7 @@ DILOCO_INLINE void ForwardHeadBody(const HeadShape& shape, const float* q, const
   StoreRows(O, T, hd, hdp, out_stride, out);
 }
 
-DILOCO_INLINE void BackwardHeadBody(const HeadShape& shape, const float* q, const float* k, const float* v,
+DILOCO_SIMD_INLINE void BackwardHeadBody(const HeadShape& shape, const float* q, const float* k, const float* v,
                                     const float* d_out, const float* probs, float* dq, float* dk, float* dv,
                                     AttentionScratch& scratch) {
   const int64_t T = shape.T, hd = shape.head_dim, Tp = Padded(T), hdp = Padded(hd), stride = shape.qkv_stride,

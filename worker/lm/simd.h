@@ -25,8 +25,8 @@ DILOCO_SIMD_INLINE V8 Splat(float x) { return V8{} + x; }  // a scalar operand i
 DILOCO_SIMD_INLINE float Sum(V8 v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
 
 // exp(x) for x <= 0, Cephes' expf: x = n ln2 + r with |r| <= ln2 / 2, a degree-7 polynomial for e^r, 2^n built in
-// the exponent bits (Cephes gives its relative error as about 1e-7). Inputs below -87 give exp(-87) ~ 1.6e-38
-// instead of something smaller: next to the values these kernels add it to, nothing.
+// the exponent bits (the attention tests hold the softmax built on it to float64 within float rounding). Inputs below
+// -87 give exp(-87) ~ 1.6e-38 instead of something smaller: next to the values these kernels add it to, nothing.
 DILOCO_SIMD_INLINE V8 ExpNonPositive(V8 x) {
   x = x < Splat(-87.0f) ? Splat(-87.0f) : x;
   const V8 magic = Splat(12582912.0f);  // 1.5 x 2^23: adding it rounds to an integer held in the low mantissa bits
