@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "config/config_enums.h"
+
 namespace diloco {
 
 struct RunConfig {
@@ -27,11 +29,11 @@ struct DataConfig {
   std::string text = "tests/data/tinyshakespeare.txt";
   double val_fraction = 0.1;                 // the tail of the text kept for validation
   std::string cache_dir;                     // token shards; default <run.output_dir>/data
-  std::string split = "iid";                 // worker shards: iid (interleaved blocks) | contiguous (one region each)
+  DataSplit split = DataSplit::kIid;               // worker shards: iid (interleaved blocks) | contiguous (one region each)
 };
 
 struct InnerConfig {
-  std::string optimizer = "adamw";
+  InnerOptimizerKind optimizer = InnerOptimizerKind::kAdamW;
   double lr = 2e-3;
   double weight_decay = 0.1;
   double beta1 = 0.9;
@@ -45,14 +47,14 @@ struct InnerConfig {
 };
 
 struct OuterConfig {
-  std::string optimizer = "nesterov";        // nesterov | sgd (sgd with momentum 0 and lr 1 is FedAvg)
+  OuterOptimizerKind optimizer = OuterOptimizerKind::kNesterov;        // nesterov | sgd (sgd with momentum 0 and lr 1 is FedAvg)
   double lr = 0.7;
   double momentum = 0.9;
   int64_t rounds = 20;                       // T: outer rounds (async: outer.rounds x workers.count pushes)
-  std::string mode = "sync";                 // sync | async (each push applied when it arrives)
+  OuterMode mode = OuterMode::kSync;            // sync | async (each push applied when it arrives)
   int64_t delay_n = 0;                       // async Delayed Nesterov: momentum updated every N pushes; 0 = workers.count
   int64_t max_staleness = 16;                // async: pushes computed more than this many versions ago are refused
-  std::string late_policy = "drop";          // a push refused as late: drop (restart from the new global) |
+  LatePolicy late_policy = LatePolicy::kDrop;          // a push refused as late: drop (restart from the new global) |
                                              // reuse_local (keep training from the worker's own parameters)
 };
 
@@ -80,14 +82,14 @@ struct WorkersConfig {
   int64_t cluster_size = 1;                  // processes per worker, data parallel inside (c10d Gloo)
   double cluster_timeout_s = 60;             // rendezvous and collective timeout inside a cluster
   bool check_replicas = false;               // check after every inner step that a cluster's ranks agree (tests)
-  std::string precision = "fp32";           // fp32 | bf16: autocast the inner forward pass to bfloat16 (CUDA or CPU)
+  Precision precision = Precision::kFp32;           // fp32 | bf16: autocast the inner forward pass to bfloat16 (CUDA or CPU)
   double slowdown = 1.0;                     // >= 1: each inner step takes this many times its compute time (tests)
 };
 
 struct CommConfig {
   int64_t chunk_bytes = 1 << 20;             // payload bytes per streamed chunk
-  std::string codec = "fp32";                // pseudo-gradient push: fp32 | bf16 | fp16 | int8 | int4
-  std::string pull_codec = "fp32";           // global parameters pull (lossless fp32 by default)
+  WireCodec codec = WireCodec::kFp32;              // pseudo-gradient push: fp32 | bf16 | fp16 | int8 | int4
+  WireCodec pull_codec = WireCodec::kFp32;           // global parameters pull (lossless fp32 by default)
   bool error_feedback = false;               // worker keeps the quantization residual, adds it next round
   // Streaming DiLoCo (arXiv 2501.18512): the model is split into `fragments` groups of layers (strided), and one
   // fragment syncs every inner.steps / fragments inner steps, so each fragment still syncs every inner.steps.
@@ -96,7 +98,7 @@ struct CommConfig {
   double merge_alpha = 0.5;                  // with overlap: local <- alpha * local + (1 - alpha) * global
   // How pushes travel: grpc (the PushPseudoGradient stream) or tcp (the same messages framed on a plain TCP
   // connection beside gRPC, proto/push_frames.h: fewer copies; plaintext, so not with security.tls_*).
-  std::string transport = "grpc";
+  PushTransport transport = PushTransport::kGrpc;
   int64_t tcp_port = 0;                      // transport tcp: the coordinator's push port (0: any free one)
 };
 
@@ -129,7 +131,7 @@ struct Config {
   // Outer steps of the run: fragment syncs with Streaming DiLoCo; applied pushes in async mode (each worker pushes
   // about outer.rounds times, as many pseudo-gradients as a synchronous run).
   int64_t SyncRounds() const {
-    return outer.mode == "async" ? outer.rounds * workers.count : outer.rounds * comm.fragments;
+    return outer.mode == OuterMode::kAsync ? outer.rounds * workers.count : outer.rounds * comm.fragments;
   }
   int64_t StepsPerSync() const { return inner.steps / comm.fragments; }
   std::string CheckpointDir() const {

@@ -27,6 +27,11 @@ struct Field {
   std::function<std::string(const Config&)> get;
 };
 
+template <typename T, typename = void>
+struct IsConfigEnum : std::false_type {};
+template <typename T>
+struct IsConfigEnum<T, std::void_t<decltype(EnumNames<T>::kNames)>> : std::true_type {};
+
 template <typename T>
 const char* TypeName() {
   if constexpr (std::is_same_v<T, bool>) return "true or false";
@@ -39,7 +44,8 @@ template <typename T>
 std::string Show(const T& v) {
   if constexpr (std::is_same_v<T, std::string>) return v.empty() ? "\"\"" : v;
   if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
-  if constexpr (!std::is_same_v<T, std::string> && !std::is_same_v<T, bool>) {
+  if constexpr (IsConfigEnum<T>::value) return std::string(EnumName(v));
+  if constexpr (!std::is_same_v<T, std::string> && !std::is_same_v<T, bool> && !IsConfigEnum<T>::value) {
     std::ostringstream os;
     os << v;
     return os.str();
@@ -58,9 +64,16 @@ Field MakeField(std::string key, Section Config::*section, T Section::*member) {
       }
     }
     T value{};
-    if (!n.IsScalar() || !YAML::convert<T>::decode(n, value)) {
-      std::string got = n.IsScalar() ? absl::StrCat("'", n.Scalar(), "'") : "a list or map";
-      return absl::InvalidArgumentError(absl::StrCat(key, ": expected ", TypeName<T>(), ", got ", got));
+    if constexpr (IsConfigEnum<T>::value) {
+      if (!n.IsScalar() || !EnumFromName(n.Scalar(), &value)) {
+        std::string got = n.IsScalar() ? absl::StrCat("'", n.Scalar(), "'") : "a list or map";
+        return absl::InvalidArgumentError(absl::StrCat(key, ": expected ", EnumChoices<T>(), ", got ", got));
+      }
+    } else {
+      if (!n.IsScalar() || !YAML::convert<T>::decode(n, value)) {
+        std::string got = n.IsScalar() ? absl::StrCat("'", n.Scalar(), "'") : "a list or map";
+        return absl::InvalidArgumentError(absl::StrCat(key, ": expected ", TypeName<T>(), ", got ", got));
+      }
     }
     (c.*section).*member = value;
     return absl::OkStatus();
@@ -323,40 +336,20 @@ absl::Status ValidateConfig(const Config& c) {
     return absl::InvalidArgumentError(
         absl::StrCat("data.val_fraction: must be between 0 and 1 (exclusive), got ", c.data.val_fraction));
   }
-  if (c.data.split != "iid" && c.data.split != "contiguous") {
-    return absl::InvalidArgumentError(absl::StrCat("data.split: expected 'iid' or 'contiguous', got '", c.data.split, "'"));
-  }
-  if (c.inner.optimizer != "adamw") {
-    return absl::InvalidArgumentError(absl::StrCat("inner.optimizer: only 'adamw' is supported, got '",
-                                                   c.inner.optimizer, "'"));
-  }
-  if (c.outer.optimizer != "nesterov" && c.outer.optimizer != "sgd") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("outer.optimizer: expected 'nesterov' or 'sgd', got '", c.outer.optimizer, "'"));
-  }
-  for (auto [key, v] : std::vector<std::pair<const char*, std::string>>{{"comm.codec", c.comm.codec},
-                                                                       {"comm.pull_codec", c.comm.pull_codec}}) {
-    if (v != "fp32" && v != "bf16" && v != "fp16" && v != "int8" && v != "int4") {
-      return absl::InvalidArgumentError(
-          absl::StrCat(key, ": expected fp32, bf16, fp16, int8 or int4, got '", v, "'"));
-    }
-  }
-  if (c.comm.transport != "grpc" && c.comm.transport != "tcp") {
-    return absl::InvalidArgumentError(absl::StrCat("comm.transport: expected 'grpc' or 'tcp', got '",
-                                                   c.comm.transport, "'"));
-  }
+
+
+
+
+
   if (c.comm.tcp_port < 0 || c.comm.tcp_port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("comm.tcp_port: must be in [0, 65535], got ", c.comm.tcp_port));
   }
-  if (c.comm.transport == "tcp" && (!c.security.tls_cert.empty() || !c.security.tls_ca.empty())) {
+  if (c.comm.transport == PushTransport::kTcp && (!c.security.tls_cert.empty() || !c.security.tls_ca.empty())) {
     return absl::InvalidArgumentError(
         "comm.transport: 'tcp' sends pseudo-gradients unencrypted; it cannot be combined with security.tls_* "
         "(use 'grpc')");
   }
-  if (c.outer.late_policy != "drop" && c.outer.late_policy != "reuse_local") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("outer.late_policy: expected 'drop' or 'reuse_local', got '", c.outer.late_policy, "'"));
-  }
+
   if (c.outer.momentum < 0 || c.outer.momentum >= 1) {
     return absl::InvalidArgumentError(absl::StrCat("outer.momentum: must be in [0, 1), got ", c.outer.momentum));
   }
@@ -395,23 +388,18 @@ absl::Status ValidateConfig(const Config& c) {
   if (!(c.comm.merge_alpha >= 0 && c.comm.merge_alpha <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat("comm.merge_alpha: must be in [0, 1], got ", c.comm.merge_alpha));
   }
-  if (c.outer.mode != "sync" && c.outer.mode != "async") {
-    return absl::InvalidArgumentError(absl::StrCat("outer.mode: expected 'sync' or 'async', got '", c.outer.mode, "'"));
-  }
+
   if (c.outer.delay_n < 0 || c.outer.max_staleness < 0) {
     return absl::InvalidArgumentError(absl::StrCat("outer.delay_n and outer.max_staleness: must be >= 0, got ",
                                                    c.outer.delay_n, " and ", c.outer.max_staleness));
   }
-  if (c.workers.precision != "fp32" && c.workers.precision != "bf16") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("workers.precision: expected 'fp32' or 'bf16', got '", c.workers.precision, "'"));
-  }
+
   if (!(c.workers.slowdown >= 1)) {
     return absl::InvalidArgumentError(absl::StrCat("workers.slowdown: must be >= 1, got ", c.workers.slowdown));
   }
-  if ((c.outer.mode == "async" || c.inner.adaptive_steps) && (c.comm.fragments != 1 || c.comm.overlap_steps != 0)) {
+  if ((c.outer.mode == OuterMode::kAsync || c.inner.adaptive_steps) && (c.comm.fragments != 1 || c.comm.overlap_steps != 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        c.outer.mode == "async" ? "outer.mode async" : "inner.adaptive_steps",
+        c.outer.mode == OuterMode::kAsync ? "outer.mode async" : "inner.adaptive_steps",
         " needs comm.fragments 1 and comm.overlap_steps 0 (Streaming DiLoCo rounds are fixed fragments of H)"));
   }
   if (absl::Status s = ValidateSecurity(c.security); !s.ok()) return s;

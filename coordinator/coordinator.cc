@@ -12,7 +12,7 @@
 #include "coordinator/inner_steps.h"
 #include "proto/status_json.h"
 #include "worker/lm/evaluate.h"
-#include "worker/lm/fragments.h"
+#include "proto/fragment_plan.h"
 #include "worker/lm/token_data.h"
 #include "worker/lm/transformer.h"
 
@@ -62,7 +62,7 @@ std::string ModelMismatch(const ModelSpec& w, const ModelConfig& c) {
 CoordinatorCore::CoordinatorCore(const Config& config, Clock clock)
     : config_(config),
       clock_(clock ? std::move(clock) : Clock(SteadySeconds)),
-      outer_(OuterOptimizer::KindFromName(config.outer.optimizer), config.outer.lr, config.outer.momentum),
+      outer_(config.outer.optimizer, config.outer.lr, config.outer.momentum),
       accumulator_({}),
       membership_(static_cast<int>(config.workers.count)) {}
 
@@ -79,8 +79,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const C
   c->num_params_ = TotalElements(c->specs_);
   std::vector<std::string> names;
   for (const TensorSpec& spec : c->specs_) names.push_back(spec.name);
-  c->fragment_members_ = FragmentMembers(AssignFragments(names, config.comm.fragments), config.comm.fragments);
-  for (const auto& members : c->fragment_members_) {
+  c->fragment_plan_ = FragmentPlan(names, config.comm.fragments);
+  for (int f = 0; f < c->fragment_plan_.fragments(); ++f) {
+    const std::vector<size_t>& members = c->fragment_plan_.members(f);
     std::vector<TensorSpec> specs;
     for (size_t i : members) specs.push_back(c->specs_[i]);
     c->fragment_specs_.push_back(std::move(specs));
@@ -98,7 +99,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const C
     spdlog::info("theta_0 from {} (a round-{} checkpoint)", config.model.init_from, ckpt->round);
   }
   c->accumulator_ = RoundAccumulator(c->specs_);
-  if (config.outer.mode == "async" && config.outer.optimizer == "nesterov") {
+  if (config.outer.mode == OuterMode::kAsync && config.outer.optimizer == OuterOptimizerKind::kNesterov) {
     const int64_t n = config.outer.delay_n > 0 ? config.outer.delay_n : config.workers.count;
     c->dn_ = std::make_unique<DelayedNesterov>(config.outer.lr, config.outer.momentum, n);
     spdlog::info("asynchronous rounds: Delayed Nesterov, momentum every {} pushes; max staleness {} versions", n,
@@ -516,7 +517,7 @@ void CoordinatorCore::FinishClose(ClosingRound closing, const std::string& reaso
   std::vector<at::Tensor> theta;
   for (const auto& [name, p] : base->params) theta.push_back(p);
   const std::vector<size_t>* only =
-      fragments() > 1 ? &fragment_members_[static_cast<size_t>(base->round % fragments())] : nullptr;
+      fragments() > 1 ? &fragment_plan_.members(fragment_plan_.FragmentOfRound(base->round)) : nullptr;
   std::vector<at::Tensor> next =
       dn_ ? dn_->Step(theta, delta) : outer_.Step(theta, delta, std::move(closing.recycle), only);
   auto snapshot = std::make_shared<ParamSnapshot>();

@@ -42,6 +42,7 @@
 #include "coordinator/round_accumulator.h"
 #include "coordinator/round_policy.h"
 #include "proto/diloco.pb.h"
+#include "proto/fragment_plan.h"
 #include "proto/tensor_spec.h"
 
 namespace diloco {
@@ -111,8 +112,8 @@ class CoordinatorCore {
   StatusReply Status() const;
   const std::vector<TensorSpec>& specs() const { return specs_; }
   // Streaming DiLoCo: comm.fragments, and for fragment f the positions of its tensors in specs() and their specs.
-  int fragments() const { return static_cast<int>(fragment_members_.size()); }
-  const std::vector<size_t>& fragment_members(int f) const { return fragment_members_.at(static_cast<size_t>(f)); }
+  int fragments() const { return fragment_plan_.fragments(); }
+  const std::vector<size_t>& fragment_members(int f) const { return fragment_plan_.members(f); }
   const std::vector<TensorSpec>& fragment_specs(int f) const { return fragment_specs_.at(static_cast<size_t>(f)); }
   const std::string& fingerprint() const { return fingerprint_; }
 
@@ -154,14 +155,14 @@ class CoordinatorCore {
   const Config config_;
   const Clock clock_;
   std::vector<TensorSpec> specs_;
-  std::vector<std::vector<size_t>> fragment_members_;
+  FragmentPlan fragment_plan_;
   std::vector<std::vector<TensorSpec>> fragment_specs_;
   std::string fingerprint_;
   int64_t num_params_ = 0;
   std::unique_ptr<Evaluator> evaluator_;  // round thread only
   OuterOptimizer outer_;                   // round thread only
   std::unique_ptr<DelayedNesterov> dn_;    // outer.mode async with outer.optimizer nesterov; round thread only
-  bool async() const { return config_.outer.mode == "async"; }
+  bool async() const { return config_.outer.mode == OuterMode::kAsync; }
 
   std::mutex checkpoint_mu_;  // one checkpoint write at a time (round thread and operator requests)
   std::atomic<int> push_port_{0};

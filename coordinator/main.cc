@@ -20,7 +20,7 @@
 #include "config/text_file.h"
 #include "coordinator/service.h"
 #include "coordinator/tcp_push_listener.h"
-#include "worker/lm/threads.h"
+#include "proto/compute_threads.h"
 #include "proto/transport_security.h"
 #include "proto/codec.h"
 
@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
   }
 
   diloco::CoordinatorService service(core->get(), config->comm.chunk_bytes,
-                                     diloco::CodecFromName(config->comm.pull_codec).value(), security->token);
+                                     diloco::CodecOf(config->comm.pull_codec), security->token);
   // Standard grpc.health.v1.Health (SERVING while the run goes on) and server reflection (for grpcurl and the like).
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
   // is listening before the first Join can come.
   const std::string host = config->coordinator.listen.substr(0, config->coordinator.listen.rfind(':'));
   std::unique_ptr<diloco::TcpPushListener> push_listener;
-  if (config->comm.transport == "tcp") {
+  if (config->comm.transport == PushTransport::kTcp) {
     push_listener = std::make_unique<diloco::TcpPushListener>(
         core->get(), security->token, static_cast<uint64_t>(config->comm.chunk_bytes) + (1 << 20));
     auto push_port = push_listener->Start(host, static_cast<int>(config->comm.tcp_port));

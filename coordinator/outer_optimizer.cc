@@ -7,8 +7,8 @@
 namespace diloco {
 
 OuterOptimizer::Kind OuterOptimizer::KindFromName(const std::string& name) {
-  if (name == "nesterov") return Kind::kNesterov;
-  if (name == "sgd") return Kind::kSgd;
+  Kind kind;
+  if (EnumFromName(name, &kind)) return kind;
   throw std::invalid_argument("unknown outer optimizer '" + name + "'");
 }
 

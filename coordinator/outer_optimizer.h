@@ -13,12 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "config/config_enums.h"
+
 namespace diloco {
 
 class OuterOptimizer {
  public:
-  enum class Kind { kNesterov, kSgd };
-  static Kind KindFromName(const std::string& name);  // "nesterov" | "sgd"
+  using Kind = OuterOptimizerKind;                    // outer.optimizer
+  static Kind KindFromName(const std::string& name);  // "nesterov" | "sgd"; std::invalid_argument otherwise
 
   OuterOptimizer(Kind kind, double lr, double momentum);
 

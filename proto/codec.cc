@@ -26,6 +26,17 @@ absl::StatusOr<Codec> CodecFromName(const std::string& name) {
   return absl::InvalidArgumentError(absl::StrCat("codec '", name, "': expected fp32, bf16, fp16, int8 or int4"));
 }
 
+Codec CodecOf(WireCodec codec) {
+  switch (codec) {
+    case WireCodec::kFp32: return CODEC_RAW;
+    case WireCodec::kBf16: return CODEC_BF16;
+    case WireCodec::kFp16: return CODEC_FP16;
+    case WireCodec::kInt8: return CODEC_INT8;
+    case WireCodec::kInt4: return CODEC_INT4;
+  }
+  return CODEC_RAW;
+}
+
 const char* CodecName(Codec codec) {
   switch (codec) {
     case CODEC_RAW: return "fp32";

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "config/config_enums.h"
 #include "proto/diloco.pb.h"
 
 namespace diloco {
@@ -19,6 +20,8 @@ namespace diloco {
 // "fp32" | "bf16" | "fp16" | "int8" | "int4" -> Codec; InvalidArgument names the accepted values.
 absl::StatusOr<Codec> CodecFromName(const std::string& name);
 const char* CodecName(Codec codec);
+// The wire codec of a config value (comm.codec, comm.pull_codec).
+Codec CodecOf(WireCodec codec);
 
 // Bytes that `count` elements take on the wire with `codec` (element_size is the tensor dtype's, for fp32/raw).
 int64_t EncodedBytes(Codec codec, int64_t count, int64_t element_size);

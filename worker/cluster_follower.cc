@@ -2,7 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "worker/lm/fragments.h"
+#include "proto/fragment_plan.h"
 #include "worker/trainer.h"
 
 namespace diloco {
@@ -32,7 +32,7 @@ int RunClusterFollower(const Config& config, const TokenCache& cache, const Work
     NamedTensors theta = t.MakeParameterBuffers();
     std::vector<std::string> names;
     for (const auto& [name, p] : theta) names.push_back(name);
-    const auto members = FragmentMembers(AssignFragments(names, config.comm.fragments), config.comm.fragments);
+    const FragmentPlan plan(names, config.comm.fragments);
     spdlog::info("rank {} of {} of worker {}: shard {}/{} part {}", options.rank, cluster.size(), options.id,
                  shard.a, shard.b, shard.a * cluster.size() + options.rank);
     while (true) {
@@ -48,7 +48,7 @@ int RunClusterFollower(const Config& config, const TokenCache& cache, const Work
           break;
         }
       } else if (c.kind == ClusterCommand::kMerge) {
-        const auto& which = members.at(static_cast<size_t>(c.a));
+        const auto& which = plan.members(static_cast<int>(c.a));
         NamedTensors fragment;
         std::vector<torch::Tensor> tensors;
         for (size_t i : which) {

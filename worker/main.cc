@@ -12,7 +12,7 @@
 #include "config/data_cache.h"
 #include "config/subprocess.h"
 #include "worker/data_parallel.h"
-#include "worker/lm/threads.h"
+#include "proto/compute_threads.h"
 #include "worker/worker_loop.h"
 
 namespace {

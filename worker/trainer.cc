@@ -74,7 +74,7 @@ absl::StatusOr<std::unique_ptr<InnerTrainer>> InnerTrainer::ForShard(const Confi
   auto train = TokenData::Load(train_path, config.model.seq_len);
   if (!train.ok()) return train.status();
   const int part = shard_index * cluster_size + rank;  // with one rank: the worker's shard itself
-  absl::Status s = train->SelectShard(part, shard_count * cluster_size, config.data.split == "contiguous");
+  absl::Status s = train->SelectShard(part, shard_count * cluster_size, config.data.split == DataSplit::kContiguous);
   if (!s.ok()) return s;
   const uint64_t seed = static_cast<uint64_t>(config.run.seed) * 1000003ULL + static_cast<uint64_t>(part) + 1;
   return std::make_unique<InnerTrainer>(config, std::move(*train), torch::Device(config.workers.device), seed);
@@ -107,7 +107,7 @@ StepStats InnerTrainer::TrainSteps(int64_t first_step, int64_t n, const std::ato
     optimizer_->ZeroGrad();
     torch::Tensor loss;
     {
-      AutocastScope autocast(config_.workers.precision == "bf16", device_);
+      AutocastScope autocast(config_.workers.precision == Precision::kBf16, device_);
       loss = model_->Loss(batch.inputs.to(device_), batch.targets.to(device_));
     }
     loss.backward();

@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "proto/tensor_spec.h"
 #include "proto/transport_security.h"
-#include "worker/lm/fragments.h"
+#include "proto/fragment_plan.h"
 #include "worker/client.h"
 #include "worker/cluster.h"
 #include "worker/cluster_follower.h"
@@ -188,7 +188,7 @@ bool Worker::PushUntilCounted(int64_t round, const RoundResult& result) {
         need_push = false;
         backoff_.Reset();
       } else if (pushed.status().code() == absl::StatusCode::kFailedPrecondition) {
-        keep_local_ = config_.outer.late_policy == "reuse_local";
+        keep_local_ = config_.outer.late_policy == LatePolicy::kReuseLocal;
         spdlog::warn("round {}: push not counted ({}); {}", round + 1, std::string(pushed.status().message()),
                      keep_local_ ? "continuing from local parameters (late_policy reuse_local)"
                                  : "restarting from the new global parameters");
@@ -235,7 +235,7 @@ bool Worker::PushUntilCounted(int64_t round, const RoundResult& result) {
     }
     if (beat->drain()) drain_ = quit_ = true;
     if (beat->run_complete()) return true;
-    if (config_.outer.mode == "async") {  // our push is applied once it is no longer pending (others' may be too)
+    if (config_.outer.mode == OuterMode::kAsync) {  // our push is applied once it is no longer pending (others' may be too)
       if (beat->pushed()) continue;
       if (beat->round() > round) return true;
     } else if (beat->round() > round) {
@@ -282,7 +282,7 @@ int Worker::Run(const TokenCache& cache) {
   TransformerLM probe = MakeTransformerLM(config_.model, config_.run.seed);
   const NamedTensors probe_params = NamedParameters(*probe);
   const std::string fingerprint = Fingerprint(SpecsOf(probe_params));
-  const Codec codec = CodecFromName(config_.comm.codec).value();  // validated with the config
+  const Codec codec = CodecOf(config_.comm.codec);
   const SecurityConfig& sec = config_.security;
   auto security = LoadTransportSecurity({sec.tls_cert, sec.tls_key, sec.tls_ca, sec.token_file, sec.server_name});
   if (!security.ok()) {
@@ -298,7 +298,7 @@ int Worker::Run(const TokenCache& cache) {
   const int64_t tau = config_.comm.overlap_steps;
   std::vector<std::string> names;
   for (const auto& [name, p] : probe_params) names.push_back(name);
-  const std::vector<std::vector<size_t>> members = FragmentMembers(AssignFragments(names, P), P);
+  const FragmentPlan plan(names, P);
   std::vector<std::unique_ptr<ErrorFeedback>> error_feedback(static_cast<size_t>(P));
   if (config_.comm.error_feedback && codec != CODEC_RAW) {
     for (auto& ef : error_feedback) ef = std::make_unique<ErrorFeedback>(codec, config_.comm.chunk_bytes);
@@ -334,7 +334,7 @@ int Worker::Run(const TokenCache& cache) {
   NamedTensors theta = trainer_->MakeParameterBuffers();
   std::vector<NamedTensors> fragment_theta(static_cast<size_t>(P));
   for (int p = 0; p < P; ++p) {
-    for (size_t i : members[static_cast<size_t>(p)]) fragment_theta[static_cast<size_t>(p)].push_back(theta[i]);
+    for (size_t i : plan.members(p)) fragment_theta[static_cast<size_t>(p)].push_back(theta[i]);
   }
   std::thread heartbeat([this] { HeartbeatLoop(); });
   const double started = Now();
@@ -378,7 +378,7 @@ int Worker::Run(const TokenCache& cache) {
     RoundResult result;
     result.fragment = f;
     result.pseudo_gradient = trainer_->PseudoGradient(fragment_theta[static_cast<size_t>(f)],
-                                                      members[static_cast<size_t>(f)]);
+                                                      plan.members(f));
     result.tokens = stats.tokens * cluster_size;  // every rank trained on as many tokens
     result.steps = stats.steps;
     result.first_loss = stats.first_loss;
@@ -423,7 +423,7 @@ int Worker::Run(const TokenCache& cache) {
       keep_local_ = false;
     } else {
       const double alpha = tau > 0 ? config_.comm.merge_alpha : 0.0;
-      trainer_->Merge(incoming, members[static_cast<size_t>(f)], alpha);
+      trainer_->Merge(incoming, plan.members(f), alpha);
       if (cluster_) {
         cluster_->SendCommand({ClusterCommand::kMerge, f, 0, alpha});
         std::vector<torch::Tensor> tensors;

@@ -17,7 +17,7 @@
 #include "proto/codec.h"
 #include "proto/tensor_spec.h"
 #include "worker/client.h"
-#include "worker/lm/fragments.h"
+#include "proto/fragment_plan.h"
 #include "worker/lm/transformer.h"
 
 namespace {
@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
   diloco::TransformerLM model = diloco::MakeTransformerLM(config->model, 0);
   const auto params = diloco::NamedParameters(*model);
   const std::string fingerprint = diloco::Fingerprint(diloco::SpecsOf(params));
-  const diloco::Codec codec = diloco::CodecFromName(config->comm.codec).value();
+  const diloco::Codec codec = diloco::CodecOf(config->comm.codec);
   diloco::ModelSpec spec;
   spec.set_vocab_size(config->model.vocab_size);
   spec.set_seq_len(config->model.seq_len);
@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
       if (!client.Join(spec, 1, "cpu", -1, P).ok()) failed = true;
       std::vector<std::string> names;
       for (const auto& [name, p] : params) names.push_back(name);
-      const auto members = diloco::FragmentMembers(diloco::AssignFragments(names, P), P);
+      const diloco::FragmentPlan plan(names, P);
       std::vector<diloco::RoundResult> results(static_cast<size_t>(P));  // one per fragment
       for (int f = 0; f < P; ++f) {
         diloco::RoundResult& result = results[static_cast<size_t>(f)];
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
         result.tokens = 1000;
         result.steps = config->StepsPerSync();
         result.seconds = 1;
-        for (size_t i : members[static_cast<size_t>(f)]) {
+        for (size_t i : plan.members(static_cast<int>(f))) {
           result.pseudo_gradient.emplace_back(params[i].first, torch::randn_like(params[i].second) * 1e-3);
         }
       }
@@ -109,9 +109,9 @@ int main(int argc, char** argv) {
   const double per_round = static_cast<double>(bytes) / rounds;
   nlohmann::json out = {{"workers", workers},
                         {"rounds", rounds},
-                        {"codec", config->comm.codec},
+                        {"codec", std::string(diloco::EnumName(config->comm.codec))},
                         {"fragments", config->comm.fragments},
-                        {"transport", config->comm.transport},
+                        {"transport", std::string(diloco::EnumName(config->comm.transport))},
                         {"params", diloco::TotalElements(diloco::SpecsOf(params))},
                         {"bytes_per_round", per_round},
                         {"bytes_per_round_per_worker", per_round / workers},

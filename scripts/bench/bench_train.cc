@@ -22,7 +22,7 @@
 #include "config/subprocess.h"
 #include "coordinator/outer_optimizer.h"
 #include "worker/lm/kernel_dispatch.h"
-#include "worker/lm/threads.h"
+#include "proto/compute_threads.h"
 #include "worker/trainer.h"
 
 namespace {

@@ -24,7 +24,7 @@ TEST(ConfigLoaderTest, EmptyDocumentGivesDefaults) {
   EXPECT_EQ(c->inner.warmup_steps, 50);
   EXPECT_DOUBLE_EQ(c->inner.min_lr_ratio, 0.1);
   EXPECT_EQ(c->inner.steps, 50);
-  EXPECT_EQ(c->outer.optimizer, "nesterov");
+  EXPECT_EQ(c->outer.optimizer, OuterOptimizerKind::kNesterov);
   EXPECT_DOUBLE_EQ(c->outer.lr, 0.7);
   EXPECT_DOUBLE_EQ(c->outer.momentum, 0.9);
   EXPECT_EQ(c->outer.rounds, 20);
@@ -42,7 +42,7 @@ TEST(ConfigLoaderTest, ValuesFromYaml) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_DOUBLE_EQ(c->inner.lr, 0.01);
   EXPECT_EQ(c->inner.steps, 7);
-  EXPECT_EQ(c->outer.optimizer, "sgd");
+  EXPECT_EQ(c->outer.optimizer, OuterOptimizerKind::kSgd);
   EXPECT_EQ(c->outer.momentum, 0);
   EXPECT_EQ(c->CacheDir(), "/tmp/x");
   EXPECT_EQ(c->inner.batch_size, 16) << "keys not in the file keep their defaults";

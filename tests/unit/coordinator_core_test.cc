@@ -566,7 +566,7 @@ TEST_F(CoordinatorCoreTest, FragmentRoundsStepOnlyTheirFragment) {
 // version is current; a push computed more than outer.max_staleness versions ago is refused with a reason, and a
 // refused push changes nothing.
 TEST_F(CoordinatorCoreTest, AsyncAppliesEachPushWithDelayedNesterovAndRefusesStalePushes) {
-  config_.outer.mode = "async";
+  config_.outer.mode = OuterMode::kAsync;
   config_.outer.delay_n = 2;
   config_.outer.max_staleness = 1;
   config_.workers.count = 2;

@@ -80,7 +80,7 @@ TEST(LrScheduleTest, ScheduleStartFollowsGlobalProgress) {
   config.comm.fragments = 2;  // Streaming DiLoCo: a round is one fragment's sync, every H / 2 steps
   EXPECT_EQ(ScheduleStart(config, 3, 0), 75);
   config.comm.fragments = 1;
-  config.outer.mode = "async";
+  config.outer.mode = OuterMode::kAsync;
   EXPECT_EQ(ScheduleStart(config, 0, 0), 0);
   EXPECT_EQ(ScheduleStart(config, 6, 0), 150) << "version 6 of 20 pushes = 3 sync rounds of 50 steps";
   EXPECT_EQ(ScheduleStart(config, 19, 0), 475) << "the last push of the run starts near the end of the cosine";

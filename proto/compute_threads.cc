@@ -1,4 +1,4 @@
-#include "worker/lm/threads.h"
+#include "proto/compute_threads.h"
 
 #include <ATen/Parallel.h>
 #include <dlfcn.h>

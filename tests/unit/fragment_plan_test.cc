@@ -1,5 +1,5 @@
-// Streaming DiLoCo's fragments (worker/lm/fragments.h) on the real model's parameter names.
-#include "worker/lm/fragments.h"
+// Streaming DiLoCo's fragments (proto/fragment_plan.h) on the real model's parameter names.
+#include "proto/fragment_plan.h"
 
 #include <gtest/gtest.h>
 

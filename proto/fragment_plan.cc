@@ -1,4 +1,4 @@
-#include "worker/lm/fragments.h"
+#include "proto/fragment_plan.h"
 
 #include <cstdlib>
 #include <stdexcept>
@@ -39,5 +39,8 @@ std::vector<std::vector<size_t>> FragmentMembers(const std::vector<int>& assignm
   for (size_t i = 0; i < assignment.size(); ++i) out.at(static_cast<size_t>(assignment[i])).push_back(i);
   return out;
 }
+
+FragmentPlan::FragmentPlan(const std::vector<std::string>& names, int64_t fragments)
+    : members_(FragmentMembers(AssignFragments(names, fragments), fragments)) {}
 
 }  // namespace diloco
