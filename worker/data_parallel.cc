@@ -52,114 +52,176 @@ void WriteSummary(const Config& config, int ranks, int64_t params, int64_t round
   if (!written.ok()) spdlog::error("{}", std::string(written.message()));
 }
 
-}  // namespace
+// One rank of the data-parallel baseline: set up (checks, trainer, validation split, cluster), train the rounds
+// (rank 0 evaluates and writes the summary), report. Lives for one RunDataParallel call; one thread.
+class DataParallelRun {
+ public:
+  DataParallelRun(const Config& config, const WorkerOptions& options, const std::atomic<bool>& stop)
+      : config_(config),
+        options_(options),
+        stop_(stop),
+        cluster_size_(static_cast<int>(config.workers.cluster_size)),
+        ranks_(static_cast<int>(config.workers.count) * cluster_size_),
+        start_(std::chrono::steady_clock::now()) {}
 
-int RunDataParallel(const Config& config, const TokenCache& cache, const WorkerOptions& options,
-                    const std::atomic<bool>& stop) {
-  if (!config.model.init_from.empty()) {
+  // Returns a WorkerExit code on failure, -1 when ready to train.
+  int SetUp(const TokenCache& cache);
+  int TrainRounds();
+  void Report() const;
+
+ private:
+  int CheckOptions() const;
+  void HookCluster();
+  void Evaluate(int64_t round);
+  double Seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+  const Config& config_;
+  const WorkerOptions& options_;
+  const std::atomic<bool>& stop_;
+  const int cluster_size_;
+  const int ranks_;
+  const std::chrono::steady_clock::time_point start_;
+  std::unique_ptr<InnerTrainer> trainer_;
+  std::optional<TokenData> val_;  // rank 0 only
+  std::unique_ptr<WorkerCluster> cluster_;
+  std::optional<TransformerLM> eval_model_;
+  int64_t params_ = 0;
+  int64_t bytes_per_step_ = 0;  // all ranks, ring all-reduce of fp32 gradients
+  int64_t tokens_ = 0;
+  int64_t rounds_done_ = 0;
+  int64_t replica_checks_ = 0;
+  double train_seconds_ = 0;
+  std::vector<DdpEval> evals_;
+};
+
+int DataParallelRun::CheckOptions() const {
+  if (!config_.model.init_from.empty()) {
     spdlog::error("model.init_from: not supported with --mode ddp (the baseline starts from model: and run.seed)");
     return kWorkerConfigError;
   }
-  const int cs = static_cast<int>(config.workers.cluster_size);
-  const int ranks = static_cast<int>(config.workers.count) * cs;
-  if (options.rank < 0 || options.rank >= ranks) {
-    spdlog::error("--rank {}: must be in [0, workers.count x workers.cluster_size = {})", options.rank, ranks);
+  if (options_.rank < 0 || options_.rank >= ranks_) {
+    spdlog::error("--rank {}: must be in [0, workers.count x workers.cluster_size = {})", options_.rank, ranks_);
     return kWorkerConfigError;
   }
-  if (options.cluster_store.empty()) {
+  if (options_.cluster_store.empty()) {
     spdlog::error("--mode ddp: pass --rank and --cluster-store HOST:PORT (rank 0 hosts the store)");
     return kWorkerConfigError;
   }
+  return -1;
+}
+
+int DataParallelRun::SetUp(const TokenCache& cache) {
+  if (int code = CheckOptions(); code >= 0) return code;
   // Rank g reads what rank g % cs of DiLoCo worker g / cs reads.
-  auto trainer = InnerTrainer::ForShard(config, cache.train_path(), options.rank / cs,
-                                        static_cast<int>(config.workers.count), options.rank % cs, cs);
+  auto trainer = InnerTrainer::ForShard(config_, cache.train_path(), options_.rank / cluster_size_,
+                                        static_cast<int>(config_.workers.count), options_.rank % cluster_size_,
+                                        cluster_size_);
   if (!trainer.ok()) {
     spdlog::error("{}", std::string(trainer.status().message()));
     return kWorkerConfigError;
   }
-  std::optional<TokenData> val;
-  if (options.rank == 0) {
-    auto loaded = TokenData::Load(cache.val_path(), config.model.seq_len);
+  trainer_ = std::move(*trainer);
+  if (options_.rank == 0) {
+    auto loaded = TokenData::Load(cache.val_path(), config_.model.seq_len);
     if (!loaded.ok()) {
       spdlog::error("{}", std::string(loaded.status().message()));
       return kWorkerConfigError;
     }
-    val = std::move(*loaded);
+    val_ = std::move(*loaded);
   }
-  auto connected = WorkerCluster::Connect(options.rank, ranks, options.cluster_store, config.workers.cluster_timeout_s,
-                                          options.cluster_bind);
+  auto connected = WorkerCluster::Connect(options_.rank, ranks_, options_.cluster_store,
+                                          config_.workers.cluster_timeout_s, options_.cluster_bind);
   if (!connected.ok()) {
     spdlog::error("{}", std::string(connected.status().message()));
     return kWorkerClusterFailed;
   }
-  WorkerCluster& cluster = **connected;
-  InnerTrainer& t = **trainer;
-  t.set_gradient_hook([&](const std::vector<torch::Tensor>& params, bool want_stop) {
-    return cluster.AverageGradients(params, want_stop);
+  cluster_ = std::move(*connected);
+  HookCluster();
+  for (const auto& p : trainer_->model()->parameters()) params_ += p.numel();
+  bytes_per_step_ = ranks_ > 1 ? 2 * (ranks_ - 1) * 4 * params_ : 0;
+  eval_model_ = MakeTransformerLM(config_.model, config_.run.seed);
+  return -1;
+}
+
+void DataParallelRun::HookCluster() {
+  trainer_->set_gradient_hook([this](const std::vector<torch::Tensor>& params, bool want_stop) {
+    return cluster_->AverageGradients(params, want_stop);
   });
-  int64_t replica_checks = 0;
-  if (config.workers.check_replicas) {
-    t.set_step_hook([&](const std::vector<torch::Tensor>& params, int64_t step) {
-      cluster.CheckReplicas(params, step);
-      ++replica_checks;
+  if (config_.workers.check_replicas) {
+    trainer_->set_step_hook([this](const std::vector<torch::Tensor>& params, int64_t step) {
+      cluster_->CheckReplicas(params, step);
+      ++replica_checks_;
     });
   }
-  int64_t params = 0;
-  for (const auto& p : t.model()->parameters()) params += p.numel();
-  const int64_t bytes_per_step = ranks > 1 ? 2 * (ranks - 1) * 4 * params : 0;  // all ranks, ring all-reduce
-  TransformerLM eval_model = MakeTransformerLM(config.model, config.run.seed);
-  const auto start = std::chrono::steady_clock::now();
-  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-  std::vector<DdpEval> evals;
-  int64_t tokens = 0;
-  auto evaluate = [&](int64_t round) {
-    LoadParameters(*eval_model, NamedParameters(*t.model()));
-    const int64_t step = round * config.inner.steps;
-    evals.push_back({round, step, EvaluateLoss(eval_model, *val, config.coordinator.eval_batches,
-                                               config.inner.batch_size),
-                     tokens, step * bytes_per_step, seconds()});
-    spdlog::info("step {}/{} (round {}): val_loss {:.4f}, {} tokens, {} bytes all-reduced", step,
-                 config.outer.rounds * config.inner.steps, round, evals.back().val_loss, tokens, step * bytes_per_step);
-  };
-  const int64_t eval_every = config.coordinator.eval_every;
-  if (options.rank == 0) {
-    spdlog::info("data parallel: {} ranks, batch {} each, {} steps, {} params", ranks, config.inner.batch_size,
-                 config.outer.rounds * config.inner.steps, params);
-    if (eval_every > 0) evaluate(0);
+}
+
+void DataParallelRun::Evaluate(int64_t round) {
+  LoadParameters(**eval_model_, NamedParameters(*trainer_->model()));
+  const int64_t step = round * config_.inner.steps;
+  evals_.push_back({round, step,
+                    EvaluateLoss(*eval_model_, *val_, config_.coordinator.eval_batches, config_.inner.batch_size),
+                    tokens_, step * bytes_per_step_, Seconds()});
+  spdlog::info("step {}/{} (round {}): val_loss {:.4f}, {} tokens, {} bytes all-reduced", step,
+               config_.outer.rounds * config_.inner.steps, round, evals_.back().val_loss, tokens_,
+               step * bytes_per_step_);
+}
+
+int DataParallelRun::TrainRounds() {
+  const int64_t eval_every = config_.coordinator.eval_every;
+  if (options_.rank == 0) {
+    spdlog::info("data parallel: {} ranks, batch {} each, {} steps, {} params", ranks_, config_.inner.batch_size,
+                 config_.outer.rounds * config_.inner.steps, params_);
+    if (eval_every > 0) Evaluate(0);
   }
-  int64_t round = 0;
-  double train_seconds = 0;
   try {
-    for (; round < config.outer.rounds; ++round) {
-      const StepStats s = t.TrainSteps(round * config.inner.steps, config.inner.steps, &stop);
+    for (; rounds_done_ < config_.outer.rounds; ++rounds_done_) {
+      const int64_t round = rounds_done_;
+      const StepStats s = trainer_->TrainSteps(round * config_.inner.steps, config_.inner.steps, &stop_);
       if (s.abandoned) {
         spdlog::info("stopped at round {} (a rank was signalled)", round);
         break;
       }
-      tokens += s.tokens * ranks;
-      train_seconds += s.seconds;
-      if (options.rank != 0) continue;
-      spdlog::info("round {}/{}: train loss {:.4f}, {:.0f} tokens/s per rank", round + 1, config.outer.rounds,
+      tokens_ += s.tokens * ranks_;
+      train_seconds_ += s.seconds;
+      if (options_.rank != 0) continue;
+      spdlog::info("round {}/{}: train loss {:.4f}, {:.0f} tokens/s per rank", round + 1, config_.outer.rounds,
                    s.loss_sum / static_cast<double>(s.steps), static_cast<double>(s.tokens) / s.seconds);
-      const bool last = round + 1 == config.outer.rounds;
-      if (eval_every > 0 && ((round + 1) % eval_every == 0 || last)) evaluate(round + 1);
-      WriteSummary(config, ranks, params, round + 1, tokens, (round + 1) * config.inner.steps * bytes_per_step,
-                   seconds(), evals);
+      const bool last = round + 1 == config_.outer.rounds;
+      if (eval_every > 0 && ((round + 1) % eval_every == 0 || last)) Evaluate(round + 1);
+      WriteSummary(config_, ranks_, params_, round + 1, tokens_, (round + 1) * config_.inner.steps * bytes_per_step_,
+                   Seconds(), evals_);
     }
   } catch (const std::exception& e) {
     spdlog::error("data-parallel run failed (a rank died or a collective broke): {}", e.what());
     return kWorkerClusterFailed;
   }
-  if (config.workers.check_replicas) {
-    spdlog::info("replica check: parameters identical on all {} ranks after each of {} inner steps", ranks,
-                 replica_checks);
+  return kWorkerDone;
+}
+
+void DataParallelRun::Report() const {
+  if (config_.workers.check_replicas) {
+    spdlog::info("replica check: parameters identical on all {} ranks after each of {} inner steps", ranks_,
+                 replica_checks_);
   }
-  const double compute = train_seconds - cluster.collective_seconds();
+  const double compute = train_seconds_ - cluster_->collective_seconds();
   spdlog::info("compute utilisation: {:.1f}% ({:.1f} s computing, {:.1f} s in all-reduce, {:.1f} s wall)",
-               100 * compute / seconds(), compute, cluster.collective_seconds(), seconds());
-  if (options.rank == 0 && !stop) {
-    spdlog::info("data-parallel run complete: {} rounds of {} steps", round, config.inner.steps);
+               100 * compute / Seconds(), compute, cluster_->collective_seconds(), Seconds());
+  if (options_.rank == 0 && !stop_) {
+    spdlog::info("data-parallel run complete: {} rounds of {} steps", rounds_done_, config_.inner.steps);
   }
+}
+
+}  // namespace
+
+int RunDataParallel(const Config& config, const TokenCache& cache, const WorkerOptions& options,
+                    const std::atomic<bool>& stop) {
+  DataParallelRun run(config, options, stop);
+  if (int code = run.SetUp(cache); code >= 0) return code;
+  const int code = run.TrainRounds();
+  if (code != kWorkerDone) return code;
+  run.Report();
   return kWorkerDone;
 }
 

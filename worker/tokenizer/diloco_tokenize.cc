@@ -50,6 +50,83 @@ bool Encode(const sentencepiece::SentencePieceProcessor& sp, const std::string& 
   return true;
 }
 
+// The input text cut at a line boundary: train = head, validation = tail.
+struct SplitText {
+  std::string train, val;
+};
+
+// Reads --text and splits it; an error message on failure.
+std::string ReadAndSplit(const std::string& text_path, double val_fraction, SplitText* out) {
+  std::ifstream in(text_path, std::ios::binary);
+  if (!in) return "--text " + text_path + ": cannot read (" + std::strerror(errno) + ")";
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  if (text.empty()) return "--text " + text_path + ": file is empty";
+  if (!(val_fraction > 0 && val_fraction < 1)) return "--val-fraction must be in (0, 1)";
+  size_t split = static_cast<size_t>(text.size() * (1.0 - val_fraction));
+  split = std::min(text.find('\n', split) == std::string::npos ? text.size() : text.find('\n', split) + 1,
+                   text.size());
+  out->train = text.substr(0, split);
+  out->val = text.substr(split);
+  if (out->val.empty()) return "--val-fraction " + std::to_string(val_fraction) + " leaves no validation text";
+  return "";
+}
+
+// Trains the BPE model on the training text into <dir>/tokenizer.model; an error message on failure.
+std::string TrainTokenizer(const std::string& dir, const std::string& train_text, int vocab_size) {
+  const std::string train_txt = dir + "/train.txt";
+  {
+    std::ofstream t(train_txt, std::ios::binary);
+    t << train_text;
+    if (!t) return "cannot write " + train_txt;
+  }
+  std::ostringstream args;
+  args << "--input=" << train_txt << " --model_prefix=" << dir << "/tokenizer"
+       << " --vocab_size=" << vocab_size << " --model_type=bpe --character_coverage=1.0"
+       << " --user_defined_symbols=" << kNewlineSymbol
+       << " --unk_id=0 --bos_id=-1 --eos_id=-1 --pad_id=-1 --num_threads=1 --minloglevel=1";
+  const auto trained = sentencepiece::SentencePieceTrainer::Train(args.str());
+  std::error_code ec;
+  std::filesystem::remove(train_txt, ec);
+  std::filesystem::remove(dir + "/tokenizer.vocab", ec);
+  if (!trained.ok()) {
+    return "SentencePiece training failed for --vocab-size " + std::to_string(vocab_size) +
+           " (model.vocab_size; it must exceed the number of distinct characters): " + trained.ToString();
+  }
+  return "";
+}
+
+// Encodes both parts with <dir>/tokenizer.model and writes train.tok, val.tok and meta.json into dir.
+std::string EncodeShards(const std::string& dir, const std::string& text_path, const SplitText& text, int vocab_size,
+                         double val_fraction, size_t* train_tokens, size_t* val_tokens) {
+  sentencepiece::SentencePieceProcessor sp;
+  const auto loaded = sp.Load(dir + "/tokenizer.model");
+  if (!loaded.ok()) return "cannot load the trained tokenizer: " + loaded.ToString();
+  const int newline_id = sp.PieceToId(kNewlineSymbol);
+  std::vector<uint32_t> train_ids, val_ids;
+  std::string error;
+  if (!Encode(sp, text.train, newline_id, &train_ids, &error) || !Encode(sp, text.val, newline_id, &val_ids, &error)) {
+    return "encoding failed: " + error;
+  }
+  if (!diloco::WriteTokenShard(dir + "/train.tok", train_ids, vocab_size, &error) ||
+      !diloco::WriteTokenShard(dir + "/val.tok", val_ids, vocab_size, &error)) {
+    return error;
+  }
+  nlohmann::json meta = {{"text", text_path},
+                         {"vocab_size", vocab_size},
+                         {"val_fraction", val_fraction},
+                         {"train_chars", text.train.size()},
+                         {"val_chars", text.val.size()},
+                         {"train_tokens", train_ids.size()},
+                         {"val_tokens", val_ids.size()},
+                         {"newline_id", newline_id}};
+  std::ofstream(dir + "/meta.json") << meta.dump(2) << "\n";
+  *train_tokens = train_ids.size();
+  *val_tokens = val_ids.size();
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -63,78 +140,26 @@ int main(int argc, char** argv) {
   app.add_option("--out", out_dir, "output directory (created atomically)")->required();
   CLI11_PARSE(app, argc, argv);
 
-  std::ifstream in(text_path, std::ios::binary);
-  if (!in) return Fail("--text " + text_path + ": cannot read (" + std::strerror(errno) + ")");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = buffer.str();
-  if (text.empty()) return Fail("--text " + text_path + ": file is empty");
-  if (!(val_fraction > 0 && val_fraction < 1)) return Fail("--val-fraction must be in (0, 1)");
-
-  // Split at a line boundary: train = head, validation = tail.
-  size_t split = static_cast<size_t>(text.size() * (1.0 - val_fraction));
-  split = std::min(text.find('\n', split) == std::string::npos ? text.size() : text.find('\n', split) + 1,
-                   text.size());
-  const std::string train_text = text.substr(0, split);
-  const std::string val_text = text.substr(split);
-  if (val_text.empty()) return Fail("--val-fraction " + std::to_string(val_fraction) + " leaves no validation text");
-
+  SplitText text;
+  if (std::string e = ReadAndSplit(text_path, val_fraction, &text); !e.empty()) return Fail(e);
   const std::string partial = out_dir + ".partial-" + std::to_string(getpid());
   std::error_code ec;
   std::filesystem::remove_all(partial, ec);
   std::filesystem::create_directories(partial, ec);
   if (ec) return Fail("cannot create " + partial + ": " + ec.message());
-  const std::string train_txt = partial + "/train.txt";
-  {
-    std::ofstream t(train_txt, std::ios::binary);
-    t << train_text;
-    if (!t) return Fail("cannot write " + train_txt);
+  if (std::string e = TrainTokenizer(partial, text.train, vocab_size); !e.empty()) return Fail(e);
+  size_t train_tokens = 0, val_tokens = 0;
+  if (std::string e = EncodeShards(partial, text_path, text, vocab_size, val_fraction, &train_tokens, &val_tokens);
+      !e.empty()) {
+    return Fail(e);
   }
-
-  std::ostringstream args;
-  args << "--input=" << train_txt << " --model_prefix=" << partial << "/tokenizer"
-       << " --vocab_size=" << vocab_size << " --model_type=bpe --character_coverage=1.0"
-       << " --user_defined_symbols=" << kNewlineSymbol
-       << " --unk_id=0 --bos_id=-1 --eos_id=-1 --pad_id=-1 --num_threads=1 --minloglevel=1";
-  const auto trained = sentencepiece::SentencePieceTrainer::Train(args.str());
-  if (!trained.ok()) {
-    return Fail("SentencePiece training failed for --vocab-size " + std::to_string(vocab_size) +
-                " (model.vocab_size; it must exceed the number of distinct characters): " + trained.ToString());
-  }
-
-  sentencepiece::SentencePieceProcessor sp;
-  const auto loaded = sp.Load(partial + "/tokenizer.model");
-  if (!loaded.ok()) return Fail("cannot load the trained tokenizer: " + loaded.ToString());
-  const int newline_id = sp.PieceToId(kNewlineSymbol);
-
-  std::vector<uint32_t> train_ids, val_ids;
-  std::string error;
-  if (!Encode(sp, train_text, newline_id, &train_ids, &error) || !Encode(sp, val_text, newline_id, &val_ids, &error)) {
-    return Fail("encoding failed: " + error);
-  }
-  if (!diloco::WriteTokenShard(partial + "/train.tok", train_ids, vocab_size, &error) ||
-      !diloco::WriteTokenShard(partial + "/val.tok", val_ids, vocab_size, &error)) {
-    return Fail(error);
-  }
-  nlohmann::json meta = {{"text", text_path},
-                         {"vocab_size", vocab_size},
-                         {"val_fraction", val_fraction},
-                         {"train_chars", train_text.size()},
-                         {"val_chars", val_text.size()},
-                         {"train_tokens", train_ids.size()},
-                         {"val_tokens", val_ids.size()},
-                         {"newline_id", newline_id}};
-  std::ofstream(partial + "/meta.json") << meta.dump(2) << "\n";
-  std::filesystem::remove(train_txt, ec);
-  std::filesystem::remove(partial + "/tokenizer.vocab", ec);
-
   std::filesystem::rename(partial, out_dir, ec);
   if (ec) {
     std::filesystem::remove_all(partial);
     if (std::filesystem::is_directory(out_dir)) return 0;  // another process finished first
     return Fail("cannot rename " + partial + " to " + out_dir + ": " + ec.message());
   }
-  std::cout << "diloco-tokenize: " << train_ids.size() << " train and " << val_ids.size() << " validation tokens ("
-            << train_text.size() + val_text.size() << " chars, vocab " << vocab_size << ") -> " << out_dir << "\n";
+  std::cout << "diloco-tokenize: " << train_tokens << " train and " << val_tokens << " validation tokens ("
+            << text.train.size() + text.val.size() << " chars, vocab " << vocab_size << ") -> " << out_dir << "\n";
   return 0;
 }
