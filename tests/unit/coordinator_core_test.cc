@@ -24,7 +24,6 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "worker/lm/token_shard.h"
 
 namespace diloco {
 namespace {
@@ -55,7 +54,8 @@ class CoordinatorCoreTest : public ScratchDirTest {
   }
 
   std::unique_ptr<CoordinatorCore> MakeCore(bool resume) {
-    auto core = CoordinatorCore::Create(config_, TokenCache{dir_.string()}, resume, [this] { return now_.load(); });
+    auto core = CoordinatorCore::Create(config_, TinyTheta0(config_.model), std::make_unique<SumOfSquaresEvaluator>(),
+                                        resume, [this] { return now_.load(); });
     EXPECT_TRUE(core.ok()) << core.status();
     return core.ok() ? std::move(*core) : nullptr;
   }
