@@ -1,11 +1,12 @@
 // CoordinatorCore, the push path (coordinator.h): BeginPush admits a push, FoldChunk adds its chunks to the round's
 // sums, CommitPush counts it, AbortPush undoes a push that broke off. The rules for which round a push may be for
 // are round_policy.h's DecidePushRound; the bookkeeping is round_state.h's.
+#include <spdlog/spdlog.h>
+
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator.h"
-#include "spdlog/spdlog.h"
 
 namespace diloco {
 
