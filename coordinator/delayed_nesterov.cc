@@ -40,4 +40,10 @@ std::vector<at::Tensor> DelayedNesterov::Step(const std::vector<at::Tensor>& the
   return next;
 }
 
+std::vector<at::Tensor> DelayedNesterov::Step(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& g,
+                                              std::vector<at::Tensor> /*recycle*/, const std::vector<size_t>* only) {
+  if (only != nullptr) throw std::invalid_argument("DelayedNesterov::Step: steps the whole model (one fragment)");
+  return Step(theta, g);
+}
+
 }  // namespace diloco

@@ -7,7 +7,8 @@
 //   else:             theta <- theta - (lr / N) g
 // With N = 1 this is PyTorch's SGD(nesterov=True) step (buf = beta buf + g; theta -= lr (g + beta buf)): naive
 // asynchronous Nesterov, the paper's unstable baseline. Shapes: lists of float32 tensors of matching shapes.
-// Owns m and acc. Not thread-safe: the coordinator's round thread alone calls Step().
+// Owns m and acc. Implements OuterStep (outer_step.h). Not thread-safe: the coordinator's round thread alone calls
+// Step().
 #pragma once
 
 #include <ATen/ATen.h>
@@ -15,20 +16,26 @@
 #include <cstdint>
 #include <vector>
 
+#include "coordinator/outer_step.h"
+
 namespace diloco {
 
-class DelayedNesterov {
+class DelayedNesterov : public OuterStep {
  public:
   DelayedNesterov(double lr, double momentum, int64_t delay_n);
 
   // theta after one arrival of g, in new tensors (theta itself is left untouched: pulls may still read it).
   std::vector<at::Tensor> Step(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& g);
+  // OuterStep: the same, for the whole model (`only` must be nullptr: asynchronous rounds have one fragment);
+  // `recycle` is not used.
+  std::vector<at::Tensor> Step(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& g,
+                               std::vector<at::Tensor> recycle, const std::vector<size_t>* only) override;
 
   int64_t arrivals() const { return arrivals_; }
   // m, for checkpoints (empty before the first momentum move). Never modified in place once returned.
-  const std::vector<at::Tensor>& momentum_buffers() const { return m_; }
+  const std::vector<at::Tensor>& momentum_buffers() const override { return m_; }
   // Restores m from a checkpoint; the arrival count and the buffer acc start over (a partial buffer is not saved).
-  void set_momentum_buffers(std::vector<at::Tensor> m) { m_ = std::move(m); }
+  void set_momentum_buffers(std::vector<at::Tensor> m) override { m_ = std::move(m); }
 
  private:
   double lr_;

@@ -17,6 +17,7 @@
 #include "config/subprocess.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/http_status.h"
+#include "coordinator/model_host.h"
 #include "config/text_file.h"
 #include "coordinator/service.h"
 #include "coordinator/tcp_push_listener.h"
@@ -70,7 +71,10 @@ int main(int argc, char** argv) {
 
   auto cache = diloco::EnsureTokenized(*config, diloco::SiblingExecutable("diloco-tokenize"));
   if (!cache.ok()) return Fail(std::string(cache.status().message()));
-  auto core = diloco::CoordinatorCore::Create(*config, *cache, /*resume=*/!fresh);
+  auto model = diloco::HostModel(*config, *cache);  // theta_0 (or model.init_from) and the validation evaluator
+  if (!model.ok()) return Fail(std::string(model.status().message()));
+  auto core = diloco::CoordinatorCore::Create(*config, std::move(model->theta_0), std::move(model->evaluator),
+                                              /*resume=*/!fresh);
   if (!core.ok()) return Fail(std::string(core.status().message()));
   spdlog::info("model: {} parameters, fingerprint {}", diloco::TotalElements((*core)->specs()),
                (*core)->fingerprint());

@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "proto/round_phase.h"
+
 namespace diloco {
 namespace {
 
@@ -69,8 +71,8 @@ void RunMetrics(const StatusReply& s, Exposition& e) {
            "Rounds the run is configured for (outer.rounds; x comm.fragments with Streaming DiLoCo).",
            Int(s.rounds_total()));
   e.Family("diloco_phase", "gauge", "1 for the coordinator's current phase, 0 for the others.");
-  for (const auto& [phase, n] : CountBy({s.phase()}, {"waiting", "training", "stepping", "complete"})) {
-    e.Sample("diloco_phase", {{"phase", phase}}, Int(n));
+  for (const auto& [phase, name] : kRoundPhases) {  // a fixed set: one series per phase, whatever s.phase() says
+    e.Sample("diloco_phase", {{"phase", std::string(name)}}, s.phase() == name ? "1" : "0");
   }
   e.Single("diloco_parameters", "gauge", "Parameters of the model (elements of theta).", Int(s.params()));
   std::vector<std::string> states;

@@ -5,7 +5,7 @@
 //   nesterov:   theta_t = theta_{t-1} - lr * (delta + momentum * buf)
 //   sgd:        theta_t = theta_{t-1} - lr * buf          (momentum 0: - lr * delta; with lr 1 this is FedAvg)
 // Shapes: theta and delta are lists of float32 tensors with matching shapes. Owns the momentum buffers.
-// Not thread-safe: the coordinator's round thread alone calls Step().
+// Implements OuterStep (outer_step.h). Not thread-safe: the coordinator's round thread alone calls Step().
 #pragma once
 
 #include <ATen/ATen.h>
@@ -14,10 +14,11 @@
 #include <vector>
 
 #include "config/config_enums.h"
+#include "coordinator/outer_step.h"
 
 namespace diloco {
 
-class OuterOptimizer {
+class OuterOptimizer : public OuterStep {
  public:
   using Kind = OuterOptimizerKind;                    // outer.optimizer
   static Kind KindFromName(const std::string& name);  // "nesterov" | "sgd"; std::invalid_argument otherwise
@@ -30,14 +31,14 @@ class OuterOptimizer {
   // `only`: the positions to step (one fragment of Streaming DiLoCo); the others come back as the same tensors and
   // keep their momentum. A buffer not yet created is zero, which steps exactly like PyTorch's first step (buf = delta).
   std::vector<at::Tensor> Step(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& delta,
-                               std::vector<at::Tensor> recycle = {}, const std::vector<size_t>* only = nullptr);
+                               std::vector<at::Tensor> recycle = {}, const std::vector<size_t>* only = nullptr) override;
 
   // Momentum buffers (empty before the first step or when momentum is 0), for checkpoints. Step() writes the new
   // buffers into other tensors (the ones of two steps ago, when nobody holds them), never in place, so a copy of
   // this vector stays valid and consistent.
-  const std::vector<at::Tensor>& momentum_buffers() const { return buffers_; }
+  const std::vector<at::Tensor>& momentum_buffers() const override { return buffers_; }
   // Restores buffers from a checkpoint: empty, or one per parameter (checked by Step()).
-  void set_momentum_buffers(std::vector<at::Tensor> buffers) {
+  void set_momentum_buffers(std::vector<at::Tensor> buffers) override {
     buffers_ = std::move(buffers);
     spare_buffers_.clear();
   }

@@ -27,4 +27,36 @@ RoundDecision DecideRoundClose(const RoundView& round, double now, const RoundPo
                               static_cast<int64_t>(options.round_timeout_s - age), " s)")};
 }
 
+RoundDecision DecideAsyncClose(const AsyncRoundView& round) {
+  if (round.pushed == 0) return {false, "async: waiting for a push"};
+  if (round.streaming > 0) return {false, absl::StrCat("async: waiting for ", round.streaming, " push stream(s)")};
+  return {true, absl::StrCat("async: ", round.pushed, " push(es) arrived")};
+}
+
+RoundDecision HoldForPartialPushes(const RoundDecision& decision, size_t partial) {
+  if (!decision.close || partial == 0) return decision;
+  return {false, absl::StrCat("ready to close; waiting for ", partial, " push stream(s) in flight")};
+}
+
+absl::Status DecidePushRound(const PushRoundView& push, const PushRoundOptions& options) {
+  if (!options.async) {
+    if (push.push_round == push.version && push.phase == RoundPhase::kTraining) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat("push for round ", push.push_round,
+                                                      " refused: the open round is based on round ", push.version,
+                                                      " (phase ", std::string(RoundPhaseName(push.phase)),
+                                                      "); pull the current parameters"));
+  }
+  if (push.phase != RoundPhase::kTraining) {
+    return absl::UnavailableError(
+        absl::StrCat("the global model is being stepped to version ", push.version + 1, "; retry"));
+  }
+  const int64_t behind = push.version - push.push_round;
+  if (behind < 0 || behind > options.max_staleness) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "push computed against version ", push.push_round, " refused: the global model is at version ", push.version,
+        " (", behind, " behind; outer.max_staleness is ", options.max_staleness, "); pull the current parameters"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace diloco

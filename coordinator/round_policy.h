@@ -3,12 +3,19 @@
 //   close if pushed >= min_workers and every active member has pushed;
 //   close if pushed >= min_workers and the round is older than round_timeout_s;
 //   otherwise wait (never close with fewer than min_workers pushes).
+// Beside it, the other pure rules of the round, each (state[, now], options) -> decision + reason:
+//   DecideAsyncClose: outer.mode async closes a version as soon as a push has committed and none is streaming;
+//   HoldForPartialPushes: a close waits while a push is part-folded into the sums (never step on half a push);
+//   DecidePushRound: which round a push may be for (sync: the open one; async: at most outer.max_staleness behind).
 // Thread-safe (no state).
 #pragma once
 
 #include <set>
 #include <string>
 #include <vector>
+
+#include "absl/status/status.h"
+#include "proto/round_phase.h"
 
 namespace diloco {
 
@@ -29,5 +36,31 @@ struct RoundDecision {
 };
 
 RoundDecision DecideRoundClose(const RoundView& round, double now, const RoundPolicyOptions& options);
+
+// outer.mode async: each version closes once at least one push has committed and no push stream is open (pushes
+// that commit together are averaged into one arrival).
+struct AsyncRoundView {
+  size_t pushed = 0;     // pushes committed against the open version
+  size_t streaming = 0;  // push streams open
+};
+RoundDecision DecideAsyncClose(const AsyncRoundView& round);
+
+// A close decision turned into a wait while `partial` pushes have some chunks folded and have not committed (their
+// chunks are in the sums, so stepping now would apply part of a pseudo-gradient). Other decisions pass unchanged.
+RoundDecision HoldForPartialPushes(const RoundDecision& decision, size_t partial);
+
+// The round a push may be for. Sync: exactly the open round (the one based on `version`), while the phase is
+// training. Async: any version from `version - max_staleness` to `version`, while training; while stepping the push
+// is told to retry. Returns OK to accept, else the refusal (code + reason) the worker gets.
+struct PushRoundView {
+  int64_t version = 0;     // completed outer steps: the round of the published theta
+  int64_t push_round = 0;  // the round the push was computed against (its RequestMeta.round)
+  RoundPhase phase = RoundPhase::kTraining;
+};
+struct PushRoundOptions {
+  bool async = false;         // outer.mode async
+  int64_t max_staleness = 0;  // outer.max_staleness (async only)
+};
+absl::Status DecidePushRound(const PushRoundView& push, const PushRoundOptions& options);
 
 }  // namespace diloco

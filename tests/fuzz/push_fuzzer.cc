@@ -40,6 +40,7 @@
 #include "config/config.h"
 #include "config/data_cache.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/model_host.h"
 #include "coordinator/push_session.h"
 #include "proto/codec.h"
 #include "proto/tensor_chunks.h"
@@ -63,7 +64,10 @@ void Check(bool ok, const char* what) {
 }
 
 std::unique_ptr<CoordinatorCore> MakeCore() {
-  auto core = CoordinatorCore::Create(g->config, g->cache, /*resume=*/false, [] { return 0.0; });
+  auto model = HostModel(g->config, g->cache);
+  Check(model.ok(), "HostModel failed");
+  auto core = CoordinatorCore::Create(g->config, std::move(model->theta_0), std::move(model->evaluator),
+                                      /*resume=*/false, [] { return 0.0; });
   Check(core.ok(), "CoordinatorCore::Create failed");
   for (const char* id : {"w0", "w1"}) {
     JoinRequest r;

@@ -236,8 +236,10 @@ TEST(Observability, MetricsStatusPageHealthAndReflectionDuringARun) {
   EXPECT_GT(params, 10000);
   EXPECT_EQ(m["diloco_members{state=\"lost\"}"], 0);
   EXPECT_EQ(m["diloco_members{state=\"left\"}"], 0);
-  EXPECT_EQ(m["diloco_phase{phase=\"waiting\"}"] + m["diloco_phase{phase=\"training\"}"] +
-                m["diloco_phase{phase=\"stepping\"}"] + m["diloco_phase{phase=\"complete\"}"],
+  EXPECT_EQ(m.count("diloco_phase{phase=\"waiting\"}"), 0u);  // the series are exactly proto/round_phase.h's
+  EXPECT_EQ(m.count("diloco_phase{phase=\"finishing\"}"), 1u);
+  EXPECT_EQ(m["diloco_phase{phase=\"training\"}"] + m["diloco_phase{phase=\"stepping\"}"] +
+                m["diloco_phase{phase=\"finishing\"}"] + m["diloco_phase{phase=\"complete\"}"],
             1);
   // Both workers contribute to every round (min_workers 2), fp32 pseudo-gradients: exact figures per round.
   EXPECT_EQ(m["diloco_tokens_total"], 2 * kTokensPerWorkerRound * round);

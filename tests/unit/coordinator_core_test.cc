@@ -24,7 +24,6 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "worker/lm/token_shard.h"
 
 namespace diloco {
 namespace {
@@ -55,7 +54,8 @@ class CoordinatorCoreTest : public ScratchDirTest {
   }
 
   std::unique_ptr<CoordinatorCore> MakeCore(bool resume) {
-    auto core = CoordinatorCore::Create(config_, TokenCache{dir_.string()}, resume, [this] { return now_.load(); });
+    auto core = CoordinatorCore::Create(config_, TinyTheta0(config_.model), std::make_unique<SumOfSquaresEvaluator>(),
+                                        resume, [this] { return now_.load(); });
     EXPECT_TRUE(core.ok()) << core.status();
     return core.ok() ? std::move(*core) : nullptr;
   }
@@ -494,6 +494,36 @@ TEST_F(CoordinatorCoreTest, CheckpointNowAndResumeRestoreThetaMomentumAndEvals) 
   StartRun();
   ASSERT_TRUE(WaitForRound(2));
   ExpectAllClose(Theta(), Step(theta1, d2, /*prev_buf=*/d1));
+}
+
+// The phase in heartbeats and Status is RoundPhase's name (proto/round_phase.h): training while the round is open,
+// complete after the last round; the evaluator handed to Create is called on theta_0 and on each new theta.
+TEST_F(CoordinatorCoreTest, PhasesAndEvaluationsOfAOneRoundRun) {
+  config_.outer.rounds = 1;
+  config_.coordinator.min_workers = 1;
+  config_.coordinator.eval_every = 1;
+  Start();
+  Join("A");
+  EXPECT_EQ(Beat("A").phase(), "training");
+  EXPECT_EQ(core_->Status().phase(), "training");
+  const Tensors theta0 = Theta();
+  ASSERT_TRUE(Push("A", 0, 1000, RandomDelta()).ok());
+  core_->Poll();
+  const HeartbeatReply beat = Beat("A");
+  EXPECT_TRUE(beat.run_complete());
+  EXPECT_EQ(beat.phase(), "complete");
+  const StatusReply s = core_->Status();
+  EXPECT_EQ(s.phase(), "complete");
+  EXPECT_EQ(s.round(), 1);
+  auto sum_of_squares = [](const Tensors& theta) {
+    NamedTensors named;
+    for (const at::Tensor& t : theta) named.emplace_back("t", t);
+    return SumOfSquaresEvaluator().Evaluate(named);
+  };
+  ASSERT_EQ(s.evals_size(), 2);
+  EXPECT_DOUBLE_EQ(s.evals(0).val_loss(), sum_of_squares(theta0));
+  EXPECT_DOUBLE_EQ(s.evals(1).val_loss(), sum_of_squares(Theta()));
+  EXPECT_NE(s.evals(0).val_loss(), s.evals(1).val_loss());
 }
 
 // Streaming DiLoCo on the coordinator: round t takes only fragment t mod 2's tensors, steps only them (the other

@@ -12,6 +12,9 @@
 #include <sstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
+#include "proto/round_phase.h"
+
 namespace diloco {
 namespace {
 
@@ -61,9 +64,9 @@ diloco_round 2
 diloco_rounds_planned 3
 # HELP diloco_phase 1 for the coordinator's current phase, 0 for the others.
 # TYPE diloco_phase gauge
-diloco_phase{phase="waiting"} 0
 diloco_phase{phase="training"} 1
 diloco_phase{phase="stepping"} 0
+diloco_phase{phase="finishing"} 0
 diloco_phase{phase="complete"} 0
 # HELP diloco_parameters Parameters of the model (elements of theta).
 # TYPE diloco_parameters gauge
@@ -141,9 +144,31 @@ TEST(MetricsTextTest, NoEvalMeansNoValidationLossLine) {
   EXPECT_THAT(text, HasSubstr("\ndiloco_round 2\n"));
 }
 
+// diloco_phase has one series per RoundPhase (proto/round_phase.h), whatever the reply says: each can be 1, and a
+// name outside the enum adds no series (the label set is fixed).
+TEST(MetricsTextTest, PhaseSeriesAreTheFixedSetOfRoundPhases) {
+  for (const auto& [phase, name] : kRoundPhases) {
+    StatusReply s;
+    s.set_phase(std::string(name));
+    const std::string text = MetricsText(s);
+    for (const auto& [other, other_name] : kRoundPhases) {
+      EXPECT_THAT(text, HasSubstr(absl::StrCat("\ndiloco_phase{phase=\"", std::string(other_name), "\"} ", other == phase ? 1 : 0,
+                                               "\n")))
+          << name;
+    }
+  }
+  EXPECT_EQ(RoundPhaseName(RoundPhase::kFinishing), "finishing");
+  StatusReply unknown;
+  unknown.set_phase("resuming");
+  const std::string text = MetricsText(unknown);
+  EXPECT_THAT(text, Not(HasSubstr("resuming")));
+  EXPECT_THAT(text, Not(HasSubstr("waiting")));
+  EXPECT_THAT(text, HasSubstr("\ndiloco_phase{phase=\"training\"} 0\n"));
+}
+
 TEST(MetricsTextTest, PushedThisRoundCountsAsReportedAndUnknownStatesGetTheirOwnLabel) {
   StatusReply s;
-  s.set_phase("resuming");  // not one of the four known phases: still reported, as 1
+  s.set_phase("resuming");  // not one of the known phases: no series of its own, every known one 0
   WorkerStatus* w = s.add_workers();
   w->set_id("late");
   w->set_state("joining");
@@ -151,7 +176,7 @@ TEST(MetricsTextTest, PushedThisRoundCountsAsReportedAndUnknownStatesGetTheirOwn
   w->set_last_loss(5.5);
   w->set_tokens_per_s(100);
   const std::string text = MetricsText(s);
-  EXPECT_THAT(text, HasSubstr("\ndiloco_phase{phase=\"resuming\"} 1\n"));
+  EXPECT_THAT(text, Not(HasSubstr("\ndiloco_phase{phase=\"resuming\"}")));
   EXPECT_THAT(text, HasSubstr("\ndiloco_phase{phase=\"training\"} 0\n"));
   EXPECT_THAT(text, HasSubstr("\ndiloco_members{state=\"active\"} 0\n"));
   EXPECT_THAT(text, HasSubstr("\ndiloco_members{state=\"joining\"} 1\n"));

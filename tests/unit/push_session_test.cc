@@ -20,7 +20,6 @@
 #include "proto/tensor_chunks.h"
 #include "tests/unit/scratch_dir_test.h"
 #include "tests/unit/tiny_coordinator_config.h"
-#include "worker/lm/token_shard.h"
 
 namespace diloco {
 namespace {
@@ -38,7 +37,8 @@ class PushSessionTest : public ScratchDirTest {
   }
 
   std::unique_ptr<CoordinatorCore> MakeCore() {
-    auto core = CoordinatorCore::Create(config_, TokenCache{dir_.string()}, false, [this] { return now_; });
+    auto core = CoordinatorCore::Create(config_, TinyTheta0(config_.model), std::make_unique<SumOfSquaresEvaluator>(),
+                                        false, [this] { return now_; });
     EXPECT_TRUE(core.ok()) << core.status();
     return core.ok() ? std::move(*core) : nullptr;
   }

@@ -1,4 +1,5 @@
-// DecideRoundClose (coordinator/round_policy.h): the decision and the reason, for each way a round can stand.
+// The round's pure rules (coordinator/round_policy.h): DecideRoundClose, DecideAsyncClose, HoldForPartialPushes and
+// DecidePushRound, the decision and the reason, for each way a round can stand.
 #include "coordinator/round_policy.h"
 
 #include <gmock/gmock.h>
@@ -68,6 +69,69 @@ TEST(RoundPolicyTest, DecisionDependsOnInjectedClockOnly) {
   EXPECT_FALSE(DecideRoundClose(round, 5.0 + 59.999, Options(1, 60)).close);
   EXPECT_TRUE(DecideRoundClose(round, 5.0 + 60.0, Options(1, 60)).close);
   EXPECT_FALSE(DecideRoundClose(round, 5.0 + 59.999, Options(1, 60)).close) << "pure: same inputs, same answer";
+}
+
+// outer.mode async: a version closes once a push has committed and no stream is open.
+TEST(AsyncRoundPolicyTest, WaitsForAPushThenForOpenStreamsThenCloses) {
+  RoundDecision none = DecideAsyncClose({0, 0});
+  EXPECT_FALSE(none.close);
+  EXPECT_EQ(none.reason, "async: waiting for a push");
+  RoundDecision streaming_only = DecideAsyncClose({0, 2});
+  EXPECT_FALSE(streaming_only.close);
+  EXPECT_EQ(streaming_only.reason, "async: waiting for a push");
+  RoundDecision streaming = DecideAsyncClose({1, 2});
+  EXPECT_FALSE(streaming.close);
+  EXPECT_EQ(streaming.reason, "async: waiting for 2 push stream(s)");
+  RoundDecision arrived = DecideAsyncClose({3, 0});
+  EXPECT_TRUE(arrived.close);
+  EXPECT_EQ(arrived.reason, "async: 3 push(es) arrived");
+}
+
+TEST(HoldForPartialPushesTest, TurnsACloseIntoAWaitOnlyWhilePushesArePartFolded) {
+  const RoundDecision close{true, "all 2 active members pushed"};
+  RoundDecision held = HoldForPartialPushes(close, 1);
+  EXPECT_FALSE(held.close);
+  EXPECT_EQ(held.reason, "ready to close; waiting for 1 push stream(s) in flight");
+  RoundDecision free = HoldForPartialPushes(close, 0);
+  EXPECT_TRUE(free.close);
+  EXPECT_EQ(free.reason, close.reason);
+  const RoundDecision wait{false, "waiting for w1 (1 pushed, timeout in 5 s)"};
+  RoundDecision still = HoldForPartialPushes(wait, 3);
+  EXPECT_FALSE(still.close);
+  EXPECT_EQ(still.reason, wait.reason);  // the reason it waits is not hidden by the partial pushes
+}
+
+TEST(PushRoundPolicyTest, SyncAcceptsOnlyTheOpenRoundWhileTraining) {
+  const PushRoundOptions sync{false, 16};
+  EXPECT_TRUE(DecidePushRound({3, 3, RoundPhase::kTraining}, sync).ok());
+  absl::Status late = DecidePushRound({3, 2, RoundPhase::kTraining}, sync);
+  EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(late.message(),
+            "push for round 2 refused: the open round is based on round 3 (phase training); pull the current "
+            "parameters");
+  EXPECT_EQ(DecidePushRound({3, 4, RoundPhase::kTraining}, sync).code(), absl::StatusCode::kFailedPrecondition);
+  absl::Status stepping = DecidePushRound({3, 3, RoundPhase::kStepping}, sync);
+  EXPECT_EQ(stepping.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(stepping.message()), HasSubstr("(phase stepping)"));
+  EXPECT_THAT(std::string(DecidePushRound({3, 3, RoundPhase::kFinishing}, sync).message()),
+              HasSubstr("(phase finishing)"));
+}
+
+TEST(PushRoundPolicyTest, AsyncAcceptsUpToMaxStalenessAndAsksToRetryWhileStepping) {
+  const PushRoundOptions async{true, 2};
+  EXPECT_TRUE(DecidePushRound({5, 5, RoundPhase::kTraining}, async).ok());
+  EXPECT_TRUE(DecidePushRound({5, 3, RoundPhase::kTraining}, async).ok());  // exactly max_staleness behind
+  absl::Status stale = DecidePushRound({5, 2, RoundPhase::kTraining}, async);
+  EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(stale.message(),
+            "push computed against version 2 refused: the global model is at version 5 (3 behind; "
+            "outer.max_staleness is 2); pull the current parameters");
+  absl::Status future = DecidePushRound({5, 6, RoundPhase::kTraining}, async);
+  EXPECT_EQ(future.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(future.message()), HasSubstr("(-1 behind"));
+  absl::Status stepping = DecidePushRound({5, 5, RoundPhase::kStepping}, async);
+  EXPECT_EQ(stepping.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(stepping.message(), "the global model is being stepped to version 6; retry");
 }
 
 }  // namespace

@@ -1,0 +1,78 @@
+#include "coordinator/bootstrap.h"
+
+#include <spdlog/spdlog.h>
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+
+namespace diloco {
+
+absl::Status CheckTheta0(const NamedTensors& theta_0) {
+  if (theta_0.empty()) return absl::InvalidArgumentError("theta_0 holds no tensors");
+  std::set<std::string> names;
+  for (const auto& [name, t] : theta_0) {
+    if (name.empty() || !names.insert(name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("theta_0: tensor name '", name, "' is empty or repeated"));
+    }
+    if (!t.defined() || t.scalar_type() != at::kFloat) {
+      return absl::InvalidArgumentError(absl::StrCat("theta_0: tensor '", name, "' is not a float32 tensor"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Replaces `boot` with the newest valid checkpoint in the checkpoint directory, if there is one.
+absl::Status Resume(const Config& config, const std::string& fingerprint, BootState& boot) {
+  std::vector<std::string> skipped;
+  auto loaded = LoadNewestCheckpoint(config.CheckpointDir(), &skipped);
+  for (const std::string& why : skipped) spdlog::warn("skipping checkpoint: {}", why);
+  if (!loaded.ok()) {
+    if (!skipped.empty()) {
+      spdlog::warn("no valid checkpoint to resume from in {}; starting from theta_0", config.CheckpointDir());
+    }
+    return absl::OkStatus();
+  }
+  if (loaded->data.fingerprint != fingerprint) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("coordinator.checkpoint_dir: ", loaded->path, " is a checkpoint of another model (fingerprint ",
+                     loaded->data.fingerprint, ", this model ", fingerprint,
+                     "); start with --fresh or set another checkpoint_dir"));
+  }
+  ParamSnapshot& snapshot = *boot.snapshot;
+  snapshot.params = std::move(loaded->data.params);
+  snapshot.round = loaded->data.round;
+  snapshot.complete = snapshot.round >= config.SyncRounds();
+  boot.momentum = std::move(loaded->data.momentum);
+  boot.evals = std::move(loaded->data.evals);
+  if (!boot.evals.empty() && boot.evals.back().round == snapshot.round) {  // the totals go on from the checkpoint
+    boot.tokens_committed = boot.evals.back().tokens;
+    boot.bytes_pushed_committed = boot.evals.back().bytes_pushed_committed;
+  }
+  if (snapshot.complete) {
+    spdlog::warn("the run in {} is already complete (round {} of {}); nothing to train. Start over "
+                 "with --fresh, or raise outer.rounds to continue it", config.CheckpointDir(), snapshot.round,
+                 config.SyncRounds());
+  }
+  spdlog::info("resumed from {}: round {}, {} evals{}", loaded->path, snapshot.round, boot.evals.size(),
+               skipped.empty() ? "" : absl::StrCat(" (", skipped.size(), " newer file(s) skipped as corrupt)"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<BootState> Bootstrap(const Config& config, NamedTensors theta_0, const std::string& fingerprint,
+                                    bool resume) {
+  BootState boot;
+  boot.snapshot = std::make_shared<ParamSnapshot>();
+  boot.snapshot->params = std::move(theta_0);
+  if (resume) {
+    absl::Status s = Resume(config, fingerprint, boot);
+    if (!s.ok()) return s;
+  }
+  return boot;
+}
+
+}  // namespace diloco

@@ -1,0 +1,35 @@
+// Bootstrap: the state a coordinator run starts from. theta_0 is handed in by the core's creator (the model host,
+// model_host.h, builds it from model: and run.seed, or loads model.init_from); with `resume`, the newest valid
+// checkpoint in coordinator.checkpoint_dir replaces it (theta_t, outer momentum, round, eval history and the running
+// totals); corrupt files are skipped with a warning, a checkpoint of another model is an error.
+// Stateless functions (file reads only); thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "config/config.h"
+#include "coordinator/checkpoint.h"
+#include "coordinator/evaluator.h"
+
+namespace diloco {
+
+struct BootState {
+  std::shared_ptr<ParamSnapshot> snapshot;  // theta_0 at round 0, or theta_t of the checkpoint
+  std::vector<at::Tensor> momentum;         // outer momentum of the checkpoint (empty: none yet)
+  std::vector<EvalRecord> evals;
+  int64_t tokens_committed = 0;        // totals carried on from the checkpoint's newest eval
+  int64_t bytes_pushed_committed = 0;
+};
+
+// theta_0 must be a non-empty list of defined float32 tensors with distinct, non-empty names.
+absl::Status CheckTheta0(const NamedTensors& theta_0);
+
+// `fingerprint`: Fingerprint(SpecsOf(theta_0)), which a resumed checkpoint must match.
+absl::StatusOr<BootState> Bootstrap(const Config& config, NamedTensors theta_0, const std::string& fingerprint,
+                                    bool resume);
+
+}  // namespace diloco

@@ -1,0 +1,232 @@
+// CoordinatorCore, the round thread (coordinator.h): Run/Poll pass over lease expiry and the close decision
+// (round_policy.h); a close takes the averaged pseudo-gradient out under the lock, applies the outer step
+// (outer_step.h) without it, publishes theta_{t+1}, then evaluates and checkpoints when due.
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <map>
+#include <stdexcept>
+
+#include "absl/strings/str_cat.h"
+#include "config/text_file.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/inner_steps.h"
+#include "proto/status_json.h"
+
+namespace diloco {
+
+StatusReply CoordinatorCore::Status() const {
+  absl::MutexLock lock(&mu_);
+  return BuildStatusReply(
+      {config_, snapshot_->round, fragments(), num_params_, fingerprint_, round_, stats_, membership_, evals_},
+      clock_());
+}
+
+void CoordinatorCore::Run() {
+  absl::MutexLock lock(&mu_);
+  while (!stop_ && !complete_) {
+    cv_.WaitWithTimeout(&mu_, absl::Milliseconds(100));
+    if (stop_) break;
+    RoundLoopPass();
+  }
+}
+
+void CoordinatorCore::Poll() {
+  absl::MutexLock lock(&mu_);
+  if (!stop_ && !complete_) RoundLoopPass();
+}
+
+void CoordinatorCore::RoundLoopPass() {
+  const double now = clock_();
+  for (const std::string& id : membership_.ExpireLeases(now, config_.coordinator.lease_s)) {
+    spdlog::warn("lost: worker {} (no heartbeat for {} s)", id, config_.coordinator.lease_s);
+  }
+  const RoundDecision decision = DecideClose(now);
+  if (!decision.close) return;
+  const int64_t closing_round = snapshot_->round + 1;
+  ClosingRound closing = BeginClose();  // under the same lock as the decision
+  mu_.Unlock();
+  bool discarded = false;
+  try {
+    FinishClose(std::move(closing), decision.reason);
+  } catch (const std::exception& e) {  // a failed round is discarded, not fatal
+    spdlog::error("round {} discarded: {}; its workers push again", closing_round, e.what());
+    discarded = true;
+  }
+  mu_.Lock();
+  if (discarded) round_.EndClose(RoundPhase::kTraining);
+}
+
+RoundDecision CoordinatorCore::DecideClose(double now) {
+  RoundDecision decision;
+  if (async()) {  // apply what has arrived, once no other push is half in the sums
+    decision = DecideAsyncClose({round_.pushed().size(), round_.streaming_count()});
+    round_.set_phase_reason(decision.reason);  // changes with every push: not logged
+  } else {
+    const RoundPolicyOptions options{config_.coordinator.min_workers, config_.coordinator.round_timeout_s};
+    decision = DecideRoundClose({membership_.ActiveIds(), round_.PushedIds(), round_.opened_at()}, now, options);
+  }
+  decision = HoldForPartialPushes(decision, round_.partial_count());
+  if (decision.reason != round_.phase_reason()) {
+    round_.set_phase_reason(decision.reason);
+    if (!decision.close) spdlog::info("round {}: {}", snapshot_->round + 1, decision.reason);
+  }
+  return decision;
+}
+
+CoordinatorCore::ClosingRound CoordinatorCore::BeginClose() {
+  ClosingRound c;
+  c.base = snapshot_;
+  c.tokens = accumulator_.total_weight();
+  c.delta = accumulator_.TakeAverage(std::move(spare_sums_));
+  c.contributors = round_.TakeForClose();  // phase stepping; their heartbeats still say "pushed"
+  if (previous_snapshot_ && previous_snapshot_.use_count() == 1) {  // no pull reads theta_{t-1} any more
+    for (const auto& [name, p] : previous_snapshot_->params) c.recycle.push_back(p);
+  }
+  previous_snapshot_.reset();
+  return c;
+}
+
+void CoordinatorCore::FinishClose(ClosingRound closing, const std::string& reason) {
+  const ParamSnapshot& base = *closing.base;
+  for (const at::Tensor& d : closing.delta) {
+    if (!AllFinite(d)) throw std::runtime_error("the averaged pseudo-gradient is not finite");
+  }
+  const double t0 = clock_();
+  std::vector<at::Tensor> theta;
+  for (const auto& [name, p] : base.params) theta.push_back(p);
+  const std::vector<size_t>* only =
+      fragments() > 1 ? &fragment_plan_.members(fragment_plan_.FragmentOfRound(base.round)) : nullptr;
+  std::vector<at::Tensor> next = outer_step_->Step(theta, closing.delta, std::move(closing.recycle), only);
+  auto snapshot = std::make_shared<ParamSnapshot>();
+  snapshot->round = base.round + 1;
+  snapshot->complete = snapshot->round >= config_.SyncRounds();
+  for (size_t i = 0; i < next.size(); ++i) snapshot->params.emplace_back(base.params[i].first, next[i]);
+  const double t1 = clock_();
+  std::vector<at::Tensor> sums = std::move(closing.delta);
+  for (at::Tensor& d : sums) d.zero_();  // the next round's accumulator
+  double round_seconds = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    PublishRound(closing, snapshot, std::move(sums), t1 - t0, t1);
+    round_seconds = stats_.last_round_seconds;
+  }
+  spdlog::info("round {}/{} closed ({}): {} pushes, {:.0f} tokens, outer step {:.3f} s, round {:.2f} s",
+               snapshot->round, config_.SyncRounds(), reason, closing.contributors.size(), closing.tokens, t1 - t0,
+               round_seconds);
+  EvaluateIfDue(*snapshot, snapshot->complete);
+  CheckpointIfDue(snapshot->complete);
+  if (snapshot->complete) {
+    {
+      absl::MutexLock lock(&mu_);
+      complete_ = true;
+      round_.set_phase(RoundPhase::kComplete);
+      cv_.SignalAll();
+    }
+    WriteSummary();
+  }
+}
+
+void CoordinatorCore::PublishRound(const ClosingRound& closing, std::shared_ptr<const ParamSnapshot> snapshot,
+                                   std::vector<at::Tensor> spare_sums, double step_seconds, double now) {
+  spare_sums_ = std::move(spare_sums);
+  stats_.CreditRound(closing.contributors, num_params_, membership_);
+  if (config_.inner.adaptive_steps) AssignAdaptiveSteps();
+  stats_.last_outer_step_seconds = step_seconds;
+  stats_.last_round_seconds = now - round_.opened_at();
+  round_.set_opened_at(now);
+  previous_snapshot_ = snapshot_;
+  snapshot_ = std::move(snapshot);
+  momentum_snapshot_ = outer_step_->momentum_buffers();
+  round_.EndClose(snapshot_->complete ? RoundPhase::kFinishing : RoundPhase::kTraining);
+  round_.set_phase_reason("");
+}
+
+void CoordinatorCore::AssignAdaptiveSteps() {
+  std::map<std::string, double> speeds;
+  for (const std::string& id : membership_.ActiveIds()) speeds[id] = membership_.Find(id)->steps_per_s;
+  for (const auto& [id, h] : AssignInnerSteps(speeds, config_.inner.steps)) {
+    Member* m = membership_.Find(id);
+    if (m->inner_steps != h) {
+      spdlog::info("DyLU: worker {} trains {} inner steps per round ({:.1f} steps/s)", id, h, m->steps_per_s);
+    }
+    m->inner_steps = h;
+  }
+}
+
+void CoordinatorCore::EvaluateIfDue(const ParamSnapshot& snapshot, bool force) {
+  const int64_t every = config_.coordinator.eval_every;
+  if (every <= 0 || (!force && snapshot.round % every != 0)) return;
+  const double t0 = clock_();
+  double loss = 0;
+  try {
+    loss = evaluator_->Evaluate(snapshot.params);
+  } catch (const std::exception& e) {
+    spdlog::error("evaluation of round {} failed, training goes on: {}", snapshot.round, e.what());
+    return;
+  }
+  spdlog::info("eval: round {} val_loss {:.4f} (ppl {:.2f}, {:.2f} s)", snapshot.round, loss, std::exp(loss),
+               clock_() - t0);
+  absl::MutexLock lock(&mu_);
+  evals_.push_back({snapshot.round, loss, stats_.tokens_committed, stats_.bytes_pushed_committed});
+}
+
+void CoordinatorCore::CheckpointIfDue(bool force) {
+  {
+    absl::MutexLock lock(&mu_);
+    const int64_t every = config_.coordinator.checkpoint_every;
+    if (!force && (every <= 0 || snapshot_->round % every != 0)) return;
+  }
+  auto path = WriteCheckpoint();
+  if (!path.ok()) spdlog::error("checkpoint failed, training goes on: {}", std::string(path.status().message()));
+}
+
+absl::StatusOr<CoordinatorCore::WrittenCheckpoint> CoordinatorCore::WriteCheckpoint() {
+  absl::MutexLock writing(&checkpoint_mu_);
+  CheckpointData data;
+  {
+    absl::MutexLock lock(&mu_);
+    data.round = snapshot_->round;
+    data.params = snapshot_->params;
+    data.evals = evals_;
+    data.momentum = momentum_snapshot_;  // published together with theta_t; never modified in place
+  }
+  data.fingerprint = fingerprint_;
+  const std::string path = CheckpointPath(config_.CheckpointDir(), data.round);
+  absl::Status s = SaveCheckpoint(path, data);
+  if (!s.ok()) return s;
+  PruneCheckpoints(config_.CheckpointDir(), config_.coordinator.keep_checkpoints);
+  spdlog::info("checkpoint: {} (round {})", path, data.round);
+  return WrittenCheckpoint{path, data.round};
+}
+
+void CoordinatorCore::WriteSummary() const {
+  const absl::Status s =
+      WriteTextFileAtomically(config_.run.output_dir + "/summary.json", StatusToJson(Status()).dump(2) + "\n");
+  if (!s.ok()) spdlog::error("{}", std::string(s.message()));
+}
+
+void CoordinatorCore::Stop() {
+  absl::MutexLock lock(&mu_);
+  stop_ = true;
+  cv_.SignalAll();
+}
+
+bool CoordinatorCore::complete() const {
+  absl::MutexLock lock(&mu_);
+  return complete_;
+}
+
+void CoordinatorCore::WaitForWorkersToLeave(double timeout_s) {
+  const double deadline = clock_() + timeout_s;
+  absl::MutexLock lock(&mu_);
+  // Also wait for workers that have not joined yet (a run resumed already complete): they must learn that it is
+  // over, or they would retry until workers.connect_timeout_s.
+  while (!stop_ && clock_() < deadline &&
+         !(membership_.ActiveIds().empty() &&
+           static_cast<int64_t>(membership_.members().size()) >= config_.workers.count)) {
+    cv_.WaitWithTimeout(&mu_, absl::Milliseconds(100));
+  }
+}
+
+}  // namespace diloco

@@ -1,0 +1,65 @@
+#include "coordinator/model_host.h"
+
+#include <spdlog/spdlog.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/checkpoint.h"
+#include "proto/tensor_spec.h"
+#include "worker/lm/evaluate.h"
+#include "worker/lm/token_data.h"
+#include "worker/lm/transformer.h"
+
+namespace diloco {
+namespace {
+
+// Holds a model instance and the validation split; evaluates a theta.
+class ModelEvaluator : public Evaluator {
+ public:
+  ModelEvaluator(TransformerLM model, TokenData val, int64_t batches, int64_t batch_size)
+      : model_(std::move(model)), val_(std::move(val)), batches_(batches), batch_size_(batch_size) {}
+  double Evaluate(const NamedTensors& theta) override {
+    LoadParameters(*model_, theta);
+    return EvaluateLoss(model_, val_, batches_, batch_size_);
+  }
+
+ private:
+  TransformerLM model_;
+  TokenData val_;
+  int64_t batches_, batch_size_;
+};
+
+// theta_0 := the parameters of the checkpoint model.init_from, which must be of the same model.
+absl::Status LoadInitFrom(const Config& config, NamedTensors& theta_0) {
+  const std::string fingerprint = Fingerprint(SpecsOf(theta_0));
+  auto ckpt = LoadCheckpoint(config.model.init_from);
+  if (!ckpt.ok()) return absl::Status(ckpt.status().code(), absl::StrCat("model.init_from: ", ckpt.status().message()));
+  if (ckpt->fingerprint != fingerprint) {
+    return absl::FailedPreconditionError(absl::StrCat("model.init_from ", config.model.init_from, ": fingerprint ",
+                                                      ckpt->fingerprint, " does not match model: (", fingerprint,
+                                                      "); use a checkpoint of the same model"));
+  }
+  theta_0 = std::move(ckpt->params);
+  spdlog::info("theta_0 from {} (a round-{} checkpoint)", config.model.init_from, ckpt->round);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<HostedModel> HostModel(const Config& config, const TokenCache& cache) {
+  HostedModel hosted;
+  TransformerLM model = MakeTransformerLM(config.model, config.run.seed);
+  for (const auto& [name, p] : NamedParameters(*model)) hosted.theta_0.emplace_back(name, p.detach().clone());
+  if (!config.model.init_from.empty()) {
+    absl::Status s = LoadInitFrom(config, hosted.theta_0);
+    if (!s.ok()) return s;
+  }
+  auto val = TokenData::Load(cache.val_path(), config.model.seq_len);
+  if (!val.ok()) return val.status();
+  hosted.evaluator = std::make_unique<ModelEvaluator>(std::move(model), std::move(*val),
+                                                      config.coordinator.eval_batches, config.inner.batch_size);
+  return hosted;
+}
+
+}  // namespace diloco

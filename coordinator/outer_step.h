@@ -1,0 +1,41 @@
+// OuterStep: the outer update the coordinator applies when a round closes, theta_t = OuterOpt(theta_{t-1}, delta)
+// (DiLoCo, arXiv 2311.08105, Algorithm 1, line 12), behind one interface so the core never asks which one it holds.
+// Implementations: OuterOptimizer (outer_optimizer.h: PyTorch's SGD with Nesterov or plain momentum; lr 1 without
+// momentum is FedAvg) and DelayedNesterov (delayed_nesterov.h: asynchronous rounds, arXiv 2401.09135). MakeOuterStep
+// chooses one from the config, once, at start-up.
+// Shapes: theta and delta are lists of float32 tensors with matching shapes, in parameter order.
+// Each implementation owns its momentum state. Not thread-safe: the coordinator's round thread alone calls Step().
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "config/config.h"
+
+namespace diloco {
+
+class OuterStep {
+ public:
+  virtual ~OuterStep() = default;
+
+  // theta_t in tensors other than `theta`, which is left untouched (pulls in flight may still read it).
+  // `recycle`: tensors the caller no longer needs (e.g. theta_{t-2}) that an implementation may overwrite with the
+  // result; `only`: the positions to step (one fragment of Streaming DiLoCo), nullptr for all. An implementation
+  // that cannot honour `only` refuses it (std::invalid_argument).
+  virtual std::vector<at::Tensor> Step(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& delta,
+                                       std::vector<at::Tensor> recycle, const std::vector<size_t>* only) = 0;
+  // The momentum state, for checkpoints (empty before it exists). Never modified in place once returned, so a copy
+  // of the vector stays valid while later steps run.
+  virtual const std::vector<at::Tensor>& momentum_buffers() const = 0;
+  // Restores the momentum state from a checkpoint (empty, or one tensor per parameter).
+  virtual void set_momentum_buffers(std::vector<at::Tensor> buffers) = 0;
+};
+
+// The outer step of `config`: Delayed Nesterov for outer.mode async with outer.optimizer nesterov (N = outer.delay_n,
+// or workers.count when 0), else OuterOptimizer(outer.optimizer, outer.lr, outer.momentum).
+std::unique_ptr<OuterStep> MakeOuterStep(const Config& config);
+
+}  // namespace diloco

@@ -1,0 +1,73 @@
+#include "coordinator/run_stats.h"
+
+namespace diloco {
+
+void RunStats::CreditRound(const RoundState::Pushes& contributors, int64_t num_params, Membership& membership) {
+  const double k = static_cast<double>(contributors.size());
+  last_round_bytes_pushed = 0;
+  for (const auto& [id, push] : contributors) {  // credited only once the round is committed
+    if (Member* m = membership.Find(id)) {
+      ++m->rounds_contributed;
+      m->tokens += push.tokens;
+      m->bytes_pushed += push.bytes;
+      if (push.seconds > 0) m->steps_per_s = static_cast<double>(push.inner_steps) / push.seconds;
+    }
+    tokens_committed += push.tokens;
+    last_round_bytes_pushed += push.bytes;
+    dp_equivalent_bytes += static_cast<int64_t>(push.inner_steps * 2.0 * (k - 1) / k * 4.0 * num_params);
+  }
+  bytes_pushed_committed += last_round_bytes_pushed;
+}
+
+namespace {
+
+void AddWorkers(const StatusSources& in, double now, StatusReply& s) {
+  for (const auto& [id, m] : in.membership.members()) {
+    WorkerStatus* w = s.add_workers();
+    w->set_id(id);
+    w->set_state(MemberStateName(m.state));
+    w->set_rounds_contributed(m.rounds_contributed);
+    w->set_tokens(m.tokens);
+    w->set_last_loss(m.last_loss);
+    w->set_heartbeat_age_s(now - m.last_seen);
+    w->set_shard_index(m.shard_index);
+    w->set_tokens_per_s(m.last_tokens_per_s);
+    w->set_bytes_pushed(m.bytes_pushed);
+    w->set_bytes_pulled(m.bytes_pulled);
+    w->set_pushed_this_round(in.round_state.HasPushed(id));
+    w->set_cluster_size(m.cluster_size);
+    w->set_inner_steps(m.inner_steps > 0 ? m.inner_steps : in.config.inner.steps);
+  }
+}
+
+}  // namespace
+
+StatusReply BuildStatusReply(const StatusSources& in, double now) {
+  StatusReply s;
+  s.set_run_name(in.config.run.name);
+  s.set_round(in.round);
+  s.set_rounds_total(in.config.SyncRounds());
+  s.set_fragments(in.fragments);
+  s.set_phase(std::string(RoundPhaseName(in.round_state.phase())));
+  s.set_phase_reason(in.round_state.phase_reason());
+  s.set_params(in.params);
+  s.set_fingerprint(in.fingerprint);
+  s.set_bytes_received(in.stats.bytes_received);
+  s.set_bytes_sent(in.stats.bytes_sent);
+  s.set_last_round_seconds(in.stats.last_round_seconds);
+  s.set_last_outer_step_seconds(in.stats.last_outer_step_seconds);
+  s.set_bytes_pushed_committed(in.stats.bytes_pushed_committed);
+  s.set_dp_equivalent_bytes(in.stats.dp_equivalent_bytes);
+  s.set_last_round_bytes_pushed(in.stats.last_round_bytes_pushed);
+  AddWorkers(in, now, s);
+  for (const EvalRecord& e : in.evals) {
+    EvalPoint* p = s.add_evals();
+    p->set_round(e.round);
+    p->set_val_loss(e.val_loss);
+    p->set_tokens(e.tokens);
+    p->set_bytes_pushed_committed(e.bytes_pushed_committed);
+  }
+  return s;
+}
+
+}  // namespace diloco
