@@ -3,8 +3,8 @@
 // ranks rendezvous through a c10d TCPStore (hosted by rank 0 at --cluster-store HOST:PORT) and a ProcessGroupGloo
 // (LibTorch's own collectives), and every inner step averages their gradients, so their parameters stay identical.
 // The leader drives the followers with commands (worker/cluster_protocol.h: load theta, train n steps, merge a
-// fragment, stop), each one BroadcastWords. A dead rank makes the next collective throw (Gloo sees the connection close), which takes
-// the whole cluster out of the run; restarted, it joins again as the same worker.
+// fragment, stop), each one BroadcastWords. A dead rank makes the next collective throw (Gloo sees the connection
+// close), which takes the whole cluster out of the run; restarted, it joins again as the same worker.
 // Not thread-safe: one thread of each process calls it (the inner loop's thread).
 #pragma once
 

@@ -187,7 +187,7 @@ RoundResult Worker::Pack(int64_t round, int f, const StepStats& stats) {
   result.mean_loss = stats.loss_sum / static_cast<double>(std::max<int64_t>(1, stats.steps));
   result.last_lr = stats.last_lr;
   result.seconds = stats.seconds;
-  if (error_feedback_[static_cast<size_t>(f)]) error_feedback_[static_cast<size_t>(f)]->Compensate(result.pseudo_gradient);
+  if (ErrorFeedback* ef = error_feedback_[static_cast<size_t>(f)].get()) ef->Compensate(result.pseudo_gradient);
   spdlog::info("round {}{}: {} inner steps, loss {:.4f} -> {:.4f}, lr {:.2e}, {:.0f} tokens/s, {:.2f} s", round + 1,
                P > 1 ? absl::StrCat(" (fragment ", f, "/", P, ")") : std::string(), result.steps,
                result.first_loss, result.mean_loss, result.last_lr, result.tokens / result.seconds, result.seconds);

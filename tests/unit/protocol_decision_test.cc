@@ -76,7 +76,8 @@ TEST(ProtocolDecisionTest, PushErrorsTheCoordinatorDocuments) {
 }
 
 TEST(ProtocolDecisionTest, LatePushFollowsLatePolicy) {
-  const absl::Status late = absl::FailedPreconditionError("push for round 3 refused: the open round is based on round 4");
+  const absl::Status late =
+      absl::FailedPreconditionError("push for round 3 refused: the open round is based on round 4");
   const ProtocolDecision drop = Push(late, LatePolicy::kDrop);
   EXPECT_EQ(drop.action, ProtocolAction::kNextRound);
   EXPECT_FALSE(drop.keep_local);
