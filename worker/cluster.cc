@@ -4,7 +4,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <chrono>
-#include <cstring>
+#include <algorithm>
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
@@ -109,23 +109,11 @@ void WorkerCluster::Broadcast(std::vector<torch::Tensor>& tensors) {
   }
 }
 
-void WorkerCluster::SendCommand(const ClusterCommand& command) {
-  int64_t alpha_bits = 0;
-  std::memcpy(&alpha_bits, &command.alpha, sizeof(alpha_bits));
-  std::vector<at::Tensor> buffers = {torch::tensor({command.kind, command.a, command.b, alpha_bits}, torch::kLong)};
-  group_->pg->broadcast(buffers)->wait();
-}
-
-ClusterCommand WorkerCluster::ReceiveCommand() {
-  std::vector<at::Tensor> buffers = {torch::zeros({4}, torch::kLong)};
+void WorkerCluster::BroadcastWords(std::array<int64_t, 4>& words) {
+  std::vector<at::Tensor> buffers = {torch::tensor({words[0], words[1], words[2], words[3]}, torch::kLong)};
   group_->pg->broadcast(buffers)->wait();
   const int64_t* v = buffers[0].data_ptr<int64_t>();
-  ClusterCommand c;
-  c.kind = v[0];
-  c.a = v[1];
-  c.b = v[2];
-  std::memcpy(&c.alpha, &v[3], sizeof(c.alpha));
-  return c;
+  std::copy(v, v + words.size(), words.begin());
 }
 
 void WorkerCluster::CheckReplicas(const std::vector<torch::Tensor>& params, int64_t step) {

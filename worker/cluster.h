@@ -2,14 +2,15 @@
 // paper is a cluster doing ordinary data parallel inside). Rank 0, the leader, alone talks to the coordinator; all n
 // ranks rendezvous through a c10d TCPStore (hosted by rank 0 at --cluster-store HOST:PORT) and a ProcessGroupGloo
 // (LibTorch's own collectives), and every inner step averages their gradients, so their parameters stay identical.
-// The leader drives the followers with commands (Broadcast of a small int64 tensor): load theta, train n steps,
-// merge a fragment, stop. A dead rank makes the next collective throw (Gloo sees the connection close), which takes
-// the whole cluster out of the run; restarted, it joins again as the same worker.
+// The leader drives the followers with commands (worker/cluster_protocol.h: load theta, train n steps, merge a
+// fragment, stop), each one BroadcastWords. A dead rank makes the next collective throw (Gloo sees the connection
+// close), which takes the whole cluster out of the run; restarted, it joins again as the same worker.
 // Not thread-safe: one thread of each process calls it (the inner loop's thread).
 #pragma once
 
 #include <torch/torch.h>
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,15 +18,6 @@
 #include "absl/status/statusor.h"
 
 namespace diloco {
-
-// What the leader tells its followers to do next.
-struct ClusterCommand {
-  enum Kind : int64_t { kShard = 1, kLoad = 2, kTrain = 3, kMerge = 4, kStop = 5 };
-  int64_t kind = kStop;
-  int64_t a = 0;   // kShard: shard index; kTrain: first global inner step; kMerge: fragment
-  int64_t b = 0;   // kShard: shard count; kTrain: number of steps
-  double alpha = 0;  // kMerge: merge_alpha (0: replace)
-};
 
 class WorkerCluster {
  public:
@@ -47,8 +39,8 @@ class WorkerCluster {
 
   // Rank 0's tensors (CPU, contiguous) overwrite the others' (one broadcast of a flat buffer).
   void Broadcast(std::vector<torch::Tensor>& tensors);
-  void SendCommand(const ClusterCommand& command);  // rank 0
-  ClusterCommand ReceiveCommand();                   // other ranks
+  // Rank 0's four words overwrite the others' (one broadcast): the carrier of worker/cluster_protocol.h's commands.
+  void BroadcastWords(std::array<int64_t, 4>& words);
 
   // Checks that this rank's parameters are bitwise identical to rank 0's (a checksum broadcast by rank 0);
   // throws naming the step if not. For workers.check_replicas.

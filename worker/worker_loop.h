@@ -6,7 +6,9 @@
 // (abandons its round, Leave, exit 0), or on a refusal it cannot fix (exit 3) or no coordinator (exit 4).
 // After a late (refused) push, outer.late_policy reuse_local keeps its own parameters for the next round.
 // A heartbeat thread keeps the lease alive while it trains. With workers.cluster_size > 1 the process of rank 0 does
-// all that and drives the other ranks (worker/cluster.h), which only train. Thread-safety: call once per process.
+// all that and drives the other ranks (worker/cluster_protocol.h), which only train. The loop itself is Worker
+// (worker/worker.h); its decisions on each gRPC status are worker/protocol_decision.h's.
+// Thread-safety: call once per process.
 #pragma once
 
 #include <atomic>

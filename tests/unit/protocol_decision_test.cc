@@ -1,0 +1,219 @@
+// The worker's decisions on each gRPC status (worker/protocol_decision.h): every code of README "Errors a push can
+// get", and the Join / Pull / Heartbeat codes the loop handles; action, exit code and reason.
+#include "worker/protocol_decision.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "worker/worker_loop.h"
+
+namespace diloco {
+namespace {
+
+using ::testing::HasSubstr;
+
+ProtocolState State() {
+  ProtocolState s;
+  s.coordinator = "10.0.0.1:7777";
+  s.worker_id = "w7";
+  s.connect_timeout_s = 30;
+  return s;
+}
+
+ProtocolDecision Push(const absl::Status& status, LatePolicy policy = LatePolicy::kDrop) {
+  ProtocolState s = State();
+  s.late_policy = policy;
+  return DecideOnStatus(ProtocolCall::kPush, status, s);
+}
+
+// Each row of README "Errors a push can get": the code the coordinator sends and what the worker does.
+TEST(ProtocolDecisionTest, PushErrorsTheCoordinatorDocuments) {
+  struct Row {
+    absl::Status status;
+    ProtocolAction action;
+    std::string reason;
+  };
+  const std::vector<Row> rows = {
+      {absl::InvalidArgumentError("request without a worker id"), ProtocolAction::kGiveUp,
+       "push refused: request without a worker id"},
+      {absl::FailedPreconditionError("model fingerprint F does not match the coordinator's G"),
+       ProtocolAction::kNextRound,
+       "push not counted (model fingerprint F does not match the coordinator's G); restarting from the new global "
+       "parameters"},
+      {absl::NotFoundError("worker 'w7' is not an active member; Join again"), ProtocolAction::kRejoin,
+       "not a member (worker 'w7' is not an active member; Join again); joining again to push again"},
+      {absl::NotFoundError("worker 'w7' lease expired"), ProtocolAction::kRejoin,
+       "not a member (worker 'w7' lease expired); joining again to push again"},
+      {absl::FailedPreconditionError("the run is complete"), ProtocolAction::kNextRound,
+       "push not counted (the run is complete); restarting from the new global parameters"},
+      {absl::FailedPreconditionError("push for round 3 refused: the open round is based on round 4"),
+       ProtocolAction::kNextRound,
+       "push not counted (push for round 3 refused: the open round is based on round 4); restarting from the new "
+       "global parameters"},
+      {absl::AlreadyExistsError("worker 'w7' already pushed for round 4"), ProtocolAction::kCounted,
+       "push already counted (worker 'w7' already pushed for round 4)"},
+      {absl::UnavailableError("a push from worker 'w7' for round 4 is still streaming"), ProtocolAction::kRetry,
+       "push failed (a push from worker 'w7' for round 4 is still streaming), retrying"},
+      {absl::InvalidArgumentError("push header: tokens (0) must be in [1, 2^40]"), ProtocolAction::kGiveUp,
+       "push refused: push header: tokens (0) must be in [1, 2^40]"},
+      {absl::InvalidArgumentError("pseudo-gradient of 'wte' holds NaN or Inf near element 5; push refused"),
+       ProtocolAction::kGiveUp, "push refused: pseudo-gradient of 'wte' holds NaN or Inf near element 5; push refused"},
+      {absl::InvalidArgumentError("push stream ended early, at tensor 2/9 'x' at element 0"), ProtocolAction::kGiveUp,
+       "push refused: push stream ended early, at tensor 2/9 'x' at element 0"},
+      {absl::ResourceExhaustedError("Received message larger than max (9 vs. 4)"), ProtocolAction::kGiveUp,
+       "push refused: Received message larger than max (9 vs. 4)"},
+      {absl::AbortedError("the round's aggregation restarted"), ProtocolAction::kRepush,
+       "push aborted (the round's aggregation restarted); pushing again"},
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(row.status.ToString());
+    const ProtocolDecision d = Push(row.status);
+    EXPECT_EQ(d.action, row.action);
+    EXPECT_EQ(d.reason, row.reason);
+    EXPECT_EQ(d.exit_code, row.action == ProtocolAction::kGiveUp ? kWorkerRefused : kWorkerDone);
+    EXPECT_FALSE(d.keep_local);
+  }
+}
+
+TEST(ProtocolDecisionTest, LatePushFollowsLatePolicy) {
+  const absl::Status late =
+      absl::FailedPreconditionError("push for round 3 refused: the open round is based on round 4");
+  const ProtocolDecision drop = Push(late, LatePolicy::kDrop);
+  EXPECT_EQ(drop.action, ProtocolAction::kNextRound);
+  EXPECT_FALSE(drop.keep_local);
+  EXPECT_THAT(drop.reason, HasSubstr("restarting from the new global parameters"));
+  const ProtocolDecision reuse = Push(late, LatePolicy::kReuseLocal);
+  EXPECT_EQ(reuse.action, ProtocolAction::kNextRound);
+  EXPECT_TRUE(reuse.keep_local);
+  EXPECT_EQ(reuse.reason, "push not counted (push for round 3 refused: the open round is based on round 4); "
+                          "continuing from local parameters (late_policy reuse_local)");
+}
+
+TEST(ProtocolDecisionTest, TransientCodesRetryEveryCall) {
+  const std::vector<absl::Status> transient = {absl::UnavailableError("down"), absl::DeadlineExceededError("slow"),
+                                               absl::CancelledError("cut"), absl::UnknownError("odd")};
+  for (const absl::Status& s : transient) {
+    SCOPED_TRACE(s.ToString());
+    const std::string m(s.message());
+    EXPECT_EQ(Push(s).action, ProtocolAction::kRetry);
+    EXPECT_EQ(Push(s).reason, "push failed (" + m + "), retrying");
+    const ProtocolDecision pull = DecideOnStatus(ProtocolCall::kPull, s, State());
+    EXPECT_EQ(pull.action, ProtocolAction::kRetry);
+    EXPECT_EQ(pull.reason, "pull failed (" + m + "), retrying");
+    const ProtocolDecision beat = DecideOnStatus(ProtocolCall::kHeartbeat, s, State());
+    EXPECT_EQ(beat.action, ProtocolAction::kRetry);
+    EXPECT_EQ(beat.reason, "heartbeat failed (" + m + "), retrying");
+    const ProtocolDecision join = DecideOnStatus(ProtocolCall::kJoin, s, State());
+    EXPECT_EQ(join.action, ProtocolAction::kRetry);
+    EXPECT_EQ(join.reason, "coordinator 10.0.0.1:7777 not reachable yet (" + m + "); retrying");
+  }
+}
+
+TEST(ProtocolDecisionTest, SuccessProceeds) {
+  for (ProtocolCall call : {ProtocolCall::kJoin, ProtocolCall::kPush, ProtocolCall::kPull, ProtocolCall::kHeartbeat}) {
+    EXPECT_EQ(DecideOnStatus(call, absl::OkStatus(), State()).action, ProtocolAction::kProceed);
+  }
+  EXPECT_EQ(DecideOnStatus(ProtocolCall::kJoin, absl::OkStatus(), State()).reason, "joined");
+  EXPECT_EQ(Push(absl::OkStatus()).reason, "pushed");
+}
+
+TEST(ProtocolDecisionTest, PullAndHeartbeatRejoinOnNotFound) {
+  const absl::Status lost = absl::NotFoundError("worker 'w7' lease expired");
+  const ProtocolDecision pull = DecideOnStatus(ProtocolCall::kPull, lost, State());
+  EXPECT_EQ(pull.action, ProtocolAction::kRejoin);
+  EXPECT_EQ(pull.reason, "not a member (worker 'w7' lease expired); joining again to pull again");
+  const ProtocolDecision beat = DecideOnStatus(ProtocolCall::kHeartbeat, lost, State());
+  EXPECT_EQ(beat.action, ProtocolAction::kRejoin);
+  EXPECT_EQ(beat.reason, "not a member (worker 'w7' lease expired); joining again to push again");
+}
+
+// Codes only a push can act on stop a pull or a heartbeat, as does any other code.
+TEST(ProtocolDecisionTest, PullAndHeartbeatGiveUpOnOtherCodes) {
+  const std::vector<absl::Status> others = {
+      absl::FailedPreconditionError("model fingerprint F does not match the coordinator's G"),
+      absl::AlreadyExistsError("x"), absl::AbortedError("y"), absl::InvalidArgumentError("request without a worker id"),
+      absl::PermissionDeniedError("wrong token"), absl::UnauthenticatedError("no token")};
+  for (const absl::Status& s : others) {
+    SCOPED_TRACE(s.ToString());
+    const ProtocolDecision pull = DecideOnStatus(ProtocolCall::kPull, s, State());
+    EXPECT_EQ(pull.action, ProtocolAction::kGiveUp);
+    EXPECT_EQ(pull.exit_code, kWorkerRefused);
+    EXPECT_EQ(pull.reason, "pull refused: " + std::string(s.message()));
+    const ProtocolDecision beat = DecideOnStatus(ProtocolCall::kHeartbeat, s, State());
+    EXPECT_EQ(beat.action, ProtocolAction::kGiveUp);
+    EXPECT_EQ(beat.exit_code, kWorkerRefused);
+    EXPECT_EQ(beat.reason, "heartbeat refused: " + std::string(s.message()));
+  }
+}
+
+TEST(ProtocolDecisionTest, JoinRefusalNamesCoordinatorAndWorker) {
+  for (const absl::Status& s : {absl::PermissionDeniedError("wrong token"), absl::NotFoundError("nope"),
+                                absl::FailedPreconditionError("model fingerprint F does not match the coordinator's G"),
+                                absl::AbortedError("z")}) {
+    SCOPED_TRACE(s.ToString());
+    const ProtocolDecision d = DecideOnStatus(ProtocolCall::kJoin, s, State());
+    EXPECT_EQ(d.action, ProtocolAction::kGiveUp);
+    EXPECT_EQ(d.exit_code, kWorkerRefused);
+    EXPECT_EQ(d.reason, "coordinator 10.0.0.1:7777 refused worker w7: " + std::string(s.message()));
+  }
+}
+
+TEST(ProtocolDecisionTest, JoinGivesUpAfterConnectTimeout) {
+  ProtocolState s = State();
+  s.connect_deadline_passed = true;
+  const ProtocolDecision d = DecideOnStatus(ProtocolCall::kJoin, absl::UnavailableError("connection refused"), s);
+  EXPECT_EQ(d.action, ProtocolAction::kGiveUp);
+  EXPECT_EQ(d.exit_code, kWorkerUnreachable);
+  EXPECT_EQ(d.reason, "coordinator 10.0.0.1:7777 unreachable for workers.connect_timeout_s = 30 s: connection refused");
+}
+
+TEST(ProtocolDecisionTest, JoinTlsFailureGivesUpOnlyWithTlsOn) {
+  const absl::Status ssl = absl::UnavailableError("failed to connect: SSL_ERROR_SSL: CERTIFICATE_VERIFY_FAILED");
+  ProtocolState s = State();
+  s.tls = true;
+  const ProtocolDecision tls = DecideOnStatus(ProtocolCall::kJoin, ssl, s);
+  EXPECT_EQ(tls.action, ProtocolAction::kGiveUp);
+  EXPECT_EQ(tls.exit_code, kWorkerRefused);
+  EXPECT_THAT(tls.reason, HasSubstr("TLS handshake with coordinator 10.0.0.1:7777 failed: failed to connect"));
+  EXPECT_THAT(tls.reason, HasSubstr("security.tls_ca must hold the CA"));
+  // Without TLS the same text is a coordinator not up yet (or one serving TLS): retry.
+  EXPECT_EQ(DecideOnStatus(ProtocolCall::kJoin, ssl, State()).action, ProtocolAction::kRetry);
+}
+
+TEST(ProtocolDecisionTest, JoinRetryCarriesTheTlsHint) {
+  const absl::Status closed = absl::UnavailableError("Socket closed");
+  const ProtocolDecision retry = DecideOnStatus(ProtocolCall::kJoin, closed, State());
+  EXPECT_EQ(retry.action, ProtocolAction::kRetry);
+  EXPECT_THAT(retry.hint, HasSubstr("the coordinator closed the connection at once: if it serves TLS"));
+  EXPECT_EQ(DecideOnStatus(ProtocolCall::kJoin, absl::UnavailableError("connection refused"), State()).hint, "");
+  ProtocolState late = State();
+  late.connect_deadline_passed = true;
+  const ProtocolDecision gone = DecideOnStatus(ProtocolCall::kJoin, closed, late);
+  EXPECT_EQ(gone.action, ProtocolAction::kGiveUp);
+  EXPECT_EQ(gone.reason, "coordinator 10.0.0.1:7777 unreachable for workers.connect_timeout_s = 30 s: Socket closed; " +
+                             retry.hint);
+}
+
+TEST(ProtocolDecisionTest, WaitingReadsTheHeartbeat) {
+  // sync: round 4 pushed and counted, still open -> wait; moved to 5 -> pull; not counted -> push again.
+  EXPECT_EQ(DecideWhileWaiting({4, true, false}, 4, false).action, WaitAction::kKeepWaiting);
+  const WaitDecision closed = DecideWhileWaiting({5, false, false}, 4, false);
+  EXPECT_EQ(closed.action, WaitAction::kRoundClosed);
+  EXPECT_EQ(closed.reason, "the coordinator is at round 6");
+  const WaitDecision repush = DecideWhileWaiting({4, false, false}, 4, false);
+  EXPECT_EQ(repush.action, WaitAction::kRepush);
+  EXPECT_EQ(repush.reason, "the coordinator restarted the round's aggregation; pushing again");
+  const WaitDecision complete = DecideWhileWaiting({4, true, true}, 4, false);
+  EXPECT_EQ(complete.action, WaitAction::kRoundClosed);
+  EXPECT_EQ(complete.reason, "the run is complete");
+  // async: a pending push waits even when the round moved on; applied (not pending, round moved) -> pull.
+  EXPECT_EQ(DecideWhileWaiting({6, true, false}, 4, true).action, WaitAction::kKeepWaiting);
+  EXPECT_EQ(DecideWhileWaiting({6, true, false}, 4, false).action, WaitAction::kRoundClosed);
+  const WaitDecision applied = DecideWhileWaiting({5, false, false}, 4, true);
+  EXPECT_EQ(applied.action, WaitAction::kRoundClosed);
+  EXPECT_EQ(applied.reason, "the push was applied");
+  EXPECT_EQ(DecideWhileWaiting({4, false, false}, 4, true).action, WaitAction::kRepush);
+}
+
+}  // namespace
+}  // namespace diloco

@@ -1,0 +1,171 @@
+#include "worker/cluster_protocol.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <stdexcept>
+
+#include "absl/strings/str_cat.h"
+#include "proto/fragment_plan.h"
+
+namespace diloco {
+namespace {
+
+enum CommandKind : int64_t { kShard = 1, kLoad = 2, kTrain = 3, kMerge = 4, kStop = 5 };
+
+std::vector<torch::Tensor> TensorsOf(const NamedTensors& named) {
+  std::vector<torch::Tensor> tensors;  // shallow handles: a broadcast into them writes the named tensors
+  for (const auto& [name, t] : named) tensors.push_back(t);
+  return tensors;
+}
+
+}  // namespace
+
+CommandWords EncodeCommand(const ClusterCommand& command) {
+  CommandWords w{};
+  if (const auto* c = std::get_if<ShardCommand>(&command)) {
+    w = {kShard, c->shard_index, c->shard_count, 0};
+  } else if (std::holds_alternative<LoadCommand>(command)) {
+    w[0] = kLoad;
+  } else if (const auto* c = std::get_if<TrainCommand>(&command)) {
+    w = {kTrain, c->first_step, c->steps, 0};
+  } else if (const auto* c = std::get_if<MergeCommand>(&command)) {
+    w = {kMerge, c->fragment, 0, 0};
+    std::memcpy(&w[3], &c->alpha, sizeof(double));
+  } else {
+    w[0] = kStop;
+  }
+  return w;
+}
+
+ClusterCommand DecodeCommand(const CommandWords& w) {
+  switch (w[0]) {
+    case kShard:
+      return ShardCommand{w[1], w[2]};
+    case kLoad:
+      return LoadCommand{};
+    case kTrain:
+      return TrainCommand{w[1], w[2]};
+    case kMerge: {
+      MergeCommand c{w[1], 0.0};
+      std::memcpy(&c.alpha, &w[3], sizeof(double));
+      return c;
+    }
+    case kStop:
+      return StopCommand{};
+    default:
+      throw std::runtime_error(absl::StrCat("unknown cluster command kind ", w[0]));
+  }
+}
+
+void ClusterLeader::Send(const ClusterCommand& command) {
+  CommandWords words = EncodeCommand(command);
+  cluster_.BroadcastWords(words);
+}
+
+void ClusterLeader::Load(const NamedTensors& theta) {
+  Send(LoadCommand{});
+  std::vector<torch::Tensor> tensors = TensorsOf(theta);
+  cluster_.Broadcast(tensors);
+}
+
+void ClusterLeader::Merge(int fragment, double alpha, const NamedTensors& incoming) {
+  Send(MergeCommand{fragment, alpha});
+  std::vector<torch::Tensor> tensors = TensorsOf(incoming);
+  cluster_.Broadcast(tensors);
+}
+
+namespace {
+
+// The follower's side, one method per command; theta_ is the receive buffer of Load and Merge.
+class Follower {
+ public:
+  Follower(const Config& config, WorkerCluster& cluster, InnerTrainer& trainer, const std::atomic<bool>& stop)
+      : cluster_(cluster), trainer_(trainer), stop_(stop), theta_(trainer.MakeParameterBuffers()) {
+    std::vector<std::string> names;
+    for (const auto& [name, p] : theta_) names.push_back(name);
+    plan_ = FragmentPlan(names, config.comm.fragments);
+  }
+
+  // Does commands until one ends the follower's part in the run.
+  void Serve() {
+    while (true) {
+      CommandWords words{};
+      cluster_.BroadcastWords(words);
+      const ClusterCommand command = DecodeCommand(words);
+      if (std::holds_alternative<LoadCommand>(command)) {
+        std::vector<torch::Tensor> tensors = TensorsOf(theta_);
+        cluster_.Broadcast(tensors);
+        trainer_.Load(theta_);
+      } else if (const auto* train = std::get_if<TrainCommand>(&command)) {
+        if (trainer_.TrainSteps(train->first_step, train->steps, &stop_).abandoned) {
+          spdlog::info("the cluster stopped training; leaving");
+          return;
+        }
+      } else if (const auto* merge = std::get_if<MergeCommand>(&command)) {
+        Merge(*merge);
+      } else {
+        return;  // StopCommand (a second ShardCommand never comes)
+      }
+    }
+  }
+
+ private:
+  void Merge(const MergeCommand& merge) {
+    const auto& which = plan_.members(static_cast<int>(merge.fragment));
+    NamedTensors fragment;
+    for (size_t i : which) fragment.push_back(theta_[i]);
+    std::vector<torch::Tensor> tensors = TensorsOf(fragment);
+    cluster_.Broadcast(tensors);
+    trainer_.Merge(fragment, which, merge.alpha);
+  }
+
+  WorkerCluster& cluster_;
+  InnerTrainer& trainer_;
+  const std::atomic<bool>& stop_;
+  NamedTensors theta_;
+  FragmentPlan plan_;
+};
+
+}  // namespace
+
+int RunClusterFollower(const Config& config, const TokenCache& cache, const WorkerOptions& options,
+                       WorkerCluster& cluster, const std::atomic<bool>& stop) {
+  int64_t replica_checks = 0;
+  try {
+    CommandWords words{};
+    cluster.BroadcastWords(words);  // the leader's Join told it the worker's shard
+    const ClusterCommand first = DecodeCommand(words);
+    const auto* shard = std::get_if<ShardCommand>(&first);
+    if (shard == nullptr) return kWorkerDone;  // StopCommand: the leader could not join
+    auto trainer = InnerTrainer::ForShard(config, cache.train_path(), static_cast<int>(shard->shard_index),
+                                          static_cast<int>(shard->shard_count), options.rank, cluster.size());
+    if (!trainer.ok()) {
+      spdlog::error("{}", std::string(trainer.status().message()));
+      return kWorkerConfigError;
+    }
+    InnerTrainer& t = **trainer;
+    t.set_gradient_hook([&](const std::vector<torch::Tensor>& params, bool want_stop) {
+      return cluster.AverageGradients(params, want_stop);
+    });
+    if (config.workers.check_replicas) {
+      t.set_step_hook([&](const std::vector<torch::Tensor>& params, int64_t step) {
+        cluster.CheckReplicas(params, step);
+        ++replica_checks;
+      });
+    }
+    Follower follower(config, cluster, t, stop);
+    spdlog::info("rank {} of {} of worker {}: shard {}/{} part {}", options.rank, cluster.size(), options.id,
+                 shard->shard_index, shard->shard_count, shard->shard_index * cluster.size() + options.rank);
+    follower.Serve();
+  } catch (const std::exception& e) {
+    spdlog::error("worker cluster failed (rank {} of {}): {}; leaving", options.rank, cluster.size(), e.what());
+    return kWorkerClusterFailed;
+  }
+  if (config.workers.check_replicas) {
+    spdlog::info("replica check: parameters identical to rank 0 after each of {} inner steps", replica_checks);
+  }
+  return kWorkerDone;
+}
+
+}  // namespace diloco

@@ -1,0 +1,69 @@
+// The protocol between the ranks of one worker cluster (workers.cluster_size > 1, worker/cluster.h): rank 0, the
+// leader, alone talks to the coordinator and tells the followers what to do; this file holds both sides.
+//   ShardCommand  after the leader's Join: the worker's shard (each rank reads part shard_index * n + rank of n)
+//   LoadCommand   then a Broadcast of all of theta (parameter order): every rank loads it
+//   TrainCommand  train `steps` inner steps from global inner step `first_step` (gradients averaged every step)
+//   MergeCommand  then a Broadcast of fragment `fragment`'s tensors: every rank merges them with `alpha`
+//   StopCommand   the follower leaves (exit 0)
+// On the wire a command is one broadcast of 4 int64 words [kind, w1, w2, w3] (WorkerCluster::BroadcastWords):
+//   kind 1 shard: w1 shard_index, w2 shard_count; kind 2 load; kind 3 train: w1 first_step, w2 steps;
+//   kind 4 merge: w1 fragment, w3 the bits of alpha (IEEE double); kind 5 stop. Unused words are 0.
+// Thread-safety: ClusterLeader is used by the leader's inner-loop thread only; RunClusterFollower once per process.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <variant>
+
+#include "config/config.h"
+#include "config/data_cache.h"
+#include "worker/cluster.h"
+#include "worker/trainer.h"
+#include "worker/worker_loop.h"
+
+namespace diloco {
+
+struct ShardCommand {
+  int64_t shard_index = 0;
+  int64_t shard_count = 1;
+};
+struct LoadCommand {};
+struct TrainCommand {
+  int64_t first_step = 0;  // global inner step (the LR schedule's position)
+  int64_t steps = 0;
+};
+struct MergeCommand {
+  int64_t fragment = 0;
+  double alpha = 0;  // comm.merge_alpha (0: replace)
+};
+struct StopCommand {};
+using ClusterCommand = std::variant<ShardCommand, LoadCommand, TrainCommand, MergeCommand, StopCommand>;
+
+using CommandWords = std::array<int64_t, 4>;
+CommandWords EncodeCommand(const ClusterCommand& command);
+// Throws std::runtime_error on an unknown kind.
+ClusterCommand DecodeCommand(const CommandWords& words);
+
+// The leader's side: each method tells the followers and sends what the command needs; the leader then does the
+// same itself (InnerTrainer). Throws on a dead rank (as WorkerCluster does).
+class ClusterLeader {
+ public:
+  explicit ClusterLeader(WorkerCluster& cluster) : cluster_(cluster) {}
+  void Shard(int64_t shard_index, int64_t shard_count) { Send(ShardCommand{shard_index, shard_count}); }
+  void Load(const NamedTensors& theta);  // theta: all of the parameters, as pulled
+  void Train(int64_t first_step, int64_t steps) { Send(TrainCommand{first_step, steps}); }
+  void Merge(int fragment, double alpha, const NamedTensors& incoming);  // incoming: the fragment's tensors
+  void Stop() { Send(StopCommand{}); }
+
+ private:
+  void Send(const ClusterCommand& command);
+  WorkerCluster& cluster_;
+};
+
+// The life of a rank > 0: waits for the leader's commands and does them until StopCommand (exit 0), a training
+// abandoned by the cluster's stop wish (exit 0), or a dead rank (exit 5, kWorkerClusterFailed).
+int RunClusterFollower(const Config& config, const TokenCache& cache, const WorkerOptions& options,
+                       WorkerCluster& cluster, const std::atomic<bool>& stop);
+
+}  // namespace diloco

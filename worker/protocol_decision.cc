@@ -1,0 +1,125 @@
+#include "worker/protocol_decision.h"
+
+#include "absl/strings/str_cat.h"
+#include "proto/transport_security.h"
+#include "worker/worker_loop.h"
+
+namespace diloco {
+namespace {
+
+bool Transient(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kDeadlineExceeded ||
+         s.code() == absl::StatusCode::kCancelled || s.code() == absl::StatusCode::kUnknown;
+}
+
+ProtocolDecision Make(ProtocolAction action, std::string reason) {
+  ProtocolDecision d;
+  d.action = action;
+  d.reason = std::move(reason);
+  return d;
+}
+
+ProtocolDecision GiveUp(int exit_code, std::string reason) {
+  ProtocolDecision d = Make(ProtocolAction::kGiveUp, std::move(reason));
+  d.exit_code = exit_code;
+  return d;
+}
+
+ProtocolDecision DecideJoin(const absl::Status& status, const ProtocolState& state) {
+  const std::string message(status.message());
+  if (status.ok()) return Make(ProtocolAction::kProceed, "joined");
+  if (!Transient(status)) {
+    return GiveUp(kWorkerRefused, absl::StrCat("coordinator ", state.coordinator, " refused worker ", state.worker_id,
+                                               ": ", message));
+  }
+  if (state.tls && LooksLikeTlsFailure(status)) {  // this worker's own TLS check failed: retrying cannot help
+    return GiveUp(kWorkerRefused,
+                  absl::StrCat("TLS handshake with coordinator ", state.coordinator, " failed: ", message,
+                               " (security.tls_ca must hold the CA that signed the coordinator's certificate, and the "
+                               "certificate must name the address's host or security.server_name)"));
+  }
+  const std::string hint = TlsHint(message, state.tls);
+  if (state.connect_deadline_passed) {
+    return GiveUp(kWorkerUnreachable,
+                  absl::StrCat("coordinator ", state.coordinator, " unreachable for workers.connect_timeout_s = ",
+                               state.connect_timeout_s, " s: ", message, hint.empty() ? "" : "; ", hint));
+  }
+  ProtocolDecision d = Make(ProtocolAction::kRetry, absl::StrCat("coordinator ", state.coordinator,
+                                                                 " not reachable yet (", message, "); retrying"));
+  d.hint = hint;
+  return d;
+}
+
+ProtocolDecision DecidePush(const absl::Status& status, const ProtocolState& state) {
+  const std::string message(status.message());
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return Make(ProtocolAction::kProceed, "pushed");
+    case absl::StatusCode::kFailedPrecondition: {
+      const bool keep_local = state.late_policy == LatePolicy::kReuseLocal;
+      ProtocolDecision d = Make(ProtocolAction::kNextRound,
+                                absl::StrCat("push not counted (", message, "); ",
+                                             keep_local ? "continuing from local parameters (late_policy reuse_local)"
+                                                        : "restarting from the new global parameters"));
+      d.keep_local = keep_local;
+      return d;
+    }
+    case absl::StatusCode::kAlreadyExists:
+      return Make(ProtocolAction::kCounted, absl::StrCat("push already counted (", message, ")"));
+    case absl::StatusCode::kNotFound:
+      // The coordinator does not know us (it restarted, or declared us lost): join again, then push again; if the
+      // round moved on meanwhile, the push is refused as late and we pull.
+      return Make(ProtocolAction::kRejoin, absl::StrCat("not a member (", message, "); joining again to push again"));
+    case absl::StatusCode::kAborted:
+      return Make(ProtocolAction::kRepush, absl::StrCat("push aborted (", message, "); pushing again"));
+    default:
+      if (Transient(status)) {
+        return Make(ProtocolAction::kRetry, absl::StrCat("push failed (", message, "), retrying"));
+      }
+      return GiveUp(kWorkerRefused, absl::StrCat("push refused: ", message));
+  }
+}
+
+// Pull and Heartbeat: NOT_FOUND joins again, transient codes retry, the rest give up.
+ProtocolDecision DecidePullOrHeartbeat(ProtocolCall call, const absl::Status& status) {
+  const std::string message(status.message());
+  const bool pull = call == ProtocolCall::kPull;
+  if (status.ok()) return Make(ProtocolAction::kProceed, pull ? "pulled" : "heartbeat answered");
+  if (status.code() == absl::StatusCode::kNotFound) {
+    return Make(ProtocolAction::kRejoin, absl::StrCat("not a member (", message, "); joining again to ",
+                                                      pull ? "pull again" : "push again"));
+  }
+  if (Transient(status)) {
+    return Make(ProtocolAction::kRetry, absl::StrCat(pull ? "pull" : "heartbeat", " failed (", message, "), retrying"));
+  }
+  return GiveUp(kWorkerRefused, absl::StrCat(pull ? "pull" : "heartbeat", " refused: ", message));
+}
+
+}  // namespace
+
+ProtocolDecision DecideOnStatus(ProtocolCall call, const absl::Status& status, const ProtocolState& state) {
+  switch (call) {
+    case ProtocolCall::kJoin:
+      return DecideJoin(status, state);
+    case ProtocolCall::kPush:
+      return DecidePush(status, state);
+    case ProtocolCall::kPull:
+    case ProtocolCall::kHeartbeat:
+      return DecidePullOrHeartbeat(call, status);
+  }
+  return GiveUp(kWorkerRefused, "unknown call");
+}
+
+WaitDecision DecideWhileWaiting(const HeartbeatView& beat, int64_t round, bool async) {
+  if (beat.run_complete) return {WaitAction::kRoundClosed, "the run is complete"};
+  if (async) {  // our push is applied once it is no longer pending (others' may be too)
+    if (beat.pushed) return {WaitAction::kKeepWaiting, "the push is pending"};
+    if (beat.round > round) return {WaitAction::kRoundClosed, "the push was applied"};
+  } else if (beat.round > round) {
+    return {WaitAction::kRoundClosed, absl::StrCat("the coordinator is at round ", beat.round + 1)};
+  }
+  if (!beat.pushed) return {WaitAction::kRepush, "the coordinator restarted the round's aggregation; pushing again"};
+  return {WaitAction::kKeepWaiting, "the round is open and the push counted"};
+}
+
+}  // namespace diloco

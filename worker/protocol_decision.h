@@ -1,0 +1,79 @@
+// The worker's protocol decisions: what to do after each call to the coordinator, as pure functions of (call, gRPC
+// status, state) returning an action and a reason (the line the worker logs). Worker's loop (worker/worker.h)
+// follows them; tests/unit/protocol_decision_test.cc asserts on both for every code the coordinator documents
+// (README "Errors a push can get"). No clock, no network: the caller says whether the connect deadline has passed.
+// Thread-safe (pure functions).
+//
+// By call (the status codes the coordinator sends, README "Errors a push can get"):
+//   any call   UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, UNKNOWN: transient, retry after the backoff (Join: until
+//              workers.connect_timeout_s, unless this worker's own TLS check failed)
+//   Push       FAILED_PRECONDITION: the round moved on (late push, or the run is complete): pull the new round
+//              (outer.late_policy reuse_local keeps the local parameters); ALREADY_EXISTS: already counted, wait;
+//              ABORTED: the round's aggregation restarted, push again now; NOT_FOUND: join again, push again
+//   Pull       NOT_FOUND: join again, pull again
+//   Heartbeat  NOT_FOUND: join again, push again (a restarted coordinator has not counted the push)
+//   otherwise  give up with exit code 3 (kWorkerRefused)
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "config/config_enums.h"
+
+namespace diloco {
+
+enum class ProtocolCall { kJoin, kPush, kPull, kHeartbeat };
+
+enum class ProtocolAction {
+  kProceed,    // the call succeeded (Join: joined; Push: counted, wait for the round; Pull: use it; Heartbeat: read it)
+  kRetry,      // transient failure: sleep the backoff, call again
+  kRejoin,     // the coordinator does not know this worker: Join again, then repeat (Heartbeat: push again)
+  kRepush,     // Push ABORTED: the round's aggregation restarted; push again at once
+  kCounted,    // Push ALREADY_EXISTS: the push is counted already; wait for the round
+  kNextRound,  // Push FAILED_PRECONDITION: not counted, the round moved on; pull the new global parameters
+  kGiveUp,     // stop the worker with exit_code
+};
+
+// What the decision depends on besides the status.
+struct ProtocolState {
+  std::string coordinator;  // HOST:PORT (named in the reasons)
+  std::string worker_id;
+  bool tls = false;  // security.tls_ca or tls_cert set
+  LatePolicy late_policy = LatePolicy::kDrop;
+  double connect_timeout_s = 0;          // workers.connect_timeout_s (named in the reason)
+  bool connect_deadline_passed = false;  // Join: connect_timeout_s has passed since the first attempt
+};
+
+struct ProtocolDecision {
+  ProtocolAction action = ProtocolAction::kProceed;
+  std::string reason;      // for the log; Push reasons are logged after "round N: "
+  int exit_code = 0;       // kGiveUp: the worker's exit code (worker/worker_loop.h WorkerExit)
+  bool keep_local = false; // kNextRound: continue from the local parameters (late_policy reuse_local)
+  std::string hint;        // Join kRetry: a hint about TLS to log once (TlsHint), "" if none
+};
+
+ProtocolDecision DecideOnStatus(ProtocolCall call, const absl::Status& status, const ProtocolState& state);
+
+// The coordinator's heartbeat reply, as far as a worker waiting for its round to close reads it.
+struct HeartbeatView {
+  int64_t round = 0;  // the coordinator's open round
+  bool pushed = false;  // this worker's push for it is counted (async: still pending)
+  bool run_complete = false;
+};
+
+enum class WaitAction {
+  kKeepWaiting,  // the round is still open and the push counted: heartbeat again
+  kRoundClosed,  // pull: the round moved past `round` (async: the push was applied) or the run is complete
+  kRepush,       // the coordinator restarted the round's aggregation: push again
+};
+
+struct WaitDecision {
+  WaitAction action = WaitAction::kKeepWaiting;
+  std::string reason;
+};
+
+// After a push for `round` (0-based) was counted: what a heartbeat reply means. `async`: outer.mode async.
+WaitDecision DecideWhileWaiting(const HeartbeatView& beat, int64_t round, bool async);
+
+}  // namespace diloco
