@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
   // is listening before the first Join can come.
   const std::string host = config->coordinator.listen.substr(0, config->coordinator.listen.rfind(':'));
   std::unique_ptr<diloco::TcpPushListener> push_listener;
-  if (config->comm.transport == PushTransport::kTcp) {
+  if (config->comm.transport == diloco::PushTransport::kTcp) {
     push_listener = std::make_unique<diloco::TcpPushListener>(
         core->get(), security->token, static_cast<uint64_t>(config->comm.chunk_bytes) + (1 << 20));
     auto push_port = push_listener->Start(host, static_cast<int>(config->comm.tcp_port));
