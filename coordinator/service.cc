@@ -4,7 +4,9 @@
 
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "coordinator/push_session.h"
 #include "proto/grpc_status.h"
@@ -86,36 +88,93 @@ class PullReactor : public grpc::ServerWriteReactor<PullMessage> {
   PullMessage message_;
 };
 
-// Receives one pseudo-gradient stream and hands each message to a PushSession (push_session.h), which validates it
-// and folds its chunks as they arrive; this reactor only moves bytes.
+// Receives one pseudo-gradient stream and only moves bytes: each message goes, as an item, to the stream's lane of
+// the ingest queue (ingest_queue.h), whose threads hand it to a PushSession (push_session.h) that validates it and
+// folds its chunks; the push's result (the first refusal, or the reply once the client closed its side) finishes the
+// stream from there, with the same status as if it ran here.
+// Back-pressure: the next read is issued only while the lane has room; else the lane's next item issues it.
+// Lifetime: OnDone posts the reactor's deletion behind the stream's last item.
+// Thread-safety: mu_ orders the reads and Finish, which come from gRPC threads and the ingest threads; session_ and
+// reply_ are touched only by the lane's items, which run one at a time.
 class PushReactor : public grpc::ServerReadReactor<PushMessage> {
  public:
-  PushReactor(CoordinatorCore* core, PushReply* reply) : session_(core), reply_(reply) { StartRead(&message_); }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) {  // the client closed its side: the push must be complete
-      absl::StatusOr<PushReply> done = session_.OnEnd();
-      if (done.ok()) *reply_ = std::move(*done);
-      Finish(ToGrpc(done.status()));
-      return;
-    }
-    absl::Status status = session_.OnMessage(message_);
-    if (!status.ok()) {
-      Finish(ToGrpc(status));
-      return;
-    }
+  PushReactor(CoordinatorCore* core, IngestQueue* ingest, PushReply* reply)
+      : session_(core), lane_(ingest->NewLane()), reply_(reply) {
     StartRead(&message_);
   }
 
+  void OnReadDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;  // refused while this message was on its way
+    if (!ok) {              // the client closed its side (or the stream broke): the push must be complete
+      lane_->Post(0, [this] { End(); });
+      return;
+    }
+    std::shared_ptr<PushMessage> message = TakeSpare();
+    message->Swap(&message_);  // no copy of the payload
+    const int64_t bytes = message->has_chunk() ? static_cast<int64_t>(message->chunk().data().size()) : 0;
+    lane_->Post(bytes, [this, message] { Consume(message); });
+    if (lane_->HasRoom()) {
+      StartRead(&message_);
+    } else {
+      paused_ = true;
+    }
+  }
+
   void OnDone() override {
-    session_.OnBroken("stream ended");  // no-op once committed or refused
-    delete this;
+    lane_->Post(0, [this] {
+      session_.OnBroken("stream ended");  // no-op once committed or refused
+      delete this;
+    });
   }
 
  private:
+  static constexpr size_t kMaxSpares = 4;
+
+  // Ingest thread: one message of the stream.
+  void Consume(const std::shared_ptr<PushMessage>& message) {
+    const absl::Status status = session_.OnMessage(*message);
+    message->Clear();  // keeps the payload's capacity for a later message
+    std::lock_guard<std::mutex> lock(mu_);
+    if (spares_.size() < kMaxSpares) spares_.push_back(message);
+    if (!status.ok()) {
+      FinishLocked(ToGrpc(status));
+    } else if (paused_ && !finished_ && lane_->HasRoom()) {
+      paused_ = false;
+      StartRead(&message_);
+    }
+  }
+
+  // Ingest thread: the client closed its side; the push commits if it is complete.
+  void End() {
+    absl::StatusOr<PushReply> done = session_.OnEnd();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    if (done.ok()) *reply_ = std::move(*done);
+    FinishLocked(ToGrpc(done.status()));
+  }
+
+  void FinishLocked(grpc::Status status) {  // mu_ held
+    if (finished_) return;
+    finished_ = true;
+    Finish(std::move(status));
+  }
+
+  std::shared_ptr<PushMessage> TakeSpare() {  // mu_ held
+    if (spares_.empty()) return std::make_shared<PushMessage>();
+    std::shared_ptr<PushMessage> message = std::move(spares_.back());
+    spares_.pop_back();
+    return message;
+  }
+
   PushSession session_;
+  std::shared_ptr<IngestQueue::Lane> lane_;
   PushReply* reply_;
-  PushMessage message_;
+  PushMessage message_;  // the read in flight
+  std::mutex mu_;
+  bool finished_ = false;  // Finish called; guarded by mu_
+  bool paused_ = false;    // a read is due once the lane has room; guarded by mu_
+  std::vector<std::shared_ptr<PushMessage>> spares_;  // cleared messages to read into; guarded by mu_
 };
 
 }  // namespace
@@ -212,7 +271,7 @@ grpc::ServerReadReactor<PushMessage>* CoordinatorService::PushPseudoGradient(grp
   if (auto* refused = RefuseStream<grpc::ServerReadReactor<PushMessage>>(auth_, ctx, "PushPseudoGradient")) {
     return refused;
   }
-  return new PushReactor(coordinator_, reply);
+  return new PushReactor(coordinator_, &ingest_, reply);
 }
 
 }  // namespace diloco

@@ -1,13 +1,18 @@
 // CoordinatorService: the gRPC face of a Coordinator (callback API). Reactors only move bytes: a push stream's
-// messages go to a PushSession (push_session.h), which validates each one (header, chunk offsets and sizes, codec,
-// NaN/Inf) before the Coordinator folds it into the round accumulator; the outer step runs on the coordinator's round
-// thread, never here.
+// messages go to the service's IngestQueue (ingest_queue.h), whose own threads hand them to a PushSession
+// (push_session.h) that validates each one (header, chunk offsets and sizes, codec, NaN/Inf) before the Coordinator
+// folds it into the round accumulator; so no gRPC thread decodes, checks or folds a chunk, or waits on the core's
+// mutex behind a fold, and a Heartbeat or GetStatus is not stuck behind a push. The outer step runs on the
+// coordinator's round thread, never here.
 // Exceptions never escape a reactor: every handler turns them into INTERNAL.
-// Thread-safety: gRPC calls the handlers from its own threads; all state lives in the (thread-safe) Coordinator.
+// Ownership: owns the IngestQueue (its threads stop, after running what is queued, when the service is destroyed:
+// destroy it after shutting the server down). Thread-safety: gRPC calls the handlers from its own threads; all state
+// lives in the (thread-safe) Coordinator and IngestQueue.
 #pragma once
 
 #include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/ingest_queue.h"
 #include "proto/diloco.grpc.pb.h"
 
 namespace diloco {
@@ -41,6 +46,7 @@ class CoordinatorService final : public diloco::Coordinator::CallbackService {
   int64_t chunk_bytes_;
   Codec pull_codec_;
   TokenAuthenticator auth_;
+  IngestQueue ingest_;  // its items use coordinator_, which the creator keeps alive longer than the service
 };
 
 }  // namespace diloco
