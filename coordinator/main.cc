@@ -42,125 +42,177 @@ void WriteAddressFile(const std::string& path, const std::string& address) {
   if (!s.ok()) spdlog::error("--port-file: {}", std::string(s.message()));
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"DiLoCo coordinator: holds the global parameters and runs the outer optimizer"};
+struct Flags {
   std::string config_path, port_file, metrics_port_file;
   std::vector<std::string> overrides;
-  app.add_option("--config", config_path, "run config (YAML)")->required();
-  app.add_option("--set", overrides, "override a config key: section.key=value (repeatable)");
   bool fresh = false;
-  app.add_option("--port-file", port_file, "write HOST:PORT here once listening (for coordinator.listen port 0)");
-  app.add_option("--metrics-port-file", metrics_port_file,
-                 "write HOST:PORT of the HTTP metrics listener here once listening (coordinator.metrics_listen)");
-  app.add_flag("--fresh", fresh, "ignore checkpoints in coordinator.checkpoint_dir and start from theta_0");
-  CLI11_PARSE(app, argc, argv);
-  spdlog::set_pattern("%H:%M:%S.%e %^%l%$ coordinator: %v");
+};
 
-  auto config = diloco::LoadConfig(config_path, overrides);
-  if (!config.ok()) return Fail(std::string(config.status().message()));
-  spdlog::info("config {} (hash {}):\n{}", config_path, diloco::ConfigHash(*config), diloco::RenderConfig(*config));
-  diloco::SetComputeThreads(static_cast<int>(config->coordinator.threads));
-  // Transport security (README "Security"): TLS identity, mutual TLS with security.tls_ca, the shared token.
-  const diloco::SecurityConfig& sec = config->security;
-  auto security = diloco::LoadTransportSecurity({sec.tls_cert, sec.tls_key, sec.tls_ca, sec.token_file, ""});
-  if (!security.ok()) return Fail(std::string(security.status().message()));
-  auto credentials = diloco::MakeServerCredentials(*security);
-  if (!credentials.ok()) return Fail(std::string(credentials.status().message()));
-
-  auto cache = diloco::EnsureTokenized(*config, diloco::SiblingExecutable("diloco-tokenize"));
-  if (!cache.ok()) return Fail(std::string(cache.status().message()));
-  auto model = diloco::HostModel(*config, *cache);  // theta_0 (or model.init_from) and the validation evaluator
-  if (!model.ok()) return Fail(std::string(model.status().message()));
-  auto core = diloco::CoordinatorCore::Create(*config, std::move(model->theta_0), std::move(model->evaluator),
-                                              /*resume=*/!fresh);
-  if (!core.ok()) return Fail(std::string(core.status().message()));
-  spdlog::info("model: {} parameters, fingerprint {}", diloco::TotalElements((*core)->specs()),
-               (*core)->fingerprint());
-
-  // Optional HTTP listener: /metrics (Prometheus), /status.json, / (status page). Started before the gRPC server so
-  // that a bad coordinator.metrics_listen fails the start-up before anything is served.
+// Everything the process serves with, in start-up order. One thread (main) builds it; the members are then used by
+// the gRPC, HTTP, TCP and round threads as their own headers say.
+struct Process {
+  diloco::Config config;
+  diloco::TransportSecurity security;
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  std::unique_ptr<diloco::CoordinatorCore> core;
   std::unique_ptr<diloco::HttpStatusServer> http;
-  if (!config->coordinator.metrics_listen.empty()) {
-    diloco::CoordinatorCore* core_ptr = core->get();
-    auto started = diloco::HttpStatusServer::Start(config->coordinator.metrics_listen,
-                                                   [core_ptr] { return core_ptr->Status(); });
-    if (!started.ok()) return Fail(std::string(started.status().message()));
-    http = std::move(*started);
-    spdlog::info("metrics on http://{}/metrics, status page http://{}/", http->address(), http->address());
-    if (!diloco::IsLoopbackAddress(config->coordinator.metrics_listen)) {
-      spdlog::warn("coordinator.metrics_listen {} is not a loopback address: /metrics, /status.json and / are plain "
-                   "HTTP without authentication (run status and worker ids; never the model)",
-                   config->coordinator.metrics_listen);
-    }
-  }
+  std::unique_ptr<diloco::CoordinatorService> service;
+  std::unique_ptr<diloco::TcpPushListener> push_listener;  // destroyed before the service, after the server
+  std::unique_ptr<grpc::Server> server;
+  std::string host;  // of coordinator.listen
+  std::string address;
+};
 
-  diloco::CoordinatorService service(core->get(), config->comm.chunk_bytes,
-                                     diloco::CodecOf(config->comm.pull_codec), security->token);
+// Config, security, token cache, theta_0 and the core. An error line on failure.
+std::string BuildCore(const Flags& flags, Process& p) {
+  auto config = diloco::LoadConfig(flags.config_path, flags.overrides);
+  if (!config.ok()) return std::string(config.status().message());
+  p.config = *config;
+  spdlog::info("config {} (hash {}):\n{}", flags.config_path, diloco::ConfigHash(p.config),
+               diloco::RenderConfig(p.config));
+  diloco::SetComputeThreads(static_cast<int>(p.config.coordinator.threads));
+  // Transport security (README "Security"): TLS identity, mutual TLS with security.tls_ca, the shared token.
+  const diloco::SecurityConfig& sec = p.config.security;
+  auto security = diloco::LoadTransportSecurity({sec.tls_cert, sec.tls_key, sec.tls_ca, sec.token_file, ""});
+  if (!security.ok()) return std::string(security.status().message());
+  p.security = std::move(*security);
+  auto credentials = diloco::MakeServerCredentials(p.security);
+  if (!credentials.ok()) return std::string(credentials.status().message());
+  p.credentials = *credentials;
+  auto cache = diloco::EnsureTokenized(p.config, diloco::SiblingExecutable("diloco-tokenize"));
+  if (!cache.ok()) return std::string(cache.status().message());
+  auto model = diloco::HostModel(p.config, *cache);  // theta_0 (or model.init_from) and the validation evaluator
+  if (!model.ok()) return std::string(model.status().message());
+  auto core = diloco::CoordinatorCore::Create(p.config, std::move(model->theta_0), std::move(model->evaluator),
+                                              /*resume=*/!flags.fresh);
+  if (!core.ok()) return std::string(core.status().message());
+  p.core = std::move(*core);
+  spdlog::info("model: {} parameters, fingerprint {}", diloco::TotalElements(p.core->specs()), p.core->fingerprint());
+  return "";
+}
+
+// Optional HTTP listener: /metrics (Prometheus), /status.json, / (status page). Started before the gRPC server so
+// that a bad coordinator.metrics_listen fails the start-up before anything is served.
+std::string StartHttp(Process& p) {
+  const std::string& listen = p.config.coordinator.metrics_listen;
+  if (listen.empty()) return "";
+  diloco::CoordinatorCore* core = p.core.get();
+  auto started = diloco::HttpStatusServer::Start(listen, [core] { return core->Status(); });
+  if (!started.ok()) return std::string(started.status().message());
+  p.http = std::move(*started);
+  spdlog::info("metrics on http://{}/metrics, status page http://{}/", p.http->address(), p.http->address());
+  if (!diloco::IsLoopbackAddress(listen)) {
+    spdlog::warn("coordinator.metrics_listen {} is not a loopback address: /metrics, /status.json and / are plain "
+                 "HTTP without authentication (run status and worker ids; never the model)",
+                 listen);
+  }
+  return "";
+}
+
+// comm.transport tcp: pushes on a plain TCP port beside gRPC (same host); Join replies tell workers the port, so it
+// is listening before the first Join can come.
+std::string StartPushListener(Process& p) {
+  if (p.config.comm.transport != diloco::PushTransport::kTcp) return "";
+  p.push_listener = std::make_unique<diloco::TcpPushListener>(
+      p.core.get(), p.security.token, static_cast<uint64_t>(p.config.comm.chunk_bytes) + (1 << 20));
+  auto push_port = p.push_listener->Start(p.host, static_cast<int>(p.config.comm.tcp_port));
+  if (!push_port.ok()) return std::string(push_port.status().message());
+  p.core->set_push_port(*push_port);
+  spdlog::info("pushes over tcp on {}:{} (comm.transport tcp)", p.host, *push_port);
+  return "";
+}
+
+// The gRPC service with health and reflection; keepalive pings allowed; messages up to a chunk plus 1 MiB.
+std::string StartGrpc(Process& p) {
+  const diloco::Config& c = p.config;
+  p.service = std::make_unique<diloco::CoordinatorService>(p.core.get(), c.comm.chunk_bytes,
+                                                           diloco::CodecOf(c.comm.pull_codec), p.security.token);
   // Standard grpc.health.v1.Health (SERVING while the run goes on) and server reflection (for grpcurl and the like).
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(config->coordinator.listen, *credentials, &port);
-  builder.RegisterService(&service);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(config->comm.chunk_bytes) + (1 << 20));
+  builder.AddListeningPort(c.coordinator.listen, p.credentials, &port);
+  builder.RegisterService(p.service.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(c.comm.chunk_bytes) + (1 << 20));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
-  // comm.transport tcp: pushes on a plain TCP port beside gRPC (same host); Join replies tell workers the port, so it
-  // is listening before the first Join can come.
-  const std::string host = config->coordinator.listen.substr(0, config->coordinator.listen.rfind(':'));
-  std::unique_ptr<diloco::TcpPushListener> push_listener;
-  if (config->comm.transport == diloco::PushTransport::kTcp) {
-    push_listener = std::make_unique<diloco::TcpPushListener>(
-        core->get(), security->token, static_cast<uint64_t>(config->comm.chunk_bytes) + (1 << 20));
-    auto push_port = push_listener->Start(host, static_cast<int>(config->comm.tcp_port));
-    if (!push_port.ok()) return Fail(std::string(push_port.status().message()));
-    (*core)->set_push_port(*push_port);
-    spdlog::info("pushes over tcp on {}:{} (comm.transport tcp)", host, *push_port);
+  if (std::string e = StartPushListener(p); !e.empty()) return e;
+  p.server = builder.BuildAndStart();
+  if (!p.server || port == 0) {
+    return "coordinator.listen: cannot listen on '" + c.coordinator.listen +
+           "' (address in use or invalid? use HOST:PORT, port 0 picks a free one)";
   }
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) {
-    return Fail("coordinator.listen: cannot listen on '" + config->coordinator.listen +
-                "' (address in use or invalid? use HOST:PORT, port 0 picks a free one)");
-  }
-  const std::string address = host + ":" + std::to_string(port);
-  spdlog::info("listening on {}; waiting for workers ({} rounds of {} inner steps)", address, config->outer.rounds,
-               config->inner.steps);
-  spdlog::info("transport: {}; {}", security->mutual_tls()   ? "mutual TLS (client certificates required)"
-                                    : security->server_tls() ? "TLS (no client certificates)"
-                                                             : "plaintext",
-               security->token.empty() ? "no token" : "token required on every call");
-  if (!security->server_tls() && !diloco::IsLoopbackAddress(config->coordinator.listen)) {
+  p.address = p.host + ":" + std::to_string(port);
+  return "";
+}
+
+void LogTransport(const Process& p) {
+  spdlog::info("listening on {}; waiting for workers ({} rounds of {} inner steps)", p.address, p.config.outer.rounds,
+               p.config.inner.steps);
+  spdlog::info("transport: {}; {}",
+               p.security.mutual_tls()   ? "mutual TLS (client certificates required)"
+               : p.security.server_tls() ? "TLS (no client certificates)"
+                                         : "plaintext",
+               p.security.token.empty() ? "no token" : "token required on every call");
+  if (!p.security.server_tls() && !diloco::IsLoopbackAddress(p.config.coordinator.listen)) {
     spdlog::warn("coordinator.listen {} is not a loopback address and the transport is plaintext: anyone who can "
                  "reach it can join or read the model; set security.tls_cert/tls_key (and tls_ca for mutual TLS)",
-                 config->coordinator.listen);
+                 p.config.coordinator.listen);
   }
-  server->GetHealthCheckService()->SetServingStatus(true);
-  WriteAddressFile(port_file, address);
-  if (http) WriteAddressFile(metrics_port_file, http->address());
+}
 
+// Runs the round loop until the run is complete or a signal comes; then lets the workers leave and shuts down.
+// Returns the exit code: 0 complete, 130 stopped.
+int ServeUntilDone(Process& p) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
-  std::thread watcher([&] {
-    while (!(*core)->complete() && g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  diloco::CoordinatorCore* core = p.core.get();
+  std::thread watcher([core] {
+    while (!core->complete() && g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (g_signal != 0) {
       spdlog::warn("signal {}: stopping (the last checkpoint stays on disk)", g_signal.load());
-      (*core)->Stop();
+      core->Stop();
     }
   });
-  (*core)->Run();
-  const bool complete = (*core)->complete();
+  core->Run();
+  const bool complete = core->complete();
   if (complete) {
     spdlog::info("run complete; waiting for workers to leave");
-    (*core)->WaitForWorkersToLeave(std::max(15.0, 3 * config->coordinator.heartbeat_interval_s));
-    (*core)->WriteSummary();
+    core->WaitForWorkersToLeave(std::max(15.0, 3 * p.config.coordinator.heartbeat_interval_s));
+    core->WriteSummary();
   }
-  server->GetHealthCheckService()->SetServingStatus(false);
-  if (http) http->Stop();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  p.server->GetHealthCheckService()->SetServingStatus(false);
+  if (p.http) p.http->Stop();
+  p.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   watcher.join();
   spdlog::info("exit");
   return complete ? 0 : 130;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"DiLoCo coordinator: holds the global parameters and runs the outer optimizer"};
+  Flags flags;
+  app.add_option("--config", flags.config_path, "run config (YAML)")->required();
+  app.add_option("--set", flags.overrides, "override a config key: section.key=value (repeatable)");
+  app.add_option("--port-file", flags.port_file,
+                 "write HOST:PORT here once listening (for coordinator.listen port 0)");
+  app.add_option("--metrics-port-file", flags.metrics_port_file,
+                 "write HOST:PORT of the HTTP metrics listener here once listening (coordinator.metrics_listen)");
+  app.add_flag("--fresh", flags.fresh, "ignore checkpoints in coordinator.checkpoint_dir and start from theta_0");
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_pattern("%H:%M:%S.%e %^%l%$ coordinator: %v");
+
+  Process p;
+  if (std::string e = BuildCore(flags, p); !e.empty()) return Fail(e);
+  p.host = p.config.coordinator.listen.substr(0, p.config.coordinator.listen.rfind(':'));
+  if (std::string e = StartHttp(p); !e.empty()) return Fail(e);
+  if (std::string e = StartGrpc(p); !e.empty()) return Fail(e);
+  LogTransport(p);
+  p.server->GetHealthCheckService()->SetServingStatus(true);
+  WriteAddressFile(flags.port_file, p.address);
+  if (p.http) WriteAddressFile(flags.metrics_port_file, p.http->address());
+  return ServeUntilDone(p);
 }
