@@ -12,8 +12,8 @@ namespace diloco {
 
 struct RunConfig {
   std::string name = "diloco";
-  int64_t seed = 0;                          // theta_0 init and data sampling
-  std::string output_dir = "runs/diloco";    // token cache, checkpoints, summaries
+  int64_t seed = 0;                        // theta_0 init and data sampling
+  std::string output_dir = "runs/diloco";  // token cache, checkpoints, summaries
 };
 
 struct ModelConfig {
@@ -22,14 +22,14 @@ struct ModelConfig {
   int64_t n_layer = 2;
   int64_t n_head = 4;
   int64_t d_model = 128;
-  std::string init_from;                     // a checkpoint whose parameters become theta_0 (paper: pretrained start)
+  std::string init_from;  // a checkpoint whose parameters become theta_0 (paper: pretrained start)
 };
 
 struct DataConfig {
   std::string text = "tests/data/tinyshakespeare.txt";
-  double val_fraction = 0.1;                 // the tail of the text kept for validation
-  std::string cache_dir;                     // token shards; default <run.output_dir>/data
-  DataSplit split = DataSplit::kIid;               // worker shards: iid (interleaved blocks) | contiguous (one region each)
+  double val_fraction = 0.1;          // the tail of the text kept for validation
+  std::string cache_dir;              // token shards; default <run.output_dir>/data
+  DataSplit split = DataSplit::kIid;  // worker shards: iid (interleaved blocks) | contiguous (one region each)
 };
 
 struct InnerConfig {
@@ -39,67 +39,68 @@ struct InnerConfig {
   double beta1 = 0.9;
   double beta2 = 0.95;
   int64_t warmup_steps = 50;
-  double min_lr_ratio = 0.1;                 // cosine decays to lr * min_lr_ratio at the run's last inner step
-  double grad_clip = 1.0;                    // max global grad norm; 0 disables
+  double min_lr_ratio = 0.1;  // cosine decays to lr * min_lr_ratio at the run's last inner step
+  double grad_clip = 1.0;     // max global grad norm; 0 disables
   int64_t batch_size = 16;
-  int64_t steps = 50;                        // H: inner steps per round
-  bool adaptive_steps = false;               // DyLU: the coordinator sets each worker's H from its speed
+  int64_t steps = 50;           // H: inner steps per round
+  bool adaptive_steps = false;  // DyLU: the coordinator sets each worker's H from its speed
 };
 
 struct OuterConfig {
-  OuterOptimizerKind optimizer = OuterOptimizerKind::kNesterov;        // nesterov | sgd (sgd with momentum 0 and lr 1 is FedAvg)
+  OuterOptimizerKind optimizer =
+      OuterOptimizerKind::kNesterov;  // nesterov | sgd (sgd with momentum 0 and lr 1 is FedAvg)
   double lr = 0.7;
   double momentum = 0.9;
-  int64_t rounds = 20;                       // T: outer rounds (async: outer.rounds x workers.count pushes)
-  OuterMode mode = OuterMode::kSync;            // sync | async (each push applied when it arrives)
-  int64_t delay_n = 0;                       // async Delayed Nesterov: momentum updated every N pushes; 0 = workers.count
-  int64_t max_staleness = 16;                // async: pushes computed more than this many versions ago are refused
-  LatePolicy late_policy = LatePolicy::kDrop;          // a push refused as late: drop (restart from the new global) |
-                                             // reuse_local (keep training from the worker's own parameters)
+  int64_t rounds = 20;                // T: outer rounds (async: outer.rounds x workers.count pushes)
+  OuterMode mode = OuterMode::kSync;  // sync | async (each push applied when it arrives)
+  int64_t delay_n = 0;                // async Delayed Nesterov: momentum updated every N pushes; 0 = workers.count
+  int64_t max_staleness = 16;         // async: pushes computed more than this many versions ago are refused
+  LatePolicy late_policy = LatePolicy::kDrop;  // a push refused as late: drop (restart from the new global) |
+                                               // reuse_local (keep training from the worker's own parameters)
 };
 
 struct CoordinatorConfig {
-  std::string listen = "127.0.0.1:50051";    // HOST:PORT; port 0 picks a free one
-  int64_t min_workers = 1;                   // never close a round with fewer pushes
-  double round_timeout_s = 600;              // close with >= min_workers pushes once a round is this old
-  int64_t checkpoint_every = 5;              // rounds; 0 = only the final checkpoint
-  std::string checkpoint_dir;                // default <run.output_dir>/checkpoints
+  std::string listen = "127.0.0.1:50051";  // HOST:PORT; port 0 picks a free one
+  int64_t min_workers = 1;                 // never close a round with fewer pushes
+  double round_timeout_s = 600;            // close with >= min_workers pushes once a round is this old
+  int64_t checkpoint_every = 5;            // rounds; 0 = only the final checkpoint
+  std::string checkpoint_dir;              // default <run.output_dir>/checkpoints
   int64_t keep_checkpoints = 3;
-  int64_t eval_every = 1;                    // rounds; also once before round 1; 0 = never
+  int64_t eval_every = 1;  // rounds; also once before round 1; 0 = never
   int64_t eval_batches = 8;
-  int64_t threads = 1;                       // intra-op threads for the outer step and evaluation
+  int64_t threads = 1;  // intra-op threads for the outer step and evaluation
   double heartbeat_interval_s = 1.0;
-  double lease_s = 10.0;                     // a member silent this long is marked lost
-  std::string metrics_listen;                // HOST:PORT of the HTTP /metrics, /status.json and / page; "" = off
+  double lease_s = 10.0;       // a member silent this long is marked lost
+  std::string metrics_listen;  // HOST:PORT of the HTTP /metrics, /status.json and / page; "" = off
 };
 
 struct WorkersConfig {
   int64_t count = 4;
-  std::string device = "cpu";                // cpu | cuda | cuda:N
-  int64_t threads = 1;                       // intra-op threads per worker
-  double connect_timeout_s = 600;            // how long a worker retries to reach its coordinator
-  double rpc_timeout_s = 60;                 // deadline of each RPC
-  int64_t cluster_size = 1;                  // processes per worker, data parallel inside (c10d Gloo)
-  double cluster_timeout_s = 60;             // rendezvous and collective timeout inside a cluster
-  bool check_replicas = false;               // check after every inner step that a cluster's ranks agree (tests)
-  Precision precision = Precision::kFp32;           // fp32 | bf16: autocast the inner forward pass to bfloat16 (CUDA or CPU)
-  double slowdown = 1.0;                     // >= 1: each inner step takes this many times its compute time (tests)
+  std::string device = "cpu";              // cpu | cuda | cuda:N
+  int64_t threads = 1;                     // intra-op threads per worker
+  double connect_timeout_s = 600;          // how long a worker retries to reach its coordinator
+  double rpc_timeout_s = 60;               // deadline of each RPC
+  int64_t cluster_size = 1;                // processes per worker, data parallel inside (c10d Gloo)
+  double cluster_timeout_s = 60;           // rendezvous and collective timeout inside a cluster
+  bool check_replicas = false;             // check after every inner step that a cluster's ranks agree (tests)
+  Precision precision = Precision::kFp32;  // fp32 | bf16: autocast the inner forward pass to bfloat16 (CUDA or CPU)
+  double slowdown = 1.0;                   // >= 1: each inner step takes this many times its compute time (tests)
 };
 
 struct CommConfig {
-  int64_t chunk_bytes = 1 << 20;             // payload bytes per streamed chunk
-  WireCodec codec = WireCodec::kFp32;              // pseudo-gradient push: fp32 | bf16 | fp16 | int8 | int4
-  WireCodec pull_codec = WireCodec::kFp32;           // global parameters pull (lossless fp32 by default)
-  bool error_feedback = false;               // worker keeps the quantization residual, adds it next round
+  int64_t chunk_bytes = 1 << 20;            // payload bytes per streamed chunk
+  WireCodec codec = WireCodec::kFp32;       // pseudo-gradient push: fp32 | bf16 | fp16 | int8 | int4
+  WireCodec pull_codec = WireCodec::kFp32;  // global parameters pull (lossless fp32 by default)
+  bool error_feedback = false;              // worker keeps the quantization residual, adds it next round
   // Streaming DiLoCo (arXiv 2501.18512): the model is split into `fragments` groups of layers (strided), and one
   // fragment syncs every inner.steps / fragments inner steps, so each fragment still syncs every inner.steps.
   int64_t fragments = 1;
-  int64_t overlap_steps = 0;                 // inner steps a worker trains while its fragment is in flight
-  double merge_alpha = 0.5;                  // with overlap: local <- alpha * local + (1 - alpha) * global
+  int64_t overlap_steps = 0;  // inner steps a worker trains while its fragment is in flight
+  double merge_alpha = 0.5;   // with overlap: local <- alpha * local + (1 - alpha) * global
   // How pushes travel: grpc (the PushPseudoGradient stream) or tcp (the same messages framed on a plain TCP
   // connection beside gRPC, proto/push_frames.h: fewer copies; plaintext, so not with security.tls_*).
   PushTransport transport = PushTransport::kGrpc;
-  int64_t tcp_port = 0;                      // transport tcp: the coordinator's push port (0: any free one)
+  int64_t tcp_port = 0;  // transport tcp: the coordinator's push port (0: any free one)
 };
 
 // Transport security (README "Security"). The same keys on every process: the coordinator serves with
@@ -107,11 +108,11 @@ struct CommConfig {
 // diloco-ctl verifies the coordinator with tls_ca and presents tls_cert/tls_key as its client identity. All empty:
 // plaintext. token_file: a shared secret every RPC must carry (metadata "authorization: Bearer <token>").
 struct SecurityConfig {
-  std::string tls_cert;                      // PEM certificate chain (server identity / client identity)
-  std::string tls_key;                       // PEM private key of tls_cert
-  std::string tls_ca;                        // PEM CA bundle: verifies the peer; on the coordinator: require mTLS
-  std::string token_file;                    // file holding the shared secret (trailing newline ignored)
-  std::string server_name;                   // clients: TLS name to verify instead of the address's host
+  std::string tls_cert;     // PEM certificate chain (server identity / client identity)
+  std::string tls_key;      // PEM private key of tls_cert
+  std::string tls_ca;       // PEM CA bundle: verifies the peer; on the coordinator: require mTLS
+  std::string token_file;   // file holding the shared secret (trailing newline ignored)
+  std::string server_name;  // clients: TLS name to verify instead of the address's host
 };
 
 struct Config {

@@ -10,14 +10,14 @@
 
 namespace diloco {
 
-enum class OuterMode { kSync, kAsync };                     // outer.mode
-enum class OuterOptimizerKind { kNesterov, kSgd };          // outer.optimizer
-enum class LatePolicy { kDrop, kReuseLocal };               // outer.late_policy
-enum class InnerOptimizerKind { kAdamW };                   // inner.optimizer
-enum class DataSplit { kIid, kContiguous };                 // data.split
+enum class OuterMode { kSync, kAsync };                      // outer.mode
+enum class OuterOptimizerKind { kNesterov, kSgd };           // outer.optimizer
+enum class LatePolicy { kDrop, kReuseLocal };                // outer.late_policy
+enum class InnerOptimizerKind { kAdamW };                    // inner.optimizer
+enum class DataSplit { kIid, kContiguous };                  // data.split
 enum class WireCodec { kFp32, kBf16, kFp16, kInt8, kInt4 };  // comm.codec, comm.pull_codec
-enum class PushTransport { kGrpc, kTcp };                   // comm.transport
-enum class Precision { kFp32, kBf16 };                      // workers.precision
+enum class PushTransport { kGrpc, kTcp };                    // comm.transport
+enum class Precision { kFp32, kBf16 };                       // workers.precision
 
 // EnumNames<E>::kNames: every value of E with its YAML name, in declaration order.
 template <typename E>

@@ -3,16 +3,15 @@
 #include <xxhash.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <set>
 #include <sstream>
-#include <cerrno>
-#include <cstring>
 
 #include "absl/strings/match.h"
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -125,8 +124,7 @@ const std::vector<Field>& Fields() {
       MakeField("coordinator.eval_every", &Config::coordinator, &CoordinatorConfig::eval_every),
       MakeField("coordinator.eval_batches", &Config::coordinator, &CoordinatorConfig::eval_batches),
       MakeField("coordinator.threads", &Config::coordinator, &CoordinatorConfig::threads),
-      MakeField("coordinator.heartbeat_interval_s", &Config::coordinator,
-                &CoordinatorConfig::heartbeat_interval_s),
+      MakeField("coordinator.heartbeat_interval_s", &Config::coordinator, &CoordinatorConfig::heartbeat_interval_s),
       MakeField("coordinator.lease_s", &Config::coordinator, &CoordinatorConfig::lease_s),
       MakeField("coordinator.metrics_listen", &Config::coordinator, &CoordinatorConfig::metrics_listen),
       MakeField("workers.count", &Config::workers, &WorkersConfig::count),
@@ -185,8 +183,8 @@ absl::Status UnknownKey(const std::string& origin, const std::string& key) {
   const std::string section = key.substr(0, key.find('.'));
   const std::string known = KnownKeysOf(section);
   if (known.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(origin, ": unknown section '", section,
-                                                   "' (known sections: ", KnownSections(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, ": unknown section '", section, "' (known sections: ", KnownSections(), ")"));
   }
   return absl::InvalidArgumentError(
       absl::StrCat(origin, ": unknown key '", key, "' (known keys of ", section, ": ", known, ")"));
@@ -242,14 +240,13 @@ absl::Status ValidateSecurity(const SecurityConfig& c) {
         c.tls_cert.empty() ? "security.tls_key" : "security.tls_cert", " (a PEM certificate and its private key)"));
   }
   for (auto [key, path] : std::vector<std::pair<const char*, std::string>>{{"security.tls_cert", c.tls_cert},
-                                                                          {"security.tls_key", c.tls_key},
-                                                                          {"security.tls_ca", c.tls_ca},
-                                                                          {"security.token_file", c.token_file}}) {
+                                                                           {"security.tls_key", c.tls_key},
+                                                                           {"security.tls_ca", c.tls_ca},
+                                                                           {"security.token_file", c.token_file}}) {
     if (path.empty()) continue;
     std::ifstream in(path, std::ios::binary);
     if (!in) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(key, ": cannot read '", path, "' (", std::strerror(errno), ")"));
+      return absl::InvalidArgumentError(absl::StrCat(key, ": cannot read '", path, "' (", std::strerror(errno), ")"));
     }
     if (std::string(key) != "security.token_file") continue;
     std::stringstream text;
@@ -287,8 +284,8 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
 absl::StatusOr<Config> LoadConfig(const std::string& path, const std::vector<std::string>& overrides) {
   std::ifstream in(path);
   if (!in) {
-    return absl::NotFoundError(absl::StrCat("config file ", path, ": cannot be read (",
-                                            std::strerror(errno), "); pass an existing file to --config"));
+    return absl::NotFoundError(absl::StrCat("config file ", path, ": cannot be read (", std::strerror(errno),
+                                            "); pass an existing file to --config"));
   }
   std::stringstream text;
   text << in.rdbuf();
@@ -301,18 +298,24 @@ absl::Status ValidateConfig(const Config& c) {
     return absl::InvalidArgumentError(absl::StrCat(key, ": must be > 0, got ", v));
   };
   for (auto [key, v] : std::vector<std::pair<const char*, double>>{
-           {"model.vocab_size", double(c.model.vocab_size)}, {"model.seq_len", double(c.model.seq_len)},
-           {"model.n_layer", double(c.model.n_layer)},       {"model.n_head", double(c.model.n_head)},
-           {"model.d_model", double(c.model.d_model)},       {"inner.lr", c.inner.lr},
-           {"inner.batch_size", double(c.inner.batch_size)}, {"inner.steps", double(c.inner.steps)},
-           {"outer.lr", c.outer.lr},                         {"outer.rounds", double(c.outer.rounds)},
+           {"model.vocab_size", double(c.model.vocab_size)},
+           {"model.seq_len", double(c.model.seq_len)},
+           {"model.n_layer", double(c.model.n_layer)},
+           {"model.n_head", double(c.model.n_head)},
+           {"model.d_model", double(c.model.d_model)},
+           {"inner.lr", c.inner.lr},
+           {"inner.batch_size", double(c.inner.batch_size)},
+           {"inner.steps", double(c.inner.steps)},
+           {"outer.lr", c.outer.lr},
+           {"outer.rounds", double(c.outer.rounds)},
            {"coordinator.min_workers", double(c.coordinator.min_workers)},
            {"coordinator.round_timeout_s", c.coordinator.round_timeout_s},
            {"coordinator.eval_batches", double(c.coordinator.eval_batches)},
            {"coordinator.threads", double(c.coordinator.threads)},
            {"coordinator.heartbeat_interval_s", c.coordinator.heartbeat_interval_s},
            {"coordinator.lease_s", c.coordinator.lease_s},
-           {"workers.count", double(c.workers.count)},       {"workers.threads", double(c.workers.threads)},
+           {"workers.count", double(c.workers.count)},
+           {"workers.threads", double(c.workers.threads)},
            {"workers.rpc_timeout_s", c.workers.rpc_timeout_s},
            {"comm.chunk_bytes", double(c.comm.chunk_bytes)},
            {"comm.fragments", double(c.comm.fragments)},
@@ -322,8 +325,8 @@ absl::Status ValidateConfig(const Config& c) {
     if (!s.ok()) return s;
   }
   if (c.model.d_model % c.model.n_head != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("model.d_model (", c.model.d_model,
-                                                   ") must be divisible by model.n_head (", c.model.n_head, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.d_model (", c.model.d_model, ") must be divisible by model.n_head (", c.model.n_head, ")"));
   }
   if (c.model.vocab_size > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("model.vocab_size: at most 65535, got ", c.model.vocab_size));
@@ -336,10 +339,6 @@ absl::Status ValidateConfig(const Config& c) {
     return absl::InvalidArgumentError(
         absl::StrCat("data.val_fraction: must be between 0 and 1 (exclusive), got ", c.data.val_fraction));
   }
-
-
-
-
 
   if (c.comm.tcp_port < 0 || c.comm.tcp_port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("comm.tcp_port: must be in [0, 65535], got ", c.comm.tcp_port));
@@ -354,8 +353,10 @@ absl::Status ValidateConfig(const Config& c) {
     return absl::InvalidArgumentError(absl::StrCat("outer.momentum: must be in [0, 1), got ", c.outer.momentum));
   }
   for (auto [key, v] : std::vector<std::pair<const char*, double>>{
-           {"inner.weight_decay", c.inner.weight_decay}, {"inner.warmup_steps", double(c.inner.warmup_steps)},
-           {"inner.grad_clip", c.inner.grad_clip}, {"inner.min_lr_ratio", c.inner.min_lr_ratio},
+           {"inner.weight_decay", c.inner.weight_decay},
+           {"inner.warmup_steps", double(c.inner.warmup_steps)},
+           {"inner.grad_clip", c.inner.grad_clip},
+           {"inner.min_lr_ratio", c.inner.min_lr_ratio},
            {"coordinator.checkpoint_every", double(c.coordinator.checkpoint_every)},
            {"coordinator.eval_every", double(c.coordinator.eval_every)},
            {"coordinator.keep_checkpoints", double(c.coordinator.keep_checkpoints)}}) {
@@ -369,17 +370,18 @@ absl::Status ValidateConfig(const Config& c) {
     if (colon == 0 || !digits || std::stoi(port) > 65535) {
       return absl::InvalidArgumentError(absl::StrCat(
           "coordinator.metrics_listen: expected HOST:PORT (e.g. 127.0.0.1:9464; port 0 picks a free one) or \"\" "
-          "for off, got '", m, "'"));
+          "for off, got '",
+          m, "'"));
     }
   }
   if (c.run.output_dir.empty()) return absl::InvalidArgumentError("run.output_dir: must not be empty");
   if (c.comm.fragments > c.model.n_layer + 1) {  // blocks i -> i mod P; ln_f -> P-1: every fragment gets a tensor
-    return absl::InvalidArgumentError(absl::StrCat("comm.fragments: at most model.n_layer + 1 (", c.model.n_layer + 1,
-                                                   "), got ", c.comm.fragments));
+    return absl::InvalidArgumentError(
+        absl::StrCat("comm.fragments: at most model.n_layer + 1 (", c.model.n_layer + 1, "), got ", c.comm.fragments));
   }
   if (c.inner.steps % c.comm.fragments != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("comm.fragments (", c.comm.fragments,
-                                                   ") must divide inner.steps (", c.inner.steps, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("comm.fragments (", c.comm.fragments, ") must divide inner.steps (", c.inner.steps, ")"));
   }
   if (c.comm.overlap_steps < 0 || c.comm.overlap_steps > c.StepsPerSync()) {
     return absl::InvalidArgumentError(absl::StrCat("comm.overlap_steps: must be in [0, inner.steps / comm.fragments = ",
@@ -397,7 +399,8 @@ absl::Status ValidateConfig(const Config& c) {
   if (!(c.workers.slowdown >= 1)) {
     return absl::InvalidArgumentError(absl::StrCat("workers.slowdown: must be >= 1, got ", c.workers.slowdown));
   }
-  if ((c.outer.mode == OuterMode::kAsync || c.inner.adaptive_steps) && (c.comm.fragments != 1 || c.comm.overlap_steps != 0)) {
+  if ((c.outer.mode == OuterMode::kAsync || c.inner.adaptive_steps) &&
+      (c.comm.fragments != 1 || c.comm.overlap_steps != 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         c.outer.mode == OuterMode::kAsync ? "outer.mode async" : "inner.adaptive_steps",
         " needs comm.fragments 1 and comm.overlap_steps 0 (Streaming DiLoCo rounds are fixed fragments of H)"));
@@ -415,8 +418,7 @@ std::string RenderConfig(const Config& config) {
 std::string ConfigHash(const Config& config) {
   const std::string text = RenderConfig(config);
   char buf[17];
-  snprintf(buf, sizeof(buf), "%016llx",
-           static_cast<unsigned long long>(XXH64(text.data(), text.size(), 0)));
+  snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(XXH64(text.data(), text.size(), 0)));
   return buf;
 }
 

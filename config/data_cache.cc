@@ -48,8 +48,7 @@ absl::StatusOr<TokenCache> LocateTokenCache(const Config& config) {
   const std::string key_text =
       absl::StrCat(*text_hash, "|vocab=", config.model.vocab_size, "|val=", config.data.val_fraction, "|v1");
   char key[17];
-  snprintf(key, sizeof(key), "%016llx",
-           static_cast<unsigned long long>(XXH64(key_text.data(), key_text.size(), 0)));
+  snprintf(key, sizeof(key), "%016llx", static_cast<unsigned long long>(XXH64(key_text.data(), key_text.size(), 0)));
   return TokenCache{absl::StrCat(config.CacheDir(), "/tok-", key)};
 }
 
@@ -80,9 +79,8 @@ absl::StatusOr<TokenCache> EnsureTokenized(const Config& config, const std::stri
     if (!child.ok()) {
       status = child.status();
     } else if (int code = child->Wait(); code != 0) {
-      status = absl::InternalError(
-          absl::StrCat("token cache: ", tokenizer_exe, " exited with code ", code, " while tokenizing ",
-                       config.data.text));
+      status = absl::InternalError(absl::StrCat("token cache: ", tokenizer_exe, " exited with code ", code,
+                                                " while tokenizing ", config.data.text));
     } else if (!IsDir(cache->dir)) {
       status = absl::InternalError(absl::StrCat("token cache: tokenizer did not create ", cache->dir));
     }

@@ -15,7 +15,7 @@ namespace diloco {
 class Subprocess {
  public:
   struct Options {
-    bool capture_output = false;  // stdout + stderr into output_fd(); otherwise inherited
+    bool capture_output = false;     // stdout + stderr into output_fd(); otherwise inherited
     bool own_process_group = false;  // setpgid(0, 0) in the child, so a terminal's Ctrl-C does not reach it
   };
 

@@ -41,8 +41,7 @@ grpc::Status TokenAuthenticator::Check(const grpc::ServerContextBase& ctx, std::
       spdlog::warn("refused {} from {}{}{}: {}, UNAUTHENTICATED; further refusals from this peer are not logged",
                    method, peer, who.empty() ? "" : " as worker ", who, why);
       if (warned_peers_.size() == kMaxWarnedPeers) {
-        spdlog::warn("{} peers refused for their token; refusals from new peers are no longer logged",
-                     kMaxWarnedPeers);
+        spdlog::warn("{} peers refused for their token; refusals from new peers are no longer logged", kMaxWarnedPeers);
       }
     }
   }

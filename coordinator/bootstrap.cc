@@ -36,10 +36,9 @@ absl::Status Resume(const Config& config, const std::string& fingerprint, BootSt
     return absl::OkStatus();
   }
   if (loaded->data.fingerprint != fingerprint) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("coordinator.checkpoint_dir: ", loaded->path, " is a checkpoint of another model (fingerprint ",
-                     loaded->data.fingerprint, ", this model ", fingerprint,
-                     "); start with --fresh or set another checkpoint_dir"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "coordinator.checkpoint_dir: ", loaded->path, " is a checkpoint of another model (fingerprint ",
+        loaded->data.fingerprint, ", this model ", fingerprint, "); start with --fresh or set another checkpoint_dir"));
   }
   ParamSnapshot& snapshot = *boot.snapshot;
   snapshot.params = std::move(loaded->data.params);
@@ -52,9 +51,10 @@ absl::Status Resume(const Config& config, const std::string& fingerprint, BootSt
     boot.bytes_pushed_committed = boot.evals.back().bytes_pushed_committed;
   }
   if (snapshot.complete) {
-    spdlog::warn("the run in {} is already complete (round {} of {}); nothing to train. Start over "
-                 "with --fresh, or raise outer.rounds to continue it", config.CheckpointDir(), snapshot.round,
-                 config.SyncRounds());
+    spdlog::warn(
+        "the run in {} is already complete (round {} of {}); nothing to train. Start over "
+        "with --fresh, or raise outer.rounds to continue it",
+        config.CheckpointDir(), snapshot.round, config.SyncRounds());
   }
   spdlog::info("resumed from {}: round {}, {} evals{}", loaded->path, snapshot.round, boot.evals.size(),
                skipped.empty() ? "" : absl::StrCat(" (", skipped.size(), " newer file(s) skipped as corrupt)"));

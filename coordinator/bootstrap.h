@@ -21,7 +21,7 @@ struct BootState {
   std::shared_ptr<ParamSnapshot> snapshot;  // theta_0 at round 0, or theta_t of the checkpoint
   std::vector<at::Tensor> momentum;         // outer momentum of the checkpoint (empty: none yet)
   std::vector<EvalRecord> evals;
-  int64_t tokens_committed = 0;        // totals carried on from the checkpoint's newest eval
+  int64_t tokens_committed = 0;  // totals carried on from the checkpoint's newest eval
   int64_t bytes_pushed_committed = 0;
 };
 

@@ -30,7 +30,9 @@ class HashingWriter {
     ok_ = ok_ && fwrite(p, 1, n, f_) == n;
   }
   template <typename T>
-  void Pod(T v) { Bytes(&v, sizeof(v)); }
+  void Pod(T v) {
+    Bytes(&v, sizeof(v));
+  }
   void String(const std::string& s) {
     Pod<uint32_t>(static_cast<uint32_t>(s.size()));
     Bytes(s.data(), s.size());
@@ -62,7 +64,9 @@ class Reader {
     return true;
   }
   template <typename T>
-  bool Pod(T* v) { return Bytes(v, sizeof(T)); }
+  bool Pod(T* v) {
+    return Bytes(v, sizeof(T));
+  }
   bool String(std::string* s) {
     uint32_t n = 0;
     if (!Pod(&n) || pos_ + n > end_) return false;

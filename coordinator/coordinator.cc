@@ -101,8 +101,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const C
 absl::Status CoordinatorCore::CheckMeta(const RequestMeta& meta, bool require_member) const {
   if (meta.worker_id().empty()) return absl::InvalidArgumentError("request without a worker id");
   if (meta.fingerprint() != fingerprint_) {
-    return absl::FailedPreconditionError(absl::StrCat("model fingerprint ", meta.fingerprint(),
-                                                      " does not match the coordinator's ", fingerprint_));
+    return absl::FailedPreconditionError(
+        absl::StrCat("model fingerprint ", meta.fingerprint(), " does not match the coordinator's ", fingerprint_));
   }
   if (require_member && !membership_.IsActive(meta.worker_id())) {
     return absl::NotFoundError(absl::StrCat("worker '", meta.worker_id(), "' is not an active member; Join again"));
@@ -116,20 +116,19 @@ absl::StatusOr<JoinReply> CoordinatorCore::Join(const JoinRequest& request) {
     return absl::FailedPreconditionError(absl::StrCat("model config differs from the coordinator's: ", mismatch));
   }
   if (const int64_t f = std::max(1, request.fragments()); f != config_.comm.fragments) {
-    return absl::FailedPreconditionError(absl::StrCat("comm.fragments differs: worker has ", f, ", coordinator has ",
-                                                      config_.comm.fragments));
+    return absl::FailedPreconditionError(
+        absl::StrCat("comm.fragments differs: worker has ", f, ", coordinator has ", config_.comm.fragments));
   }
   absl::MutexLock lock(&mu_);
   absl::Status s = CheckMeta(request.meta(), /*require_member=*/false);
   if (!s.ok()) return s;
   const bool known = membership_.Find(request.meta().worker_id()) != nullptr;
-  const Member& m = membership_.Join(request.meta().worker_id(), clock_(),
-                                     request.has_shard_hint() ? request.shard_hint() : -1);
+  const Member& m =
+      membership_.Join(request.meta().worker_id(), clock_(), request.has_shard_hint() ? request.shard_hint() : -1);
   membership_.Find(m.id)->cluster_size = std::max(1, request.cluster_size());
   spdlog::info("{} worker {} (shard {}/{}, {} threads, {}{}) at round {}", known ? "rejoined:" : "joined:", m.id,
                m.shard_index, membership_.shard_count(), request.threads(), request.device(),
-               m.cluster_size > 1 ? absl::StrCat(", a cluster of ", m.cluster_size) : std::string(),
-               snapshot_->round);
+               m.cluster_size > 1 ? absl::StrCat(", a cluster of ", m.cluster_size) : std::string(), snapshot_->round);
   cv_.SignalAll();
   JoinReply reply;
   reply.set_round(snapshot_->round);
@@ -186,8 +185,8 @@ absl::StatusOr<std::shared_ptr<const ParamSnapshot>> CoordinatorCore::BeginPull(
   absl::Status s = CheckMeta(request.meta(), /*require_member=*/true);
   if (!s.ok()) return s;
   if (request.has_fragment() && (request.fragment() < 0 || request.fragment() >= fragments())) {
-    return absl::InvalidArgumentError(absl::StrCat("pull of fragment ", request.fragment(), ": comm.fragments is ",
-                                                   fragments()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("pull of fragment ", request.fragment(), ": comm.fragments is ", fragments()));
   }
   membership_.Touch(request.meta().worker_id(), clock_());
   return snapshot_;

@@ -15,8 +15,7 @@ absl::Status CoordinatorCore::CheckPushHeader(const PushHeader& header) {
   if (const Member* m = membership_.Find(id); m != nullptr && clock_() - m->last_seen > config_.coordinator.lease_s) {
     // Silent past its lease (the round loop marks it lost at its next pass): it must join again before it counts.
     return absl::NotFoundError(absl::StrCat("worker '", id, "' lease expired (silent for ", clock_() - m->last_seen,
-                                            " s > coordinator.lease_s ", config_.coordinator.lease_s,
-                                            "); Join again"));
+                                            " s > coordinator.lease_s ", config_.coordinator.lease_s, "); Join again"));
   }
   if (complete_) return absl::FailedPreconditionError("the run is complete");
   absl::Status s = DecidePushRound({snapshot_->round, header.meta().round(), round_.phase()},

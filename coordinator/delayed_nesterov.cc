@@ -23,8 +23,7 @@ std::vector<at::Tensor> DelayedNesterov::Step(const std::vector<at::Tensor>& the
   const double n = static_cast<double>(delay_n_);
   std::vector<at::Tensor> next(theta.size());
   for (size_t i = 0; i < theta.size(); ++i) {
-    if (theta[i].sizes() != g[i].sizes() || theta[i].scalar_type() != at::kFloat ||
-        g[i].scalar_type() != at::kFloat) {
+    if (theta[i].sizes() != g[i].sizes() || theta[i].scalar_type() != at::kFloat || g[i].scalar_type() != at::kFloat) {
       throw std::invalid_argument("DelayedNesterov::Step: tensors must be float32 of matching shapes");
     }
     acc_[i].add_(g[i]);

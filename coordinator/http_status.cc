@@ -15,8 +15,8 @@ namespace diloco {
 namespace {
 
 absl::Status ListenError(const std::string& listen, const std::string& why) {
-  return absl::InvalidArgumentError(absl::StrCat("coordinator.metrics_listen: cannot listen on '", listen, "' (",
-                                                 why, "; use HOST:PORT, port 0 picks a free one, \"\" turns it off)"));
+  return absl::InvalidArgumentError(absl::StrCat("coordinator.metrics_listen: cannot listen on '", listen, "' (", why,
+                                                 "; use HOST:PORT, port 0 picks a free one, \"\" turns it off)"));
 }
 
 }  // namespace
@@ -27,7 +27,7 @@ HttpStatusServer::HttpStatusServer(StatusSource source)
 HttpStatusServer::~HttpStatusServer() { Stop(); }
 
 absl::StatusOr<std::unique_ptr<HttpStatusServer>> HttpStatusServer::Start(const std::string& listen,
-                                                                           StatusSource source) {
+                                                                          StatusSource source) {
   const size_t colon = listen.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == listen.size() ||
       listen.find_first_not_of("0123456789", colon + 1) != std::string::npos || listen.size() - colon > 6) {

@@ -69,14 +69,14 @@ class IngestQueue {
 
   const Options options_;
   mutable std::mutex mu_;
-  std::condition_variable work_cv_;              // an item was posted, or stopping_
-  std::condition_variable idle_cv_;              // an item finished
-  std::deque<std::shared_ptr<Lane>> ready_;      // lanes with waiting items and none running; guarded by mu_
-  int64_t waiting_bytes_ = 0;                    // guarded by mu_
-  int64_t waiting_items_ = 0;                    // guarded by mu_
-  int running_ = 0;                              // items being run; guarded by mu_
-  bool stopping_ = false;                        // guarded by mu_
-  int live_threads_ = 0;                         // threads not yet returned from Loop(); guarded by mu_
+  std::condition_variable work_cv_;          // an item was posted, or stopping_
+  std::condition_variable idle_cv_;          // an item finished
+  std::deque<std::shared_ptr<Lane>> ready_;  // lanes with waiting items and none running; guarded by mu_
+  int64_t waiting_bytes_ = 0;                // guarded by mu_
+  int64_t waiting_items_ = 0;                // guarded by mu_
+  int running_ = 0;                          // items being run; guarded by mu_
+  bool stopping_ = false;                    // guarded by mu_
+  int live_threads_ = 0;                     // threads not yet returned from Loop(); guarded by mu_
   std::vector<std::thread> threads_;
 };
 

@@ -15,15 +15,15 @@
 #include "config/config_loader.h"
 #include "config/data_cache.h"
 #include "config/subprocess.h"
+#include "config/text_file.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/http_status.h"
 #include "coordinator/model_host.h"
-#include "config/text_file.h"
 #include "coordinator/service.h"
 #include "coordinator/tcp_push_listener.h"
+#include "proto/codec.h"
 #include "proto/compute_threads.h"
 #include "proto/transport_security.h"
-#include "proto/codec.h"
 
 namespace {
 
@@ -102,9 +102,10 @@ std::string StartHttp(Process& p) {
   p.http = std::move(*started);
   spdlog::info("metrics on http://{}/metrics, status page http://{}/", p.http->address(), p.http->address());
   if (!diloco::IsLoopbackAddress(listen)) {
-    spdlog::warn("coordinator.metrics_listen {} is not a loopback address: /metrics, /status.json and / are plain "
-                 "HTTP without authentication (run status and worker ids; never the model)",
-                 listen);
+    spdlog::warn(
+        "coordinator.metrics_listen {} is not a loopback address: /metrics, /status.json and / are plain "
+        "HTTP without authentication (run status and worker ids; never the model)",
+        listen);
   }
   return "";
 }
@@ -156,9 +157,10 @@ void LogTransport(const Process& p) {
                                          : "plaintext",
                p.security.token.empty() ? "no token" : "token required on every call");
   if (!p.security.server_tls() && !diloco::IsLoopbackAddress(p.config.coordinator.listen)) {
-    spdlog::warn("coordinator.listen {} is not a loopback address and the transport is plaintext: anyone who can "
-                 "reach it can join or read the model; set security.tls_cert/tls_key (and tls_ca for mutual TLS)",
-                 p.config.coordinator.listen);
+    spdlog::warn(
+        "coordinator.listen {} is not a loopback address and the transport is plaintext: anyone who can "
+        "reach it can join or read the model; set security.tls_cert/tls_key (and tls_ca for mutual TLS)",
+        p.config.coordinator.listen);
   }
 }
 
@@ -197,8 +199,7 @@ int main(int argc, char** argv) {
   Flags flags;
   app.add_option("--config", flags.config_path, "run config (YAML)")->required();
   app.add_option("--set", flags.overrides, "override a config key: section.key=value (repeatable)");
-  app.add_option("--port-file", flags.port_file,
-                 "write HOST:PORT here once listening (for coordinator.listen port 0)");
+  app.add_option("--port-file", flags.port_file, "write HOST:PORT here once listening (for coordinator.listen port 0)");
   app.add_option("--metrics-port-file", flags.metrics_port_file,
                  "write HOST:PORT of the HTTP metrics listener here once listening (coordinator.metrics_listen)");
   app.add_flag("--fresh", flags.fresh, "ignore checkpoints in coordinator.checkpoint_dir and start from theta_0");

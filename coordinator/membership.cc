@@ -6,9 +6,12 @@ namespace diloco {
 
 const char* MemberStateName(MemberState s) {
   switch (s) {
-    case MemberState::kActive: return "active";
-    case MemberState::kLost: return "lost";
-    case MemberState::kLeft: return "left";
+    case MemberState::kActive:
+      return "active";
+    case MemberState::kLost:
+      return "lost";
+    case MemberState::kLeft:
+      return "left";
   }
   return "unknown";
 }

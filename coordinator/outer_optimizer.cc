@@ -12,8 +12,7 @@ OuterOptimizer::Kind OuterOptimizer::KindFromName(const std::string& name) {
   throw std::invalid_argument("unknown outer optimizer '" + name + "'");
 }
 
-OuterOptimizer::OuterOptimizer(Kind kind, double lr, double momentum)
-    : kind_(kind), lr_(lr), momentum_(momentum) {}
+OuterOptimizer::OuterOptimizer(Kind kind, double lr, double momentum) : kind_(kind), lr_(lr), momentum_(momentum) {}
 
 namespace {
 // candidates[i] if it exists, nobody else holds it and it has the right shape; else a new tensor like `like`.
@@ -46,9 +45,8 @@ void PlainKernel(const float* __restrict pt, const float* __restrict pd, float* 
 
 }  // namespace
 
-std::vector<at::Tensor> OuterOptimizer::Step(const std::vector<at::Tensor>& theta,
-                                             const std::vector<at::Tensor>& delta, std::vector<at::Tensor> recycle,
-                                             const std::vector<size_t>* only) {
+std::vector<at::Tensor> OuterOptimizer::Step(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& delta,
+                                             std::vector<at::Tensor> recycle, const std::vector<size_t>* only) {
   if (theta.size() != delta.size()) throw std::invalid_argument("OuterOptimizer::Step: tensor counts differ");
   if (!buffers_.empty() && buffers_.size() != theta.size()) {
     throw std::invalid_argument("OuterOptimizer::Step: momentum buffer count differs from the parameter count");

@@ -31,7 +31,8 @@ class OuterOptimizer : public OuterStep {
   // `only`: the positions to step (one fragment of Streaming DiLoCo); the others come back as the same tensors and
   // keep their momentum. A buffer not yet created is zero, which steps exactly like PyTorch's first step (buf = delta).
   std::vector<at::Tensor> Step(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& delta,
-                               std::vector<at::Tensor> recycle = {}, const std::vector<size_t>* only = nullptr) override;
+                               std::vector<at::Tensor> recycle = {},
+                               const std::vector<size_t>* only = nullptr) override;
 
   // Momentum buffers (empty before the first step or when momentum is 0), for checkpoints. Step() writes the new
   // buffers into other tensors (the ones of two steps ago, when nobody holds them), never in place, so a copy of

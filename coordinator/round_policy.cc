@@ -13,8 +13,8 @@ RoundDecision DecideRoundClose(const RoundView& round, double now, const RoundPo
   }
   const double age = now - round.opened_at;
   if (pushed < options.min_workers) {
-    return {false, absl::StrCat("waiting for pushes: ", pushed, " of min_workers ", options.min_workers,
-                                " received (", round.active.size(), " active)")};
+    return {false, absl::StrCat("waiting for pushes: ", pushed, " of min_workers ", options.min_workers, " received (",
+                                round.active.size(), " active)")};
   }
   if (missing.empty()) {
     return {true, absl::StrCat("all ", round.active.size(), " active members pushed")};
@@ -41,10 +41,9 @@ RoundDecision HoldForPartialPushes(const RoundDecision& decision, size_t partial
 absl::Status DecidePushRound(const PushRoundView& push, const PushRoundOptions& options) {
   if (!options.async) {
     if (push.push_round == push.version && push.phase == RoundPhase::kTraining) return absl::OkStatus();
-    return absl::FailedPreconditionError(absl::StrCat("push for round ", push.push_round,
-                                                      " refused: the open round is based on round ", push.version,
-                                                      " (phase ", std::string(RoundPhaseName(push.phase)),
-                                                      "); pull the current parameters"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("push for round ", push.push_round, " refused: the open round is based on round ", push.version,
+                     " (phase ", std::string(RoundPhaseName(push.phase)), "); pull the current parameters"));
   }
   if (push.phase != RoundPhase::kTraining) {
     return absl::UnavailableError(

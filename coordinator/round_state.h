@@ -67,7 +67,7 @@ class RoundState {
   void EndClose(RoundPhase next);
 
  private:
-  Pushes pushed_;                  // pushes counted in the open round
+  Pushes pushed_;                    // pushes counted in the open round
   std::set<std::string> streaming_;  // workers with a push stream open (one at a time each)
   std::set<std::string> partial_;    // ... of which some chunks are already in the sums: blocks closing
   std::set<std::string> closing_;    // contributors of the round being stepped (heartbeats: pushed)

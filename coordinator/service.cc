@@ -41,8 +41,8 @@ std::vector<std::pair<std::string, at::Tensor>> FragmentOf(const CoordinatorCore
 // Streams one snapshot of theta (or one fragment of it): a header, then the chunks.
 class PullReactor : public grpc::ServerWriteReactor<PullMessage> {
  public:
-  PullReactor(CoordinatorCore* core, std::string worker_id, std::shared_ptr<const ParamSnapshot> snapshot,
-              int fragment, int64_t chunk_bytes, Codec codec)
+  PullReactor(CoordinatorCore* core, std::string worker_id, std::shared_ptr<const ParamSnapshot> snapshot, int fragment,
+              int64_t chunk_bytes, Codec codec)
       : core_(core),
         worker_id_(std::move(worker_id)),
         snapshot_(std::move(snapshot)),
@@ -172,8 +172,8 @@ class PushReactor : public grpc::ServerReadReactor<PushMessage> {
   PushReply* reply_;
   PushMessage message_;  // the read in flight
   std::mutex mu_;
-  bool finished_ = false;  // Finish called; guarded by mu_
-  bool paused_ = false;    // a read is due once the lane has room; guarded by mu_
+  bool finished_ = false;                             // Finish called; guarded by mu_
+  bool paused_ = false;                               // a read is due once the lane has room; guarded by mu_
   std::vector<std::shared_ptr<PushMessage>> spares_;  // cleared messages to read into; guarded by mu_
 };
 

@@ -38,8 +38,7 @@ class CoordinatorService final : public diloco::Coordinator::CallbackService {
                                        CheckpointReply* reply) override;
   grpc::ServerWriteReactor<PullMessage>* PullParameters(grpc::CallbackServerContext* ctx,
                                                         const PullRequest* request) override;
-  grpc::ServerReadReactor<PushMessage>* PushPseudoGradient(grpc::CallbackServerContext* ctx,
-                                                           PushReply* reply) override;
+  grpc::ServerReadReactor<PushMessage>* PushPseudoGradient(grpc::CallbackServerContext* ctx, PushReply* reply) override;
 
  private:
   CoordinatorCore* coordinator_;

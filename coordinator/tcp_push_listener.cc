@@ -65,8 +65,8 @@ absl::StatusOr<int> TcpPushListener::Start(const std::string& host_in, int port)
   addrinfo* found = nullptr;
   const std::string service = std::to_string(port);
   if (const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &found); rc != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("comm.transport tcp: cannot resolve '", host, "': ",
-                                                   gai_strerror(rc)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("comm.transport tcp: cannot resolve '", host, "': ", gai_strerror(rc)));
   }
   std::string error = "no address";
   for (addrinfo* a = found; a != nullptr && listen_fd_ < 0; a = a->ai_next) {
@@ -130,7 +130,8 @@ void TcpPushListener::AcceptLoop() {
       return;
     }
     SetKeepalive(fd);
-    timeval tv{static_cast<time_t>(stall_s_), static_cast<suseconds_t>((stall_s_ - static_cast<int64_t>(stall_s_)) * 1e6)};
+    timeval tv{static_cast<time_t>(stall_s_),
+               static_cast<suseconds_t>((stall_s_ - static_cast<int64_t>(stall_s_)) * 1e6)};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     std::lock_guard<std::mutex> lock(mu_);
@@ -170,13 +171,14 @@ void TcpPushListener::Forget(int fd) {
 void TcpPushListener::Serve(int fd, const std::string& peer) {
   auto token = ReadHello(fd);
   if (!token.ok()) {
-    if (!stopping_) spdlog::warn("tcp push connection from {} refused: {}", peer, std::string(token.status().message()));
+    if (!stopping_)
+      spdlog::warn("tcp push connection from {} refused: {}", peer, std::string(token.status().message()));
     Forget(fd);
     return;
   }
   if (!token_.empty() && !ConstantTimeEquals(*token, token_)) {
-    const absl::Status refused = absl::UnauthenticatedError(
-        token->empty() ? "missing token (security.token_file)" : "wrong token (security.token_file)");
+    const absl::Status refused = absl::UnauthenticatedError(token->empty() ? "missing token (security.token_file)"
+                                                                           : "wrong token (security.token_file)");
     spdlog::warn("tcp push connection from {} refused: {}", peer, std::string(refused.message()));
     (void)WritePushResult(fd, refused, PushReply());
     Forget(fd);

@@ -61,8 +61,8 @@ class TcpPushListener {
   std::atomic<bool> stopping_{false};
   std::thread acceptor_;
   std::mutex mu_;
-  std::vector<int> connections_;      // open connection sockets; guarded by mu_
-  std::vector<Connection> servers_;   // one per accepted connection; guarded by mu_
+  std::vector<int> connections_;     // open connection sockets; guarded by mu_
+  std::vector<Connection> servers_;  // one per accepted connection; guarded by mu_
 };
 
 }  // namespace diloco

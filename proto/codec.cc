@@ -28,43 +28,62 @@ absl::StatusOr<Codec> CodecFromName(const std::string& name) {
 
 Codec CodecOf(WireCodec codec) {
   switch (codec) {
-    case WireCodec::kFp32: return CODEC_RAW;
-    case WireCodec::kBf16: return CODEC_BF16;
-    case WireCodec::kFp16: return CODEC_FP16;
-    case WireCodec::kInt8: return CODEC_INT8;
-    case WireCodec::kInt4: return CODEC_INT4;
+    case WireCodec::kFp32:
+      return CODEC_RAW;
+    case WireCodec::kBf16:
+      return CODEC_BF16;
+    case WireCodec::kFp16:
+      return CODEC_FP16;
+    case WireCodec::kInt8:
+      return CODEC_INT8;
+    case WireCodec::kInt4:
+      return CODEC_INT4;
   }
   return CODEC_RAW;
 }
 
 const char* CodecName(Codec codec) {
   switch (codec) {
-    case CODEC_RAW: return "fp32";
-    case CODEC_BF16: return "bf16";
-    case CODEC_FP16: return "fp16";
-    case CODEC_INT8: return "int8";
-    case CODEC_INT4: return "int4";
-    default: return "unknown";
+    case CODEC_RAW:
+      return "fp32";
+    case CODEC_BF16:
+      return "bf16";
+    case CODEC_FP16:
+      return "fp16";
+    case CODEC_INT8:
+      return "int8";
+    case CODEC_INT4:
+      return "int4";
+    default:
+      return "unknown";
   }
 }
 
 int64_t EncodedBytes(Codec codec, int64_t count, int64_t element_size) {
   switch (codec) {
     case CODEC_BF16:
-    case CODEC_FP16: return 2 * count;
-    case CODEC_INT8: return count;
-    case CODEC_INT4: return (count + 1) / 2;
-    default: return count * element_size;
+    case CODEC_FP16:
+      return 2 * count;
+    case CODEC_INT8:
+      return count;
+    case CODEC_INT4:
+      return (count + 1) / 2;
+    default:
+      return count * element_size;
   }
 }
 
 int64_t ChunkElements(Codec codec, int64_t chunk_bytes, int64_t element_size) {
   switch (codec) {
     case CODEC_BF16:
-    case CODEC_FP16: return std::max<int64_t>(1, chunk_bytes / 2);
-    case CODEC_INT8: return std::max<int64_t>(1, chunk_bytes);
-    case CODEC_INT4: return std::max<int64_t>(2, 2 * chunk_bytes);
-    default: return std::max<int64_t>(1, chunk_bytes / element_size);
+    case CODEC_FP16:
+      return std::max<int64_t>(1, chunk_bytes / 2);
+    case CODEC_INT8:
+      return std::max<int64_t>(1, chunk_bytes);
+    case CODEC_INT4:
+      return std::max<int64_t>(2, 2 * chunk_bytes);
+    default:
+      return std::max<int64_t>(1, chunk_bytes / element_size);
   }
 }
 
@@ -108,28 +127,32 @@ absl::StatusOr<at::Tensor> DecodeValues(const TensorChunk& chunk, at::ScalarType
   const int64_t count = chunk.count();
   const Codec codec = chunk.codec();
   if (codec != CODEC_RAW && dtype != at::kFloat) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", chunk.name(), "': codec ", CodecName(codec),
-                                                   " is only for float32 tensors"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", chunk.name(), "': codec ", CodecName(codec), " is only for float32 tensors"));
   }
   if (codec < CODEC_RAW || codec > CODEC_INT4) {
     return absl::InvalidArgumentError(absl::StrCat("tensor '", chunk.name(), "': unknown codec ", codec));
   }
   const int64_t expected = EncodedBytes(codec, count, c10::elementSize(dtype));
   if (static_cast<int64_t>(chunk.data().size()) != expected) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", chunk.name(), "': chunk declares ", count,
-                                                   " elements (", expected, " bytes as ", CodecName(codec),
-                                                   ") but carries ", chunk.data().size(), " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", chunk.name(), "': chunk declares ", count, " elements (",
+                                                   expected, " bytes as ", CodecName(codec), ") but carries ",
+                                                   chunk.data().size(), " bytes"));
   }
   void* data = const_cast<char*>(chunk.data().data());
   switch (codec) {
-    case CODEC_RAW: return at::from_blob(data, {count}, at::TensorOptions().dtype(dtype));
-    case CODEC_BF16: return at::from_blob(data, {count}, at::kBFloat16).to(at::kFloat);
-    case CODEC_FP16: return at::from_blob(data, {count}, at::kHalf).to(at::kFloat);
-    default: break;
+    case CODEC_RAW:
+      return at::from_blob(data, {count}, at::TensorOptions().dtype(dtype));
+    case CODEC_BF16:
+      return at::from_blob(data, {count}, at::kBFloat16).to(at::kFloat);
+    case CODEC_FP16:
+      return at::from_blob(data, {count}, at::kHalf).to(at::kFloat);
+    default:
+      break;
   }
   if (!std::isfinite(chunk.scale()) || !std::isfinite(chunk.lo()) || chunk.scale() <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", chunk.name(), "': bad quantization scale ",
-                                                   chunk.scale(), " / lo ", chunk.lo()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", chunk.name(), "': bad quantization scale ", chunk.scale(), " / lo ", chunk.lo()));
   }
   at::Tensor q = at::from_blob(data, {static_cast<int64_t>(chunk.data().size())}, at::kByte);
   if (codec == CODEC_INT4) {

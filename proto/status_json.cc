@@ -21,7 +21,9 @@ nlohmann::json StatusToJson(const StatusReply& s) {
   }
   nlohmann::json evals = nlohmann::json::array();
   for (const EvalPoint& e : s.evals()) {
-    evals.push_back({{"round", e.round()}, {"val_loss", e.val_loss()}, {"tokens", e.tokens()},
+    evals.push_back({{"round", e.round()},
+                     {"val_loss", e.val_loss()},
+                     {"tokens", e.tokens()},
                      {"bytes_pushed_committed", e.bytes_pushed_committed()}});
   }
   return {{"run_name", s.run_name()},

@@ -7,8 +7,7 @@
 
 namespace diloco {
 
-TensorChunker::TensorChunker(std::vector<std::pair<std::string, at::Tensor>> tensors, int64_t chunk_bytes,
-                             Codec codec)
+TensorChunker::TensorChunker(std::vector<std::pair<std::string, at::Tensor>> tensors, int64_t chunk_bytes, Codec codec)
     : tensors_(std::move(tensors)), chunk_bytes_(std::max<int64_t>(chunk_bytes, kMinChunkBytes)), codec_(codec) {
   for (auto& [name, t] : tensors_) t = t.contiguous();
 }
@@ -39,8 +38,8 @@ bool TensorChunker::Next(TensorChunk* out, std::string_view* raw_payload) {
     if (raw_payload != nullptr) *raw_payload = std::string_view();
   }
   offset_ += count;
-  bytes_emitted_ += static_cast<int64_t>(raw_payload != nullptr && !raw_payload->empty() ? raw_payload->size()
-                                                                                         : out->data().size());
+  bytes_emitted_ +=
+      static_cast<int64_t>(raw_payload != nullptr && !raw_payload->empty() ? raw_payload->size() : out->data().size());
   return true;
 }
 
@@ -51,8 +50,7 @@ ChunkStreamReader::ChunkStreamReader(std::vector<TensorSpec> specs) : specs_(std
 
 std::string ChunkStreamReader::Position() const {
   if (Done()) return absl::StrCat("end of stream (", specs_.size(), " tensors)");
-  return absl::StrCat("tensor ", index_ + 1, "/", specs_.size(), " '", specs_[index_].name, "' at element ",
-                      offset_);
+  return absl::StrCat("tensor ", index_ + 1, "/", specs_.size(), " '", specs_[index_].name, "' at element ", offset_);
 }
 
 absl::StatusOr<at::Tensor> ChunkStreamReader::Next(const TensorChunk& chunk) {
@@ -61,8 +59,7 @@ absl::StatusOr<at::Tensor> ChunkStreamReader::Next(const TensorChunk& chunk) {
   }
   const TensorSpec& spec = specs_[index_];
   if (chunk.name() != spec.name) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expected ", Position(), ", got a chunk of '", chunk.name(), "'"));
+    return absl::InvalidArgumentError(absl::StrCat("expected ", Position(), ", got a chunk of '", chunk.name(), "'"));
   }
   auto dtype = FromWireDType(chunk.dtype());
   if (!dtype.ok()) return dtype.status();

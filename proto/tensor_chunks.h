@@ -29,8 +29,7 @@ constexpr int64_t kMinChunkBytes = 64;  // smaller chunk_bytes are raised to thi
 class TensorChunker {
  public:
   // Tensors must be on the CPU; non-contiguous ones are made contiguous once, here.
-  TensorChunker(std::vector<std::pair<std::string, at::Tensor>> tensors, int64_t chunk_bytes,
-                Codec codec = CODEC_RAW);
+  TensorChunker(std::vector<std::pair<std::string, at::Tensor>> tensors, int64_t chunk_bytes, Codec codec = CODEC_RAW);
 
   // Fills `out` with the next chunk; returns false when every tensor has been sent.
   bool Next(TensorChunk* out);

@@ -41,29 +41,47 @@ int64_t TotalElements(const std::vector<TensorSpec>& specs) {
 
 absl::StatusOr<DType> ToWireDType(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return FLOAT32;
-    case at::kHalf: return FLOAT16;
-    case at::kBFloat16: return BFLOAT16;
-    case at::kDouble: return FLOAT64;
-    case at::kLong: return INT64;
-    case at::kInt: return INT32;
-    case at::kChar: return INT8;
-    case at::kByte: return UINT8;
-    default: return absl::InvalidArgumentError(absl::StrCat("dtype ", c10::toString(t), " cannot be sent"));
+    case at::kFloat:
+      return FLOAT32;
+    case at::kHalf:
+      return FLOAT16;
+    case at::kBFloat16:
+      return BFLOAT16;
+    case at::kDouble:
+      return FLOAT64;
+    case at::kLong:
+      return INT64;
+    case at::kInt:
+      return INT32;
+    case at::kChar:
+      return INT8;
+    case at::kByte:
+      return UINT8;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("dtype ", c10::toString(t), " cannot be sent"));
   }
 }
 
 absl::StatusOr<at::ScalarType> FromWireDType(DType d) {
   switch (d) {
-    case FLOAT32: return at::kFloat;
-    case FLOAT16: return at::kHalf;
-    case BFLOAT16: return at::kBFloat16;
-    case FLOAT64: return at::kDouble;
-    case INT64: return at::kLong;
-    case INT32: return at::kInt;
-    case INT8: return at::kChar;
-    case UINT8: return at::kByte;
-    default: return absl::InvalidArgumentError(absl::StrCat("unknown wire dtype ", static_cast<int>(d)));
+    case FLOAT32:
+      return at::kFloat;
+    case FLOAT16:
+      return at::kHalf;
+    case BFLOAT16:
+      return at::kBFloat16;
+    case FLOAT64:
+      return at::kDouble;
+    case INT64:
+      return at::kLong;
+    case INT32:
+      return at::kInt;
+    case INT8:
+      return at::kChar;
+    case UINT8:
+      return at::kByte;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("unknown wire dtype ", static_cast<int>(d)));
   }
 }
 

@@ -64,8 +64,8 @@ absl::Status CheckPem(const TransportSecurityFiles& files, const TransportSecuri
     BioPtr bio = MemoryBio(s.key_pem);
     PkeyPtr key(bio ? PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr) : nullptr);
     if (!key) {
-      return absl::InvalidArgumentError(absl::StrCat("security.tls_key: '", files.tls_key,
-                                                     "' holds no PEM private key (or it is encrypted)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("security.tls_key: '", files.tls_key, "' holds no PEM private key (or it is encrypted)"));
     }
     if (cert && X509_check_private_key(cert.get(), key.get()) != 1) {
       return absl::InvalidArgumentError(absl::StrCat("security.tls_key: '", files.tls_key,

@@ -108,9 +108,9 @@ nlohmann::json ReadJson(const std::string& path) { return nlohmann::json::parse(
 
 std::vector<std::string> TinyArgs(const std::string& dir, std::vector<std::string> extra) {
   std::vector<std::string> args = {"--config", SourceDir() + "/config/tiny.yaml",
-                                   "--set", "run.output_dir=" + dir,
-                                   "--set", "data.text=" + SourceDir() + "/tests/data/tinyshakespeare.txt",
-                                   "--set", "data.cache_dir=" + BinDir() + "/test-cache"};
+                                   "--set",    "run.output_dir=" + dir,
+                                   "--set",    "data.text=" + SourceDir() + "/tests/data/tinyshakespeare.txt",
+                                   "--set",    "data.cache_dir=" + BinDir() + "/test-cache"};
   for (const std::string& e : extra) args.insert(args.end(), {"--set", e});
   return args;
 }

@@ -3,16 +3,15 @@
 // Not thread-safe per object; each RunningProcess owns one reader thread.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
-
-#include <nlohmann/json.hpp>
 
 #include "config/subprocess.h"
 

@@ -13,7 +13,7 @@ namespace diloco {
 
 class Backoff {
  public:
-  using Uniform = std::function<double()>;           // a uniform random number in [0, 1]
+  using Uniform = std::function<double()>;              // a uniform random number in [0, 1]
   using Sleeper = std::function<void(double seconds)>;  // sleeps (at most 50 ms per call)
   static constexpr double kInitialSeconds = 0.2;
   static constexpr double kTickSeconds = 0.05;

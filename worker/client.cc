@@ -1,8 +1,7 @@
 #include "worker/client.h"
 
-#include <spdlog/spdlog.h>
-
 #include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
 
 #include <chrono>
 
@@ -48,8 +47,7 @@ void CoordinatorClient::Prepare(grpc::ClientContext* ctx) const {
 }
 
 absl::StatusOr<JoinReply> CoordinatorClient::Join(const ModelSpec& model, int32_t threads, const std::string& device,
-                                                  int32_t shard_hint, int32_t fragments,
-                                                  int32_t cluster_size) {
+                                                  int32_t shard_hint, int32_t fragments, int32_t cluster_size) {
   grpc::ClientContext ctx;
   Prepare(&ctx);
   JoinRequest request;

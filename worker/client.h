@@ -31,8 +31,8 @@ class CoordinatorClient {
  public:
   // Pushes are encoded with push_codec (proto/codec.h); pulls decode whatever codec the coordinator sends.
   // `security`: TLS credentials of the channel and the token attached to every call (default: plaintext, none).
-  CoordinatorClient(const std::string& address, std::string worker_id, std::string fingerprint,
-                    double rpc_timeout_s, int64_t chunk_bytes, Codec push_codec, TransportSecurity security = {});
+  CoordinatorClient(const std::string& address, std::string worker_id, std::string fingerprint, double rpc_timeout_s,
+                    int64_t chunk_bytes, Codec push_codec, TransportSecurity security = {});
 
   // shard_hint >= 0: the shard this worker had (after a coordinator restart), kept if it is free.
   absl::StatusOr<JoinReply> Join(const ModelSpec& model, int32_t threads, const std::string& device,

@@ -1,11 +1,10 @@
 #include "worker/cluster.h"
 
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
-#include <chrono>
-#include <algorithm>
-#include <stdexcept>
 
 #include "absl/strings/str_cat.h"
 
@@ -20,8 +19,7 @@ WorkerCluster::~WorkerCluster() = default;
 
 absl::StatusOr<std::unique_ptr<WorkerCluster>> WorkerCluster::Connect(int rank, int size,
                                                                       const std::string& store_address,
-                                                                      double timeout_s,
-                                                                      const std::string& bind_host) {
+                                                                      double timeout_s, const std::string& bind_host) {
   const size_t colon = store_address.rfind(':');
   if (colon == std::string::npos || colon == 0) {
     return absl::InvalidArgumentError(absl::StrCat("--cluster-store: expected HOST:PORT, got '", store_address, "'"));
@@ -52,8 +50,8 @@ absl::StatusOr<std::unique_ptr<WorkerCluster>> WorkerCluster::Connect(int rank, 
     cluster->group_ = std::make_unique<Group>();
     cluster->group_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, gloo);
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("cluster rendezvous at ", store_address, " (rank ", rank, " of ", size,
-                                               ") failed: ", e.what()));
+    return absl::UnavailableError(
+        absl::StrCat("cluster rendezvous at ", store_address, " (rank ", rank, " of ", size, ") failed: ", e.what()));
   }
   return cluster;
 }
@@ -129,8 +127,8 @@ void WorkerCluster::CheckReplicas(const std::vector<torch::Tensor>& params, int6
   std::vector<at::Tensor> buffers = {mine.clone()};
   group_->pg->broadcast(buffers)->wait();
   if (rank_ != 0 && !buffers[0].equal(mine)) {
-    throw std::runtime_error(absl::StrCat("replica check: rank ", rank_, "'s parameters differ from rank 0's after ",
-                                          "inner step ", step));
+    throw std::runtime_error(
+        absl::StrCat("replica check: rank ", rank_, "'s parameters differ from rank 0's after ", "inner step ", step));
   }
 }
 

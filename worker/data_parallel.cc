@@ -40,12 +40,18 @@ void WriteSummary(const Config& config, int ranks, int64_t params, int64_t round
   s["seconds"] = seconds;
   s["evals"] = nlohmann::json::array();
   for (const DdpEval& e : evals) {
-    s["evals"].push_back({{"round", e.round}, {"step", e.step}, {"val_loss", e.val_loss}, {"tokens", e.tokens},
-                          {"bytes_communicated", e.bytes_all_reduce}, {"seconds", e.seconds}});
+    s["evals"].push_back({{"round", e.round},
+                          {"step", e.step},
+                          {"val_loss", e.val_loss},
+                          {"tokens", e.tokens},
+                          {"bytes_communicated", e.bytes_all_reduce},
+                          {"seconds", e.seconds}});
   }
   s["workers"] = nlohmann::json::array();
   for (int r = 0; r < ranks; ++r) {
-    s["workers"].push_back({{"id", "rank-" + std::to_string(r)}, {"tokens", tokens / ranks}, {"cluster_size", 1},
+    s["workers"].push_back({{"id", "rank-" + std::to_string(r)},
+                            {"tokens", tokens / ranks},
+                            {"cluster_size", 1},
                             {"rounds_contributed", round}});
   }
   const absl::Status written = WriteTextFileAtomically(config.run.output_dir + "/summary.json", s.dump(2) + "\n");
@@ -73,9 +79,7 @@ class DataParallelRun {
   int CheckOptions() const;
   void HookCluster();
   void Evaluate(int64_t round);
-  double Seconds() const {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  }
+  double Seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
 
   const Config& config_;
   const WorkerOptions& options_;
@@ -115,9 +119,9 @@ int DataParallelRun::CheckOptions() const {
 int DataParallelRun::SetUp(const TokenCache& cache) {
   if (int code = CheckOptions(); code >= 0) return code;
   // Rank g reads what rank g % cs of DiLoCo worker g / cs reads.
-  auto trainer = InnerTrainer::ForShard(config_, cache.train_path(), options_.rank / cluster_size_,
-                                        static_cast<int>(config_.workers.count), options_.rank % cluster_size_,
-                                        cluster_size_);
+  auto trainer =
+      InnerTrainer::ForShard(config_, cache.train_path(), options_.rank / cluster_size_,
+                             static_cast<int>(config_.workers.count), options_.rank % cluster_size_, cluster_size_);
   if (!trainer.ok()) {
     spdlog::error("{}", std::string(trainer.status().message()));
     return kWorkerConfigError;

@@ -17,7 +17,8 @@ double InnerLearningRate(const InnerConfig& inner, int64_t step, int64_t total_s
 }
 
 int64_t ScheduleStart(const Config& config, int64_t round, int64_t carried_steps) {
-  if (config.outer.mode == OuterMode::kAsync) return round * config.StepsPerSync() / std::max<int64_t>(1, config.workers.count);
+  if (config.outer.mode == OuterMode::kAsync)
+    return round * config.StepsPerSync() / std::max<int64_t>(1, config.workers.count);
   return round * config.StepsPerSync() + carried_steps;
 }
 

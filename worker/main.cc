@@ -1,7 +1,7 @@
 // diloco-worker: one DiLoCo worker process (see worker_loop.h for its life cycle and exit codes).
 #include <ATen/Parallel.h>
-#include <torch/cuda.h>
 #include <spdlog/spdlog.h>
+#include <torch/cuda.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
@@ -11,8 +11,8 @@
 #include "config/config_loader.h"
 #include "config/data_cache.h"
 #include "config/subprocess.h"
-#include "worker/data_parallel.h"
 #include "proto/compute_threads.h"
+#include "worker/data_parallel.h"
 #include "worker/worker_loop.h"
 
 namespace {
@@ -27,8 +27,9 @@ int main(int argc, char** argv) {
   diloco::WorkerOptions options;
   app.add_option("--config", config_path, "run config (YAML), the same file as the coordinator's")->required();
   std::string mode = "diloco";
-  app.add_option("--mode", mode, "diloco (default): a DiLoCo worker; ddp: a rank of the data-parallel baseline "
-                                 "(no coordinator; --rank and --cluster-store over workers.count x cluster_size ranks)")
+  app.add_option("--mode", mode,
+                 "diloco (default): a DiLoCo worker; ddp: a rank of the data-parallel baseline "
+                 "(no coordinator; --rank and --cluster-store over workers.count x cluster_size ranks)")
       ->check(CLI::IsMember({"diloco", "ddp"}));
   app.add_option("--coordinator", options.coordinator, "coordinator address HOST:PORT (required with --mode diloco)");
   app.add_option("--id", options.id, "worker id, unique in the run (a restarted worker reuses its id)");
@@ -45,7 +46,7 @@ int main(int argc, char** argv) {
     std::cerr << "diloco-worker: --coordinator and --id are required (or --mode ddp)\n";
     return diloco::kWorkerConfigError;
   }
-  const std::string who = ddp                           ? "rank-" + std::to_string(options.rank)
+  const std::string who = ddp                             ? "rank-" + std::to_string(options.rank)
                           : options.cluster_store.empty() ? options.id
                                                           : options.id + "." + std::to_string(options.rank);
   spdlog::set_pattern("%H:%M:%S.%e %^%l%$ " + who + ": %v");

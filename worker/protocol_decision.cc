@@ -29,8 +29,8 @@ ProtocolDecision DecideJoin(const absl::Status& status, const ProtocolState& sta
   const std::string message(status.message());
   if (status.ok()) return Make(ProtocolAction::kProceed, "joined");
   if (!Transient(status)) {
-    return GiveUp(kWorkerRefused, absl::StrCat("coordinator ", state.coordinator, " refused worker ", state.worker_id,
-                                               ": ", message));
+    return GiveUp(kWorkerRefused,
+                  absl::StrCat("coordinator ", state.coordinator, " refused worker ", state.worker_id, ": ", message));
   }
   if (state.tls && LooksLikeTlsFailure(status)) {  // this worker's own TLS check failed: retrying cannot help
     return GiveUp(kWorkerRefused,
@@ -86,8 +86,8 @@ ProtocolDecision DecidePullOrHeartbeat(ProtocolCall call, const absl::Status& st
   const bool pull = call == ProtocolCall::kPull;
   if (status.ok()) return Make(ProtocolAction::kProceed, pull ? "pulled" : "heartbeat answered");
   if (status.code() == absl::StatusCode::kNotFound) {
-    return Make(ProtocolAction::kRejoin, absl::StrCat("not a member (", message, "); joining again to ",
-                                                      pull ? "pull again" : "push again"));
+    return Make(ProtocolAction::kRejoin,
+                absl::StrCat("not a member (", message, "); joining again to ", pull ? "pull again" : "push again"));
   }
   if (Transient(status)) {
     return Make(ProtocolAction::kRetry, absl::StrCat(pull ? "pull" : "heartbeat", " failed (", message, "), retrying"));

@@ -47,17 +47,17 @@ struct ProtocolState {
 
 struct ProtocolDecision {
   ProtocolAction action = ProtocolAction::kProceed;
-  std::string reason;      // for the log; Push reasons are logged after "round N: "
-  int exit_code = 0;       // kGiveUp: the worker's exit code (worker/worker_loop.h WorkerExit)
-  bool keep_local = false; // kNextRound: continue from the local parameters (late_policy reuse_local)
-  std::string hint;        // Join kRetry: a hint about TLS to log once (TlsHint), "" if none
+  std::string reason;       // for the log; Push reasons are logged after "round N: "
+  int exit_code = 0;        // kGiveUp: the worker's exit code (worker/worker_loop.h WorkerExit)
+  bool keep_local = false;  // kNextRound: continue from the local parameters (late_policy reuse_local)
+  std::string hint;         // Join kRetry: a hint about TLS to log once (TlsHint), "" if none
 };
 
 ProtocolDecision DecideOnStatus(ProtocolCall call, const absl::Status& status, const ProtocolState& state);
 
 // The coordinator's heartbeat reply, as far as a worker waiting for its round to close reads it.
 struct HeartbeatView {
-  int64_t round = 0;  // the coordinator's open round
+  int64_t round = 0;    // the coordinator's open round
   bool pushed = false;  // this worker's push for it is counted (async: still pending)
   bool run_complete = false;
 };

@@ -41,7 +41,8 @@ absl::Status TcpPusher::Connect(int port) {
     const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
     if (fd < 0) continue;
     // A coordinator that stops answering mid-push is given up on after the RPC timeout, as over gRPC.
-    timeval tv{static_cast<time_t>(timeout_s_), static_cast<suseconds_t>((timeout_s_ - static_cast<int64_t>(timeout_s_)) * 1e6)};
+    timeval tv{static_cast<time_t>(timeout_s_),
+               static_cast<suseconds_t>((timeout_s_ - static_cast<int64_t>(timeout_s_)) * 1e6)};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     const int on = 1;

@@ -35,8 +35,8 @@ class TcpPusher {
   const std::string token_;
   const double timeout_s_;
   std::mutex mu_;
-  int fd_ = -1;    // guarded by mu_
-  int port_ = 0;   // guarded by mu_: the port fd_ is connected to
+  int fd_ = -1;   // guarded by mu_
+  int port_ = 0;  // guarded by mu_: the port fd_ is connected to
 };
 
 }  // namespace diloco

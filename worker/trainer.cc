@@ -69,8 +69,8 @@ InnerTrainer::InnerTrainer(const Config& config, TokenData train, torch::Device 
 }
 
 absl::StatusOr<std::unique_ptr<InnerTrainer>> InnerTrainer::ForShard(const Config& config,
-                                                                    const std::string& train_path, int shard_index,
-                                                                    int shard_count, int rank, int cluster_size) {
+                                                                     const std::string& train_path, int shard_index,
+                                                                     int shard_count, int rank, int cluster_size) {
   auto train = TokenData::Load(train_path, config.model.seq_len);
   if (!train.ok()) return train.status();
   const int part = shard_index * cluster_size + rank;  // with one rank: the worker's shard itself

@@ -14,9 +14,7 @@
 namespace diloco {
 namespace {
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 
@@ -69,9 +67,9 @@ int Worker::SetUp(const TokenCache& cache) {
     spdlog::error("{}", std::string(security.status().message()));
     return kWorkerConfigError;
   }
-  client_ = std::make_unique<CoordinatorClient>(options_.coordinator, options_.id, fingerprint,
-                                                config_.workers.rpc_timeout_s, config_.comm.chunk_bytes, codec_,
-                                                std::move(*security));
+  client_ =
+      std::make_unique<CoordinatorClient>(options_.coordinator, options_.id, fingerprint, config_.workers.rpc_timeout_s,
+                                          config_.comm.chunk_bytes, codec_, std::move(*security));
   steps_per_sync_ = config_.StepsPerSync();
   overlap_steps_ = config_.comm.overlap_steps;
   plan_ = FragmentPlan(names, config_.comm.fragments);
@@ -88,8 +86,8 @@ int Worker::SetUp(const TokenCache& cache) {
 
 int Worker::SetUpTrainer(const TokenCache& cache) {
   cluster_size_ = cluster_ ? cluster_->size() : 1;
-  auto trainer = InnerTrainer::ForShard(config_, cache.train_path(), join_.shard_index(), join_.shard_count(), 0,
-                                        cluster_size_);
+  auto trainer =
+      InnerTrainer::ForShard(config_, cache.train_path(), join_.shard_index(), join_.shard_count(), 0, cluster_size_);
   if (!trainer.ok()) {
     spdlog::error("{}", std::string(trainer.status().message()));
     return kWorkerConfigError;
@@ -189,8 +187,8 @@ RoundResult Worker::Pack(int64_t round, int f, const StepStats& stats) {
   result.seconds = stats.seconds;
   if (ErrorFeedback* ef = error_feedback_[static_cast<size_t>(f)].get()) ef->Compensate(result.pseudo_gradient);
   spdlog::info("round {}{}: {} inner steps, loss {:.4f} -> {:.4f}, lr {:.2e}, {:.0f} tokens/s, {:.2f} s", round + 1,
-               P > 1 ? absl::StrCat(" (fragment ", f, "/", P, ")") : std::string(), result.steps,
-               result.first_loss, result.mean_loss, result.last_lr, result.tokens / result.seconds, result.seconds);
+               P > 1 ? absl::StrCat(" (fragment ", f, "/", P, ")") : std::string(), result.steps, result.first_loss,
+               result.mean_loss, result.last_lr, result.tokens / result.seconds, result.seconds);
   return result;
 }
 

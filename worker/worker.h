@@ -93,11 +93,11 @@ class Worker {
   const WorkerOptions& options_;
   const std::atomic<bool>& stop_;
   Backoff backoff_;
-  WorkerCluster* cluster_;                // null for a one-process worker
+  WorkerCluster* cluster_;                 // null for a one-process worker
   std::unique_ptr<ClusterLeader> leader_;  // set with cluster_
-  ProtocolState protocol_;                // what the decisions depend on besides the status
-  std::atomic<bool> failed_{false};       // a collective of the cluster failed: the exchange thread gives up too
-  bool followers_left_ = false;           // the cluster stopped together (no StopCommand to send)
+  ProtocolState protocol_;                 // what the decisions depend on besides the status
+  std::atomic<bool> failed_{false};        // a collective of the cluster failed: the exchange thread gives up too
+  bool followers_left_ = false;            // the cluster stopped together (no StopCommand to send)
   std::unique_ptr<CoordinatorClient> client_;
   std::unique_ptr<InnerTrainer> trainer_;
   JoinReply join_;

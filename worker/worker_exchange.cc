@@ -11,9 +11,7 @@
 namespace diloco {
 namespace {
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 ModelSpec SpecOf(const ModelConfig& m) {
   ModelSpec spec;
@@ -46,8 +44,8 @@ int Worker::JoinWithRetry() {
       spdlog::error("{}", decision.reason);
       return decision.exit_code;
     }
-    if (!decision.hint.empty() && !hinted) spdlog::warn("coordinator {}: {}; retrying", options_.coordinator,
-                                                        decision.hint);
+    if (!decision.hint.empty() && !hinted)
+      spdlog::warn("coordinator {}: {}; retrying", options_.coordinator, decision.hint);
     hinted = hinted || !decision.hint.empty();
     if (!warned) spdlog::info("waiting for coordinator {} ...", options_.coordinator);
     warned = true;

@@ -28,9 +28,14 @@ struct WorkerOptions {
 };
 
 // kWorkerClusterFailed: a rank of this worker's cluster died or a collective failed; the cluster left the run.
-enum WorkerExit { kWorkerDone = 0, kWorkerConfigError = 2, kWorkerRefused = 3, kWorkerUnreachable = 4,
-                  kWorkerClusterFailed = 5,
-                  kWorkerInterrupted = 130 };  // kWorkerInterrupted: a signal came before the worker could join
+enum WorkerExit {
+  kWorkerDone = 0,
+  kWorkerConfigError = 2,
+  kWorkerRefused = 3,
+  kWorkerUnreachable = 4,
+  kWorkerClusterFailed = 5,
+  kWorkerInterrupted = 130  // a signal came before the worker could join
+};
 
 // `stop` is set by the signal handler; the worker leaves at its next check.
 int RunWorker(const Config& config, const TokenCache& cache, const WorkerOptions& options,

@@ -7,8 +7,9 @@
 // every N ms and times each call; the calls started while pushes stream (between the first push's start and the last
 // push's end of a round) give the p50/p99/max latencies in the JSON line, in milliseconds.
 // Used by scripts/bench/comm; not a test. It trains nothing: the pushes carry random values of pseudo-gradient size.
-#include <CLI/CLI.hpp>
 #include <grpcpp/grpcpp.h>
+
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <barrier>
@@ -21,9 +22,9 @@
 #include "config/config_loader.h"
 #include "proto/codec.h"
 #include "proto/diloco.grpc.pb.h"
+#include "proto/fragment_plan.h"
 #include "proto/tensor_spec.h"
 #include "worker/client.h"
-#include "proto/fragment_plan.h"
 #include "worker/lm/transformer.h"
 
 namespace {
@@ -138,8 +139,8 @@ int main(int argc, char** argv) {
   std::vector<std::thread> threads;
   for (int w = 0; w < workers; ++w) {
     threads.emplace_back([&, w] {
-      diloco::CoordinatorClient client(address, "push-" + std::to_string(w), fingerprint, 120,
-                                       config->comm.chunk_bytes, codec);
+      diloco::CoordinatorClient client(address, "push-" + std::to_string(w), fingerprint, 120, config->comm.chunk_bytes,
+                                       codec);
       const int P = static_cast<int>(config->comm.fragments);
       if (!client.Join(spec, 1, "cpu", -1, P).ok()) failed = true;
       std::vector<std::string> names;

@@ -21,8 +21,8 @@
 #include "config/data_cache.h"
 #include "config/subprocess.h"
 #include "coordinator/outer_optimizer.h"
-#include "worker/lm/kernel_dispatch.h"
 #include "proto/compute_threads.h"
+#include "worker/lm/kernel_dispatch.h"
 #include "worker/trainer.h"
 
 namespace {
@@ -150,8 +150,8 @@ int main(int argc, char** argv) {
   const auto& m = config->model;
   int64_t params = 0, embedding = m.vocab_size * m.d_model + m.seq_len * m.d_model;
   for (const auto& [name, t] : theta) params += t.numel();
-  const double flops_per_token = 6.0 * (params - embedding) + 6.0 * m.n_layer * m.seq_len * m.d_model +
-                                 6.0 * m.d_model * m.vocab_size;
+  const double flops_per_token =
+      6.0 * (params - embedding) + 6.0 * m.n_layer * m.seq_len * m.d_model + 6.0 * m.d_model * m.vocab_size;
 
   // Memory bandwidth: triad x = y + s * z over 3 x 256 MB.
   const int64_t n = 64 << 20;

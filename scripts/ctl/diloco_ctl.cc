@@ -19,8 +19,8 @@
 
 #include "config/config_loader.h"
 #include "proto/diloco.grpc.pb.h"
-#include "proto/transport_security.h"
 #include "proto/status_json.h"
+#include "proto/transport_security.h"
 #include "scripts/ctl/export.h"
 
 namespace {
@@ -30,8 +30,8 @@ void PrintHuman(const diloco::StatusReply& s) {
          static_cast<long long>(s.rounds_total()), s.phase().c_str(), s.phase_reason().empty() ? "" : ": ",
          s.phase_reason().c_str());
   printf("model: %lld parameters, fingerprint %s\n", static_cast<long long>(s.params()), s.fingerprint().c_str());
-  printf("traffic: %.2f MB received, %.2f MB sent; last round %.2f s (outer step %.3f s)\n",
-         s.bytes_received() / 1e6, s.bytes_sent() / 1e6, s.last_round_seconds(), s.last_outer_step_seconds());
+  printf("traffic: %.2f MB received, %.2f MB sent; last round %.2f s (outer step %.3f s)\n", s.bytes_received() / 1e6,
+         s.bytes_sent() / 1e6, s.last_round_seconds(), s.last_outer_step_seconds());
   if (s.bytes_pushed_committed() > 0 && s.dp_equivalent_bytes() > 0) {
     printf("pushed %.2f MB in committed rounds; data parallel would have sent %.2f MB for the same steps (%.1fx)\n",
            s.bytes_pushed_committed() / 1e6, s.dp_equivalent_bytes() / 1e6,
@@ -42,8 +42,8 @@ void PrintHuman(const diloco::StatusReply& s) {
   for (const auto& w : s.workers()) {
     printf("%-16s %-7s %6d %5d %5lld %7lld %12lld %10.0f %10.4f %9.1f\n", w.id().c_str(), w.state().c_str(),
            w.shard_index(), std::max(1, w.cluster_size()), static_cast<long long>(w.inner_steps()),
-           static_cast<long long>(w.rounds_contributed()),
-           static_cast<long long>(w.tokens()), w.tokens_per_s(), w.last_loss(), w.heartbeat_age_s());
+           static_cast<long long>(w.rounds_contributed()), static_cast<long long>(w.tokens()), w.tokens_per_s(),
+           w.last_loss(), w.heartbeat_age_s());
   }
   if (s.evals_size() > 0) {
     printf("val_loss:");
@@ -80,8 +80,8 @@ int Watch(diloco::Coordinator::Stub& stub, const std::string& addr, double timeo
 // The transport security of status, leave and checkpoint: the security.* keys of the run config (if given), each
 // overridden by its flag.
 absl::StatusOr<diloco::TransportSecurity> LoadSecurity(const std::string& config_path,
-                                                        const std::vector<std::string>& overrides,
-                                                        diloco::TransportSecurityFiles flags) {
+                                                       const std::vector<std::string>& overrides,
+                                                       diloco::TransportSecurityFiles flags) {
   if (!config_path.empty()) {
     auto config = diloco::LoadConfig(config_path, overrides);
     if (!config.ok()) return config.status();

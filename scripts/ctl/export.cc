@@ -3,10 +3,9 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -92,12 +91,9 @@ nlohmann::ordered_json ModelJson(const Config& config, const CheckpointData& ckp
   j["n_head"] = m.n_head;
   j["d_model"] = m.d_model;
   j["d_mlp"] = 4 * m.d_model;
-  j["architecture"] = {{"norm", "pre-layernorm"},
-                       {"layer_norm_eps", 1e-5},
-                       {"activation", "gelu (erf)"},
-                       {"positions", "learned (pos_emb)"},
-                       {"tied_embeddings", true},
-                       {"logits", "ln_f(x) @ tok_emb.weight^T"}};
+  j["architecture"] = {{"norm", "pre-layernorm"},    {"layer_norm_eps", 1e-5},
+                       {"activation", "gelu (erf)"}, {"positions", "learned (pos_emb)"},
+                       {"tied_embeddings", true},    {"logits", "ln_f(x) @ tok_emb.weight^T"}};
   j["parameters"] = parameters;
   j["round"] = ckpt.round;
   j["fingerprint"] = ckpt.fingerprint;
@@ -167,8 +163,7 @@ absl::StatusOr<ExportResult> ExportCheckpoint(const ExportOptions& options) {
     if (!bytes.ok()) return bytes.status();
     if (absl::Status s = WriteFileAtomically(result.tokenizer_path, *bytes); !s.ok()) return s;
   }
-  const std::string json =
-      ModelJson(*config, *ckpt, options, result.parameters, result.tokenizer_path).dump(2) + "\n";
+  const std::string json = ModelJson(*config, *ckpt, options, result.parameters, result.tokenizer_path).dump(2) + "\n";
   if (absl::Status s = WriteFileAtomically(result.config_path, json); !s.ok()) return s;
   return result;
 }

@@ -7,9 +7,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 
@@ -28,8 +27,7 @@ uint64_t Numel(const std::vector<int64_t>& shape) {
 // A file that appears at `path` only on Commit(): writes go to a temp file next to it.
 class AtomicFile {
  public:
-  explicit AtomicFile(std::string path)
-      : path_(std::move(path)), tmp_(absl::StrCat(path_, ".tmp-", getpid())) {}
+  explicit AtomicFile(std::string path) : path_(std::move(path)), tmp_(absl::StrCat(path_, ".tmp-", getpid())) {}
   ~AtomicFile() {
     if (f_ != nullptr) fclose(f_);
     if (!committed_) std::remove(tmp_.c_str());

@@ -243,8 +243,8 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, OnSignal);
   const bool ddp = mode == "ddp";
   if (ddp) {
-    Say("run '" + config->run.name + "' (data parallel): " +
-        std::to_string(config->workers.count * config->workers.cluster_size) + " ranks, " +
+    Say("run '" + config->run.name +
+        "' (data parallel): " + std::to_string(config->workers.count * config->workers.cluster_size) + " ranks, " +
         std::to_string(config->outer.rounds * config->inner.steps) + " steps; output in " + config->run.output_dir);
   } else {
     Say("run '" + config->run.name + "': " + std::to_string(config->workers.count) + " workers, " +

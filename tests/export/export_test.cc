@@ -4,6 +4,7 @@
 // (scripts/bench/train_reference.py's model) and compares its logits with the C++ model's on the same tokens.
 // Also: the checker rejects a transposed or a misnamed tensor, and every export error is one line with a non-zero
 // exit code. Each test runs in its own scratch directory; single-threaded.
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,12 +13,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "config/config_loader.h"
 #include "config/data_cache.h"
@@ -123,17 +122,23 @@ class ExportTest : public ScratchDirTest {
   }
 
   Ran Export(const std::string& out, std::vector<std::string> extra = {}, const std::string& format = "safetensors") {
-    std::vector<std::string> argv = {std::string(DILOCO_BIN_DIR) + "/diloco-ctl", "export", "--checkpoint",
-                                     checkpoint_path_, "--config", config_path_, "--format", format,
-                                     "--out", out};
+    std::vector<std::string> argv = {std::string(DILOCO_BIN_DIR) + "/diloco-ctl",
+                                     "export",
+                                     "--checkpoint",
+                                     checkpoint_path_,
+                                     "--config",
+                                     config_path_,
+                                     "--format",
+                                     format,
+                                     "--out",
+                                     out};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return RunToEnd(argv);
   }
 
   Ran Check(const std::string& weights, const std::string& model_json) {
-    return RunToEnd({"/usr/bin/python3", std::string(DILOCO_SOURCE_DIR) + "/tests/export/check_export.py",
-                     "--weights", weights, "--model-json", model_json, "--reference", WriteCppReference(),
-                     "--tol", "1e-4"});
+    return RunToEnd({"/usr/bin/python3", std::string(DILOCO_SOURCE_DIR) + "/tests/export/check_export.py", "--weights",
+                     weights, "--model-json", model_json, "--reference", WriteCppReference(), "--tol", "1e-4"});
   }
 
   // Re-writes the exported tensors with `edit` applied (the checker must then fail).
@@ -146,8 +151,8 @@ class ExportTest : public ScratchDirTest {
       t = t.contiguous();
       entries.push_back({name, t.sizes().vec(), t.data_ptr<float>()});
     }
-    ASSERT_TRUE(WriteSafetensors(path, entries, {{"diloco.round", std::to_string(kRound)},
-                                                 {"diloco.fingerprint", ckpt->fingerprint}})
+    ASSERT_TRUE(WriteSafetensors(path, entries,
+                                 {{"diloco.round", std::to_string(kRound)}, {"diloco.fingerprint", ckpt->fingerprint}})
                     .ok());
   }
 
@@ -256,9 +261,9 @@ TEST_F(ExportTest, CorruptCheckpointIsOneLine) {
 TEST_F(ExportTest, ConfigOfAnotherModelIsRefused) {
   ExpectOneLineError(Export(Path("m.safetensors"), {"--set", "model.d_model=64"}), 1,
                      "'tok_emb.weight' is [96, 32] in the checkpoint, [96, 64] from model:", Path("m.safetensors"));
-  ExpectOneLineError(Export(Path("m.safetensors"), {"--set", "model.n_layer=1"}), 1,
-                     "tensor #14 is 'blocks.1.ln1.weight' in the checkpoint, 'ln_f.weight' from model:",
-                     Path("m.safetensors"));
+  ExpectOneLineError(
+      Export(Path("m.safetensors"), {"--set", "model.n_layer=1"}), 1,
+      "tensor #14 is 'blocks.1.ln1.weight' in the checkpoint, 'ln_f.weight' from model:", Path("m.safetensors"));
 }
 
 TEST_F(ExportTest, BadFlagsAndUnwritableOutputAreOneLine) {

@@ -23,10 +23,14 @@ using Clock = std::chrono::steady_clock;
 // round, and a fixed port (a restarted coordinator must come back at the same address).
 std::vector<std::string> FaultArgs(const std::string& dir, const std::string& address,
                                    std::vector<std::string> extra = {}) {
-  std::vector<std::string> overrides = {"coordinator.listen=" + address,  "inner.steps=200",
-                                        "coordinator.heartbeat_interval_s=0.3", "coordinator.lease_s=2",
-                                        "coordinator.round_timeout_s=20", "coordinator.checkpoint_every=1",
-                                        "workers.count=3",                  "coordinator.min_workers=2"};
+  std::vector<std::string> overrides = {"coordinator.listen=" + address,
+                                        "inner.steps=200",
+                                        "coordinator.heartbeat_interval_s=0.3",
+                                        "coordinator.lease_s=2",
+                                        "coordinator.round_timeout_s=20",
+                                        "coordinator.checkpoint_every=1",
+                                        "workers.count=3",
+                                        "coordinator.min_workers=2"};
   overrides.insert(overrides.end(), extra.begin(), extra.end());
   return TinyArgs(dir, overrides);
 }
@@ -97,7 +101,8 @@ TEST(Fault, KilledWorkerIsMarkedLostAndTheRoundClosesWithTheOthers) {
   for (int r = 1; r <= 6; ++r) {
     const std::string pushes = r <= 2 ? "3 pushes" : "2 pushes";
     std::smatch m;
-    ASSERT_TRUE(std::regex_search(log, m, std::regex("round " + std::to_string(r) + "/6 closed \\(.*\\): (\\d+ pushes)")));
+    ASSERT_TRUE(
+        std::regex_search(log, m, std::regex("round " + std::to_string(r) + "/6 closed \\(.*\\): (\\d+ pushes)")));
     EXPECT_EQ(m[1], pushes) << "round " << r;
   }
 }
@@ -194,7 +199,8 @@ TEST(Fault, SigtermedWorkerLeavesAndTheRoundStopsWaitingAtOnce) {
   const std::string dir = ScratchDir("sigterm_worker");
   const std::string address = Loopback();
   // A long lease and round timeout: if the coordinator waited for them, the round's reason would say so.
-  const auto args = FaultArgs(dir, address, {"outer.rounds=4", "coordinator.lease_s=60", "coordinator.round_timeout_s=90"});
+  const auto args =
+      FaultArgs(dir, address, {"outer.rounds=4", "coordinator.lease_s=60", "coordinator.round_timeout_s=90"});
   auto coordinator_process = StartCoordinator(args);
   RunningProcess& coordinator = *coordinator_process;
   auto w0 = StartWorker(args, address, "w0");
@@ -221,8 +227,9 @@ TEST(Fault, SigtermedWorkerLeavesAndTheRoundStopsWaitingAtOnce) {
 TEST(Fault, OperatorLeaveDrainsAWorkerAndCheckpointIsWrittenOnRequest) {
   const std::string dir = ScratchDir("operator");
   const std::string address = Loopback();
-  const auto args = FaultArgs(dir, address, {"outer.rounds=4", "coordinator.lease_s=60", "coordinator.round_timeout_s=90",
-                                             "coordinator.checkpoint_every=0"});
+  const auto args = FaultArgs(
+      dir, address,
+      {"outer.rounds=4", "coordinator.lease_s=60", "coordinator.round_timeout_s=90", "coordinator.checkpoint_every=0"});
   auto coordinator_process = StartCoordinator(args);
   RunningProcess& coordinator = *coordinator_process;
   auto w0 = StartWorker(args, address, "w0");
@@ -260,9 +267,9 @@ TEST(Fault, LatePushIsRefusedAndLatePolicyDecidesTheRestart) {
   for (const std::string policy : {"drop", "reuse_local"}) {
     const std::string dir = ScratchDir("late_" + policy);
     const std::string address = Loopback();
-    const auto args = FaultArgs(dir, address, {"outer.rounds=3", "workers.count=2", "coordinator.min_workers=1",
-                                               "coordinator.round_timeout_s=0.2", "inner.steps=20",
-                                               "outer.late_policy=" + policy});
+    const auto args = FaultArgs(dir, address,
+                                {"outer.rounds=3", "workers.count=2", "coordinator.min_workers=1",
+                                 "coordinator.round_timeout_s=0.2", "inner.steps=20", "outer.late_policy=" + policy});
     auto coordinator = StartCoordinator(args);
     auto fast = StartWorker(args, address, "fast");
     auto slow = StartWorker(With(args, {"--set", "inner.steps=400"}), address, "slow");

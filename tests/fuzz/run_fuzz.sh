@@ -24,8 +24,12 @@ command -v clang++ >/dev/null || { echo "run_fuzz.sh: clang++ not found; install
 
 t0=$(date +%s)
 mkdir -p "$build"
-cmake -S "$src" -B "$build" -DDILOCO_FUZZ=ON -DBUILD_TESTING=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_COMPILER=clang++ >"$build/configure.log" 2>&1 || { cat "$build/configure.log"; exit 1; }
+# The same clang build also runs the thread-safety analysis (-DDILOCO_THREAD_SAFETY=ON, see
+# scripts/check-thread-safety): a guarded field touched without its lock fails this test.
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+cmake -S "$src" -B "$build" -DDILOCO_FUZZ=ON -DDILOCO_THREAD_SAFETY=ON -DBUILD_TESTING=OFF \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ "${launcher[@]}" >"$build/configure.log" 2>&1 || { cat "$build/configure.log"; exit 1; }
 cmake --build "$build" --target push_fuzzer -j "$jobs"
 echo "run_fuzz.sh: push_fuzzer built in $(($(date +%s) - t0)) s"
 

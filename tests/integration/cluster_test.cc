@@ -15,8 +15,8 @@ namespace {
 // differs); both ranks report having checked all 30 steps, the worker's tokens count both ranks, and loss falls.
 TEST(Cluster, TwoRanksTrainWithTheCoordinatorAndStayIdenticalAfterEveryStep) {
   const std::string dir = ScratchDir("cluster_launch");
-  std::vector<std::string> args = TinyArgs(dir, {"workers.count=1", "coordinator.min_workers=1",
-                                                 "workers.cluster_size=2", "workers.check_replicas=true"});
+  std::vector<std::string> args = TinyArgs(
+      dir, {"workers.count=1", "coordinator.min_workers=1", "workers.cluster_size=2", "workers.check_replicas=true"});
   args.erase(args.begin());  // the launcher takes the config as a positional argument
   RunningProcess launch("diloco-launch", args);
   ASSERT_EQ(launch.Wait(240), 0) << launch.output();
@@ -44,9 +44,8 @@ TEST(Cluster, BadRankOrUnreachableStoreIsOneClearLine) {
   const std::vector<std::string> args =
       TinyArgs(dir, {"workers.cluster_size=2", "workers.cluster_timeout_s=2", "workers.connect_timeout_s=5"});
   const std::string store = "127.0.0.1:" + std::to_string(FreePort());
-  RunningProcess bad_rank("diloco-worker",
-                          With(args, {"--coordinator", "127.0.0.1:1", "--id", "x", "--rank", "2", "--cluster-store",
-                                      store}));
+  RunningProcess bad_rank("diloco-worker", With(args, {"--coordinator", "127.0.0.1:1", "--id", "x", "--rank", "2",
+                                                       "--cluster-store", store}));
   EXPECT_EQ(bad_rank.Wait(60), 2) << bad_rank.output();
   EXPECT_NE(bad_rank.output().find("--rank 2: must be in [0, workers.cluster_size = 2)"), std::string::npos)
       << bad_rank.output();
@@ -56,7 +55,6 @@ TEST(Cluster, BadRankOrUnreachableStoreIsOneClearLine) {
   EXPECT_NE(lonely.output().find("cluster rendezvous at " + store + " (rank 1 of 2) failed"), std::string::npos)
       << lonely.output();
 }
-
 
 // The data-parallel baseline (diloco-launch --mode ddp). With one rank it is plain training, and so is DiLoCo with
 // one worker and FedAvg's outer step (sgd, lr 1, momentum 0: theta_{t+1} = the worker's parameters): the two must
@@ -100,7 +98,7 @@ TEST(DataParallel, OneRankMatchesFedAvgWithOneWorkerAndTwoRanksStayIdentical) {
   const nlohmann::json c = ReadJson(two_dir + "/summary.json");
   const int64_t params = c["params"].get<int64_t>();
   EXPECT_EQ(params, a["params"].get<int64_t>());
-  EXPECT_EQ(c["tokens"], 2 * 3 * 10 * 8 * 32);                  // ranks x rounds x H x batch x seq_len
+  EXPECT_EQ(c["tokens"], 2 * 3 * 10 * 8 * 32);                         // ranks x rounds x H x batch x seq_len
   EXPECT_EQ(c["bytes_sent"].get<int64_t>(), 30 * 2 * 1 * 4 * params);  // steps x 2 (k - 1) x 4 bytes x params
   EXPECT_EQ(c["evals"].back()["bytes_communicated"], c["bytes_sent"]);
   // Twice the batch per step: a lower loss than one rank at the same step.

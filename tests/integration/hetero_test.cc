@@ -79,7 +79,6 @@ TEST(Hetero, BadWorkerSetIsOneClearLine) {
       << bad_value.output();
 }
 
-
 // workers.precision bf16 (autocast of the inner forward pass; on CPU here, on CUDA the same code): the run trains to
 // within 2% of the fp32 run's validation loss on the same seed and steps, and differs from it (autocast took effect).
 TEST(Hetero, Bf16AutocastTrainsWithinTwoPercentOfFp32) {

@@ -226,12 +226,11 @@ TEST(HostileInput, EveryBadPushGetsItsOwnErrorWhileTheGoodWorkersFinishTheRun) {
         [r](auto& m) { m[0].mutable_header()->mutable_meta()->set_round(r - 1); });
     add("unknown worker", grpc::StatusCode::NOT_FOUND, "worker 'intruder' is not an active member",
         [](auto& m) { m[0].mutable_header()->mutable_meta()->set_worker_id("intruder"); });
-    add("wrong shape", grpc::StatusCode::INVALID_ARGUMENT, "tensor '" + t0 + "': shape [7,7], expected [",
-        [](auto& m) {
-          m[1].mutable_chunk()->clear_shape();
-          m[1].mutable_chunk()->add_shape(7);
-          m[1].mutable_chunk()->add_shape(7);
-        });
+    add("wrong shape", grpc::StatusCode::INVALID_ARGUMENT, "tensor '" + t0 + "': shape [7,7], expected [", [](auto& m) {
+      m[1].mutable_chunk()->clear_shape();
+      m[1].mutable_chunk()->add_shape(7);
+      m[1].mutable_chunk()->add_shape(7);
+    });
     add("wrong dtype", grpc::StatusCode::INVALID_ARGUMENT, "tensor '" + t0 + "': dtype Double, expected Float",
         [](auto& m) {
           m[1].mutable_chunk()->set_dtype(FLOAT64);
@@ -246,18 +245,16 @@ TEST(HostileInput, EveryBadPushGetsItsOwnErrorWhileTheGoodWorkersFinishTheRun) {
         [](auto& m) { m.resize(2); });
     add("oversized chunk", grpc::StatusCode::RESOURCE_EXHAUSTED, "Received message larger than max (",
         [](auto& m) { m[1].mutable_chunk()->mutable_data()->resize(3 << 20); });  // > chunk_bytes + 1 MiB
-    add("NaN", grpc::StatusCode::INVALID_ARGUMENT, "pseudo-gradient of '" + t1 + "' holds NaN or Inf",
-        [](auto& m) {
-          const float nan = std::numeric_limits<float>::quiet_NaN();
-          m[2].mutable_chunk()->mutable_data()->replace(8, sizeof(float), reinterpret_cast<const char*>(&nan),
-                                                        sizeof(float));
-        });
-    add("Inf", grpc::StatusCode::INVALID_ARGUMENT, "pseudo-gradient of '" + t0 + "' holds NaN or Inf",
-        [](auto& m) {
-          const float inf = std::numeric_limits<float>::infinity();
-          m[1].mutable_chunk()->mutable_data()->replace(0, sizeof(float), reinterpret_cast<const char*>(&inf),
-                                                        sizeof(float));
-        });
+    add("NaN", grpc::StatusCode::INVALID_ARGUMENT, "pseudo-gradient of '" + t1 + "' holds NaN or Inf", [](auto& m) {
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      m[2].mutable_chunk()->mutable_data()->replace(8, sizeof(float), reinterpret_cast<const char*>(&nan),
+                                                    sizeof(float));
+    });
+    add("Inf", grpc::StatusCode::INVALID_ARGUMENT, "pseudo-gradient of '" + t0 + "' holds NaN or Inf", [](auto& m) {
+      const float inf = std::numeric_limits<float>::infinity();
+      m[1].mutable_chunk()->mutable_data()->replace(0, sizeof(float), reinterpret_cast<const char*>(&inf),
+                                                    sizeof(float));
+    });
     add("fragment", grpc::StatusCode::INVALID_ARGUMENT, "push of fragment 3 refused",
         [](auto& m) { m[0].mutable_header()->set_fragment(3); });
 

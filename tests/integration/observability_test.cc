@@ -208,9 +208,9 @@ TEST(Observability, MetricsStatusPageHealthAndReflectionDuringARun) {
   const std::string dir = ScratchDir("observability");
   // Many rounds, so the run is still going while the test looks; the test stops it.
   const std::vector<std::string> overrides = {"coordinator.metrics_listen=127.0.0.1:0", "outer.rounds=400"};
-  RunningProcess coordinator("diloco-coordinator", With(TinyArgs(dir, overrides),
-                                                         {"--port-file", dir + "/addr", "--metrics-port-file",
-                                                          dir + "/metrics_addr"}));
+  RunningProcess coordinator(
+      "diloco-coordinator",
+      With(TinyArgs(dir, overrides), {"--port-file", dir + "/addr", "--metrics-port-file", dir + "/metrics_addr"}));
   const std::string address = WaitForAddress(coordinator, dir + "/addr");
   ASSERT_FALSE(address.empty()) << coordinator.output();
   const std::string metrics_address = WaitForFile(coordinator, dir + "/metrics_addr");
@@ -298,11 +298,15 @@ TEST(Observability, MetricsStatusPageHealthAndReflectionDuringARun) {
   // validation-loss chart with points.
   const double round_before = http.Metrics()["diloco_round"];
   int chromium_exit = 0;
-  const std::string dom = RunCapture(
-      chromium + " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --disable-background-networking "
-                 "--no-first-run --user-data-dir=" + dir + "/chromium-profile --virtual-time-budget=8000 "
-                 "--dump-dom http://" + metrics_address + "/ 2>" + dir + "/chromium.log",
-      180, &chromium_exit);
+  const std::string dom =
+      RunCapture(chromium +
+                     " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --disable-background-networking "
+                     "--no-first-run --user-data-dir=" +
+                     dir +
+                     "/chromium-profile --virtual-time-budget=8000 "
+                     "--dump-dom http://" +
+                     metrics_address + "/ 2>" + dir + "/chromium.log",
+                 180, &chromium_exit);
   const double round_after = http.Metrics()["diloco_round"];
   ASSERT_EQ(chromium_exit, 0) << "chromium: " << ReadFile(dir + "/chromium.log");
   std::smatch match;
@@ -312,9 +316,10 @@ TEST(Observability, MetricsStatusPageHealthAndReflectionDuringARun) {
   EXPECT_LE(shown_round, round_after);
   EXPECT_TRUE(std::regex_search(dom, std::regex(R"(<b id="rounds-total">400</b>)"))) << dom;
   for (const std::string w : {"w0", "w1"}) {
-    EXPECT_TRUE(std::regex_search(dom, std::regex("<tr class=\"member\" data-worker=\"" + w +
-                                                  "\" data-state=\"active\"><td>" + w + "</td>")))
-        << w << "\n" << dom;
+    EXPECT_TRUE(std::regex_search(
+        dom, std::regex("<tr class=\"member\" data-worker=\"" + w + "\" data-state=\"active\"><td>" + w + "</td>")))
+        << w << "\n"
+        << dom;
   }
   ASSERT_TRUE(std::regex_search(dom, match, std::regex(R"(<svg id="chart-round"[^>]*>([\s\S]*?)</svg>)"))) << dom;
   const std::string chart = match[1];

@@ -1,7 +1,7 @@
 // Integration tests: a real diloco-coordinator on 127.0.0.1 and real diloco-worker processes train the tiny config
 // on tinyshakespeare; also the launcher, the status RPC through diloco-ctl, and refusals at start-up.
-#include <gtest/gtest.h>
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -9,11 +9,11 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-#include <tuple>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "proto/push_frames.h"
@@ -21,7 +21,6 @@
 
 namespace diloco::testing {
 namespace {
-
 
 TEST(Run, TwoWorkersTrainThreeRoundsAndLossFalls) {
   const std::string dir = ScratchDir("two_workers");
@@ -38,8 +37,8 @@ TEST(Run, TwoWorkersTrainThreeRoundsAndLossFalls) {
   ASSERT_EQ(ctl.Wait(30), 0) << ctl.output();
   RunningProcess w1("diloco-worker", With(TinyArgs(dir), {"--coordinator", address, "--id", "w1"}));
   const nlohmann::json live = nlohmann::json::parse(ctl.output());
-  for (const char* key : {"round", "phase", "params", "fingerprint", "bytes_received", "bytes_sent", "workers",
-                          "evals"}) {
+  for (const char* key :
+       {"round", "phase", "params", "fingerprint", "bytes_received", "bytes_sent", "workers", "evals"}) {
     EXPECT_TRUE(live.contains(key)) << key;
   }
   EXPECT_GT(live["params"].get<int64_t>(), 10000);
@@ -115,12 +114,14 @@ TEST(Run, BadConfigIsOneClearLineAndExit2) {
   EXPECT_EQ(unknown.Wait(30), 2);
   EXPECT_NE(unknown.output().find("unknown key 'inner.lrr'"), std::string::npos) << unknown.output();
 
-  RunningProcess missing("diloco-worker", {"--config", dir + "/nope.yaml", "--coordinator", "127.0.0.1:1", "--id", "x"});
+  RunningProcess missing("diloco-worker",
+                         {"--config", dir + "/nope.yaml", "--coordinator", "127.0.0.1:1", "--id", "x"});
   EXPECT_EQ(missing.Wait(30), 2);
   EXPECT_NE(missing.output().find(dir + "/nope.yaml"), std::string::npos) << missing.output();
 
-  RunningProcess no_text("diloco-launch", With({SourceDir() + "/config/tiny.yaml"},
-                                               {"--set", "run.output_dir=" + dir, "--set", "data.text=" + dir + "/x.txt"}));
+  RunningProcess no_text("diloco-launch",
+                         With({SourceDir() + "/config/tiny.yaml"},
+                              {"--set", "run.output_dir=" + dir, "--set", "data.text=" + dir + "/x.txt"}));
   EXPECT_EQ(no_text.Wait(30), 2);
   EXPECT_NE(no_text.output().find("data.text"), std::string::npos) << no_text.output();
 }
@@ -139,7 +140,8 @@ TEST(Run, ProcessesStartingTogetherTokenizeOnce) {
   ASSERT_EQ(coordinator.Wait(60), 0) << coordinator.output();
   int tokenizer_runs = 0;
   for (const std::string& out : {coordinator.output(), w0.output(), w1.output()}) {
-    for (size_t at = out.find("diloco-tokenize: "); at != std::string::npos; at = out.find("diloco-tokenize: ", at + 1)) {
+    for (size_t at = out.find("diloco-tokenize: "); at != std::string::npos;
+         at = out.find("diloco-tokenize: ", at + 1)) {
       ++tokenizer_runs;
     }
   }
@@ -150,7 +152,8 @@ TEST(Run, InitFromCheckpointStartsFromThoseParameters) {
   const std::string first = ScratchDir("init_from_a");
   const std::vector<std::string> one_worker = {"coordinator.min_workers=1", "workers.count=1", "outer.rounds=2"};
   {
-    RunningProcess coordinator("diloco-coordinator", With(TinyArgs(first, one_worker), {"--port-file", first + "/addr"}));
+    RunningProcess coordinator("diloco-coordinator",
+                               With(TinyArgs(first, one_worker), {"--port-file", first + "/addr"}));
     const std::string address = WaitForAddress(coordinator, first + "/addr");
     ASSERT_FALSE(address.empty()) << coordinator.output();
     RunningProcess worker("diloco-worker", With(TinyArgs(first, one_worker), {"--coordinator", address, "--id", "a"}));
@@ -164,7 +167,8 @@ TEST(Run, InitFromCheckpointStartsFromThoseParameters) {
   std::vector<std::string> overrides = one_worker;
   overrides.push_back("model.init_from=" + first + "/checkpoints/ckpt-00000002.bin");
   overrides.push_back("outer.rounds=1");
-  RunningProcess coordinator("diloco-coordinator", With(TinyArgs(second, overrides), {"--port-file", second + "/addr"}));
+  RunningProcess coordinator("diloco-coordinator",
+                             With(TinyArgs(second, overrides), {"--port-file", second + "/addr"}));
   const std::string address = WaitForAddress(coordinator, second + "/addr");
   ASSERT_FALSE(address.empty()) << coordinator.output();
   RunningProcess worker("diloco-worker", With(TinyArgs(second, overrides), {"--coordinator", address, "--id", "b"}));
@@ -175,8 +179,8 @@ TEST(Run, InitFromCheckpointStartsFromThoseParameters) {
 
   // A checkpoint of another model is refused with a clear line.
   RunningProcess wrong("diloco-coordinator",
-                       TinyArgs(ScratchDir("init_from_c"), {"model.init_from=" + first + "/checkpoints/ckpt-00000002.bin",
-                                                           "model.d_model=64"}));
+                       TinyArgs(ScratchDir("init_from_c"),
+                                {"model.init_from=" + first + "/checkpoints/ckpt-00000002.bin", "model.d_model=64"}));
   EXPECT_EQ(wrong.Wait(60), 2);
   EXPECT_NE(wrong.output().find("model.init_from"), std::string::npos) << wrong.output();
 }
@@ -280,8 +284,8 @@ TEST(Run, TcpPushPortRefusesBadConnectionsAndTheRunGoesOn) {
   PushMessage stranger;
   stranger.mutable_header()->mutable_meta()->set_worker_id("stranger");
   stranger.mutable_header()->set_tokens(100);
-  const std::string stranger_frame = U32(static_cast<uint32_t>(stranger.ByteSizeLong())) +
-                                     stranger.SerializeAsString() + std::string(8, '\0');
+  const std::string stranger_frame =
+      U32(static_cast<uint32_t>(stranger.ByteSizeLong())) + stranger.SerializeAsString() + std::string(8, '\0');
   std::tie(io, answer) = send_and_close(hello + stranger_frame + U32(0), /*read_answer=*/true);
   ASSERT_TRUE(io.ok()) << io;
   EXPECT_FALSE(answer.ok()) << "a push from a non-member must be refused";
@@ -376,9 +380,10 @@ TEST(Launch, InterruptStopsEveryChild) {
   launch.Signal(SIGINT);
   EXPECT_EQ(launch.Wait(30), 130) << launch.output();
   // The launcher reaps every child before it exits; the coordinator no longer answers.
-  RunningProcess ctl("diloco-ctl", {"status", "--addr", ReadFile(dir + "/coordinator.addr").substr(
-                                                                     0, ReadFile(dir + "/coordinator.addr").find('\n')),
-                                            "--timeout", "2"});
+  RunningProcess ctl("diloco-ctl",
+                     {"status", "--addr",
+                      ReadFile(dir + "/coordinator.addr").substr(0, ReadFile(dir + "/coordinator.addr").find('\n')),
+                      "--timeout", "2"});
   EXPECT_NE(ctl.Wait(30), 0) << "the coordinator still answers after the launcher stopped";
   const std::string out = launch.output();
   EXPECT_NE(out.find("stopping workers and coordinator"), std::string::npos) << out;

@@ -116,8 +116,9 @@ TEST_F(Security, MutualTlsRunWithTokenCompletesWhileIntrudersAreRefused) {
   // No client certificate, or one the run's CA did not sign: the coordinator ends the TLS 1.3 handshake, which the
   // client sees only as a closed socket; it warns with the likely cause at once, retries for connect_timeout_s
   // and exits 4 with the same hint.
-  const std::string refused_hint = "closed the connection during the TLS handshake: it may refuse this client's "
-                                   "certificate";
+  const std::string refused_hint =
+      "closed the connection during the TLS handshake: it may refuse this client's "
+      "certificate";
   for (RunningProcess* p : {&no_cert, &rogue}) {
     EXPECT_EQ(p->Wait(60), 4) << p->output();
     EXPECT_EQ(CountOf(p->output(), refused_hint), 2) << p->output();  // the warning and the final error line
@@ -125,8 +126,7 @@ TEST_F(Security, MutualTlsRunWithTokenCompletesWhileIntrudersAreRefused) {
   }
   // Plaintext against TLS: the same, with the hint to turn TLS on.
   EXPECT_EQ(plaintext.Wait(60), 4) << plaintext.output();
-  EXPECT_NE(plaintext.output().find("if it serves TLS, set security.tls_ca"), std::string::npos)
-      << plaintext.output();
+  EXPECT_NE(plaintext.output().find("if it serves TLS, set security.tls_ca"), std::string::npos) << plaintext.output();
 
   // diloco-ctl: with the certificates but no token refused; with the run's config keys (flags here) it works.
   RunningProcess ctl_no_token("diloco-ctl", {"status", "--addr", address, "--json", "--tls-ca", C("ca.pem"),
@@ -196,9 +196,10 @@ TEST_F(Security, BadSecurityKeysStopStartUpWithOneLine) {
     EXPECT_EQ(coordinator.Wait(60), 2) << coordinator.output();
     EXPECT_NE(coordinator.output().find(c.message), std::string::npos) << coordinator.output();
   }
-  RunningProcess worker("diloco-worker", With(TinyArgs(dir, {"security.tls_cert=" + C("worker.pem"),
-                                                             "security.tls_key=" + C("coordinator.key")}),
-                                              {"--coordinator", "127.0.0.1:1", "--id", "w"}));
+  RunningProcess worker(
+      "diloco-worker",
+      With(TinyArgs(dir, {"security.tls_cert=" + C("worker.pem"), "security.tls_key=" + C("coordinator.key")}),
+           {"--coordinator", "127.0.0.1:1", "--id", "w"}));
   EXPECT_EQ(worker.Wait(60), 2) << worker.output();
   EXPECT_NE(worker.output().find("does not match the certificate"), std::string::npos) << worker.output();
 }
@@ -230,8 +231,8 @@ TEST_F(Security, ServerOnlyTlsWithServerNameOverride) {
   ASSERT_FALSE(address.empty()) << coordinator.output();
   EXPECT_TRUE(coordinator.WaitForOutput("transport: TLS (no client certificates); no token", 10));
   // The certificate names localhost and 127.0.0.1: an override to "localhost" verifies; one to another name fails.
-  RunningProcess ok("diloco-ctl", {"status", "--addr", address, "--json", "--tls-ca", C("ca.pem"), "--server-name",
-                                   "localhost"});
+  RunningProcess ok("diloco-ctl",
+                    {"status", "--addr", address, "--json", "--tls-ca", C("ca.pem"), "--server-name", "localhost"});
   EXPECT_EQ(ok.Wait(30), 0) << ok.output();
   RunningProcess wrong_name("diloco-ctl", {"status", "--addr", address, "--timeout", "3", "--tls-ca", C("ca.pem"),
                                            "--server-name", "elsewhere.example"});

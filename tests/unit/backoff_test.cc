@@ -27,8 +27,10 @@ Backoff Make(double max_s, Backoff::Uniform u, FakeSleep* sleep) {
 TEST(BackoffTest, SleepsBetweenHalfAndFullBase) {
   const std::atomic<bool> stop{false};
   FakeSleep low, high;
-  Backoff at_zero = Make(5.0, [] { return 0.0; }, &low);
-  Backoff at_one = Make(5.0, [] { return 1.0; }, &high);
+  Backoff at_zero = Make(
+      5.0, [] { return 0.0; }, &low);
+  Backoff at_one = Make(
+      5.0, [] { return 1.0; }, &high);
   EXPECT_DOUBLE_EQ(at_zero.Sleep(stop), 0.1);  // base/2 of 0.2
   EXPECT_DOUBLE_EQ(at_one.Sleep(stop), 0.2);   // base
   EXPECT_NEAR(low.total(), 0.1, 1e-12);
@@ -40,7 +42,8 @@ TEST(BackoffTest, SleepsBetweenHalfAndFullBase) {
 TEST(BackoffTest, DoublesUpToTheCap) {
   const std::atomic<bool> stop{false};
   FakeSleep sleep;
-  Backoff b = Make(1.0, [] { return 1.0; }, &sleep);
+  Backoff b = Make(
+      1.0, [] { return 1.0; }, &sleep);
   std::vector<double> slept;
   for (int i = 0; i < 6; ++i) slept.push_back(b.Sleep(stop));
   const std::vector<double> expected = {0.2, 0.4, 0.8, 1.0, 1.0, 1.0};
@@ -52,7 +55,8 @@ TEST(BackoffTest, DoublesUpToTheCap) {
 TEST(BackoffTest, ResetReturnsToTheInitialBase) {
   const std::atomic<bool> stop{false};
   FakeSleep sleep;
-  Backoff b = Make(5.0, [] { return 1.0; }, &sleep);
+  Backoff b = Make(
+      5.0, [] { return 1.0; }, &sleep);
   b.Sleep(stop);
   b.Sleep(stop);
   EXPECT_DOUBLE_EQ(b.base(), 0.8);
@@ -65,7 +69,8 @@ TEST(BackoffTest, JitterVariesWithinBounds) {
   const std::atomic<bool> stop{false};
   FakeSleep sleep;
   auto rng = std::make_shared<std::mt19937_64>(42);
-  Backoff b = Make(5.0, [rng] { return std::uniform_real_distribution<double>(0, 1)(*rng); }, &sleep);
+  Backoff b = Make(
+      5.0, [rng] { return std::uniform_real_distribution<double>(0, 1)(*rng); }, &sleep);
   std::set<double> seen;
   for (int i = 0; i < 20; ++i) {
     b.Reset();
@@ -88,10 +93,12 @@ TEST(BackoffTest, JitterVariesWithinBounds) {
 TEST(BackoffTest, StopFlagCutsTheSleepShort) {
   std::atomic<bool> stop{false};
   std::vector<double> calls;
-  Backoff b(100.0, [] { return 1.0; }, [&](double s) {
-    calls.push_back(s);
-    if (calls.size() == 3) stop = true;
-  });
+  Backoff b(
+      100.0, [] { return 1.0; },
+      [&](double s) {
+        calls.push_back(s);
+        if (calls.size() == 3) stop = true;
+      });
   b.Sleep(stop);  // 0.2 s = 4 ticks, stopped after 3
   EXPECT_EQ(calls.size(), 3u);
   calls.clear();

@@ -2,12 +2,13 @@
 // forward and backward, with both builds of the kernels, on the demo's shapes and on awkward ones (T and head_dim
 // not multiples of the kernel's 16, one position, large scores); causality; thread-count independence; and the whole
 // model in float32 (fused) against the same model in float64 (composite ops).
+#include "worker/lm/causal_attention.h"
+
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "config/config.h"
-#include "worker/lm/causal_attention.h"
 #include "worker/lm/kernel_dispatch.h"
 #include "worker/lm/transformer.h"
 
@@ -66,12 +67,12 @@ TEST_P(CausalAttentionTest, MatchesCompositeOpsInDoubleForwardAndBackward) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CausalAttentionTest,
-                         ::testing::Values(Case{4, 64, 128, 4, 1.0},    // the demo model's layer
-                                           Case{3, 37, 72, 3, 1.0},     // T and head_dim (24) off the 16 grid
-                                           Case{2, 100, 80, 2, 1.0},    // head_dim 40
-                                           Case{2, 19, 60, 5, 4.0},     // head_dim 12: not even a multiple of 8
-                                           Case{2, 1, 16, 1, 1.0},      // one position
-                                           Case{2, 21, 64, 4, 8.0}));   // scores in the hundreds: peaked softmax
+                         ::testing::Values(Case{4, 64, 128, 4, 1.0},   // the demo model's layer
+                                           Case{3, 37, 72, 3, 1.0},    // T and head_dim (24) off the 16 grid
+                                           Case{2, 100, 80, 2, 1.0},   // head_dim 40
+                                           Case{2, 19, 60, 5, 4.0},    // head_dim 12: not even a multiple of 8
+                                           Case{2, 1, 16, 1, 1.0},     // one position
+                                           Case{2, 21, 64, 4, 8.0}));  // scores in the hundreds: peaked softmax
 
 TEST(CausalAttention, LaterPositionsDoNotChangeEarlierOutputs) {
   torch::manual_seed(3);
@@ -87,7 +88,7 @@ TEST(CausalAttention, LaterPositionsDoNotChangeEarlierOutputs) {
 TEST(CausalAttention, TakesANonContiguousInputAndRefusesDoubleBackward) {
   torch::manual_seed(8);
   const torch::Tensor leaf = torch::randn({20, 3, 3 * 32}).requires_grad_(true);  // [T, B, 3D]
-  const torch::Tensor qkv = leaf.transpose(0, 1);                                  // [B, T, 3D], not contiguous
+  const torch::Tensor qkv = leaf.transpose(0, 1);                                 // [B, T, 3D], not contiguous
   ASSERT_FALSE(qkv.is_contiguous());
   const torch::Tensor out = CausalSelfAttention(qkv, 2);
   const torch::Tensor out64 = CausalSelfAttentionReference(leaf.detach().to(torch::kDouble).transpose(0, 1), 2);

@@ -7,7 +7,6 @@
 #include <xxhash.h>
 
 #include <cstring>
-
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -25,7 +24,6 @@ using ::testing::HasSubstr;
 
 class CheckpointTest : public ScratchDirTest {
  protected:
-
   static CheckpointData Sample() {
     CheckpointData d;
     d.round = 7;

@@ -151,15 +151,16 @@ TEST(ConfigLoaderTest, ModesAreEnumsWithTheirAllowedNames) {
     const char* bad;
     const char* expected;
   };
-  for (const Case& k : {Case{"outer.mode", "asynch", "outer.mode: expected 'sync' or 'async', got 'asynch'"},
-                        Case{"outer.optimizer", "adam", "outer.optimizer: expected 'nesterov' or 'sgd', got 'adam'"},
-                        Case{"outer.late_policy", "keep", "expected 'drop' or 'reuse_local', got 'keep'"},
-                        Case{"inner.optimizer", "sgd", "inner.optimizer: expected 'adamw', got 'sgd'"},
-                        Case{"data.split", "random", "data.split: expected 'iid' or 'contiguous', got 'random'"},
-                        Case{"comm.codec", "int2", "expected 'fp32', 'bf16', 'fp16', 'int8' or 'int4', got 'int2'"},
-                        Case{"comm.pull_codec", "FP32", "comm.pull_codec: expected 'fp32', 'bf16'"},
-                        Case{"comm.transport", "udp", "comm.transport: expected 'grpc' or 'tcp', got 'udp'"},
-                        Case{"workers.precision", "fp16", "workers.precision: expected 'fp32' or 'bf16', got 'fp16'"}}) {
+  for (const Case& k :
+       {Case{"outer.mode", "asynch", "outer.mode: expected 'sync' or 'async', got 'asynch'"},
+        Case{"outer.optimizer", "adam", "outer.optimizer: expected 'nesterov' or 'sgd', got 'adam'"},
+        Case{"outer.late_policy", "keep", "expected 'drop' or 'reuse_local', got 'keep'"},
+        Case{"inner.optimizer", "sgd", "inner.optimizer: expected 'adamw', got 'sgd'"},
+        Case{"data.split", "random", "data.split: expected 'iid' or 'contiguous', got 'random'"},
+        Case{"comm.codec", "int2", "expected 'fp32', 'bf16', 'fp16', 'int8' or 'int4', got 'int2'"},
+        Case{"comm.pull_codec", "FP32", "comm.pull_codec: expected 'fp32', 'bf16'"},
+        Case{"comm.transport", "udp", "comm.transport: expected 'grpc' or 'tcp', got 'udp'"},
+        Case{"workers.precision", "fp16", "workers.precision: expected 'fp32' or 'bf16', got 'fp16'"}}) {
     const std::string key = k.key;
     const std::string yaml = key.substr(0, key.find('.')) + ": {" + key.substr(key.find('.') + 1) + ": " + k.bad + "}";
     absl::StatusOr<Config> from_file = ParseConfig(yaml, "my.yaml");
@@ -170,10 +171,10 @@ TEST(ConfigLoaderTest, ModesAreEnumsWithTheirAllowedNames) {
     ASSERT_FALSE(from_flag.ok()) << key;
     EXPECT_THAT(Message(from_flag.status()), HasSubstr(k.expected)) << key;
   }
-  absl::StatusOr<Config> c =
-      ParseConfig("outer: {mode: async, late_policy: reuse_local}\ncomm: {codec: int4, transport: tcp}\n"
-                  "data: {split: contiguous}\nworkers: {precision: bf16}\n",
-                  "my.yaml");
+  absl::StatusOr<Config> c = ParseConfig(
+      "outer: {mode: async, late_policy: reuse_local}\ncomm: {codec: int4, transport: tcp}\n"
+      "data: {split: contiguous}\nworkers: {precision: bf16}\n",
+      "my.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->outer.mode, OuterMode::kAsync);
   EXPECT_EQ(c->outer.late_policy, LatePolicy::kReuseLocal);
@@ -182,14 +183,14 @@ TEST(ConfigLoaderTest, ModesAreEnumsWithTheirAllowedNames) {
   EXPECT_EQ(c->comm.transport, PushTransport::kTcp);
   EXPECT_EQ(c->data.split, DataSplit::kContiguous);
   EXPECT_EQ(c->workers.precision, Precision::kBf16);
-  for (const char* line : {"outer.mode: async\n", "outer.late_policy: reuse_local\n", "comm.codec: int4\n",
-                           "comm.transport: tcp\n", "data.split: contiguous\n", "workers.precision: bf16\n",
-                           "outer.optimizer: nesterov\n"}) {
+  for (const char* line :
+       {"outer.mode: async\n", "outer.late_policy: reuse_local\n", "comm.codec: int4\n", "comm.transport: tcp\n",
+        "data.split: contiguous\n", "workers.precision: bf16\n", "outer.optimizer: nesterov\n"}) {
     EXPECT_THAT(RenderConfig(*c), HasSubstr(line));
   }
-  absl::StatusOr<Config> again = ParseConfig("", "again.yaml", {"outer.mode=async", "outer.late_policy=reuse_local",
-                                                                "comm.codec=int4", "comm.transport=tcp",
-                                                                "data.split=contiguous", "workers.precision=bf16"});
+  absl::StatusOr<Config> again = ParseConfig("", "again.yaml",
+                                             {"outer.mode=async", "outer.late_policy=reuse_local", "comm.codec=int4",
+                                              "comm.transport=tcp", "data.split=contiguous", "workers.precision=bf16"});
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(ConfigHash(*again), ConfigHash(*c));
 }

@@ -2,10 +2,6 @@
 // token-weighted outer step, duplicate/late/broken/NaN pushes, request checks, lease expiry, drain, and
 // checkpoint + resume. Rounds are closed by the real round loop (Run) on a thread; tests wait on Status() with a
 // generous bound and never assert on time.
-#include "coordinator/coordinator.h"
-#include "tests/unit/scratch_dir_test.h"
-#include "tests/unit/tiny_coordinator_config.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
@@ -24,6 +20,9 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "coordinator/coordinator.h"
+#include "tests/unit/scratch_dir_test.h"
+#include "tests/unit/tiny_coordinator_config.h"
 
 namespace diloco {
 namespace {
@@ -134,8 +133,8 @@ class CoordinatorCoreTest : public ScratchDirTest {
     }
     return core_->FoldChunk(t, i, half, flat.narrow(0, half, flat.numel() - half));
   }
-  absl::Status Push(const std::string& id, int64_t round, int64_t tokens, const Tensors& delta,
-                    int64_t inner_steps = 5, double seconds = 2.0) {
+  absl::Status Push(const std::string& id, int64_t round, int64_t tokens, const Tensors& delta, int64_t inner_steps = 5,
+                    double seconds = 2.0) {
     auto ticket = core_->BeginPush(Header(id, round, tokens, inner_steps, seconds));
     if (!ticket.ok()) return ticket.status();
     for (size_t i = 0; i < delta.size(); ++i) {
@@ -282,9 +281,8 @@ TEST_F(CoordinatorCoreTest, RoundNeverClosesOverAPartiallyFoldedPush) {
   ASSERT_TRUE(FoldTensor(*b, 0, partial[0]).ok());  // half of B's push is in the sums
   StartRun();
   now_ = 150;  // past round_timeout_s with min_workers pushes
-  ASSERT_TRUE(WaitFor([](const StatusReply& s) {
-    return s.phase_reason().find("push stream(s) in flight") != std::string::npos;
-  }));
+  ASSERT_TRUE(WaitFor(
+      [](const StatusReply& s) { return s.phase_reason().find("push stream(s) in flight") != std::string::npos; }));
   EXPECT_EQ(core_->Status().round(), 0) << "closed over a partial push";
   core_->AbortPush(*b, "stream broke");
   EXPECT_FALSE(Beat("A").pushed()) << "A's push was discarded with the sums: it must push again";

@@ -42,8 +42,7 @@ TEST(FlatAdamWTest, MatchesTorchAdamWWithScheduleAndClipping) {
   std::vector<torch::Tensor> initial;
   for (const auto& p : a.parameters()) initial.push_back(p.detach().clone());
   FlatAdamW flat(a.parameters(), s);
-  torch::optim::AdamW reference(b.parameters(),
-                                torch::optim::AdamWOptions(1e-3).betas({0.9, 0.95}).weight_decay(0.1));
+  torch::optim::AdamW reference(b.parameters(), torch::optim::AdamWOptions(1e-3).betas({0.9, 0.95}).weight_decay(0.1));
   const double max_norm = 0.5;  // small enough that some steps clip
   int clipped = 0;
   for (int step = 0; step < 30; ++step) {

@@ -59,9 +59,8 @@ TEST(FragmentsTest, OneFragmentHoldsEverythingAndMembersKeepParameterOrder) {
 }
 
 TEST(FragmentsTest, MultiDigitBlockIndicesParse) {
-  const std::vector<int> f = AssignFragments({"tok_emb.weight", "blocks.10.fc.weight", "blocks.11.fc.weight",
-                                              "ln_f.weight"},
-                                             4);
+  const std::vector<int> f =
+      AssignFragments({"tok_emb.weight", "blocks.10.fc.weight", "blocks.11.fc.weight", "ln_f.weight"}, 4);
   EXPECT_EQ(f, (std::vector<int>{0, 2, 3, 3}));
 }
 

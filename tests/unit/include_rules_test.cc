@@ -27,10 +27,16 @@ struct Rule {
 
 const std::vector<Rule>& Rules() {
   static const std::vector<Rule> rules = {
-      {"coordinator", {"worker/"}, {"coordinator/model_host.h", "coordinator/model_host.cc"}, {},
+      {"coordinator",
+       {"worker/"},
+       {"coordinator/model_host.h", "coordinator/model_host.cc"},
+       {},
        "the coordinator knows no model: only coordinator/model_host.{h,cc} may include worker/"},
       {"worker", {"coordinator/"}, {}, {}, "a worker never includes the coordinator"},
-      {"proto", {"coordinator/", "worker/", "config/"}, {}, {"config/config_enums.h"},
+      {"proto",
+       {"coordinator/", "worker/", "config/"},
+       {},
+       {"config/config_enums.h"},
        "proto/ is the bottom layer: it includes neither coordinator/, worker/ nor config/ (but config_enums.h)"},
       {"config", {"coordinator/", "worker/"}, {}, {}, "config/ includes neither coordinator/ nor worker/"},
       {"scripts/launch", {"coordinator/", "worker/"}, {}, {}, "the launcher is a front end of proto/ and config/"},
@@ -93,8 +99,9 @@ TEST(IncludeRulesTest, ReportsEveryForbiddenIncludeWithItsFileAndLine) {
   };
   write("coordinator/core.cc", "#include \"coordinator/core.h\"\n#include \"worker/lm/transformer.h\"\n");
   write("coordinator/model_host.cc", "#include \"worker/lm/transformer.h\"\n");  // the named exception
-  write("worker/loop.cc", "// #include \"coordinator/x.h\" in a comment is not an include\n"
-                          "  #  include \"coordinator/round_policy.h\"\n");
+  write("worker/loop.cc",
+        "// #include \"coordinator/x.h\" in a comment is not an include\n"
+        "  #  include \"coordinator/round_policy.h\"\n");
   write("proto/codec.h", "#include \"config/config_enums.h\"\n#include \"config/config.h\"\n");
   write("config/config.h", "#include \"proto/codec.h\"\n");
   write("scripts/launch/launch.cc", "#include \"worker/worker_loop.h\"\n");

@@ -12,7 +12,7 @@ TEST(InnerStepsTest, EachWorkerGetsItsShareOfTheFastestSpeed) {
   const auto h = AssignInnerSteps({{"fast", 20.0}, {"half", 10.0}, {"third", 20.0 / 3}, {"slowest", 0.1}}, 50);
   EXPECT_EQ(h.at("fast"), 50);
   EXPECT_EQ(h.at("half"), 25);
-  EXPECT_EQ(h.at("third"), 16);  // floor(50 / 3)
+  EXPECT_EQ(h.at("third"), 16);   // floor(50 / 3)
   EXPECT_EQ(h.at("slowest"), 1);  // floor(0.25) = 0, but every worker trains at least one step
 }
 

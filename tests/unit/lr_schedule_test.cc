@@ -69,7 +69,8 @@ TEST(LrScheduleTest, NoWarmupStartsAtPeak) {
 }
 
 // The schedule follows the global progress: sync rounds at round x H (+ steps carried over), async versions at their
-// share of the outer.rounds x workers.count pushes, so a fast and a slow worker pulling the same version get the same lr.
+// share of the outer.rounds x workers.count pushes, so a fast and a slow worker pulling the same version get the same
+// lr.
 TEST(LrScheduleTest, ScheduleStartFollowsGlobalProgress) {
   Config config;
   config.inner.steps = 50;

@@ -152,8 +152,8 @@ TEST(MetricsTextTest, PhaseSeriesAreTheFixedSetOfRoundPhases) {
     s.set_phase(std::string(name));
     const std::string text = MetricsText(s);
     for (const auto& [other, other_name] : kRoundPhases) {
-      EXPECT_THAT(text, HasSubstr(absl::StrCat("\ndiloco_phase{phase=\"", std::string(other_name), "\"} ", other == phase ? 1 : 0,
-                                               "\n")))
+      EXPECT_THAT(text, HasSubstr(absl::StrCat("\ndiloco_phase{phase=\"", std::string(other_name), "\"} ",
+                                               other == phase ? 1 : 0, "\n")))
           << name;
     }
   }

@@ -85,8 +85,9 @@ TEST(ProtocolDecisionTest, LatePushFollowsLatePolicy) {
   const ProtocolDecision reuse = Push(late, LatePolicy::kReuseLocal);
   EXPECT_EQ(reuse.action, ProtocolAction::kNextRound);
   EXPECT_TRUE(reuse.keep_local);
-  EXPECT_EQ(reuse.reason, "push not counted (push for round 3 refused: the open round is based on round 4); "
-                          "continuing from local parameters (late_policy reuse_local)");
+  EXPECT_EQ(reuse.reason,
+            "push not counted (push for round 3 refused: the open round is based on round 4); "
+            "continuing from local parameters (late_policy reuse_local)");
 }
 
 TEST(ProtocolDecisionTest, TransientCodesRetryEveryCall) {
@@ -131,8 +132,11 @@ TEST(ProtocolDecisionTest, PullAndHeartbeatRejoinOnNotFound) {
 TEST(ProtocolDecisionTest, PullAndHeartbeatGiveUpOnOtherCodes) {
   const std::vector<absl::Status> others = {
       absl::FailedPreconditionError("model fingerprint F does not match the coordinator's G"),
-      absl::AlreadyExistsError("x"), absl::AbortedError("y"), absl::InvalidArgumentError("request without a worker id"),
-      absl::PermissionDeniedError("wrong token"), absl::UnauthenticatedError("no token")};
+      absl::AlreadyExistsError("x"),
+      absl::AbortedError("y"),
+      absl::InvalidArgumentError("request without a worker id"),
+      absl::PermissionDeniedError("wrong token"),
+      absl::UnauthenticatedError("no token")};
   for (const absl::Status& s : others) {
     SCOPED_TRACE(s.ToString());
     const ProtocolDecision pull = DecideOnStatus(ProtocolCall::kPull, s, State());
@@ -190,8 +194,8 @@ TEST(ProtocolDecisionTest, JoinRetryCarriesTheTlsHint) {
   late.connect_deadline_passed = true;
   const ProtocolDecision gone = DecideOnStatus(ProtocolCall::kJoin, closed, late);
   EXPECT_EQ(gone.action, ProtocolAction::kGiveUp);
-  EXPECT_EQ(gone.reason, "coordinator 10.0.0.1:7777 unreachable for workers.connect_timeout_s = 30 s: Socket closed; " +
-                             retry.hint);
+  EXPECT_EQ(gone.reason,
+            "coordinator 10.0.0.1:7777 unreachable for workers.connect_timeout_s = 30 s: Socket closed; " + retry.hint);
 }
 
 TEST(ProtocolDecisionTest, WaitingReadsTheHeartbeat) {

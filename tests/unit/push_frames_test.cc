@@ -107,7 +107,8 @@ TEST_F(PushFramesTest, OversizedMalformedAndMisplacedPartsAreRefused) {
 
   PushMessage with_data;
   with_data.mutable_chunk()->set_data("inline");
-  Raw(U32(static_cast<uint32_t>(with_data.ByteSizeLong())) + with_data.SerializeAsString());  // refused before its length
+  Raw(U32(static_cast<uint32_t>(with_data.ByteSizeLong())) +
+      with_data.SerializeAsString());  // refused before its length
   more = ReadPushFrame(fds_[1], &got, 1 << 20, &buffer);
   EXPECT_NE(more.status().message().find("must travel as the frame's payload"), std::string::npos) << more.status();
 

@@ -126,34 +126,81 @@ std::vector<BadCase> BadCases(int64_t round, const std::string& first_tensor, co
   auto chunk = [](Stream& s, size_t i) { return s[i].mutable_chunk(); };
   const std::string open = std::to_string(round);
   return {
-      {"no header", [](Stream s) { s.erase(s.begin()); return s; }, true, absl::StatusCode::kInvalidArgument,
-       "push stream must start with a header"},
+      {"no header",
+       [](Stream s) {
+         s.erase(s.begin());
+         return s;
+       },
+       true, absl::StatusCode::kInvalidArgument, "push stream must start with a header"},
       {"empty stream", [](Stream) { return Stream{}; }, true, absl::StatusCode::kInvalidArgument,
        "push stream ended before its header"},
-      {"unknown worker", [](Stream s) { s[0].mutable_header()->mutable_meta()->set_worker_id("nobody"); return s; },
+      {"unknown worker",
+       [](Stream s) {
+         s[0].mutable_header()->mutable_meta()->set_worker_id("nobody");
+         return s;
+       },
        true, absl::StatusCode::kNotFound, "worker 'nobody' is not an active member"},
-      {"no worker id", [](Stream s) { s[0].mutable_header()->mutable_meta()->clear_worker_id(); return s; }, true,
-       absl::StatusCode::kInvalidArgument, "request without a worker id"},
+      {"no worker id",
+       [](Stream s) {
+         s[0].mutable_header()->mutable_meta()->clear_worker_id();
+         return s;
+       },
+       true, absl::StatusCode::kInvalidArgument, "request without a worker id"},
       {"wrong fingerprint",
-       [](Stream s) { s[0].mutable_header()->mutable_meta()->set_fingerprint("0123456789abcdef"); return s; }, true,
-       absl::StatusCode::kFailedPrecondition, "model fingerprint 0123456789abcdef does not match"},
-      {"stale round", [round](Stream s) { s[0].mutable_header()->mutable_meta()->set_round(round - 1); return s; },
+       [](Stream s) {
+         s[0].mutable_header()->mutable_meta()->set_fingerprint("0123456789abcdef");
+         return s;
+       },
+       true, absl::StatusCode::kFailedPrecondition, "model fingerprint 0123456789abcdef does not match"},
+      {"stale round",
+       [round](Stream s) {
+         s[0].mutable_header()->mutable_meta()->set_round(round - 1);
+         return s;
+       },
        true, absl::StatusCode::kFailedPrecondition,
        "push for round " + std::to_string(round - 1) + " refused: the open round is based on round " + open},
-      {"future round", [round](Stream s) { s[0].mutable_header()->mutable_meta()->set_round(round + 5); return s; },
+      {"future round",
+       [round](Stream s) {
+         s[0].mutable_header()->mutable_meta()->set_round(round + 5);
+         return s;
+       },
        true, absl::StatusCode::kFailedPrecondition, "push for round " + std::to_string(round + 5) + " refused"},
-      {"zero tokens", [](Stream s) { s[0].mutable_header()->set_tokens(0); return s; }, true,
-       absl::StatusCode::kInvalidArgument, "push header: tokens (0) must be in [1, 2^40]"},
-      {"NaN loss", [](Stream s) { s[0].mutable_header()->set_loss(std::nan("")); return s; }, true,
-       absl::StatusCode::kInvalidArgument, "push header: loss (nan) must be finite"},
-      {"wrong fragment", [](Stream s) { s[0].mutable_header()->set_fragment(1); return s; }, true,
-       absl::StatusCode::kInvalidArgument, "push of fragment 1 refused"},
-      {"second header", [](Stream s) { s.insert(s.begin() + 2, s[0]); return s; }, true,
-       absl::StatusCode::kInvalidArgument, "a push header may appear only once"},
-      {"empty message", [](Stream s) { s.insert(s.begin() + 1, PushMessage()); return s; }, true,
-       absl::StatusCode::kInvalidArgument, "push message holds neither a header nor a chunk"},
-      {"wrong tensor name", [chunk](Stream s) { chunk(s, 1)->set_name("evil"); return s; }, true,
-       absl::StatusCode::kInvalidArgument, "expected tensor 1/"},
+      {"zero tokens",
+       [](Stream s) {
+         s[0].mutable_header()->set_tokens(0);
+         return s;
+       },
+       true, absl::StatusCode::kInvalidArgument, "push header: tokens (0) must be in [1, 2^40]"},
+      {"NaN loss",
+       [](Stream s) {
+         s[0].mutable_header()->set_loss(std::nan(""));
+         return s;
+       },
+       true, absl::StatusCode::kInvalidArgument, "push header: loss (nan) must be finite"},
+      {"wrong fragment",
+       [](Stream s) {
+         s[0].mutable_header()->set_fragment(1);
+         return s;
+       },
+       true, absl::StatusCode::kInvalidArgument, "push of fragment 1 refused"},
+      {"second header",
+       [](Stream s) {
+         s.insert(s.begin() + 2, s[0]);
+         return s;
+       },
+       true, absl::StatusCode::kInvalidArgument, "a push header may appear only once"},
+      {"empty message",
+       [](Stream s) {
+         s.insert(s.begin() + 1, PushMessage());
+         return s;
+       },
+       true, absl::StatusCode::kInvalidArgument, "push message holds neither a header nor a chunk"},
+      {"wrong tensor name",
+       [chunk](Stream s) {
+         chunk(s, 1)->set_name("evil");
+         return s;
+       },
+       true, absl::StatusCode::kInvalidArgument, "expected tensor 1/"},
       {"wrong dtype",
        [chunk](Stream s) {
          chunk(s, 1)->set_dtype(FLOAT16);
@@ -161,12 +208,24 @@ std::vector<BadCase> BadCases(int64_t round, const std::string& first_tensor, co
          return s;
        },
        true, absl::StatusCode::kInvalidArgument, "tensor '" + first_tensor + "': dtype Half, expected Float"},
-      {"unknown dtype", [chunk](Stream s) { chunk(s, 1)->set_dtype(static_cast<DType>(99)); return s; }, true,
-       absl::StatusCode::kInvalidArgument, "unknown wire dtype 99"},
-      {"wrong shape", [chunk](Stream s) { chunk(s, 1)->add_shape(1); return s; }, true,
-       absl::StatusCode::kInvalidArgument, "tensor '" + first_tensor + "': shape ["},
-      {"offset gap", [chunk](Stream s) { chunk(s, 2)->set_offset(chunk(s, 2)->offset() + 1); return s; }, true,
-       absl::StatusCode::kInvalidArgument, "tensor '" + first_tensor + "': chunk at element"},
+      {"unknown dtype",
+       [chunk](Stream s) {
+         chunk(s, 1)->set_dtype(static_cast<DType>(99));
+         return s;
+       },
+       true, absl::StatusCode::kInvalidArgument, "unknown wire dtype 99"},
+      {"wrong shape",
+       [chunk](Stream s) {
+         chunk(s, 1)->add_shape(1);
+         return s;
+       },
+       true, absl::StatusCode::kInvalidArgument, "tensor '" + first_tensor + "': shape ["},
+      {"offset gap",
+       [chunk](Stream s) {
+         chunk(s, 2)->set_offset(chunk(s, 2)->offset() + 1);
+         return s;
+       },
+       true, absl::StatusCode::kInvalidArgument, "tensor '" + first_tensor + "': chunk at element"},
       {"count past the tensor end",
        [chunk](Stream s) {
          chunk(s, 1)->set_count(1 << 30);
@@ -174,10 +233,17 @@ std::vector<BadCase> BadCases(int64_t round, const std::string& first_tensor, co
        },
        true, absl::StatusCode::kInvalidArgument, "tensor '" + first_tensor + "': chunk of 1073741824 elements at 0"},
       {"declared bytes differ from received",
-       [chunk](Stream s) { chunk(s, 1)->mutable_data()->resize(chunk(s, 1)->data().size() - 4); return s; }, true,
-       absl::StatusCode::kInvalidArgument, "tensor '" + first_tensor + "': chunk declares 64 elements"},
-      {"unknown codec", [chunk](Stream s) { chunk(s, 1)->set_codec(static_cast<Codec>(42)); return s; }, true,
-       absl::StatusCode::kInvalidArgument, "tensor '" + first_tensor + "': unknown codec 42"},
+       [chunk](Stream s) {
+         chunk(s, 1)->mutable_data()->resize(chunk(s, 1)->data().size() - 4);
+         return s;
+       },
+       true, absl::StatusCode::kInvalidArgument, "tensor '" + first_tensor + "': chunk declares 64 elements"},
+      {"unknown codec",
+       [chunk](Stream s) {
+         chunk(s, 1)->set_codec(static_cast<Codec>(42));
+         return s;
+       },
+       true, absl::StatusCode::kInvalidArgument, "tensor '" + first_tensor + "': unknown codec 42"},
       {"bad quantization scale",
        [chunk](Stream s) {
          TensorChunk* c = chunk(s, 1);
@@ -210,10 +276,18 @@ std::vector<BadCase> BadCases(int64_t round, const std::string& first_tensor, co
        },
        true, absl::StatusCode::kInvalidArgument,
        "pseudo-gradient of '" + first_tensor + "' holds NaN or Inf near element 0"},
-      {"truncated stream", [](Stream s) { s.resize(s.size() - 1); return s; }, true,
-       absl::StatusCode::kInvalidArgument, "push stream ended early, at tensor"},
-      {"chunk after the last tensor", [](Stream s) { s.push_back(s.back()); return s; }, true,
-       absl::StatusCode::kInvalidArgument, "unexpected chunk '"},
+      {"truncated stream",
+       [](Stream s) {
+         s.resize(s.size() - 1);
+         return s;
+       },
+       true, absl::StatusCode::kInvalidArgument, "push stream ended early, at tensor"},
+      {"chunk after the last tensor",
+       [](Stream s) {
+         s.push_back(s.back());
+         return s;
+       },
+       true, absl::StatusCode::kInvalidArgument, "unexpected chunk '"},
   };
 }
 

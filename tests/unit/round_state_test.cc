@@ -58,8 +58,8 @@ TEST(RoundStateTest, CloseMovesPushesToContributorsWhoStillCountAsPushedUntilThe
   EXPECT_EQ(contributors.at("b").tokens, 20);
   EXPECT_EQ(r.phase(), RoundPhase::kStepping);
   EXPECT_EQ(r.epoch(), 1);
-  EXPECT_FALSE(r.HasPushed("a"));       // not in the next round
-  EXPECT_TRUE(r.CountsAsPushed("a"));   // but its heartbeat still says pushed while the step runs
+  EXPECT_FALSE(r.HasPushed("a"));      // not in the next round
+  EXPECT_TRUE(r.CountsAsPushed("a"));  // but its heartbeat still says pushed while the step runs
   EXPECT_FALSE(r.CountsAsPushed("z"));
   r.EndClose(RoundPhase::kFinishing);
   EXPECT_FALSE(r.CountsAsPushed("a"));

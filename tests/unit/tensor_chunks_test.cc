@@ -250,7 +250,6 @@ TEST(TensorSpecTest, SpecsOfCopiesNamesShapesAndDTypes) {
   EXPECT_EQ(specs[1].numel(), 0);
 }
 
-
 // The zero-copy form used by the TCP push (Next with raw_payload): for every codec, the same chunk metadata and the
 // same payload bytes as Next, the fp32 ones pointing into the tensor itself, and the same byte count.
 TEST(TensorChunksTest, RawPayloadViewsMatchTheCopyingChunker) {

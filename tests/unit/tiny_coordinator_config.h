@@ -44,10 +44,19 @@ inline NamedTensors TinyTheta0(const ModelConfig& m, uint64_t seed = 1) {
                                                                       {"pos_emb.weight", {m.seq_len, d}}};
   for (int64_t b = 0; b < m.n_layer; ++b) {
     const std::string p = "blocks." + std::to_string(b) + ".";
-    for (const auto& [name, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
-             {"ln1.weight", {d}}, {"ln1.bias", {d}}, {"qkv.weight", {3 * d, d}}, {"qkv.bias", {3 * d}},
-             {"attn_out.weight", {d, d}}, {"attn_out.bias", {d}}, {"ln2.weight", {d}}, {"ln2.bias", {d}},
-             {"fc.weight", {4 * d, d}}, {"fc.bias", {4 * d}}, {"mlp_out.weight", {d, 4 * d}}, {"mlp_out.bias", {d}}}) {
+    for (const auto& [name, shape] :
+         std::vector<std::pair<std::string, std::vector<int64_t>>>{{"ln1.weight", {d}},
+                                                                   {"ln1.bias", {d}},
+                                                                   {"qkv.weight", {3 * d, d}},
+                                                                   {"qkv.bias", {3 * d}},
+                                                                   {"attn_out.weight", {d, d}},
+                                                                   {"attn_out.bias", {d}},
+                                                                   {"ln2.weight", {d}},
+                                                                   {"ln2.bias", {d}},
+                                                                   {"fc.weight", {4 * d, d}},
+                                                                   {"fc.bias", {4 * d}},
+                                                                   {"mlp_out.weight", {d, 4 * d}},
+                                                                   {"mlp_out.bias", {d}}}) {
       shapes.emplace_back(p + name, shape);
     }
   }

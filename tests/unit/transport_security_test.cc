@@ -25,8 +25,8 @@ void WriteText(const std::string& path, const std::string& text) { std::ofstream
 TEST(ConstantTimeEqualsTest, EqualOnlyForIdenticalStrings) {
   EXPECT_TRUE(ConstantTimeEquals("s3cret-token", "s3cret-token"));
   EXPECT_TRUE(ConstantTimeEquals("", ""));
-  EXPECT_FALSE(ConstantTimeEquals("s3cret-token", "s3cret-tokem"));  // last byte differs
-  EXPECT_FALSE(ConstantTimeEquals("s3cret-token", "t3cret-token"));  // first byte differs
+  EXPECT_FALSE(ConstantTimeEquals("s3cret-token", "s3cret-tokem"));   // last byte differs
+  EXPECT_FALSE(ConstantTimeEquals("s3cret-token", "t3cret-token"));   // first byte differs
   EXPECT_FALSE(ConstantTimeEquals("s3cret-token", "s3cret-token "));  // a prefix of the other
   EXPECT_FALSE(ConstantTimeEquals("s3cret-token", "s3cret"));
   EXPECT_FALSE(ConstantTimeEquals("", "s3cret-token"));
@@ -65,8 +65,7 @@ class TransportSecurityTest : public ScratchDirTest {
  protected:
   // Certificates of scripts/make-certs, made once for the suite.
   static void SetUpTestSuite() {
-    certs_ = new std::string(std::filesystem::temp_directory_path() /
-                             ("diloco-certs-" + std::to_string(getpid())));
+    certs_ = new std::string(std::filesystem::temp_directory_path() / ("diloco-certs-" + std::to_string(getpid())));
     const std::string command = std::string(DILOCO_SOURCE_DIR) + "/scripts/make-certs " + *certs_ + " >/dev/null";
     ASSERT_EQ(std::system(command.c_str()), 0) << command;
   }
@@ -103,8 +102,8 @@ TEST_F(TransportSecurityTest, TokenFileIsTrimmedAndMustHoldPrintableText) {
 
 TEST_F(TransportSecurityTest, LoadsMutualTlsMaterial) {
   WriteText(Path("token"), "tok\n");
-  auto s = LoadTransportSecurity({Cert("coordinator.pem"), Cert("coordinator.key"), Cert("ca.pem"), Path("token"),
-                                  "localhost"});
+  auto s = LoadTransportSecurity(
+      {Cert("coordinator.pem"), Cert("coordinator.key"), Cert("ca.pem"), Path("token"), "localhost"});
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_TRUE(s->server_tls());
   EXPECT_TRUE(s->mutual_tls());

@@ -64,9 +64,9 @@ torch::Tensor Backward(const torch::Tensor& qkv, const torch::Tensor& probs, con
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / s.n_head, h = bh % s.n_head;
       const int64_t qkv_offset = b * s.T * 3 * s.D + h * s.hd;
-      attention::BackwardHead(head, in + qkv_offset, in + qkv_offset + s.D,
-                              in + qkv_offset + 2 * s.D, g + b * s.T * s.D + h * s.hd, p + bh * Tp * Tp,
-                              dg + qkv_offset, dg + qkv_offset + s.D, dg + qkv_offset + 2 * s.D, scratch);
+      attention::BackwardHead(head, in + qkv_offset, in + qkv_offset + s.D, in + qkv_offset + 2 * s.D,
+                              g + b * s.T * s.D + h * s.hd, p + bh * Tp * Tp, dg + qkv_offset, dg + qkv_offset + s.D,
+                              dg + qkv_offset + 2 * s.D, scratch);
     }
   });
   return d_qkv;

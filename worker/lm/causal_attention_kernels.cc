@@ -18,7 +18,7 @@ using simd::V8;
 // or, with kTransposedA, a stored transposed (a[r][k] at a[k * lda + r]). Eight accumulators stay in registers.
 template <bool kTransposedA>
 DILOCO_SIMD_INLINE void Kernel4x16(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k0, int64_t k1,
-                              float* c, int64_t ldc) {
+                                   float* c, int64_t ldc) {
   V8 acc[4][2] = {};
   for (int64_t k = k0; k < k1; ++k) {
     const V8 b0 = Load(b + k * ldb), b1 = Load(b + k * ldb + 8);
@@ -36,7 +36,7 @@ DILOCO_SIMD_INLINE void Kernel4x16(const float* a, int64_t lda, const float* b, 
 
 // Causal a b^T: s[i][j] = sum_d a[i][d] bt[d][j] for the 4 x 16 blocks that hold some j <= i (rows < T).
 DILOCO_SIMD_INLINE void CausalProduct(const float* a, const float* bt, int64_t T, int64_t hd, int64_t hdp, int64_t Tp,
-                                 float* s) {
+                                      float* s) {
   for (int64_t r0 = 0; r0 < T; r0 += 4) {
     const int64_t last_column = std::min(r0 + 4, T);
     for (int64_t c0 = 0; c0 < last_column; c0 += 16) {
@@ -49,7 +49,7 @@ DILOCO_SIMD_INLINE void CausalProduct(const float* a, const float* bt, int64_t T
 // (k <= i: k in [0, r0 + 4)); with kTransposedM, for m^T where m is lower-triangular (k >= i: k in [r0, T)).
 template <bool kTransposedM>
 DILOCO_SIMD_INLINE void TriangularTimesRows(const float* m, const float* rows, int64_t T, int64_t hd, int64_t hdp,
-                                       int64_t Tp, float* out) {
+                                            int64_t Tp, float* out) {
   for (int64_t r0 = 0; r0 < T; r0 += 4) {
     const int64_t k0 = kTransposedM ? r0 : 0, k1 = kTransposedM ? T : std::min(r0 + 4, T);
     const float* a = kTransposedM ? m + r0 : m + r0 * Tp;
@@ -86,8 +86,8 @@ AttentionScratch::AttentionScratch(const HeadShape& shape) {
 
 namespace {
 
-DILOCO_SIMD_INLINE void ForwardHeadBody(const HeadShape& shape, const float* q, const float* k, const float* v, float* out,
-                                   float* probs, AttentionScratch& scratch) {
+DILOCO_SIMD_INLINE void ForwardHeadBody(const HeadShape& shape, const float* q, const float* k, const float* v,
+                                        float* out, float* probs, AttentionScratch& scratch) {
   const int64_t T = shape.T, hd = shape.head_dim, Tp = Padded(T), hdp = Padded(hd), stride = shape.qkv_stride,
                 out_stride = shape.out_stride;
   float* Q = scratch.q();
@@ -126,8 +126,8 @@ DILOCO_SIMD_INLINE void ForwardHeadBody(const HeadShape& shape, const float* q, 
 }
 
 DILOCO_SIMD_INLINE void BackwardHeadBody(const HeadShape& shape, const float* q, const float* k, const float* v,
-                                    const float* d_out, const float* probs, float* dq, float* dk, float* dv,
-                                    AttentionScratch& scratch) {
+                                         const float* d_out, const float* probs, float* dq, float* dk, float* dv,
+                                         AttentionScratch& scratch) {
   const int64_t T = shape.T, hd = shape.head_dim, Tp = Padded(T), hdp = Padded(hd), stride = shape.qkv_stride,
                 out_stride = shape.out_stride;
   float* Q = scratch.q();

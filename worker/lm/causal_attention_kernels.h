@@ -14,11 +14,11 @@ namespace diloco::attention {
 int64_t Padded(int64_t n);
 
 struct HeadShape {
-  int64_t T;          // sequence length
-  int64_t head_dim;   // hd
-  int64_t qkv_stride; // floats between consecutive positions in qkv and its gradient (3 x D)
-  int64_t out_stride; // ... in the output and its gradient (D)
-  float scale;        // 1 / sqrt(hd)
+  int64_t T;           // sequence length
+  int64_t head_dim;    // hd
+  int64_t qkv_stride;  // floats between consecutive positions in qkv and its gradient (3 x D)
+  int64_t out_stride;  // ... in the output and its gradient (D)
+  float scale;         // 1 / sqrt(hd)
 };
 
 // Per-thread working memory for one head at a time.

@@ -19,9 +19,8 @@ absl::StatusOr<TokenData> TokenData::Load(const std::string& path, int64_t seq_l
   std::string error;
   if (!ReadTokenShard(path, &ids, &error)) return absl::DataLossError(error);
   if (static_cast<int64_t>(ids.size()) < seq_len + 2) {
-    return absl::FailedPreconditionError(absl::StrCat("token shard ", path, ": ", ids.size(),
-                                                      " tokens, fewer than one window of model.seq_len + 1 = ",
-                                                      seq_len + 1));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "token shard ", path, ": ", ids.size(), " tokens, fewer than one window of model.seq_len + 1 = ", seq_len + 1));
   }
   TokenData data;
   data.tokens_ = torch::from_blob(ids.data(), {static_cast<int64_t>(ids.size())}, torch::kInt).to(torch::kLong);

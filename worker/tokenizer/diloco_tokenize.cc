@@ -65,8 +65,7 @@ std::string ReadAndSplit(const std::string& text_path, double val_fraction, Spli
   if (text.empty()) return "--text " + text_path + ": file is empty";
   if (!(val_fraction > 0 && val_fraction < 1)) return "--val-fraction must be in (0, 1)";
   size_t split = static_cast<size_t>(text.size() * (1.0 - val_fraction));
-  split = std::min(text.find('\n', split) == std::string::npos ? text.size() : text.find('\n', split) + 1,
-                   text.size());
+  split = std::min(text.find('\n', split) == std::string::npos ? text.size() : text.find('\n', split) + 1, text.size());
   out->train = text.substr(0, split);
   out->val = text.substr(split);
   if (out->val.empty()) return "--val-fraction " + std::to_string(val_fraction) + " leaves no validation text";
