@@ -65,7 +65,7 @@ Field MakeField(std::string key, Section Config::*section, T Section::*member) {
     T value{};
     if constexpr (IsConfigEnum<T>::value) {
       if (!n.IsScalar() || !EnumFromName(n.Scalar(), &value)) {
-        std::string got = n.IsScalar() ? absl::StrCat("'", n.Scalar(), "'") : "a list or map";
+        std::string got = n.IsScalar() ? absl::StrCat("'", n.Scalar(), "'") : n.IsNull() ? "''" : "a list or map";
         return absl::InvalidArgumentError(absl::StrCat(key, ": expected ", EnumChoices<T>(), ", got ", got));
       }
     } else {

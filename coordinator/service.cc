@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/push_session.h"
 #include "proto/grpc_status.h"
 #include "proto/tensor_chunks.h"
@@ -103,17 +104,26 @@ class PushReactor : public grpc::ServerReadReactor<PushMessage> {
     StartRead(&message_);
   }
 
+  // Posts outside mu_: an item may run on this very thread (IngestQueue::Post's fallback once the queue stopped),
+  // and the item takes mu_. The room check and paused_ are decided under mu_, where Consume reads them too.
   void OnReadDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (finished_) return;  // refused while this message was on its way
-    if (!ok) {              // the client closed its side (or the stream broke): the push must be complete
+    std::shared_ptr<PushMessage> message;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_) return;  // refused while this message was on its way
+      if (ok) {
+        message = TakeSpare();
+        message->Swap(&message_);  // no copy of the payload
+      }
+    }
+    if (!ok) {  // the client closed its side (or the stream broke): the push must be complete
       lane_->Post(0, [this] { End(); });
       return;
     }
-    std::shared_ptr<PushMessage> message = TakeSpare();
-    message->Swap(&message_);  // no copy of the payload
     const int64_t bytes = message->has_chunk() ? static_cast<int64_t>(message->chunk().data().size()) : 0;
     lane_->Post(bytes, [this, message] { Consume(message); });
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
     if (lane_->HasRoom()) {
       StartRead(&message_);
     } else {
@@ -129,11 +139,18 @@ class PushReactor : public grpc::ServerReadReactor<PushMessage> {
   }
 
  private:
+  // Cleared messages kept to read into (their payload capacity reused): up to this many chunk buffers per stream
+  // outside the ingest queue's byte bound (ingest_queue.h), so at most kMaxSpares x comm.chunk_bytes per stream.
   static constexpr size_t kMaxSpares = 4;
 
   // Ingest thread: one message of the stream.
   void Consume(const std::shared_ptr<PushMessage>& message) {
-    const absl::Status status = session_.OnMessage(*message);
+    absl::Status status;
+    try {
+      status = session_.OnMessage(*message);
+    } catch (const std::exception& e) {  // e.g. bad_alloc: the stream must still end
+      status = absl::InternalError(absl::StrCat("push failed on the coordinator: ", e.what()));
+    }
     message->Clear();  // keeps the payload's capacity for a later message
     std::lock_guard<std::mutex> lock(mu_);
     if (spares_.size() < kMaxSpares) spares_.push_back(message);
@@ -147,7 +164,12 @@ class PushReactor : public grpc::ServerReadReactor<PushMessage> {
 
   // Ingest thread: the client closed its side; the push commits if it is complete.
   void End() {
-    absl::StatusOr<PushReply> done = session_.OnEnd();
+    absl::StatusOr<PushReply> done = absl::InternalError("push failed on the coordinator");
+    try {
+      done = session_.OnEnd();
+    } catch (const std::exception& e) {  // e.g. bad_alloc: the stream must still end
+      done = absl::InternalError(absl::StrCat("push failed on the coordinator: ", e.what()));
+    }
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_) return;
     if (done.ok()) *reply_ = std::move(*done);

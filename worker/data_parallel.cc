@@ -67,8 +67,7 @@ class DataParallelRun {
         options_(options),
         stop_(stop),
         cluster_size_(static_cast<int>(config.workers.cluster_size)),
-        ranks_(static_cast<int>(config.workers.count) * cluster_size_),
-        start_(std::chrono::steady_clock::now()) {}
+        ranks_(static_cast<int>(config.workers.count) * cluster_size_) {}
 
   // Returns a WorkerExit code on failure, -1 when ready to train.
   int SetUp(const TokenCache& cache);
@@ -86,7 +85,7 @@ class DataParallelRun {
   const std::atomic<bool>& stop_;
   const int cluster_size_;
   const int ranks_;
-  const std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point start_;  // set once set-up is done (the summary's clock starts there)
   std::unique_ptr<InnerTrainer> trainer_;
   std::optional<TokenData> val_;  // rank 0 only
   std::unique_ptr<WorkerCluster> cluster_;
@@ -146,6 +145,7 @@ int DataParallelRun::SetUp(const TokenCache& cache) {
   for (const auto& p : trainer_->model()->parameters()) params_ += p.numel();
   bytes_per_step_ = ranks_ > 1 ? 2 * (ranks_ - 1) * 4 * params_ : 0;
   eval_model_ = MakeTransformerLM(config_.model, config_.run.seed);
+  start_ = std::chrono::steady_clock::now();
   return -1;
 }
 

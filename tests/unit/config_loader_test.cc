@@ -171,6 +171,9 @@ TEST(ConfigLoaderTest, ModesAreEnumsWithTheirAllowedNames) {
     ASSERT_FALSE(from_flag.ok()) << key;
     EXPECT_THAT(Message(from_flag.status()), HasSubstr(k.expected)) << key;
   }
+  absl::StatusOr<Config> empty = ParseConfig("outer: {mode: }\n", "my.yaml");
+  ASSERT_FALSE(empty.ok());
+  EXPECT_THAT(Message(empty.status()), HasSubstr("outer.mode: expected 'sync' or 'async', got ''"));
   absl::StatusOr<Config> c = ParseConfig(
       "outer: {mode: async, late_policy: reuse_local}\ncomm: {codec: int4, transport: tcp}\n"
       "data: {split: contiguous}\nworkers: {precision: bf16}\n",
