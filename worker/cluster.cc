@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "worker/trainer.h"
 
 namespace diloco {
 
@@ -129,6 +130,16 @@ void WorkerCluster::CheckReplicas(const std::vector<torch::Tensor>& params, int6
   if (rank_ != 0 && !buffers[0].equal(mine)) {
     throw std::runtime_error(
         absl::StrCat("replica check: rank ", rank_, "'s parameters differ from rank 0's after ", "inner step ", step));
+  }
+  ++replica_checks_;
+}
+
+void WorkerCluster::AttachTo(InnerTrainer& trainer, bool check_replicas) {
+  trainer.set_gradient_hook(
+      [this](const std::vector<torch::Tensor>& params, bool want_stop) { return AverageGradients(params, want_stop); });
+  if (check_replicas) {
+    trainer.set_step_hook(
+        [this](const std::vector<torch::Tensor>& params, int64_t step) { CheckReplicas(params, step); });
   }
 }
 

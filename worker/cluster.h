@@ -19,6 +19,8 @@
 
 namespace diloco {
 
+class InnerTrainer;
+
 class WorkerCluster {
  public:
   // Rendezvous of `size` ranks; rank 0 hosts the store at store_address (HOST:PORT). Blocks until all have come or
@@ -45,6 +47,11 @@ class WorkerCluster {
   // Checks that this rank's parameters are bitwise identical to rank 0's (a checksum broadcast by rank 0);
   // throws naming the step if not. For workers.check_replicas.
   void CheckReplicas(const std::vector<torch::Tensor>& params, int64_t step);
+  int64_t replica_checks() const { return replica_checks_; }  // CheckReplicas calls that passed
+
+  // Makes `trainer` a rank of this cluster: its gradients are averaged over the ranks every inner step, and with
+  // check_replicas every step ends with CheckReplicas. The cluster must outlive the trainer's training calls.
+  void AttachTo(InnerTrainer& trainer, bool check_replicas);
 
  private:
   WorkerCluster(int rank, int size);
@@ -54,6 +61,7 @@ class WorkerCluster {
   std::unique_ptr<Group> group_;
   torch::Tensor flat_;  // reused all-reduce buffer
   double collective_seconds_ = 0;
+  int64_t replica_checks_ = 0;
 };
 
 }  // namespace diloco

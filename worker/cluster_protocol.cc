@@ -131,7 +131,6 @@ class Follower {
 
 int RunClusterFollower(const Config& config, const TokenCache& cache, const WorkerOptions& options,
                        WorkerCluster& cluster, const std::atomic<bool>& stop) {
-  int64_t replica_checks = 0;
   try {
     CommandWords words{};
     cluster.BroadcastWords(words);  // the leader's Join told it the worker's shard
@@ -145,15 +144,7 @@ int RunClusterFollower(const Config& config, const TokenCache& cache, const Work
       return kWorkerConfigError;
     }
     InnerTrainer& t = **trainer;
-    t.set_gradient_hook([&](const std::vector<torch::Tensor>& params, bool want_stop) {
-      return cluster.AverageGradients(params, want_stop);
-    });
-    if (config.workers.check_replicas) {
-      t.set_step_hook([&](const std::vector<torch::Tensor>& params, int64_t step) {
-        cluster.CheckReplicas(params, step);
-        ++replica_checks;
-      });
-    }
+    cluster.AttachTo(t, config.workers.check_replicas);
     Follower follower(config, cluster, t, stop);
     spdlog::info("rank {} of {} of worker {}: shard {}/{} part {}", options.rank, cluster.size(), options.id,
                  shard->shard_index, shard->shard_count, shard->shard_index * cluster.size() + options.rank);
@@ -163,7 +154,8 @@ int RunClusterFollower(const Config& config, const TokenCache& cache, const Work
     return kWorkerClusterFailed;
   }
   if (config.workers.check_replicas) {
-    spdlog::info("replica check: parameters identical to rank 0 after each of {} inner steps", replica_checks);
+    spdlog::info("replica check: parameters identical to rank 0 after each of {} inner steps",
+                 cluster.replica_checks());
   }
   return kWorkerDone;
 }

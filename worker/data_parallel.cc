@@ -76,7 +76,6 @@ class DataParallelRun {
 
  private:
   int CheckOptions() const;
-  void HookCluster();
   void Evaluate(int64_t round);
   double Seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
 
@@ -94,7 +93,6 @@ class DataParallelRun {
   int64_t bytes_per_step_ = 0;  // all ranks, ring all-reduce of fp32 gradients
   int64_t tokens_ = 0;
   int64_t rounds_done_ = 0;
-  int64_t replica_checks_ = 0;
   double train_seconds_ = 0;
   std::vector<DdpEval> evals_;
 };
@@ -141,24 +139,12 @@ int DataParallelRun::SetUp(const TokenCache& cache) {
     return kWorkerClusterFailed;
   }
   cluster_ = std::move(*connected);
-  HookCluster();
+  cluster_->AttachTo(*trainer_, config_.workers.check_replicas);
   for (const auto& p : trainer_->model()->parameters()) params_ += p.numel();
   bytes_per_step_ = ranks_ > 1 ? 2 * (ranks_ - 1) * 4 * params_ : 0;
   eval_model_ = MakeTransformerLM(config_.model, config_.run.seed);
   start_ = std::chrono::steady_clock::now();
   return -1;
-}
-
-void DataParallelRun::HookCluster() {
-  trainer_->set_gradient_hook([this](const std::vector<torch::Tensor>& params, bool want_stop) {
-    return cluster_->AverageGradients(params, want_stop);
-  });
-  if (config_.workers.check_replicas) {
-    trainer_->set_step_hook([this](const std::vector<torch::Tensor>& params, int64_t step) {
-      cluster_->CheckReplicas(params, step);
-      ++replica_checks_;
-    });
-  }
 }
 
 void DataParallelRun::Evaluate(int64_t round) {
@@ -207,7 +193,7 @@ int DataParallelRun::TrainRounds() {
 void DataParallelRun::Report() const {
   if (config_.workers.check_replicas) {
     spdlog::info("replica check: parameters identical on all {} ranks after each of {} inner steps", ranks_,
-                 replica_checks_);
+                 cluster_->replica_checks());
   }
   const double compute = train_seconds_ - cluster_->collective_seconds();
   spdlog::info("compute utilisation: {:.1f}% ({:.1f} s computing, {:.1f} s in all-reduce, {:.1f} s wall)",

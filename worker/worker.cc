@@ -95,15 +95,7 @@ int Worker::SetUpTrainer(const TokenCache& cache) {
   trainer_ = std::move(*trainer);
   if (leader_) {
     leader_->Shard(join_.shard_index(), join_.shard_count());
-    trainer_->set_gradient_hook([this](const std::vector<torch::Tensor>& params, bool want_stop) {
-      return cluster_->AverageGradients(params, want_stop);
-    });
-    if (config_.workers.check_replicas) {
-      trainer_->set_step_hook([this](const std::vector<torch::Tensor>& params, int64_t step) {
-        cluster_->CheckReplicas(params, step);
-        ++replica_checks_;
-      });
-    }
+    cluster_->AttachTo(*trainer_, config_.workers.check_replicas);
   }
   theta_ = trainer_->MakeParameterBuffers();
   fragment_theta_.assign(static_cast<size_t>(plan_.fragments()), NamedTensors());
@@ -223,7 +215,7 @@ void Worker::Apply(int f) {
 int Worker::ShutDown(double started) {
   if (cluster_ && config_.workers.check_replicas) {
     spdlog::info("replica check: parameters identical on all {} ranks after each of {} inner steps", cluster_size_,
-                 replica_checks_);
+                 cluster_->replica_checks());
   }
   const double wall = Now() - started;
   spdlog::info("compute utilisation: {:.1f}% ({:.1f} s of inner steps in {:.1f} s since joining)",

@@ -116,7 +116,6 @@ class Worker {
   int64_t steps_per_sync_ = 0;  // S
   int64_t overlap_steps_ = 0;   // tau (comm.overlap_steps)
   int cluster_size_ = 1;
-  int64_t replica_checks_ = 0;
   std::vector<std::unique_ptr<ErrorFeedback>> error_feedback_;  // per fragment; null without comm.error_feedback
   // theta_: the global value of every tensor as last received (what pseudo-gradients are computed against);
   // fragment_theta_[p]: the same tensors of fragment p (views of theta_), the destination of a fragment pull.
