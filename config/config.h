@@ -16,13 +16,34 @@ struct RunConfig {
   std::string output_dir = "runs/diloco";  // token cache, checkpoints, summaries
 };
 
+// The model (worker/lm/language_model.h). Shape keys describe the parameters; seq_len is the training context.
+// A Hugging Face directory in init_from fills every key the YAML leaves unset (config/hf_model_config.h).
 struct ModelConfig {
+  ModelArch arch = ModelArch::kGpt;  // gpt (ours) | gpt2 (GPT2LMHeadModel) | llama (LlamaForCausalLM)
   int64_t vocab_size = 512;
-  int64_t seq_len = 64;
+  int64_t seq_len = 64;  // training context (tokens per sample); <= max_positions
   int64_t n_layer = 2;
   int64_t n_head = 4;
   int64_t d_model = 128;
-  std::string init_from;  // a checkpoint whose parameters become theta_0 (paper: pretrained start)
+  int64_t n_kv_head = 0;       // llama: key/value heads (grouped-query attention); 0 = n_head
+  int64_t ffn_hidden = 0;      // MLP width (llama: intermediate_size); 0 = 4 x d_model (gpt, gpt2), see FfnHidden()
+  int64_t max_positions = 0;   // gpt2: rows of the position table (n_positions); llama: max_position_embeddings;
+                               // 0 = seq_len. gpt's table always has seq_len rows.
+  double rope_theta = 10000;   // llama: base of the rotary position embedding
+  double norm_eps = 1e-5;      // gpt2: layer_norm_epsilon; llama: rms_norm_eps (gpt: fixed 1e-5)
+  bool tie_embeddings = true;  // output head shares the token embedding (gpt, gpt2: always)
+  int64_t bos_token_id = -1;   // -1: none
+  int64_t eos_token_id = -1;   // -1: none; generation stops at it
+  std::string init_from;  // theta_0 from our checkpoint or a Hugging Face model directory (paper: pretrained start)
+
+  int64_t KvHeads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int64_t MaxPositions() const { return max_positions > 0 ? max_positions : seq_len; }
+  // llama with ffn_hidden 0: Meta's rule, 2/3 of 4 x d_model rounded up to a multiple of 256.
+  int64_t FfnHidden() const {
+    if (ffn_hidden > 0) return ffn_hidden;
+    if (arch != ModelArch::kLlama) return 4 * d_model;
+    return (8 * d_model / 3 + 255) / 256 * 256;
+  }
 };
 
 struct DataConfig {

@@ -18,6 +18,7 @@ enum class DataSplit { kIid, kContiguous };                  // data.split
 enum class WireCodec { kFp32, kBf16, kFp16, kInt8, kInt4 };  // comm.codec, comm.pull_codec
 enum class PushTransport { kGrpc, kTcp };                    // comm.transport
 enum class Precision { kFp32, kBf16 };                       // workers.precision
+enum class ModelArch { kGpt, kGpt2, kLlama };                // model.arch (worker/lm/model_registry.cc)
 
 // EnumNames<E>::kNames: every value of E with its YAML name, in declaration order.
 template <typename E>
@@ -65,6 +66,12 @@ template <>
 struct EnumNames<Precision> {
   static constexpr std::array<std::pair<Precision, std::string_view>, 2> kNames{
       {{Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}}};
+};
+
+template <>
+struct EnumNames<ModelArch> {
+  static constexpr std::array<std::pair<ModelArch, std::string_view>, 3> kNames{
+      {{ModelArch::kGpt, "gpt"}, {ModelArch::kGpt2, "gpt2"}, {ModelArch::kLlama, "llama"}}};
 };
 
 // The YAML name of a value ("" for a value outside the table, which a cast could make).

@@ -86,11 +86,20 @@ const std::vector<Field>& Fields() {
       MakeField("run.name", &Config::run, &RunConfig::name),
       MakeField("run.seed", &Config::run, &RunConfig::seed),
       MakeField("run.output_dir", &Config::run, &RunConfig::output_dir),
+      MakeField("model.arch", &Config::model, &ModelConfig::arch),
       MakeField("model.vocab_size", &Config::model, &ModelConfig::vocab_size),
       MakeField("model.seq_len", &Config::model, &ModelConfig::seq_len),
       MakeField("model.n_layer", &Config::model, &ModelConfig::n_layer),
       MakeField("model.n_head", &Config::model, &ModelConfig::n_head),
       MakeField("model.d_model", &Config::model, &ModelConfig::d_model),
+      MakeField("model.n_kv_head", &Config::model, &ModelConfig::n_kv_head),
+      MakeField("model.ffn_hidden", &Config::model, &ModelConfig::ffn_hidden),
+      MakeField("model.max_positions", &Config::model, &ModelConfig::max_positions),
+      MakeField("model.rope_theta", &Config::model, &ModelConfig::rope_theta),
+      MakeField("model.norm_eps", &Config::model, &ModelConfig::norm_eps),
+      MakeField("model.tie_embeddings", &Config::model, &ModelConfig::tie_embeddings),
+      MakeField("model.bos_token_id", &Config::model, &ModelConfig::bos_token_id),
+      MakeField("model.eos_token_id", &Config::model, &ModelConfig::eos_token_id),
       MakeField("model.init_from", &Config::model, &ModelConfig::init_from),
       MakeField("data.text", &Config::data, &DataConfig::text),
       MakeField("data.val_fraction", &Config::data, &DataConfig::val_fraction),
@@ -292,6 +301,61 @@ absl::StatusOr<Config> LoadConfig(const std::string& path, const std::vector<std
   return ParseConfig(text.str(), path, overrides);
 }
 
+namespace {
+
+// The model's cross-key rules, per architecture (worker/lm/language_model.h).
+absl::Status ValidateModel(const ModelConfig& m) {
+  const std::string arch(EnumName(m.arch));
+  if (m.d_model % m.n_head != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.d_model (", m.d_model, ") must be divisible by model.n_head (", m.n_head, ")"));
+  }
+  for (auto [key, v] : std::vector<std::pair<const char*, int64_t>>{{"model.n_kv_head", m.n_kv_head},
+                                                                    {"model.ffn_hidden", m.ffn_hidden},
+                                                                    {"model.max_positions", m.max_positions}}) {
+    if (v < 0) return absl::InvalidArgumentError(absl::StrCat(key, ": must be >= 0 (0: the default), got ", v));
+  }
+  if (!(m.rope_theta > 0) || !(m.norm_eps > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.rope_theta and model.norm_eps: must be > 0, got ", m.rope_theta, " and ", m.norm_eps));
+  }
+  if (m.arch != ModelArch::kLlama && m.KvHeads() != m.n_head) {
+    return absl::InvalidArgumentError(absl::StrCat("model.n_kv_head: arch ", arch, " has no grouped-query attention (",
+                                                   "only llama); leave it unset or equal to model.n_head"));
+  }
+  if (m.arch != ModelArch::kLlama && !m.tie_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat("model.tie_embeddings: arch ", arch, " always ties its head"));
+  }
+  if (m.arch == ModelArch::kGpt &&
+      (m.FfnHidden() != 4 * m.d_model || m.norm_eps != 1e-5 || m.MaxPositions() != m.seq_len)) {
+    return absl::InvalidArgumentError(
+        "model: arch gpt has a fixed MLP (4 x d_model), norm eps (1e-5) and position "
+        "table (seq_len); use arch gpt2 to set ffn_hidden, norm_eps or max_positions");
+  }
+  if (m.n_head % m.KvHeads() != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.n_head (", m.n_head, ") must be a multiple of model.n_kv_head (", m.KvHeads(), ")"));
+  }
+  if (m.arch == ModelArch::kLlama && (m.d_model / m.n_head) % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("model: llama's head size d_model / n_head must be even (rotary ",
+                                                   "embedding), got ", m.d_model / m.n_head));
+  }
+  if (m.seq_len > m.MaxPositions()) {
+    return absl::InvalidArgumentError(absl::StrCat("model.seq_len (", m.seq_len, ") exceeds the model's positions (",
+                                                   "model.max_positions ", m.MaxPositions(), ")"));
+  }
+  for (int64_t id : {m.bos_token_id, m.eos_token_id}) {
+    if (id < -1 || id >= m.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.bos_token_id / eos_token_id: -1 (none) or a token id below ", "model.vocab_size (",
+                       m.vocab_size, "), got ", id));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ValidateConfig(const Config& c) {
   auto positive = [](const char* key, double v) -> absl::Status {
     if (v > 0) return absl::OkStatus();
@@ -324,10 +388,8 @@ absl::Status ValidateConfig(const Config& c) {
     absl::Status s = positive(key, v);
     if (!s.ok()) return s;
   }
-  if (c.model.d_model % c.model.n_head != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.d_model (", c.model.d_model, ") must be divisible by model.n_head (", c.model.n_head, ")"));
-  }
+  absl::Status model = ValidateModel(c.model);
+  if (!model.ok()) return model;
   if (c.model.vocab_size > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("model.vocab_size: at most 65535, got ", c.model.vocab_size));
   }

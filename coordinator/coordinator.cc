@@ -31,6 +31,34 @@ std::string ModelMismatch(const ModelSpec& w, const ModelConfig& c) {
   check("n_layer", w.n_layer(), c.n_layer);
   check("n_head", w.n_head(), c.n_head);
   check("d_model", w.d_model(), c.d_model);
+  ModelConfig declared;  // the worker's settings, proto defaults read as config defaults
+  if (!w.arch().empty() && !EnumFromName(w.arch(), &declared.arch)) {
+    diffs.push_back(absl::StrCat("model.arch: worker has an unknown '", w.arch().substr(0, 32), "', coordinator has ",
+                                 std::string(EnumName(c.arch))));
+  } else if (declared.arch != c.arch) {
+    diffs.push_back(absl::StrCat("model.arch: worker has ", std::string(EnumName(declared.arch)), ", coordinator has ",
+                                 std::string(EnumName(c.arch))));
+  }
+  declared.seq_len = w.seq_len();
+  declared.n_head = w.n_head();
+  declared.d_model = w.d_model();
+  declared.n_kv_head = w.n_kv_head();
+  declared.ffn_hidden = w.ffn_hidden();
+  declared.max_positions = w.max_positions();
+  check("n_kv_head", declared.KvHeads(), c.KvHeads());
+  check("ffn_hidden", declared.FfnHidden(), c.FfnHidden());
+  check("max_positions", declared.MaxPositions(), c.MaxPositions());
+  auto check_real = [&](const char* key, double worker, double coordinator) {
+    if (worker != coordinator) {
+      diffs.push_back(absl::StrCat("model.", key, ": worker has ", worker, ", coordinator has ", coordinator));
+    }
+  };
+  check_real("rope_theta", w.rope_theta() > 0 ? w.rope_theta() : declared.rope_theta, c.rope_theta);
+  check_real("norm_eps", w.norm_eps() > 0 ? w.norm_eps() : declared.norm_eps, c.norm_eps);
+  if (w.untied_head() == c.tie_embeddings) {
+    diffs.push_back(
+        absl::StrCat("model.tie_embeddings: worker has ", !w.untied_head(), ", coordinator has ", c.tie_embeddings));
+  }
   std::string out;
   for (const std::string& d : diffs) absl::StrAppend(&out, out.empty() ? "" : "; ", d);
   return out;

@@ -8,8 +8,8 @@
 #include "coordinator/checkpoint.h"
 #include "proto/tensor_spec.h"
 #include "worker/lm/evaluate.h"
+#include "worker/lm/language_model.h"
 #include "worker/lm/token_data.h"
-#include "worker/lm/transformer.h"
 
 namespace diloco {
 namespace {
@@ -17,7 +17,7 @@ namespace {
 // Holds a model instance and the validation split; evaluates a theta.
 class ModelEvaluator : public Evaluator {
  public:
-  ModelEvaluator(TransformerLM model, TokenData val, int64_t batches, int64_t batch_size)
+  ModelEvaluator(LanguageModelPtr model, TokenData val, int64_t batches, int64_t batch_size)
       : model_(std::move(model)), val_(std::move(val)), batches_(batches), batch_size_(batch_size) {}
   double Evaluate(const NamedTensors& theta) override {
     LoadParameters(*model_, theta);
@@ -25,7 +25,7 @@ class ModelEvaluator : public Evaluator {
   }
 
  private:
-  TransformerLM model_;
+  LanguageModelPtr model_;
   TokenData val_;
   int64_t batches_, batch_size_;
 };
@@ -49,7 +49,7 @@ absl::Status LoadInitFrom(const Config& config, NamedTensors& theta_0) {
 
 absl::StatusOr<HostedModel> HostModel(const Config& config, const TokenCache& cache) {
   HostedModel hosted;
-  TransformerLM model = MakeTransformerLM(config.model, config.run.seed);
+  LanguageModelPtr model = MakeLanguageModel(config.model, config.run.seed);
   for (const auto& [name, p] : NamedParameters(*model)) hosted.theta_0.emplace_back(name, p.detach().clone());
   if (!config.model.init_from.empty()) {
     absl::Status s = LoadInitFrom(config, hosted.theta_0);

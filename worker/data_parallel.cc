@@ -88,7 +88,7 @@ class DataParallelRun {
   std::unique_ptr<InnerTrainer> trainer_;
   std::optional<TokenData> val_;  // rank 0 only
   std::unique_ptr<WorkerCluster> cluster_;
-  std::optional<TransformerLM> eval_model_;
+  std::optional<LanguageModelPtr> eval_model_;
   int64_t params_ = 0;
   int64_t bytes_per_step_ = 0;  // all ranks, ring all-reduce of fp32 gradients
   int64_t tokens_ = 0;
@@ -142,7 +142,7 @@ int DataParallelRun::SetUp(const TokenCache& cache) {
   cluster_->AttachTo(*trainer_, config_.workers.check_replicas);
   for (const auto& p : trainer_->model()->parameters()) params_ += p.numel();
   bytes_per_step_ = ranks_ > 1 ? 2 * (ranks_ - 1) * 4 * params_ : 0;
-  eval_model_ = MakeTransformerLM(config_.model, config_.run.seed);
+  eval_model_ = MakeLanguageModel(config_.model, config_.run.seed);
   start_ = std::chrono::steady_clock::now();
   return -1;
 }

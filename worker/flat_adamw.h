@@ -6,7 +6,7 @@
 // the step. The module keeps working as before: loads, merges, broadcasts and autograd's in-place gradient
 // accumulation all write through the views (Step throws if a parameter or its gradient was replaced instead).
 // Parameters must be float32 and on one device. Unlike torch's AdamW, a parameter that got no gradient in a step is
-// still decayed and moved by its momentum (every parameter of TransformerLM gets one every step).
+// still decayed and moved by its momentum (every parameter of LanguageModelPtr gets one every step).
 // Owns the flat buffers and the moments. Not thread-safe: one training thread calls it.
 #pragma once
 

@@ -57,7 +57,7 @@ InnerTrainer::InnerTrainer(const Config& config, TokenData train, torch::Device 
     : config_(config),
       train_(std::move(train)),
       device_(device),
-      model_(MakeTransformerLM(config.model, config.run.seed)),
+      model_(MakeLanguageModel(config.model, config.run.seed)),
       rng_(seed) {
   model_->to(device_);
   model_->train();

@@ -2,7 +2,7 @@
 // model, runs H = inner.steps AdamW steps on batches from its own shard (grad-norm clipping, warmup + cosine lr over
 // the global inner step), and returns the pseudo-gradient delta = theta_t - theta_local. Streaming DiLoCo drives
 // the same steps piecewise: TrainSteps, then PseudoGradient and Merge for one fragment's tensors.
-// The AdamW state persists across rounds and is never sent. Shapes: parameters as in TransformerLM.
+// The AdamW state persists across rounds and is never sent. Shapes: parameters as in LanguageModelPtr.
 // Not thread-safe: one trainer per worker thread.
 #pragma once
 
@@ -18,8 +18,8 @@
 #include "absl/status/statusor.h"
 #include "config/config.h"
 #include "worker/flat_adamw.h"
+#include "worker/lm/language_model.h"
 #include "worker/lm/token_data.h"
-#include "worker/lm/transformer.h"
 
 namespace diloco {
 
@@ -62,7 +62,7 @@ class InnerTrainer {
 
   // Zero-filled CPU tensors shaped like the parameters: the destination of a pull.
   NamedTensors MakeParameterBuffers() const;
-  const TransformerLM& model() const { return model_; }
+  const LanguageModelPtr& model() const { return model_; }
 
   // Trains H inner steps starting from theta (theta_round); global inner steps start at round x H.
   // With load_theta false the model keeps its own parameters (outer.late_policy reuse_local) and the
@@ -92,7 +92,7 @@ class InnerTrainer {
   Config config_;
   TokenData train_;
   torch::Device device_;
-  TransformerLM model_;
+  LanguageModelPtr model_;
   std::unique_ptr<FlatAdamW> optimizer_;
   std::mt19937_64 rng_;
   GradientHook gradient_hook_;

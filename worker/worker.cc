@@ -55,7 +55,7 @@ int Worker::SetUp(const TokenCache& cache) {
   std::vector<std::string> names;
   std::string fingerprint;
   {
-    TransformerLM probe = MakeTransformerLM(config_.model, config_.run.seed);
+    LanguageModelPtr probe = MakeLanguageModel(config_.model, config_.run.seed);
     const NamedTensors probe_params = NamedParameters(*probe);
     fingerprint = Fingerprint(SpecsOf(probe_params));
     for (const auto& [name, p] : probe_params) names.push_back(name);

@@ -20,6 +20,13 @@ ModelSpec SpecOf(const ModelConfig& m) {
   spec.set_n_layer(m.n_layer);
   spec.set_n_head(m.n_head);
   spec.set_d_model(m.d_model);
+  spec.set_arch(std::string(EnumName(m.arch)));
+  spec.set_n_kv_head(m.KvHeads());
+  spec.set_ffn_hidden(m.FfnHidden());
+  spec.set_max_positions(m.MaxPositions());
+  spec.set_rope_theta(m.rope_theta);
+  spec.set_norm_eps(m.norm_eps);
+  spec.set_untied_head(!m.tie_embeddings);
   return spec;
 }
 

@@ -25,7 +25,7 @@
 #include "proto/fragment_plan.h"
 #include "proto/tensor_spec.h"
 #include "worker/client.h"
-#include "worker/lm/transformer.h"
+#include "worker/lm/language_model.h"
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
     std::cerr << "error: " << config.status().message() << "\n";
     return 2;
   }
-  diloco::TransformerLM model = diloco::MakeTransformerLM(config->model, 0);
+  diloco::LanguageModelPtr model = diloco::MakeLanguageModel(config->model, 0);
   const auto params = diloco::NamedParameters(*model);
   const std::string fingerprint = diloco::Fingerprint(diloco::SpecsOf(params));
   const diloco::Codec codec = diloco::CodecOf(config->comm.codec);

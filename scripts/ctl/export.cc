@@ -14,7 +14,7 @@
 #include "coordinator/checkpoint.h"
 #include "proto/tensor_spec.h"
 #include "scripts/ctl/safetensors.h"
-#include "worker/lm/transformer.h"
+#include "worker/lm/language_model.h"
 
 namespace diloco {
 namespace {
@@ -46,7 +46,7 @@ absl::Status CheckSameModel(const ExportOptions& options, const Config& config, 
     return absl::DataLossError(absl::StrCat("checkpoint ", options.checkpoint, ": its tensors do not match its own ",
                                             "fingerprint ", ckpt.fingerprint));
   }
-  TransformerLM model = MakeTransformerLM(config.model, config.run.seed);
+  LanguageModelPtr model = MakeLanguageModel(config.model, config.run.seed);
   const std::vector<TensorSpec> expected = SpecsOf(NamedParameters(*model));
   const std::string fingerprint = Fingerprint(expected);
   if (fingerprint != ckpt.fingerprint) {

@@ -5,7 +5,7 @@
 // (copied next to the export).
 //
 // The checkpoint does not store model:, so the run's YAML config supplies it. The export is refused unless the model
-// that config builds (worker/lm/transformer.h) has exactly the checkpoint's fingerprint (tensor names, shapes and
+// that config builds (worker/lm/language_model.h) has exactly the checkpoint's fingerprint (tensor names, shapes and
 // dtypes). The fingerprint cannot see model.n_head (it changes no shape): the config's value is taken as given.
 //
 // Unlike ctl's other commands this one works offline and uses the coordinator's checkpoint reader and the worker's

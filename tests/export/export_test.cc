@@ -25,7 +25,7 @@
 #include "proto/tensor_spec.h"
 #include "scripts/ctl/safetensors.h"
 #include "tests/unit/scratch_dir_test.h"
-#include "worker/lm/transformer.h"
+#include "worker/lm/language_model.h"
 
 namespace diloco {
 namespace {
@@ -80,7 +80,7 @@ class ExportTest : public ScratchDirTest {
 
   // theta of a "trained" model: the init plus N(0, 0.3) noise on every tensor (LayerNorm gains and biases too).
   void WriteCheckpoint() {
-    TransformerLM model = MakeTransformerLM(config_.model, config_.run.seed);
+    LanguageModelPtr model = MakeLanguageModel(config_.model, config_.run.seed);
     torch::NoGradGuard no_grad;
     torch::manual_seed(11);
     CheckpointData data;
@@ -99,7 +99,7 @@ class ExportTest : public ScratchDirTest {
   std::string WriteCppReference() {
     auto ckpt = LoadCheckpoint(checkpoint_path_);
     EXPECT_TRUE(ckpt.ok()) << ckpt.status();
-    TransformerLM model = MakeTransformerLM(config_.model, /*seed=*/99);  // another init: the load must overwrite it
+    LanguageModelPtr model = MakeLanguageModel(config_.model, /*seed=*/99);  // another init: the load must overwrite it
     LoadParameters(*model, ckpt->params);
     model->eval();
     const int64_t T = config_.model.seq_len;

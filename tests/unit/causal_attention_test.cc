@@ -10,7 +10,7 @@
 
 #include "config/config.h"
 #include "worker/lm/kernel_dispatch.h"
-#include "worker/lm/transformer.h"
+#include "worker/lm/language_model.h"
 
 namespace diloco {
 namespace {
@@ -130,8 +130,8 @@ TEST(CausalAttention, LanguageModelMatchesTheCompositeModelInDouble) {
   m.n_layer = 2;
   m.n_head = 4;
   m.d_model = 32;
-  TransformerLM model32 = MakeTransformerLM(m, 11);
-  TransformerLM model64 = MakeTransformerLM(m, 11);
+  LanguageModelPtr model32 = MakeLanguageModel(m, 11);
+  LanguageModelPtr model64 = MakeLanguageModel(m, 11);
   model64->to(torch::kDouble);
   torch::manual_seed(2);
   const torch::Tensor tokens = torch::randint(0, m.vocab_size, {3, m.seq_len}, torch::kLong);

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "config/config.h"
-#include "worker/lm/transformer.h"
+#include "worker/lm/language_model.h"
 
 namespace diloco {
 namespace {
@@ -20,7 +20,7 @@ std::vector<std::string> ModelNames(int64_t n_layer) {
   m.n_head = 2;
   m.d_model = 8;
   std::vector<std::string> names;
-  for (const auto& [name, p] : NamedParameters(*MakeTransformerLM(m, 1))) names.push_back(name);
+  for (const auto& [name, p] : NamedParameters(*MakeLanguageModel(m, 1))) names.push_back(name);
   return names;
 }
 

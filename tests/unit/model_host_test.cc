@@ -17,9 +17,9 @@
 #include "tests/unit/scratch_dir_test.h"
 #include "tests/unit/tiny_coordinator_config.h"
 #include "worker/lm/evaluate.h"
+#include "worker/lm/language_model.h"
 #include "worker/lm/token_data.h"
 #include "worker/lm/token_shard.h"
-#include "worker/lm/transformer.h"
 
 namespace diloco {
 namespace {
@@ -41,7 +41,7 @@ class ModelHostTest : public ScratchDirTest {
   }
   // The validation loss computed directly with worker/lm, for `theta`.
   double DirectLoss(const NamedTensors& theta) const {
-    TransformerLM model = MakeTransformerLM(config_.model, config_.run.seed);
+    LanguageModelPtr model = MakeLanguageModel(config_.model, config_.run.seed);
     LoadParameters(*model, theta);
     auto val = TokenData::Load(cache_.val_path(), config_.model.seq_len);
     EXPECT_TRUE(val.ok()) << val.status();
@@ -60,7 +60,7 @@ class ModelHostTest : public ScratchDirTest {
 TEST_F(ModelHostTest, Theta0IsTheSeededModelAndTheEvaluatorUsesTheValidationShard) {
   auto hosted = HostModel(config_, cache_);
   ASSERT_TRUE(hosted.ok()) << hosted.status();
-  TransformerLM model = MakeTransformerLM(config_.model, config_.run.seed);
+  LanguageModelPtr model = MakeLanguageModel(config_.model, config_.run.seed);
   const auto expected = NamedParameters(*model);
   ASSERT_EQ(hosted->theta_0.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {

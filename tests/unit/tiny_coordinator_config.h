@@ -36,7 +36,7 @@ inline Config TinyCoordinatorConfig(const std::filesystem::path& dir) {
   return config;
 }
 
-// theta_0 with the names and shapes of TinyCoordinatorConfig's transformer (worker/lm/transformer.h), values
+// theta_0 with the names and shapes of TinyCoordinatorConfig's transformer (worker/lm/language_model.h), values
 // N(0, 0.02^2) from `seed`.
 inline NamedTensors TinyTheta0(const ModelConfig& m, uint64_t seed = 1) {
   const int64_t d = m.d_model;

@@ -115,4 +115,31 @@ torch::Tensor CausalSelfAttention(const torch::Tensor& qkv, int64_t n_head) {
   return CausalAttentionFunction::apply(qkv, n_head);
 }
 
+torch::Tensor CachedAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, KvCache& cache,
+                              size_t layer) {
+  if (cache.keys.size() <= layer) {
+    cache.keys.resize(layer + 1);
+    cache.values.resize(layer + 1);
+  }
+  torch::Tensor& keys = cache.keys[layer];
+  torch::Tensor& values = cache.values[layer];
+  keys = keys.defined() ? torch::cat({keys, k}, 2) : k.contiguous();
+  values = values.defined() ? torch::cat({values, v}, 2) : v.contiguous();
+  const int64_t B = q.size(0), n_head = q.size(1), T_new = q.size(2), hd = q.size(3);
+  const int64_t S = keys.size(2), start = S - T_new, group = n_head / keys.size(1);
+  torch::Tensor kk = group == 1 ? keys : keys.repeat_interleave(group, 1);  // [B, n_head, S, hd]
+  torch::Tensor vv = group == 1 ? values : values.repeat_interleave(group, 1);
+  auto opts = torch::TensorOptions().dtype(torch::kLong).device(q.device());
+  torch::Tensor hidden = torch::arange(S, opts).unsqueeze(0) > (torch::arange(T_new, opts) + start).unsqueeze(1);
+  torch::Tensor scores = torch::matmul(q, kk.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
+  scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
+  return torch::matmul(torch::softmax(scores, -1), vv).transpose(1, 2).reshape({B, T_new, n_head * hd});
+}
+
+torch::Tensor CachedAttention(const torch::Tensor& qkv, int64_t n_head, KvCache& cache, size_t layer) {
+  const Shape s = ShapeOf(qkv, n_head);
+  auto parts = qkv.view({s.B, s.T, 3, s.n_head, s.hd}).permute({2, 0, 3, 1, 4});  // q, k, v: [B, h, T, hd]
+  return CachedAttention(parts[0], parts[1], parts[2], cache, layer);
+}
+
 }  // namespace diloco

@@ -15,6 +15,8 @@
 
 #include <torch/torch.h>
 
+#include "worker/lm/kv_cache.h"
+
 namespace diloco {
 
 // qkv: [B, T, 3 x D], D divisible by n_head. Differentiable with respect to qkv.
@@ -23,5 +25,16 @@ torch::Tensor CausalSelfAttention(const torch::Tensor& qkv, int64_t n_head);
 // The same attention as composite LibTorch ops (matmul, additive -inf mask, softmax): the fallback, and what the
 // tests hold the fused op to.
 torch::Tensor CausalSelfAttentionReference(const torch::Tensor& qkv, int64_t n_head);
+
+// Incremental decoding: attention of new queries over the cached and new keys/values (composite ops; no grad).
+// q: [B, n_head, T_new, hd]; k, v: [B, n_kv_head, T_new, hd] with n_head a multiple of n_kv_head (grouped-query
+// attention: query head h reads key/value head h / (n_head / n_kv_head)). The new positions are cache.length ..
+// cache.length + T_new - 1, causal among themselves; appends k, v to cache.keys/values[layer] (the caller advances
+// cache.length once all layers ran). Returns [B, T_new, n_head x hd].
+torch::Tensor CachedAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, KvCache& cache,
+                              size_t layer);
+
+// The same from a fused projection qkv [B, T_new, 3 x D] laid out as CausalSelfAttention's (n_head heads each).
+torch::Tensor CachedAttention(const torch::Tensor& qkv, int64_t n_head, KvCache& cache, size_t layer);
 
 }  // namespace diloco

@@ -2,7 +2,7 @@
 
 namespace diloco {
 
-double EvaluateLoss(TransformerLM& model, const TokenData& data, int64_t num_batches, int64_t batch_size,
+double EvaluateLoss(LanguageModelPtr& model, const TokenData& data, int64_t num_batches, int64_t batch_size,
                     const torch::Device& device) {
   torch::NoGradGuard no_grad;
   const bool was_training = model->is_training();

@@ -3,12 +3,12 @@
 // (not thread-safe with respect to it); switches it to eval mode and back.
 #pragma once
 
+#include "worker/lm/language_model.h"
 #include "worker/lm/token_data.h"
-#include "worker/lm/transformer.h"
 
 namespace diloco {
 
-double EvaluateLoss(TransformerLM& model, const TokenData& data, int64_t num_batches, int64_t batch_size,
+double EvaluateLoss(LanguageModelPtr& model, const TokenData& data, int64_t num_batches, int64_t batch_size,
                     const torch::Device& device = torch::kCPU);
 
 }  // namespace diloco
