@@ -57,6 +57,7 @@ struct InnerConfig {
   InnerOptimizerKind optimizer = InnerOptimizerKind::kAdamW;
   double lr = 2e-3;
   double weight_decay = 0.1;
+  bool weight_decay_1d = true;  // 1-D tensors (norms, biases) decayed too; nanoGPT and Hugging Face use false
   double beta1 = 0.9;
   double beta2 = 0.95;
   int64_t warmup_steps = 50;

@@ -108,6 +108,7 @@ const std::vector<Field>& Fields() {
       MakeField("inner.optimizer", &Config::inner, &InnerConfig::optimizer),
       MakeField("inner.lr", &Config::inner, &InnerConfig::lr),
       MakeField("inner.weight_decay", &Config::inner, &InnerConfig::weight_decay),
+      MakeField("inner.weight_decay_1d", &Config::inner, &InnerConfig::weight_decay_1d),
       MakeField("inner.beta1", &Config::inner, &InnerConfig::beta1),
       MakeField("inner.beta2", &Config::inner, &InnerConfig::beta2),
       MakeField("inner.warmup_steps", &Config::inner, &InnerConfig::warmup_steps),

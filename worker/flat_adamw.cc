@@ -44,8 +44,19 @@ FlatAdamW::FlatAdamW(std::vector<torch::Tensor> params, AdamWSettings settings)
   grads_ = torch::zeros({total}, options);
   exp_avg_ = torch::zeros({total}, options);
   exp_avg_sq_ = torch::zeros({total}, options);
-  int64_t offset = 0;
+  // Decayed tensors first (all of them, in the order given, unless 1-D tensors are exempt), then the exempt ones.
+  std::vector<torch::Tensor*> layout;
   for (torch::Tensor& p : views_) {
+    if (settings_.decay_1d || p.dim() >= 2) layout.push_back(&p);
+  }
+  for (const torch::Tensor* p : layout) decayed_ += p->numel();
+  for (torch::Tensor& p : views_) {
+    if (!settings_.decay_1d && p.dim() < 2) layout.push_back(&p);
+  }
+  first_laid_ = static_cast<size_t>(layout.front() - views_.data());
+  int64_t offset = 0;
+  for (torch::Tensor* slot_of : layout) {
+    torch::Tensor& p = *slot_of;
     const int64_t n = p.numel();
     torch::Tensor slot = params_.narrow(0, offset, n).view(p.sizes());
     slot.copy_(p.detach());
@@ -63,7 +74,7 @@ void FlatAdamW::Step(double lr, double grad_scale) {
   torch::NoGradGuard no_grad;
   // Something that replaced a parameter's data or gradient (module zero_grad setting grads to none, .to(), a
   // set_data) would cut it off the flat buffers and train on nothing: refuse loudly instead.
-  const torch::Tensor& first = views_.front();
+  const torch::Tensor& first = views_[first_laid_];
   if (first.data_ptr() != params_.data_ptr() || !first.grad().defined() ||
       first.grad().data_ptr() != grads_.data_ptr()) {
     throw std::logic_error("FlatAdamW: the parameters or gradients are no longer views of the flat buffers");
@@ -87,13 +98,17 @@ void FlatAdamW::Step(double lr, double grad_scale) {
     const float* g = grads_.data_ptr<float>();
     float* m = exp_avg_.data_ptr<float>();
     float* v = exp_avg_sq_.data_ptr<float>();
-    at::parallel_for(0, params_.numel(), int64_t{1} << 15,
+    at::parallel_for(0, decayed_, int64_t{1} << 15,
                      [&](int64_t begin, int64_t end) { AdamWKernel(p, g, m, v, c, begin, end); });
+    StepConstants exempt = c;
+    exempt.decay = 1.0f;
+    at::parallel_for(decayed_, params_.numel(), int64_t{1} << 15,
+                     [&](int64_t begin, int64_t end) { AdamWKernel(p, g, m, v, exempt, begin, end); });
     return;
   }
   // Other devices: the same update in a few whole-buffer tensor ops (the gradients left as they are, as on CPU).
   const torch::Tensor grads = grad_scale != 1.0 ? grads_ * grad_scale : grads_;
-  params_.mul_(decay);
+  params_.narrow(0, 0, decayed_).mul_(decay);
   exp_avg_.mul_(settings_.beta1).add_(grads, 1.0 - settings_.beta1);
   exp_avg_sq_.mul_(settings_.beta2).addcmul_(grads, grads, 1.0 - settings_.beta2);
   params_.addcdiv_(exp_avg_, (exp_avg_sq_.sqrt() / std::sqrt(bias_correction2)).add_(settings_.eps), -step_size);

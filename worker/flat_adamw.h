@@ -5,6 +5,7 @@
 // zeroing the gradients is one fill, and the gradient norm for clipping is one reduction whose scale is folded into
 // the step. The module keeps working as before: loads, merges, broadcasts and autograd's in-place gradient
 // accumulation all write through the views (Step throws if a parameter or its gradient was replaced instead).
+// The buffers hold the parameters in the order given, except with decay_1d false (see AdamWSettings).
 // Parameters must be float32 and on one device. Unlike torch's AdamW, a parameter that got no gradient in a step is
 // still decayed and moved by its momentum (every parameter of LanguageModelPtr gets one every step).
 // Owns the flat buffers and the moments. Not thread-safe: one training thread calls it.
@@ -22,6 +23,9 @@ struct AdamWSettings {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;
+  // Whether 1-D tensors (norm gains, biases) are decayed too (inner.weight_decay_1d). When false they are laid after
+  // the decayed ones in the flat buffers and stepped with no decay, as nanoGPT's and Hugging Face's parameter groups.
+  bool decay_1d = true;
 };
 
 class FlatAdamW {
@@ -43,6 +47,8 @@ class FlatAdamW {
   std::vector<torch::Tensor> views_;  // the parameters, now views into params_
   AdamWSettings settings_;
   torch::Tensor params_, grads_, exp_avg_, exp_avg_sq_;
+  size_t first_laid_ = 0;  // the view at offset 0
+  int64_t decayed_ = 0;    // params_[0, decayed_) get weight decay, the rest none
   int64_t step_ = 0;
 };
 

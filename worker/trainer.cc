@@ -65,6 +65,7 @@ InnerTrainer::InnerTrainer(const Config& config, TokenData train, torch::Device 
   adamw.beta1 = config.inner.beta1;
   adamw.beta2 = config.inner.beta2;
   adamw.weight_decay = config.inner.weight_decay;
+  adamw.decay_1d = config.inner.weight_decay_1d;
   optimizer_ = std::make_unique<FlatAdamW>(model_->parameters(), adamw);
 }
 

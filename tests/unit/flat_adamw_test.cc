@@ -109,4 +109,43 @@ TEST(FlatAdamWTest, ParametersAndGradientsStayViewsOfTheFlatBuffers) {
 }
 
 }  // namespace
+// inner.weight_decay_1d = false: against torch::optim::AdamW with two parameter groups (matrices decayed, 1-D tensors
+// with weight_decay 0), as nanoGPT and Hugging Face's Trainer build them. A wrong implementation (decay everywhere, or
+// nowhere) moves the biases or the matrices differently.
+TEST(FlatAdamWTest, OneDimensionalTensorsWithoutDecayMatchTorchParamGroups) {
+  torch::manual_seed(5);
+  Net a, b;
+  {
+    torch::NoGradGuard no_grad;
+    auto pa = a.parameters(), pb = b.parameters();
+    for (size_t i = 0; i < pa.size(); ++i) pb[i].copy_(pa[i]);
+  }
+  AdamWSettings s;
+  s.weight_decay = 0.5;  // large, so that decaying a bias shows
+  s.decay_1d = false;
+  FlatAdamW flat(a.parameters(), s);
+  std::vector<torch::Tensor> matrices, vectors;
+  for (const auto& p : b.parameters()) (p.dim() >= 2 ? matrices : vectors).push_back(p);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(matrices,
+                      std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(1e-2).weight_decay(0.5)));
+  groups.emplace_back(vectors,
+                      std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(1e-2).weight_decay(0.0)));
+  torch::optim::AdamW reference(groups, torch::optim::AdamWOptions(1e-2));
+  for (int step = 0; step < 20; ++step) {
+    auto x = torch::randint(0, 50, {4, 8}, torch::kLong), y = torch::randint(0, 50, {4, 8}, torch::kLong);
+    flat.ZeroGrad();
+    a.Loss(x, y).backward();
+    flat.Step(1e-2);
+    reference.zero_grad();
+    b.Loss(x, y).backward();
+    reference.step();
+  }
+  auto pa = a.parameters(), pb = b.parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(pa[i], pb[i], /*rtol=*/1e-5, /*atol=*/1e-6)) << "parameter " << i;
+  }
+  EXPECT_EQ(flat.flat_parameters().numel(), 50 * 16 + 16 * 32 + 32 + 32 * 16 + 16);
+}
+
 }  // namespace diloco
