@@ -130,19 +130,19 @@ TEST(HfWeightsTest, CopiesByNameAndRefusesMissingMisShapedAndExtraTensors) {
 
   HfWeights shaped = w;
   shaped["model.norm.weight"] = torch::ones({9});
-  e = CopyHfWeights(shaped, "/hf", *target).message();
+  e = std::string(CopyHfWeights(shaped, "/hf", *target).message());
   EXPECT_NE(e.find("'model.norm.weight' has shape [9]"), std::string::npos) << e;
 
   HfWeights extra = w;
   extra["model.layers.1.mlp.up_proj.weight"] = torch::ones({12, 8});
-  e = CopyHfWeights(extra, "/hf", *target).message();
+  e = std::string(CopyHfWeights(extra, "/hf", *target).message());
   EXPECT_NE(e.find("model.layers.1.mlp.up_proj.weight"), std::string::npos) << e;
 
   ModelConfig untied = TinyLlama();
   untied.tie_embeddings = false;
   auto untied_model = MakeLanguageModel(untied, 3);
   HfWeights no_head = WeightsOf(*source, 0.f);
-  e = CopyHfWeights(no_head, "/hf", *untied_model).message();
+  e = std::string(CopyHfWeights(no_head, "/hf", *untied_model).message());
   EXPECT_NE(e.find("'lm_head.weight'"), std::string::npos) << e;
 }
 

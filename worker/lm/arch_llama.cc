@@ -209,7 +209,7 @@ class LlamaModel : public LanguageModel {
 
   torch::Tensor Head(const torch::Tensor& x) {
     auto h = model_->norm->forward(x);
-    return lm_head_ ? lm_head_->forward(h) : torch::matmul(h, model_->embed_tokens->weight.t());
+    return !lm_head_.is_empty() ? lm_head_->forward(h) : torch::matmul(h, model_->embed_tokens->weight.t());
   }
 
   LlamaBackbone model_{nullptr};

@@ -1,5 +1,6 @@
 #include "worker/lm/hf_weights.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -110,7 +111,7 @@ absl::Status CopyHfWeights(const HfWeights& weights, const std::string& dir, Lan
     if (value == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(dir, ": missing tensor '", p.key(), "' (shape ",
                                                      ShapeText(p.value()), ") that model.arch ",
-                                                     EnumName(model.config().arch), " needs"));
+                                                     std::string(EnumName(model.config().arch)), " needs"));
     }
     if (!value->sizes().equals(p.value().sizes())) {
       return absl::InvalidArgumentError(absl::StrCat(dir, ": tensor '", key, "' has shape ", ShapeText(*value),
@@ -127,9 +128,10 @@ absl::Status CopyHfWeights(const HfWeights& weights, const std::string& dir, Lan
   }
   if (!extra.empty()) {
     const size_t shown = std::min<size_t>(extra.size(), 5);
-    return absl::InvalidArgumentError(absl::StrCat(
-        dir, ": ", extra.size(), " tensor(s) that model.arch ", EnumName(model.config().arch), " does not have: ",
-        absl::StrJoin(extra.begin(), extra.begin() + shown, ", "), extra.size() > shown ? ", ..." : ""));
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, ": ", extra.size(), " tensor(s) that model.arch ", std::string(EnumName(model.config().arch)),
+                     " does not have: ", absl::StrJoin(extra.begin(), extra.begin() + shown, ", "),
+                     extra.size() > shown ? ", ..." : ""));
   }
   return absl::OkStatus();
 }

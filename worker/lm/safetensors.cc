@@ -153,8 +153,8 @@ absl::StatusOr<at::ScalarType> ParseDtype(const std::string& path, const std::st
       absl::StrCat(path, ": tensor '", name, "' has dtype '", dtype, "' (supported: F32, BF16, F16)"));
 }
 
-absl::StatusOr<StoredTensor> ParseEntry(const std::string& path, const std::string& name, const nlohmann::json& entry,
-                                        uint64_t data_bytes) {
+absl::StatusOr<StoredTensor> ParseEntry(const std::string& path, const std::string& name,
+                                        const nlohmann::ordered_json& entry, uint64_t data_bytes) {
   StoredTensor t;
   t.name = name;
   std::string dtype;
@@ -196,7 +196,7 @@ absl::StatusOr<std::vector<StoredTensor>> ParseHeader(const std::string& path, c
   std::vector<StoredTensor> out;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") continue;
-    absl::StatusOr<StoredTensor> t = ParseEntry(path, name, nlohmann::json(entry), data_bytes);
+    absl::StatusOr<StoredTensor> t = ParseEntry(path, name, entry, data_bytes);
     if (!t.ok()) return t.status();
     out.push_back(std::move(*t));
   }
