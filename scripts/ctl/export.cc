@@ -13,8 +13,8 @@
 #include "config/data_cache.h"
 #include "coordinator/checkpoint.h"
 #include "proto/tensor_spec.h"
-#include "scripts/ctl/safetensors.h"
 #include "worker/lm/language_model.h"
+#include "worker/lm/safetensors.h"
 
 namespace diloco {
 namespace {
