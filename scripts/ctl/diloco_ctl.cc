@@ -22,6 +22,7 @@
 #include "proto/status_json.h"
 #include "proto/transport_security.h"
 #include "scripts/ctl/export.h"
+#include "scripts/ctl/generate.h"
 
 namespace {
 
@@ -145,8 +146,23 @@ int main(int argc, char** argv) {
   export_cmd->add_option("--set", export_options.overrides, "section.key=value override of the config (repeatable)");
   export_cmd->add_option("--format", export_options.format, "output format (safetensors)");
   export_cmd->add_option("--out", export_options.out, "output file, e.g. model.safetensors")->required();
+  diloco::GenerateCommand gen;
+  CLI::App* generate = app.add_subcommand("generate", "sample text from a checkpoint or a Hugging Face model");
+  generate->add_option("--config", gen.config, "the run's YAML config (model:, data:)")->required();
+  generate->add_option("--set", gen.overrides, "section.key=value override of the config (repeatable)");
+  generate->add_option("--checkpoint", gen.checkpoint, "a coordinator checkpoint file");
+  generate->add_option("--init-from", gen.init_from, "a Hugging Face model directory (config.json + safetensors)");
+  generate->add_option("--prompt", gen.prompt, "prompt text (encoded with the run's tokenizer)");
+  generate->add_option("--prompt-ids", gen.prompt_ids, "prompt token ids, e.g. 1,2,3");
+  generate->add_option("--max-new-tokens", gen.max_new_tokens, "tokens to generate")->required();
+  generate->add_option("--temperature", gen.temperature, "0: greedy (default); else sample from softmax(logits / T)");
+  generate->add_option("--top-k", gen.top_k, "sample among the k most likely tokens (0: all)");
+  generate->add_option("--seed", gen.seed, "sampling seed");
+  generate->add_flag("--print-ids", gen.print_ids, "print only the new token ids, space-separated");
+  generate->add_flag("--ignore-eos", gen.ignore_eos, "go on past the model's EOS token");
   CLI11_PARSE(app, argc, argv);
   if (*export_cmd) return RunExport(export_options);
+  if (*generate) return diloco::RunGenerate(gen);
 
   auto security = LoadSecurity(run_config, run_overrides, security_flags);
   if (!security.ok()) {

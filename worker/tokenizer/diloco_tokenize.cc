@@ -4,11 +4,18 @@
 // It runs as its own process and links nothing that loads protobuf or abseil: Debian's libsentencepiece carries its
 // own protobuf-lite and crashes next to libprotobuf (DESIGN.md §5). The output directory appears atomically: the
 // files are written to <out>.partial-<pid> and renamed at the end. Single-threaded.
+//
+// Two more modes serve `diloco-ctl generate`, which cannot load SentencePiece itself:
+//   diloco-tokenize encode --model M --text TEXT   prints TEXT's token ids, space-separated, on one line
+//   diloco-tokenize decode --model M --ids "1 2 3" prints the text of the ids (no newline added)
+// A model with our newline symbol "<nl>" (one this tool trained) encodes '\n' as that symbol, as the shards do; any
+// other SentencePiece model (e.g. a Llama checkpoint's tokenizer.model) encodes the text as it is.
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -48,6 +55,79 @@ bool Encode(const sentencepiece::SentencePieceProcessor& sp, const std::string& 
     ids->push_back(static_cast<uint32_t>(newline_id));
   }
   return true;
+}
+
+// A prompt's ids: lines joined by the newline symbol when the model has one (as the shards encode text).
+std::string EncodePrompt(const sentencepiece::SentencePieceProcessor& sp, const std::string& text,
+                         std::vector<int>* ids) {
+  const int newline_id = sp.PieceToId(kNewlineSymbol);
+  if (newline_id == sp.unk_id()) {
+    const auto status = sp.Encode(text, ids);
+    return status.ok() ? "" : status.ToString();
+  }
+  size_t begin = 0;
+  while (true) {
+    const size_t end = text.find('\n', begin);
+    std::vector<int> piece_ids;
+    const auto status =
+        sp.Encode(text.substr(begin, end == std::string::npos ? std::string::npos : end - begin), &piece_ids);
+    if (!status.ok()) return status.ToString();
+    ids->insert(ids->end(), piece_ids.begin(), piece_ids.end());
+    if (end == std::string::npos) return "";
+    ids->push_back(newline_id);
+    begin = end + 1;
+  }
+}
+
+// The text of ids; the newline symbol (when the model has one) becomes '\n'.
+std::string DecodeIds(const sentencepiece::SentencePieceProcessor& sp, const std::vector<int>& ids, std::string* text) {
+  const int newline_id = sp.PieceToId(kNewlineSymbol);
+  std::vector<int> line;
+  auto flush = [&]() -> std::string {
+    std::string piece;
+    const auto status = sp.Decode(line, &piece);
+    if (!status.ok()) return status.ToString();
+    *text += piece;
+    line.clear();
+    return "";
+  };
+  for (int id : ids) {
+    if (id < 0 || id >= sp.GetPieceSize()) return "token id " + std::to_string(id) + " is not in the vocabulary";
+    if (id == newline_id && newline_id != sp.unk_id()) {
+      if (std::string e = flush(); !e.empty()) return e;
+      *text += "\n";
+    } else {
+      line.push_back(id);
+    }
+  }
+  return flush();
+}
+
+// `encode` / `decode`: one prompt through the model at model_path; prints to stdout.
+int RunCodec(bool encode, const std::string& model_path, const std::string& input) {
+  sentencepiece::SentencePieceProcessor sp;
+  const auto loaded = sp.Load(model_path);
+  if (!loaded.ok()) return Fail("cannot load the tokenizer " + model_path + ": " + loaded.ToString());
+  if (encode) {
+    std::vector<int> ids;
+    if (std::string e = EncodePrompt(sp, input, &ids); !e.empty()) return Fail("encoding failed: " + e);
+    for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? " " : "") << ids[i];
+    std::cout << "\n";
+    return 0;
+  }
+  std::vector<int> ids;
+  std::istringstream in(input);
+  for (std::string word; in >> word;) {
+    try {
+      ids.push_back(std::stoi(word));
+    } catch (const std::exception&) {
+      return Fail("--ids: '" + word + "' is not a token id");
+    }
+  }
+  std::string text;
+  if (std::string e = DecodeIds(sp, ids, &text); !e.empty()) return Fail("decoding failed: " + e);
+  std::cout << text;
+  return 0;
 }
 
 // The input text cut at a line boundary: train = head, validation = tail.
@@ -133,11 +213,26 @@ int main(int argc, char** argv) {
   std::string text_path, out_dir;
   int vocab_size = 512;
   double val_fraction = 0.1;
-  app.add_option("--text", text_path, "input text file")->required();
-  app.add_option("--vocab-size", vocab_size, "BPE vocabulary size")->required();
-  app.add_option("--val-fraction", val_fraction, "tail fraction of the text kept for validation")->required();
-  app.add_option("--out", out_dir, "output directory (created atomically)")->required();
+  CLI::Option* text_opt = app.add_option("--text", text_path, "input text file");
+  CLI::Option* vocab_opt = app.add_option("--vocab-size", vocab_size, "BPE vocabulary size");
+  CLI::Option* fraction_opt =
+      app.add_option("--val-fraction", val_fraction, "tail fraction of the text kept for validation");
+  CLI::Option* out_opt = app.add_option("--out", out_dir, "output directory (created atomically)");
+  std::string model_path, codec_input;
+  CLI::App* encode = app.add_subcommand("encode", "print a text's token ids");
+  encode->add_option("--model", model_path, "SentencePiece model")->required();
+  encode->add_option("--text", codec_input, "the text")->required();
+  CLI::App* decode = app.add_subcommand("decode", "print the text of token ids");
+  decode->add_option("--model", model_path, "SentencePiece model")->required();
+  decode->add_option("--ids", codec_input, "token ids, space- or comma-separated")->required();
   CLI11_PARSE(app, argc, argv);
+  if (*encode || *decode) {
+    if (*decode) std::replace(codec_input.begin(), codec_input.end(), ',', ' ');
+    return RunCodec(static_cast<bool>(*encode), model_path, codec_input);
+  }
+  for (CLI::Option* o : {text_opt, vocab_opt, fraction_opt, out_opt}) {
+    if (o->count() == 0) return Fail(o->get_name() + " is required (or use the encode / decode subcommand)");
+  }
 
   SplitText text;
   if (std::string e = ReadAndSplit(text_path, val_fraction, &text); !e.empty()) return Fail(e);

@@ -1,0 +1,160 @@
+#include "scripts/ctl/generate.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "config/config_loader.h"
+#include "config/data_cache.h"
+#include "config/subprocess.h"
+#include "coordinator/checkpoint.h"
+#include "proto/tensor_spec.h"
+#include "worker/lm/generate.h"
+#include "worker/lm/hf_weights.h"
+
+namespace diloco {
+namespace {
+
+// The model with the weights of --checkpoint or --init-from.
+absl::StatusOr<LanguageModelPtr> LoadModel(const GenerateCommand& c, const Config& config) {
+  LanguageModelPtr model;
+  try {
+    model = MakeLanguageModel(config.model, config.run.seed);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+  if (!c.init_from.empty()) {
+    auto weights = LoadHfWeights(c.init_from);
+    if (!weights.ok()) return weights.status();
+    absl::Status s = CopyHfWeights(*weights, c.init_from, *model);
+    if (!s.ok()) return s;
+    return model;
+  }
+  auto ckpt = LoadCheckpoint(c.checkpoint);
+  if (!ckpt.ok()) return ckpt.status();
+  const std::string expected = Fingerprint(SpecsOf(NamedParameters(*model)));
+  if (ckpt->fingerprint != expected) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", c.checkpoint, " (fingerprint ", ckpt->fingerprint,
+                                                      ") is not of the model ", c.config, " describes (fingerprint ",
+                                                      expected, "); pass the config of the run that wrote it"));
+  }
+  LoadParameters(*model, ckpt->params);
+  return model;
+}
+
+// The SentencePiece model of the run: the HF directory's, else the run's token cache's ("" when there is none).
+std::string FindTokenizer(const GenerateCommand& c, const Config& config) {
+  std::error_code ec;
+  if (!c.init_from.empty()) {
+    const std::string path = c.init_from + "/tokenizer.model";
+    if (std::filesystem::is_regular_file(path, ec)) return path;
+  }
+  auto cache = LocateTokenCache(config);
+  if (cache.ok() && std::filesystem::is_regular_file(cache->tokenizer_model_path(), ec)) {
+    return cache->tokenizer_model_path();
+  }
+  return "";
+}
+
+// Runs diloco-tokenize (next to this executable) and returns its standard output.
+absl::StatusOr<std::string> RunTokenizer(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {SiblingExecutable("diloco-tokenize")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Subprocess::Options options;
+  options.capture_output = true;
+  auto child = Subprocess::Start(argv, options);
+  if (!child.ok()) return child.status();
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = read(child->output_fd(), buf, sizeof(buf))) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  if (int code = child->Wait(); code != 0) {
+    return absl::InternalError(absl::StrCat("diloco-tokenize ", args[0], " exited with code ", code, ": ", out));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<int64_t>> ParseIds(const std::string& text, const char* what) {
+  std::vector<int64_t> ids;
+  for (absl::string_view word : absl::StrSplit(text, absl::ByAnyChar(", \n"), absl::SkipEmpty())) {
+    int64_t id = 0;
+    if (!absl::SimpleAtoi(word, &id)) return absl::InvalidArgumentError(absl::StrCat(what, ": '", word, "' is not a token id"));
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+// The prompt's ids: --prompt-ids as given, or --prompt through the tokenizer (with the model's BOS first for llama,
+// as Hugging Face's LlamaTokenizer adds it).
+absl::StatusOr<std::vector<int64_t>> PromptIds(const GenerateCommand& c, const Config& config,
+                                               const std::string& tokenizer) {
+  if (!c.prompt_ids.empty()) return ParseIds(c.prompt_ids, "--prompt-ids");
+  if (tokenizer.empty()) {
+    return absl::NotFoundError("--prompt needs the run's tokenizer (the HF directory's tokenizer.model or the run's "
+                               "token cache), and none was found; pass --prompt-ids instead");
+  }
+  auto out = RunTokenizer({"encode", "--model", tokenizer, "--text", c.prompt});
+  if (!out.ok()) return out.status();
+  auto ids = ParseIds(*out, "diloco-tokenize encode");
+  if (ids.ok() && config.model.arch == ModelArch::kLlama && config.model.bos_token_id >= 0) {
+    ids->insert(ids->begin(), config.model.bos_token_id);
+  }
+  return ids;
+}
+
+int Fail(const absl::Status& s) {
+  std::cerr << "diloco-ctl: error: generate: " << s.message() << "\n";
+  const absl::StatusCode code = s.code();
+  return code == absl::StatusCode::kNotFound || code == absl::StatusCode::kInvalidArgument ||
+                 code == absl::StatusCode::kFailedPrecondition
+             ? 2
+             : 1;
+}
+
+}  // namespace
+
+int RunGenerate(const GenerateCommand& c) {
+  if (c.checkpoint.empty() == c.init_from.empty()) {
+    return Fail(absl::InvalidArgumentError("pass exactly one of --checkpoint and --init-from"));
+  }
+  if (c.prompt.empty() == c.prompt_ids.empty()) {
+    return Fail(absl::InvalidArgumentError("pass exactly one of --prompt and --prompt-ids"));
+  }
+  std::vector<std::string> overrides = c.overrides;
+  if (!c.init_from.empty()) overrides.push_back("model.init_from=" + c.init_from);
+  auto config = LoadConfig(c.config, overrides);
+  if (!config.ok()) return Fail(config.status());
+  auto model = LoadModel(c, *config);
+  if (!model.ok()) return Fail(model.status());
+  const std::string tokenizer = FindTokenizer(c, *config);
+  auto prompt = PromptIds(c, *config, tokenizer);
+  if (!prompt.ok()) return Fail(prompt.status());
+  GenerateOptions options;
+  options.max_new_tokens = c.max_new_tokens;
+  options.temperature = c.temperature;
+  options.top_k = c.top_k;
+  options.seed = c.seed;
+  options.eos_id = c.ignore_eos ? -1 : config->model.eos_token_id;
+  auto ids = Generate(**model, *prompt, config->model.MaxPositions(), options);
+  if (!ids.ok()) return Fail(ids.status());
+  if (c.print_ids || tokenizer.empty()) {
+    if (!c.print_ids) std::cerr << "diloco-ctl: no tokenizer found: printing token ids\n";
+    std::cout << absl::StrJoin(*ids, " ") << "\n";
+    return 0;
+  }
+  auto text = RunTokenizer({"decode", "--model", tokenizer, "--ids", absl::StrJoin(*ids, " ")});
+  if (!text.ok()) return Fail(text.status());
+  std::cout << (c.prompt.empty() ? "" : c.prompt) << *text << "\n";
+  return 0;
+}
+
+}  // namespace diloco
