@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -156,6 +157,12 @@ class ExportTest : public ScratchDirTest {
                     .ok());
   }
 
+  // tests/export/check_hf_export.py under the reference stack (transformers' own GPT2LMHeadModel).
+  Ran CheckHf(const std::string& dir, int shards) {
+    return RunToEnd({DILOCO_PYTHON, std::string(DILOCO_SOURCE_DIR) + "/tests/export/check_hf_export.py", "--dir", dir,
+                     "--reference", WriteCppReference(), "--tol", "1e-4", "--expect-shards", std::to_string(shards)});
+  }
+
   std::string config_path_, checkpoint_path_;
   Config config_;
 };
@@ -189,6 +196,57 @@ TEST_F(ExportTest, PythonModelOnTheExportGivesTheCppLogits) {
   std::cout << "[export] " << check.output;
   EXPECT_EQ(check.code, 0) << check.output;
   EXPECT_NE(check.output.find("check_export: OK"), std::string::npos) << check.output;
+}
+
+TEST_F(ExportTest, HuggingFaceLoadsTheHfExportAndGivesOurLogits) {
+  const Ran ran = Export(Path("hf"), {}, "hf");
+  ASSERT_EQ(ran.code, 0) << ran.output;
+  const nlohmann::json config = nlohmann::json::parse(Slurp(Path("hf/config.json")));
+  EXPECT_EQ(config["architectures"], nlohmann::json::array({"GPT2LMHeadModel"}));
+  EXPECT_EQ(config["activation_function"], "gelu");  // gpt's exact GELU
+  EXPECT_EQ(config["n_positions"], 16);
+  EXPECT_TRUE(std::filesystem::exists(Path("hf/generation_config.json")));
+  const std::string bytes = Slurp(Path("hf/model.safetensors"));
+  uint64_t n = 0;
+  memcpy(&n, bytes.data(), 8);
+  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  EXPECT_EQ(header["transformer.h.1.attn.c_attn.weight"]["shape"], nlohmann::json::array({32, 96}));  // Conv1D
+  EXPECT_FALSE(header.contains("lm_head.weight"));  // tied, as Hugging Face writes it
+
+  const Ran check = CheckHf(Path("hf"), 1);
+  std::cout << "[export hf] " << check.output;
+  EXPECT_EQ(check.code, 0) << check.output;
+  EXPECT_NE(check.output.find("check_hf_export: OK GPT2LMHeadModel"), std::string::npos) << check.output;
+}
+
+TEST_F(ExportTest, ShardedHfExportLoads) {
+  // About 110 KiB of float32 tensors (c_fc and mlp c_proj are 16 KiB each): a 32 KiB limit makes 4 or more shards.
+  const Ran ran = Export(Path("hf"), {"--max-shard-size", "32768"}, "hf");
+  ASSERT_EQ(ran.code, 0) << ran.output;
+  const nlohmann::json index = nlohmann::json::parse(Slurp(Path("hf/model.safetensors.index.json")));
+  std::set<std::string> shards;
+  for (const auto& [name, file] : index["weight_map"].items()) shards.insert(file.get<std::string>());
+  ASSERT_GE(shards.size(), 3u);
+  char first[64];
+  snprintf(first, sizeof(first), "model-00001-of-%05zu.safetensors", shards.size());
+  EXPECT_EQ(*shards.begin(), first);
+  EXPECT_FALSE(std::filesystem::exists(Path("hf/model.safetensors")));
+  const Ran check = CheckHf(Path("hf"), static_cast<int>(shards.size()));
+  EXPECT_EQ(check.code, 0) << check.output;
+}
+
+TEST_F(ExportTest, HfCheckerRejectsAWrongLogit) {
+  ASSERT_EQ(Export(Path("hf"), {}, "hf").code, 0);
+  WriteCppReference();
+  {
+    std::fstream f(Path("logits.f32"), std::ios::in | std::ios::out | std::ios::binary);
+    const float off = 1e3f;
+    f.write(reinterpret_cast<const char*>(&off), sizeof(off));  // the checker re-reads this file
+  }
+  const Ran check = RunToEnd({DILOCO_PYTHON, std::string(DILOCO_SOURCE_DIR) + "/tests/export/check_hf_export.py",
+                              "--dir", Path("hf"), "--reference", Path("reference.json")});
+  EXPECT_EQ(check.code, 1) << check.output;
+  EXPECT_NE(check.output.find("logits differ"), std::string::npos) << check.output;
 }
 
 TEST_F(ExportTest, CopiesTheRunsTokenizer) {
