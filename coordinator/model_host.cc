@@ -35,13 +35,13 @@ class ModelEvaluator : public Evaluator {
 absl::StatusOr<HostedModel> HostModel(const Config& config, const TokenCache& cache) {
   HostedModel hosted;
   LanguageModelPtr model = MakeLanguageModel(config.model, config.run.seed);
-  for (const auto& [name, p] : NamedParameters(*model)) hosted.theta_0.emplace_back(name, p.detach().clone());
   if (!config.model.init_from.empty()) {
     std::string source;
-    absl::Status s = LoadInitFrom(config.model, hosted.theta_0, &source);
+    absl::Status s = LoadInitFrom(config.model, *model, &source);
     if (!s.ok()) return s;
     spdlog::info("theta_0 from {}", source);
   }
+  for (const auto& [name, p] : NamedParameters(*model)) hosted.theta_0.emplace_back(name, p.detach().clone());
   auto val = TokenData::Load(cache.val_path(), config.model.seq_len);
   if (!val.ok()) return val.status();
   hosted.evaluator = std::make_unique<ModelEvaluator>(std::move(model), std::move(*val),

@@ -1,19 +1,26 @@
 #include "proto/fragment_plan.h"
 
-#include <cstdlib>
+#include <algorithm>
 #include <stdexcept>
 
 namespace diloco {
 namespace {
 
-// The block index of "blocks.<i>.<...>", or -1 for a tensor outside the blocks.
-int64_t BlockIndex(const std::string& name) {
-  static const std::string kPrefix = "blocks.";
-  if (name.compare(0, kPrefix.size(), kPrefix) != 0) return -1;
-  char* end = nullptr;
-  const long long i = std::strtoll(name.c_str() + kPrefix.size(), &end, 10);
-  if (end == name.c_str() + kPrefix.size() || *end != '.') return -1;
-  return i;
+// The layer index of a name: its first dot-separated component made only of digits ("blocks.3.ln1.weight",
+// "model.layers.3.mlp.up_proj.weight", "transformer.h.3.attn.c_attn.bias" -> 3), or -1 for a tensor outside the
+// layers (embeddings, final norm, head).
+int64_t LayerIndex(const std::string& name) {
+  size_t begin = 0;
+  while (begin <= name.size()) {
+    size_t end = name.find('.', begin);
+    if (end == std::string::npos) end = name.size();
+    const bool digits =
+        end > begin && end - begin <= 9 &&
+        std::all_of(name.begin() + begin, name.begin() + end, [](char c) { return c >= '0' && c <= '9'; });
+    if (digits) return std::stoll(name.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return -1;
 }
 
 }  // namespace
@@ -21,14 +28,14 @@ int64_t BlockIndex(const std::string& name) {
 std::vector<int> AssignFragments(const std::vector<std::string>& names, int64_t fragments) {
   if (fragments < 1) throw std::invalid_argument("AssignFragments: fragments must be >= 1");
   std::vector<int> out(names.size(), 0);
-  bool after_blocks = false;
+  bool after_layers = false;
   for (size_t i = 0; i < names.size(); ++i) {
-    const int64_t block = BlockIndex(names[i]);
-    if (block >= 0) {
-      after_blocks = true;
-      out[i] = static_cast<int>(block % fragments);
+    const int64_t layer = LayerIndex(names[i]);
+    if (layer >= 0) {
+      after_layers = true;
+      out[i] = static_cast<int>(layer % fragments);
     } else {
-      out[i] = after_blocks ? static_cast<int>(fragments - 1) : 0;
+      out[i] = after_layers ? static_cast<int>(fragments - 1) : 0;
     }
   }
   return out;

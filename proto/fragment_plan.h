@@ -1,9 +1,11 @@
 // Fragments of Streaming DiLoCo (arXiv 2501.18512, "strided" pattern): the model's parameters split into P groups
-// that sync at different inner steps. Transformer block i belongs to fragment i mod P; the tensors before the first
-// block (token and position embeddings, which also serve as the tied output head) belong to fragment 0, and those
-// after the last block (the final LayerNorm) to fragment P - 1. With P = 1 everything is fragment 0.
-// Pure functions over parameter names ("blocks.<i>.<...>"); thread-safe. FragmentPlan is the one place the coordinator,
-// the worker and a cluster's followers compute the split from (immutable once made; safe to share).
+// that sync at different inner steps. Layer i belongs to fragment i mod P, where a name's layer index is its first
+// dot-separated component that is an integer ("blocks.3.ln1.weight" for gpt, "model.layers.3.mlp.up_proj.weight" for
+// llama, "transformer.h.3.attn.c_attn.bias" for gpt2 -> 3). The tensors before the first layer (token and position
+// embeddings, which may also serve as the tied output head) belong to fragment 0, and those after the last layer (the
+// final norm, an untied lm_head) to fragment P - 1. With P = 1 everything is fragment 0.
+// Pure functions over parameter names (in the model's parameter order); thread-safe. FragmentPlan is the one place the
+// coordinator, the worker and a cluster's followers compute the split from (immutable once made; safe to share).
 #pragma once
 
 #include <cstdint>

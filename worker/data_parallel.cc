@@ -122,14 +122,13 @@ int DataParallelRun::SetUp(const TokenCache& cache) {
   }
   trainer_ = std::move(*trainer);
   if (!config_.model.init_from.empty()) {  // every rank reads the same theta_0, as DiLoCo's workers pull it
-    NamedTensors theta_0;
-    for (const auto& [name, p] : NamedParameters(*trainer_->model())) theta_0.emplace_back(name, p.detach().clone());
+    LanguageModelPtr start = MakeLanguageModel(config_.model, config_.run.seed);
     std::string source;
-    if (absl::Status s = LoadInitFrom(config_.model, theta_0, &source); !s.ok()) {
+    if (absl::Status s = LoadInitFrom(config_.model, *start, &source); !s.ok()) {
       spdlog::error("{}", std::string(s.message()));
       return kWorkerConfigError;
     }
-    trainer_->Load(theta_0);
+    trainer_->Load(NamedParameters(*start));  // through the trainer, which owns its parameters' storage
     if (options_.rank == 0) spdlog::info("theta_0 from {}", source);
   }
   if (options_.rank == 0) {

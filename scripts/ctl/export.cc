@@ -14,8 +14,8 @@
 #include "coordinator/checkpoint.h"
 #include "proto/tensor_spec.h"
 #include "scripts/ctl/hf_export.h"
-#include "scripts/ctl/safetensors.h"
 #include "worker/lm/language_model.h"
+#include "worker/lm/safetensors.h"
 
 namespace diloco {
 namespace {

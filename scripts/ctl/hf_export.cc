@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "config/hf_model_config.h"
-#include "scripts/ctl/safetensors.h"
+#include "worker/lm/safetensors.h"
 
 namespace diloco {
 namespace {
@@ -62,9 +62,9 @@ absl::StatusOr<std::pair<std::string, bool>> HfTensorName(ModelArch arch, const 
                                                           {"pos_emb.weight", "transformer.wpe.weight"},
                                                           {"ln_f.weight", "transformer.ln_f.weight"},
                                                           {"ln_f.bias", "transformer.ln_f.bias"}};
-  static const std::map<std::string, std::string> kBlock = {{"ln1", "ln_1"},          {"qkv", "attn.c_attn"},
-                                                            {"attn_out", "attn.c_proj"}, {"ln2", "ln_2"},
-                                                            {"fc", "mlp.c_fc"},        {"mlp_out", "mlp.c_proj"}};
+  static const std::map<std::string, std::string> kBlock = {
+      {"ln1", "ln_1"}, {"qkv", "attn.c_attn"}, {"attn_out", "attn.c_proj"},
+      {"ln2", "ln_2"}, {"fc", "mlp.c_fc"},     {"mlp_out", "mlp.c_proj"}};
   if (auto it = kTop.find(name); it != kTop.end()) return std::make_pair(it->second, false);
   static const std::regex kBlockName(R"(blocks\.(\d+)\.(\w+)\.(weight|bias))");
   std::smatch m;
@@ -80,11 +80,10 @@ absl::StatusOr<std::pair<std::string, bool>> HfTensorName(ModelArch arch, const 
 
 absl::StatusOr<HfExportResult> WriteHfDirectory(const HfExportOptions& options, const ModelConfig& model,
                                                 const std::vector<std::pair<std::string, at::Tensor>>& params) {
-  if (options.dtype != "fp32") {
-    // INTEGRATION(arch branch): worker/lm/safetensors.h's writer stores BF16; until merged only F32 is written.
-    return absl::UnimplementedError(
-        absl::StrCat("--dtype ", options.dtype, ": only fp32 in this build (bf16 comes with worker/lm/safetensors.h)"));
+  if (options.dtype != "fp32" && options.dtype != "bf16") {
+    return absl::InvalidArgumentError(absl::StrCat("--dtype: unsupported '", options.dtype, "' (use fp32 or bf16)"));
   }
+  const bool bf16 = options.dtype == "bf16";
   if (options.max_shard_size <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("--max-shard-size: must be > 0, got ", options.max_shard_size));
   }
@@ -98,7 +97,7 @@ absl::StatusOr<HfExportResult> WriteHfDirectory(const HfExportOptions& options, 
     auto hf = HfTensorName(model.arch, name);
     if (!hf.ok()) return hf.status();
     names.push_back(hf->first);
-    tensors.push_back((hf->second ? t.t() : t).to(at::kFloat).contiguous());
+    tensors.push_back((hf->second ? t.t() : t).to(bf16 ? at::kBFloat16 : at::kFloat).contiguous());
   }
   HfExportResult result;
   const std::vector<Shard> shards = PlanShards(tensors, options.max_shard_size);
@@ -106,7 +105,8 @@ absl::StatusOr<HfExportResult> WriteHfDirectory(const HfExportOptions& options, 
   for (const Shard& shard : shards) {
     std::vector<SafetensorsEntry> entries;
     for (size_t i : shard.tensors) {
-      entries.push_back({names[i], tensors[i].sizes().vec(), tensors[i].data_ptr<float>()});
+      entries.push_back({names[i], tensors[i].sizes().vec(), tensors[i].data_ptr(),
+                         bf16 ? SafetensorsDtype::kBF16 : SafetensorsDtype::kF32});
       weight_map[names[i]] = shard.file;
       result.total_size += tensors[i].numel() * tensors[i].element_size();
     }
@@ -121,7 +121,7 @@ absl::StatusOr<HfExportResult> WriteHfDirectory(const HfExportOptions& options, 
     index["weight_map"] = weight_map;
     texts.emplace_back("model.safetensors.index.json", index.dump(2) + "\n");
   }
-  texts.emplace_back("config.json", HfConfigJson(model, "float32").dump(2) + "\n");
+  texts.emplace_back("config.json", HfConfigJson(model, bf16 ? "bfloat16" : "float32").dump(2) + "\n");
   texts.emplace_back("generation_config.json", HfGenerationConfigJson(model).dump(2) + "\n");
   for (const auto& [file, text] : texts) {
     const std::string path = (fs::path(options.out) / file).string();

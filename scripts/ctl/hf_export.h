@@ -37,7 +37,8 @@ struct HfExportResult {
 // true), ...; gpt2 and llama: unchanged. InvalidArgument for a gpt name outside the table.
 absl::StatusOr<std::pair<std::string, bool>> HfTensorName(ModelArch arch, const std::string& name);
 
-// Writes the directory for `model` with float32 parameters `params` (checked by the caller).
+// Writes the directory for `model` with float32 parameters `params` (checked by the caller), stored as
+// options.dtype (fp32: F32; bf16: BF16, rounded to nearest even, config.json's dtype "bfloat16").
 absl::StatusOr<HfExportResult> WriteHfDirectory(const HfExportOptions& options, const ModelConfig& model,
                                                 const std::vector<std::pair<std::string, at::Tensor>>& params);
 

@@ -24,9 +24,9 @@
 #include "config/subprocess.h"
 #include "coordinator/checkpoint.h"
 #include "proto/tensor_spec.h"
-#include "scripts/ctl/safetensors.h"
 #include "tests/unit/scratch_dir_test.h"
 #include "worker/lm/language_model.h"
+#include "worker/lm/safetensors.h"
 
 namespace diloco {
 namespace {

@@ -7,7 +7,9 @@
 
 namespace diloco {
 
-LanguageModelPtr MakeGpt(const ModelConfig& config);  // worker/lm/arch_gpt.cc
+LanguageModelPtr MakeGpt(const ModelConfig& config);    // worker/lm/arch_gpt.cc
+LanguageModelPtr MakeGpt2(const ModelConfig& config);   // worker/lm/arch_gpt2.cc
+LanguageModelPtr MakeLlama(const ModelConfig& config);  // worker/lm/arch_llama.cc
 
 namespace {
 
@@ -18,6 +20,8 @@ struct Architecture {
 
 constexpr Architecture kArchitectures[] = {
     {ModelArch::kGpt, MakeGpt},
+    {ModelArch::kGpt2, MakeGpt2},
+    {ModelArch::kLlama, MakeLlama},
 };
 
 bool EndsWith(const std::string& s, const std::string& suffix) {

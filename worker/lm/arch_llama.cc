@@ -1,0 +1,223 @@
+// model.arch: llama — exactly Hugging Face's LlamaForCausalLM (transformers' modeling_llama.py), with its parameter
+// names and shapes, so that this module's state dict is the Hugging Face checkpoint's:
+//   model.embed_tokens.weight [vocab, D]
+//   model.layers.<i>.self_attn.{q,o}_proj.weight [D, D], {k,v}_proj.weight [n_kv_head x hd, D]   (no biases)
+//   model.layers.<i>.mlp.{gate,up}_proj.weight [F, D], down_proj.weight [D, F]                    (F = FfnHidden())
+//   model.layers.<i>.{input,post_attention}_layernorm.weight [D]
+//   model.norm.weight [D], lm_head.weight [vocab, D] only when tie_embeddings is false.
+// Per layer: h = x + o_proj(Attention(RoPE(q), RoPE(k), v)) of input_layernorm(x); out = h + down(silu(gate(y)) *
+// up(y)) with y = post_attention_layernorm(h). RMSNorm in float32: w * x / sqrt(mean(x^2) + norm_eps). RoPE: hd = D /
+// n_head, inv_freq[j] = 1 / rope_theta^(2j / hd), angle = position x inv_freq (duplicated to hd), x * cos +
+// rotate_half(x) * sin with rotate_half(x) = [-x2, x1]. Grouped-query attention: query head h reads key/value head h /
+// (n_head / n_kv_head). Training and forward() use the fused CPU attention (worker/lm/causal_attention.h): k and v are
+// repeated to n_head heads and concatenated with q into its [B, T, 3D] layout (the kernel stays MHA-only; the repeat
+// costs two [B, T, D] copies per layer, small next to the projections). ForwardCached keeps n_kv_head heads in the
+// cache.
+#include <stdexcept>
+#include <string>
+
+#include "worker/lm/causal_attention.h"
+#include "worker/lm/language_model.h"
+
+namespace diloco {
+namespace {
+
+// RMSNorm with one gain vector "weight" [D] (Hugging Face's LlamaRMSNorm: normalised in float32).
+class RmsNormImpl : public torch::nn::Module {
+ public:
+  RmsNormImpl(int64_t d, double eps) : eps_(eps) { weight_ = register_parameter("weight", torch::ones({d})); }
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto h = x.to(torch::kFloat);
+    h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+    return weight_ * h.to(x.scalar_type());
+  }
+
+ private:
+  double eps_;
+  torch::Tensor weight_;
+};
+TORCH_MODULE(RmsNorm);
+
+// cos and sin [T, hd] of positions start .. start + T - 1 (float32 like Hugging Face's rotary embedding, then the
+// activations' dtype).
+std::pair<torch::Tensor, torch::Tensor> RotaryTables(int64_t start, int64_t T, int64_t hd, double theta,
+                                                     const torch::Tensor& like) {
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(like.device());
+  auto inv_freq = 1.0 / torch::pow(theta, torch::arange(0, hd, 2, f32) / static_cast<double>(hd));  // [hd / 2]
+  auto freqs = torch::arange(start, start + T, f32).unsqueeze(1) * inv_freq.unsqueeze(0);           // [T, hd / 2]
+  auto angles = torch::cat({freqs, freqs}, -1);                                                     // [T, hd]
+  return {angles.cos().to(like.scalar_type()), angles.sin().to(like.scalar_type())};
+}
+
+// x [B, T, heads, hd]; cos, sin [T, hd].
+torch::Tensor ApplyRotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  auto rotated = torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  return x * cos.unsqueeze(1) + rotated * sin.unsqueeze(1);
+}
+
+struct Rotary {
+  torch::Tensor cos, sin;  // [T, hd]
+};
+
+class LlamaAttentionImpl : public torch::nn::Module {
+ public:
+  explicit LlamaAttentionImpl(const ModelConfig& c)
+      : n_head_(c.n_head), n_kv_head_(c.KvHeads()), hd_(c.d_model / c.n_head) {
+    auto linear = [](int64_t in, int64_t out) {
+      return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+    };
+    q_proj_ = register_module("q_proj", linear(c.d_model, n_head_ * hd_));
+    k_proj_ = register_module("k_proj", linear(c.d_model, n_kv_head_ * hd_));
+    v_proj_ = register_module("v_proj", linear(c.d_model, n_kv_head_ * hd_));
+    o_proj_ = register_module("o_proj", linear(n_head_ * hd_, c.d_model));
+  }
+
+  // x [B, T, D] at positions 0..T-1 -> [B, T, D], through the fused causal attention.
+  torch::Tensor forward(const torch::Tensor& x, const Rotary& rope) {
+    const int64_t B = x.size(0), T = x.size(1), group = n_head_ / n_kv_head_;
+    auto q = ApplyRotary(q_proj_->forward(x).view({B, T, n_head_, hd_}), rope.cos, rope.sin);
+    auto k = ApplyRotary(k_proj_->forward(x).view({B, T, n_kv_head_, hd_}), rope.cos, rope.sin);
+    auto v = v_proj_->forward(x).view({B, T, n_kv_head_, hd_});
+    if (group > 1) {
+      k = k.repeat_interleave(group, 2);
+      v = v.repeat_interleave(group, 2);
+    }
+    const int64_t D = n_head_ * hd_;
+    auto qkv = torch::cat({q.reshape({B, T, D}), k.reshape({B, T, D}), v.reshape({B, T, D})}, -1);  // [B, T, 3D]
+    return o_proj_->forward(CausalSelfAttention(qkv, n_head_));
+  }
+
+  // x [B, T_new, D] at positions cache.length..; appends this layer's (rotated) keys and values to the cache.
+  torch::Tensor ForwardCached(const torch::Tensor& x, const Rotary& rope, KvCache& cache, size_t layer) {
+    const int64_t B = x.size(0), T = x.size(1);
+    auto q = ApplyRotary(q_proj_->forward(x).view({B, T, n_head_, hd_}), rope.cos, rope.sin).transpose(1, 2);
+    auto k = ApplyRotary(k_proj_->forward(x).view({B, T, n_kv_head_, hd_}), rope.cos, rope.sin).transpose(1, 2);
+    auto v = v_proj_->forward(x).view({B, T, n_kv_head_, hd_}).transpose(1, 2);
+    return o_proj_->forward(CachedAttention(q, k, v, cache, layer));
+  }
+
+ private:
+  int64_t n_head_, n_kv_head_, hd_;
+  torch::nn::Linear q_proj_{nullptr}, k_proj_{nullptr}, v_proj_{nullptr}, o_proj_{nullptr};
+};
+TORCH_MODULE(LlamaAttention);
+
+class LlamaMlpImpl : public torch::nn::Module {
+ public:
+  LlamaMlpImpl(int64_t d, int64_t ffn) {
+    auto linear = [](int64_t in, int64_t out) {
+      return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+    };
+    gate_proj_ = register_module("gate_proj", linear(d, ffn));
+    up_proj_ = register_module("up_proj", linear(d, ffn));
+    down_proj_ = register_module("down_proj", linear(ffn, d));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return down_proj_->forward(torch::silu(gate_proj_->forward(x)) * up_proj_->forward(x));
+  }
+
+ private:
+  torch::nn::Linear gate_proj_{nullptr}, up_proj_{nullptr}, down_proj_{nullptr};
+};
+TORCH_MODULE(LlamaMlp);
+
+// One decoder layer; registration order is Hugging Face's LlamaDecoderLayer's.
+class LlamaLayerImpl : public torch::nn::Module {
+ public:
+  explicit LlamaLayerImpl(const ModelConfig& c) {
+    self_attn_ = register_module("self_attn", LlamaAttention(c));
+    mlp_ = register_module("mlp", LlamaMlp(c.d_model, c.FfnHidden()));
+    input_layernorm_ = register_module("input_layernorm", RmsNorm(c.d_model, c.norm_eps));
+    post_attention_layernorm_ = register_module("post_attention_layernorm", RmsNorm(c.d_model, c.norm_eps));
+  }
+  torch::Tensor forward(const torch::Tensor& x, const Rotary& rope) {
+    auto h = x + self_attn_->forward(input_layernorm_->forward(x), rope);
+    return h + mlp_->forward(post_attention_layernorm_->forward(h));
+  }
+  torch::Tensor ForwardCached(const torch::Tensor& x, const Rotary& rope, KvCache& cache, size_t layer) {
+    auto h = x + self_attn_->ForwardCached(input_layernorm_->forward(x), rope, cache, layer);
+    return h + mlp_->forward(post_attention_layernorm_->forward(h));
+  }
+
+ private:
+  LlamaAttention self_attn_{nullptr};
+  LlamaMlp mlp_{nullptr};
+  RmsNorm input_layernorm_{nullptr}, post_attention_layernorm_{nullptr};
+};
+TORCH_MODULE(LlamaLayer);
+
+// Hugging Face's LlamaModel: the "model." prefix of the parameter names.
+class LlamaBackboneImpl : public torch::nn::Module {
+ public:
+  explicit LlamaBackboneImpl(const ModelConfig& c) {
+    embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.d_model));
+    layers = register_module("layers", torch::nn::ModuleList());
+    for (int64_t i = 0; i < c.n_layer; ++i) layers->push_back(LlamaLayer(c));
+    norm = register_module("norm", RmsNorm(c.d_model, c.norm_eps));
+  }
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RmsNorm norm{nullptr};
+};
+TORCH_MODULE(LlamaBackbone);
+
+class LlamaModel : public LanguageModel {
+ public:
+  explicit LlamaModel(const ModelConfig& config) : LanguageModel(config) {
+    if (config.n_head <= 0 || config.d_model % config.n_head != 0 || (config.d_model / config.n_head) % 2 != 0) {
+      throw std::invalid_argument("llama: model.d_model must be a multiple of model.n_head with an even head_dim");
+    }
+    if (config.n_head % config.KvHeads() != 0) {
+      throw std::invalid_argument("llama: model.n_head must be a multiple of model.n_kv_head");
+    }
+    model_ = register_module("model", LlamaBackbone(config));
+    if (!config.tie_embeddings) {
+      lm_head_ = register_module(
+          "lm_head", torch::nn::Linear(torch::nn::LinearOptions(config.d_model, config.vocab_size).bias(false)));
+    }
+    InitParameters(*this);
+  }
+
+  torch::Tensor forward(const torch::Tensor& tokens) override {
+    auto x = model_->embed_tokens->forward(tokens);
+    const Rotary rope = Rope(0, tokens.size(1), x);
+    for (const auto& layer : *model_->layers) x = layer->as<LlamaLayer>()->forward(x, rope);
+    return Head(x);
+  }
+
+  torch::Tensor ForwardCached(const torch::Tensor& tokens, KvCache& cache) override {
+    auto x = model_->embed_tokens->forward(tokens);
+    const Rotary rope = Rope(cache.length, tokens.size(1), x);
+    for (size_t l = 0; l < model_->layers->size(); ++l) {
+      x = (*model_->layers)[l]->as<LlamaLayer>()->ForwardCached(x, rope, cache, l);
+    }
+    cache.length += tokens.size(1);
+    return Head(x);
+  }
+
+ private:
+  Rotary Rope(int64_t start, int64_t T, const torch::Tensor& like) const {
+    if (start + T > config_.MaxPositions()) {
+      throw std::invalid_argument("llama: position " + std::to_string(start + T - 1) +
+                                  " is past model.max_positions (" + std::to_string(config_.MaxPositions()) + ")");
+    }
+    auto [cos, sin] = RotaryTables(start, T, config_.d_model / config_.n_head, config_.rope_theta, like);
+    return {cos, sin};
+  }
+
+  torch::Tensor Head(const torch::Tensor& x) {
+    auto h = model_->norm->forward(x);
+    return !lm_head_.is_empty() ? lm_head_->forward(h) : torch::matmul(h, model_->embed_tokens->weight.t());
+  }
+
+  LlamaBackbone model_{nullptr};
+  torch::nn::Linear lm_head_{nullptr};
+};
+
+}  // namespace
+
+LanguageModelPtr MakeLlama(const ModelConfig& config) { return std::make_shared<LlamaModel>(config); }
+
+}  // namespace diloco
