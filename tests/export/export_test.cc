@@ -97,9 +97,13 @@ class ExportTest : public ScratchDirTest {
   }
 
   // The C++ model's logits for fixed tokens, as check_export.py's reference files; returns the reference JSON path.
-  std::string WriteCppReference() {
+  // With bf16, the model's parameters are first rounded to bfloat16 (what a --dtype bf16 export stores).
+  std::string WriteCppReference(bool bf16 = false) {
     auto ckpt = LoadCheckpoint(checkpoint_path_);
     EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+    if (bf16) {
+      for (auto& [name, t] : ckpt->params) t = t.to(torch::kBFloat16).to(torch::kFloat);
+    }
     LanguageModelPtr model = MakeLanguageModel(config_.model, /*seed=*/99);  // another init: the load must overwrite it
     LoadParameters(*model, ckpt->params);
     model->eval();
@@ -158,9 +162,22 @@ class ExportTest : public ScratchDirTest {
   }
 
   // tests/export/check_hf_export.py under the reference stack (transformers' own GPT2LMHeadModel).
-  Ran CheckHf(const std::string& dir, int shards) {
+  Ran CheckHf(const std::string& dir, int shards, bool bf16 = false) {
     return RunToEnd({DILOCO_PYTHON, std::string(DILOCO_SOURCE_DIR) + "/tests/export/check_hf_export.py", "--dir", dir,
-                     "--reference", WriteCppReference(), "--tol", "1e-4", "--expect-shards", std::to_string(shards)});
+                     "--reference", WriteCppReference(bf16), "--tol", "1e-4", "--expect-shards",
+                     std::to_string(shards)});
+  }
+
+  // Replaces the run's model: section (and the checkpoint) with `model_yaml`.
+  void UseModel(const std::string& model_yaml) {
+    std::ofstream(config_path_) << "run:\n  name: export-test\n  seed: 3\n  output_dir: " << Path("run") << "\n"
+                                << "model:\n"
+                                << model_yaml << "data:\n  text: " << DILOCO_SOURCE_DIR
+                                << "/tests/data/tinyshakespeare.txt\n  cache_dir: " << Path("cache") << "\n";
+    auto config = LoadConfig(config_path_);
+    ASSERT_TRUE(config.ok()) << config.status();
+    config_ = *config;
+    WriteCheckpoint();
   }
 
   std::string config_path_, checkpoint_path_;
@@ -232,6 +249,32 @@ TEST_F(ExportTest, ShardedHfExportLoads) {
   EXPECT_EQ(*shards.begin(), first);
   EXPECT_FALSE(std::filesystem::exists(Path("hf/model.safetensors")));
   const Ran check = CheckHf(Path("hf"), static_cast<int>(shards.size()));
+  EXPECT_EQ(check.code, 0) << check.output;
+}
+
+TEST_F(ExportTest, LlamaWithGqaAndUntiedHeadExportsForTransformers) {
+  UseModel(
+      "  arch: llama\n  vocab_size: 96\n  seq_len: 16\n  n_layer: 2\n  n_head: 4\n  n_kv_head: 2\n  d_model: 32\n"
+      "  ffn_hidden: 80\n  max_positions: 64\n  rope_theta: 50000\n  norm_eps: 1e-6\n  tie_embeddings: false\n"
+      "  bos_token_id: 1\n  eos_token_id: 2\n");
+  const Ran ran = Export(Path("hf"), {}, "hf");
+  ASSERT_EQ(ran.code, 0) << ran.output;
+  const nlohmann::json generation = nlohmann::json::parse(Slurp(Path("hf/generation_config.json")));
+  EXPECT_EQ(generation["eos_token_id"], 2);
+  const Ran check = CheckHf(Path("hf"), 1);
+  std::cout << "[export hf llama] " << check.output;
+  EXPECT_NE(check.output.find("check_hf_export: OK LlamaForCausalLM"), std::string::npos) << check.output;
+}
+
+TEST_F(ExportTest, Bf16HfExportHoldsTheRoundedWeights) {
+  const Ran ran = Export(Path("hf"), {"--dtype", "bf16"}, "hf");
+  ASSERT_EQ(ran.code, 0) << ran.output;
+  EXPECT_EQ(nlohmann::json::parse(Slurp(Path("hf/config.json")))["dtype"], "bfloat16");
+  const std::string bytes = Slurp(Path("hf/model.safetensors"));
+  uint64_t n = 0;
+  memcpy(&n, bytes.data(), 8);
+  EXPECT_EQ(nlohmann::json::parse(bytes.substr(8, n))["transformer.wte.weight"]["dtype"], "BF16");
+  const Ran check = CheckHf(Path("hf"), 1, /*bf16=*/true);  // loaded as float32: our model on bf16-rounded weights
   EXPECT_EQ(check.code, 0) << check.output;
 }
 

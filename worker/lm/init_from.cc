@@ -33,7 +33,8 @@ absl::Status FromHfDirectory(const std::string& dir, LanguageModel& model, std::
     return absl::Status(s.code(), absl::StrCat("model.init_from: ", s.message()));
   }
   if (source != nullptr) {
-    *source = absl::StrCat(dir, " (Hugging Face ", EnumName(model.config().arch), ", ", weights->size(), " tensors)");
+    *source = absl::StrCat(dir, " (Hugging Face ", std::string(EnumName(model.config().arch)), ", ", weights->size(),
+                           " tensors)");
   }
   return absl::OkStatus();
 }
