@@ -3,8 +3,10 @@
 #include <xxhash.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -15,6 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "config/hf_model_config.h"
+#include "config/model_rules.h"
 
 namespace diloco {
 namespace {
@@ -24,6 +28,8 @@ struct Field {
   std::string key;  // "section.name"
   std::function<absl::Status(Config&, const YAML::Node&)> set;
   std::function<std::string(const Config&)> get;
+  std::function<void(Config& to, const Config& from)> copy;
+  std::function<bool(const Config&, const Config&)> equal;
 };
 
 template <typename T, typename = void>
@@ -78,6 +84,10 @@ Field MakeField(std::string key, Section Config::*section, T Section::*member) {
     return absl::OkStatus();
   };
   f.get = [section, member](const Config& c) { return Show((c.*section).*member); };
+  f.copy = [section, member](Config& to, const Config& from) { (to.*section).*member = (from.*section).*member; };
+  f.equal = [section, member](const Config& a, const Config& b) {
+    return (a.*section).*member == (b.*section).*member;
+  };
   return f;
 }
 
@@ -105,6 +115,7 @@ const std::vector<Field>& Fields() {
       MakeField("data.val_fraction", &Config::data, &DataConfig::val_fraction),
       MakeField("data.cache_dir", &Config::data, &DataConfig::cache_dir),
       MakeField("data.split", &Config::data, &DataConfig::split),
+      MakeField("data.tokenizer", &Config::data, &DataConfig::tokenizer),
       MakeField("inner.optimizer", &Config::inner, &InnerConfig::optimizer),
       MakeField("inner.lr", &Config::inner, &InnerConfig::lr),
       MakeField("inner.weight_decay", &Config::inner, &InnerConfig::weight_decay),
@@ -200,7 +211,10 @@ absl::Status UnknownKey(const std::string& origin, const std::string& key) {
       absl::StrCat(origin, ": unknown key '", key, "' (known keys of ", section, ": ", known, ")"));
 }
 
-absl::Status ApplyDocument(const YAML::Node& root, const std::string& origin, Config& config) {
+// The keys a document or an override set ("section.key"), for the merge with a Hugging Face config.json.
+using SetKeys = std::set<std::string>;
+
+absl::Status ApplyDocument(const YAML::Node& root, const std::string& origin, Config& config, SetKeys& set_keys) {
   if (!root || root.IsNull()) return absl::OkStatus();
   if (!root.IsMap()) return absl::InvalidArgumentError(absl::StrCat(origin, ": top level must be a map of sections"));
   for (const auto& section : root) {
@@ -216,12 +230,13 @@ absl::Status ApplyDocument(const YAML::Node& root, const std::string& origin, Co
       if (field == nullptr) return UnknownKey(origin, key);
       absl::Status s = field->set(config, entry.second);
       if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(origin, ": ", s.message()));
+      set_keys.insert(key);
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status ApplyOverride(const std::string& override_text, Config& config) {
+absl::Status ApplyOverride(const std::string& override_text, Config& config, SetKeys& set_keys) {
   const size_t eq = override_text.find('=');
   if (eq == std::string::npos) {
     return absl::InvalidArgumentError(
@@ -239,6 +254,37 @@ absl::Status ApplyOverride(const std::string& override_text, Config& config) {
   }
   absl::Status s = field->set(config, node);
   if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("--set ", override_text, ": ", s.message()));
+  set_keys.insert(key);
+  return absl::OkStatus();
+}
+
+// model.init_from names a Hugging Face directory: the model keys its config.json determines fill those the YAML and
+// --set left unset; one they set to another value is an error naming both. model.seq_len (the training context, not a
+// shape key) left unset becomes min(its default, max_positions). data.tokenizer left unset becomes the directory's
+// SentencePiece tokenizer.model when it ships one.
+absl::Status MergeHfModelDir(Config& config, const SetKeys& set_keys) {
+  const std::string& dir = config.model.init_from;
+  auto hf = ReadHfModelConfig(dir);
+  if (!hf.ok()) return absl::Status(hf.status().code(), absl::StrCat("model.init_from: ", hf.status().message()));
+  Config from = config;
+  from.model = hf->model;
+  for (const std::string& key : hf->keys) {
+    const Field* field = FindField(key);
+    if (!set_keys.count(key)) {
+      field->copy(config, from);
+    } else if (!field->equal(config, from)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(key, ": the YAML says ", field->get(config), ", ", dir, "/config.json says ", field->get(from)));
+    }
+  }
+  if (!set_keys.count("model.seq_len")) {
+    config.model.seq_len = std::min(config.model.seq_len, config.model.MaxPositions());
+  }
+  const std::string tokenizer = (std::filesystem::path(dir) / "tokenizer.model").string();
+  std::error_code ec;
+  if (!set_keys.count("data.tokenizer") && std::filesystem::is_regular_file(tokenizer, ec)) {
+    config.data.tokenizer = tokenizer;
+  }
   return absl::OkStatus();
 }
 
@@ -280,11 +326,17 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(origin, ": not valid YAML: ", e.what()));
   }
-  absl::Status s = ApplyDocument(root, origin, config);
+  SetKeys set_keys;
+  absl::Status s = ApplyDocument(root, origin, config, set_keys);
   if (!s.ok()) return s;
   for (const std::string& o : overrides) {
-    s = ApplyOverride(o, config);
+    s = ApplyOverride(o, config, set_keys);
     if (!s.ok()) return s;
+  }
+  std::error_code ec;
+  if (!config.model.init_from.empty() && std::filesystem::is_directory(config.model.init_from, ec)) {
+    s = MergeHfModelDir(config, set_keys);
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat(origin, ": ", s.message()));
   }
   s = ValidateConfig(config);
   if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(origin, ": ", s.message()));
@@ -302,62 +354,8 @@ absl::StatusOr<Config> LoadConfig(const std::string& path, const std::vector<std
   return ParseConfig(text.str(), path, overrides);
 }
 
-namespace {
-
-// The model's cross-key rules, per architecture (worker/lm/language_model.h).
-absl::Status ValidateModel(const ModelConfig& m) {
-  const std::string arch(EnumName(m.arch));
-  if (m.d_model % m.n_head != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.d_model (", m.d_model, ") must be divisible by model.n_head (", m.n_head, ")"));
-  }
-  for (auto [key, v] : std::vector<std::pair<const char*, int64_t>>{{"model.n_kv_head", m.n_kv_head},
-                                                                    {"model.ffn_hidden", m.ffn_hidden},
-                                                                    {"model.max_positions", m.max_positions}}) {
-    if (v < 0) return absl::InvalidArgumentError(absl::StrCat(key, ": must be >= 0 (0: the default), got ", v));
-  }
-  if (!(m.rope_theta > 0) || !(m.norm_eps > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.rope_theta and model.norm_eps: must be > 0, got ", m.rope_theta, " and ", m.norm_eps));
-  }
-  if (m.arch != ModelArch::kLlama && m.KvHeads() != m.n_head) {
-    return absl::InvalidArgumentError(absl::StrCat("model.n_kv_head: arch ", arch, " has no grouped-query attention (",
-                                                   "only llama); leave it unset or equal to model.n_head"));
-  }
-  if (m.arch != ModelArch::kLlama && !m.tie_embeddings) {
-    return absl::InvalidArgumentError(absl::StrCat("model.tie_embeddings: arch ", arch, " always ties its head"));
-  }
-  if (m.arch == ModelArch::kGpt &&
-      (m.FfnHidden() != 4 * m.d_model || m.norm_eps != 1e-5 || m.MaxPositions() != m.seq_len)) {
-    return absl::InvalidArgumentError(
-        "model: arch gpt has a fixed MLP (4 x d_model), norm eps (1e-5) and position "
-        "table (seq_len); use arch gpt2 to set ffn_hidden, norm_eps or max_positions");
-  }
-  if (m.n_head % m.KvHeads() != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.n_head (", m.n_head, ") must be a multiple of model.n_kv_head (", m.KvHeads(), ")"));
-  }
-  if (m.arch == ModelArch::kLlama && (m.d_model / m.n_head) % 2 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("model: llama's head size d_model / n_head must be even (rotary ",
-                                                   "embedding), got ", m.d_model / m.n_head));
-  }
-  if (m.seq_len > m.MaxPositions()) {
-    return absl::InvalidArgumentError(absl::StrCat("model.seq_len (", m.seq_len, ") exceeds the model's positions (",
-                                                   "model.max_positions ", m.MaxPositions(), ")"));
-  }
-  for (int64_t id : {m.bos_token_id, m.eos_token_id}) {
-    if (id < -1 || id >= m.vocab_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model.bos_token_id / eos_token_id: -1 (none) or a token id below ", "model.vocab_size (",
-                       m.vocab_size, "), got ", id));
-    }
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::Status ValidateConfig(const Config& c) {
+  std::error_code ec;
   auto positive = [](const char* key, double v) -> absl::Status {
     if (v > 0) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat(key, ": must be > 0, got ", v));
@@ -397,6 +395,10 @@ absl::Status ValidateConfig(const Config& c) {
   if (c.comm.chunk_bytes > (int64_t{256} << 20)) {  // gRPC message limits are an int: chunk_bytes + 1 MiB must fit
     return absl::InvalidArgumentError(
         absl::StrCat("comm.chunk_bytes: at most 268435456 (256 MiB), got ", c.comm.chunk_bytes));
+  }
+  if (!c.data.tokenizer.empty() && !std::filesystem::is_regular_file(c.data.tokenizer, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat("data.tokenizer: '", c.data.tokenizer,
+                                                   "' is not a file (a SentencePiece model; \"\" to train one)"));
   }
   if (!(c.data.val_fraction > 0 && c.data.val_fraction < 1)) {
     return absl::InvalidArgumentError(

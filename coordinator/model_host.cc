@@ -5,9 +5,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/checkpoint.h"
 #include "proto/tensor_spec.h"
 #include "worker/lm/evaluate.h"
+#include "worker/lm/init_from.h"
 #include "worker/lm/language_model.h"
 #include "worker/lm/token_data.h"
 
@@ -30,31 +30,18 @@ class ModelEvaluator : public Evaluator {
   int64_t batches_, batch_size_;
 };
 
-// theta_0 := the parameters of the checkpoint model.init_from, which must be of the same model.
-absl::Status LoadInitFrom(const Config& config, NamedTensors& theta_0) {
-  const std::string fingerprint = Fingerprint(SpecsOf(theta_0));
-  auto ckpt = LoadCheckpoint(config.model.init_from);
-  if (!ckpt.ok()) return absl::Status(ckpt.status().code(), absl::StrCat("model.init_from: ", ckpt.status().message()));
-  if (ckpt->fingerprint != fingerprint) {
-    return absl::FailedPreconditionError(absl::StrCat("model.init_from ", config.model.init_from, ": fingerprint ",
-                                                      ckpt->fingerprint, " does not match model: (", fingerprint,
-                                                      "); use a checkpoint of the same model"));
-  }
-  theta_0 = std::move(ckpt->params);
-  spdlog::info("theta_0 from {} (a round-{} checkpoint)", config.model.init_from, ckpt->round);
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<HostedModel> HostModel(const Config& config, const TokenCache& cache) {
   HostedModel hosted;
   LanguageModelPtr model = MakeLanguageModel(config.model, config.run.seed);
-  for (const auto& [name, p] : NamedParameters(*model)) hosted.theta_0.emplace_back(name, p.detach().clone());
   if (!config.model.init_from.empty()) {
-    absl::Status s = LoadInitFrom(config, hosted.theta_0);
+    std::string source;
+    absl::Status s = LoadInitFrom(config.model, *model, &source);
     if (!s.ok()) return s;
+    spdlog::info("theta_0 from {}", source);
   }
+  for (const auto& [name, p] : NamedParameters(*model)) hosted.theta_0.emplace_back(name, p.detach().clone());
   auto val = TokenData::Load(cache.val_path(), config.model.seq_len);
   if (!val.ok()) return val.status();
   hosted.evaluator = std::make_unique<ModelEvaluator>(std::move(model), std::move(*val),

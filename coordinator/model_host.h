@@ -1,10 +1,10 @@
 // Model host: the one coordinator file that knows the model (worker/lm/). It builds what the model-free core
 // (coordinator.h) is created from: theta_0 as plain float32 tensors by name (random init from model: and run.seed, or
-// the parameters of the checkpoint model.init_from, which must be of the same model), and the Evaluator that computes
-// the validation loss of a theta over the validation token shard of the token cache (coordinator.eval_batches
-// batches of inner.batch_size sequences).
-// HostModel is a stateless factory (thread-safe); the Evaluator it returns owns a model instance and the validation
-// data and is called from one thread at a time (the core's round thread).
+// model.init_from: our checkpoint of the same model or a Hugging Face directory, worker/lm/init_from.h), and the
+// Evaluator that computes the validation loss of a theta over the validation token shard of the token cache
+// (coordinator.eval_batches batches of inner.batch_size sequences). HostModel is a stateless factory (thread-safe); the
+// Evaluator it returns owns a model instance and the validation data and is called from one thread at a time (the
+// core's round thread).
 #pragma once
 
 #include <memory>

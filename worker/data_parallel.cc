@@ -9,6 +9,7 @@
 #include "config/text_file.h"
 #include "worker/cluster.h"
 #include "worker/lm/evaluate.h"
+#include "worker/lm/init_from.h"
 #include "worker/trainer.h"
 
 namespace diloco {
@@ -98,10 +99,6 @@ class DataParallelRun {
 };
 
 int DataParallelRun::CheckOptions() const {
-  if (!config_.model.init_from.empty()) {
-    spdlog::error("model.init_from: not supported with --mode ddp (the baseline starts from model: and run.seed)");
-    return kWorkerConfigError;
-  }
   if (options_.rank < 0 || options_.rank >= ranks_) {
     spdlog::error("--rank {}: must be in [0, workers.count x workers.cluster_size = {})", options_.rank, ranks_);
     return kWorkerConfigError;
@@ -124,6 +121,16 @@ int DataParallelRun::SetUp(const TokenCache& cache) {
     return kWorkerConfigError;
   }
   trainer_ = std::move(*trainer);
+  if (!config_.model.init_from.empty()) {  // every rank reads the same theta_0, as DiLoCo's workers pull it
+    LanguageModelPtr start = MakeLanguageModel(config_.model, config_.run.seed);
+    std::string source;
+    if (absl::Status s = LoadInitFrom(config_.model, *start, &source); !s.ok()) {
+      spdlog::error("{}", std::string(s.message()));
+      return kWorkerConfigError;
+    }
+    trainer_->Load(NamedParameters(*start));  // through the trainer, which owns its parameters' storage
+    if (options_.rank == 0) spdlog::info("theta_0 from {}", source);
+  }
   if (options_.rank == 0) {
     auto loaded = TokenData::Load(cache.val_path(), config_.model.seq_len);
     if (!loaded.ok()) {

@@ -6,8 +6,9 @@
 // Rank 0 evaluates the validation loss at the same points the coordinator would (before step 1 and every
 // coordinator.eval_every x inner.steps steps) and writes <run.output_dir>/summary.json with the fields the DiLoCo
 // summary has (round, rounds_total, evals, workers, bytes), mode "ddp", and the bytes a ring all-reduce of fp32
-// gradients sends: per rank and step 2 (k - 1) / k x 4 bytes x params. model.init_from and checkpoints are not
-// supported in this mode (a start-up error says so). Exit codes as RunWorker's. Call once per process.
+// gradients sends: per rank and step 2 (k - 1) / k x 4 bytes x params. Every rank starts from model.init_from when set
+// (our checkpoint or a Hugging Face directory, worker/lm/init_from.h); the run writes no checkpoints.
+// Exit codes as RunWorker's. Call once per process.
 #pragma once
 
 #include <atomic>

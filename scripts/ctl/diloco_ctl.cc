@@ -3,6 +3,7 @@
 //   diloco-ctl leave --addr HOST:PORT --id WORKER     (the worker abandons its round, leaves and exits 0)
 //   diloco-ctl checkpoint --addr HOST:PORT            (write a checkpoint of the global state now)
 //   diloco-ctl export --checkpoint F --config RUN.yaml [--set k=v] --format safetensors --out model.safetensors
+//   diloco-ctl export --checkpoint F --config RUN.yaml --format hf --out DIR [--dtype fp32|bf16] [--max-shard-size B]
 // status, leave and checkpoint speak TLS and send the token as the run's security.* keys say: from --config RUN.yaml
 // [--set k=v], or the flags --tls-ca, --tls-cert, --tls-key, --token-file, --server-name (which win).
 // status, leave and checkpoint are a thin front end: they speak the protocol in proto/ and use nothing of
@@ -101,11 +102,15 @@ int RunExport(const diloco::ExportOptions& options) {
   if (!result.ok()) {
     std::cerr << "diloco-ctl: error: export: " << result.status().message() << "\n";
     const absl::StatusCode code = result.status().code();
-    return code == absl::StatusCode::kNotFound || code == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    return code == absl::StatusCode::kNotFound || code == absl::StatusCode::kInvalidArgument ||
+                   code == absl::StatusCode::kUnimplemented
+               ? 2
+               : 1;
   }
   std::cout << "exported round " << result->round << " (" << result->parameters << " parameters) to "
             << result->weights_path << "; model config " << result->config_path;
   if (!result->tokenizer_path.empty()) std::cout << "; tokenizer " << result->tokenizer_path;
+  if (!result->files.empty()) std::cout << "; " << result->files.size() << " files";
   std::cout << "\n";
   return 0;
 }
@@ -144,8 +149,13 @@ int main(int argc, char** argv) {
   export_cmd->add_option("--checkpoint", export_options.checkpoint, "a coordinator checkpoint file")->required();
   export_cmd->add_option("--config", export_options.config, "the run's YAML config (supplies model:)")->required();
   export_cmd->add_option("--set", export_options.overrides, "section.key=value override of the config (repeatable)");
-  export_cmd->add_option("--format", export_options.format, "output format (safetensors)");
-  export_cmd->add_option("--out", export_options.out, "output file, e.g. model.safetensors")->required();
+  export_cmd->add_option("--format", export_options.format,
+                         "safetensors (our names + model JSON) | hf (a Hugging Face model directory)");
+  export_cmd->add_option("--out", export_options.out, "output file, e.g. model.safetensors; with hf a directory")
+      ->required();
+  export_cmd->add_option("--dtype", export_options.dtype, "hf: weights as fp32 | bf16");
+  export_cmd->add_option("--max-shard-size", export_options.max_shard_size,
+                         "hf: bytes per safetensors shard (above it: shards + index, as save_pretrained)");
   diloco::GenerateCommand gen;
   CLI::App* generate = app.add_subcommand("generate", "sample text from a checkpoint or a Hugging Face model");
   generate->add_option("--config", gen.config, "the run's YAML config (model:, data:)")->required();

@@ -13,6 +13,7 @@
 #include "config/data_cache.h"
 #include "coordinator/checkpoint.h"
 #include "proto/tensor_spec.h"
+#include "scripts/ctl/hf_export.h"
 #include "worker/lm/language_model.h"
 #include "worker/lm/safetensors.h"
 
@@ -118,6 +119,24 @@ absl::StatusOr<std::string> ReadAll(const std::string& path) {
   return ss.str();
 }
 
+absl::StatusOr<ExportResult> ExportHf(const ExportOptions& options, const Config& config, const CheckpointData& ckpt) {
+  HfExportOptions hf;
+  hf.out = options.out;
+  hf.dtype = options.dtype;
+  hf.max_shard_size = options.max_shard_size;
+  hf.tokenizer = config.data.tokenizer.empty() ? FindTokenizer(config) : config.data.tokenizer;
+  auto written = WriteHfDirectory(hf, config.model, ckpt.params);
+  if (!written.ok()) return written.status();
+  ExportResult result;
+  result.weights_path = options.out;
+  result.config_path = (std::filesystem::path(options.out) / "config.json").string();
+  if (!hf.tokenizer.empty()) result.tokenizer_path = (std::filesystem::path(options.out) / "tokenizer.model").string();
+  result.round = ckpt.round;
+  for (const auto& [name, t] : ckpt.params) result.parameters += t.numel();
+  result.files = written->files;
+  return result;
+}
+
 }  // namespace
 
 std::string ModelJsonPath(const std::string& out) {
@@ -127,14 +146,16 @@ std::string ModelJsonPath(const std::string& out) {
 }
 
 absl::StatusOr<ExportResult> ExportCheckpoint(const ExportOptions& options) {
-  if (options.format != "safetensors") {
-    return absl::InvalidArgumentError(absl::StrCat("--format: unsupported '", options.format, "' (use safetensors)"));
+  if (options.format != "safetensors" && options.format != "hf") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--format: unsupported '", options.format, "' (use safetensors or hf)"));
   }
   auto config = LoadConfig(options.config, options.overrides);
   if (!config.ok()) return config.status();
   auto ckpt = LoadCheckpoint(options.checkpoint);
   if (!ckpt.ok()) return ckpt.status();
   if (absl::Status s = CheckSameModel(options, *config, *ckpt); !s.ok()) return s;
+  if (options.format == "hf") return ExportHf(options, *config, *ckpt);
 
   ExportResult result;
   result.weights_path = options.out;

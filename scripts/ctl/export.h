@@ -8,6 +8,9 @@
 // that config builds (worker/lm/language_model.h) has exactly the checkpoint's fingerprint (tensor names, shapes and
 // dtypes). The fingerprint cannot see model.n_head (it changes no shape): the config's value is taken as given.
 //
+// --format hf writes a Hugging Face model directory instead (scripts/ctl/hf_export.h) that
+// transformers.AutoModelForCausalLM.from_pretrained loads.
+//
 // Unlike ctl's other commands this one works offline and uses the coordinator's checkpoint reader and the worker's
 // model directly. Every file is written to a temp file and renamed into place. Stateless; thread-safe for distinct
 // output paths.
@@ -24,8 +27,10 @@ struct ExportOptions {
   std::string checkpoint;              // a coordinator checkpoint (ckpt-NNNNNNNN.bin)
   std::string config;                  // the run's YAML file
   std::vector<std::string> overrides;  // --set section.key=value, as the other binaries take
-  std::string format = "safetensors";  // the only format so far
-  std::string out;                     // e.g. model.safetensors
+  std::string format = "safetensors";  // safetensors (our names, one file + model JSON) | hf (a directory, hf_export.h)
+  std::string out;                     // e.g. model.safetensors; with hf: the directory
+  std::string dtype = "fp32";          // hf: fp32 | bf16
+  int64_t max_shard_size = int64_t{2} << 30;  // hf: bytes of tensor data per safetensors shard
 };
 
 struct ExportResult {
@@ -34,6 +39,7 @@ struct ExportResult {
   std::string tokenizer_path;  // the copied SentencePiece model; empty when the run's token cache has none
   int64_t round = 0;
   int64_t parameters = 0;
+  std::vector<std::string> files;  // hf: every file written
 };
 
 // "<dir>/<stem>.json" for "<dir>/<stem>.safetensors", else out + ".json".

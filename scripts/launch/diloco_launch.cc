@@ -164,11 +164,6 @@ int WaitForAll(std::vector<Child>& children) {
 // A rank that fails makes the others' next collective fail, so they all end.
 int RunDataParallel(const diloco::Config& config, const std::vector<std::string>& common,
                     std::vector<Child>& children) {
-  if (!config.model.init_from.empty()) {  // checked here too, so the user sees one line rather than one per rank
-    std::cerr << "diloco-launch: error: model.init_from: not supported with --mode ddp (the baseline starts from "
-                 "model: and run.seed)\n";
-    return 2;
-  }
   const int64_t ranks = config.workers.count * config.workers.cluster_size;
   const std::string store = "127.0.0.1:" + std::to_string(FreeLocalPort());
   for (int64_t r = 0; r < ranks; ++r) {

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -96,9 +97,13 @@ class ExportTest : public ScratchDirTest {
   }
 
   // The C++ model's logits for fixed tokens, as check_export.py's reference files; returns the reference JSON path.
-  std::string WriteCppReference() {
+  // With bf16, the model's parameters are first rounded to bfloat16 (what a --dtype bf16 export stores).
+  std::string WriteCppReference(bool bf16 = false) {
     auto ckpt = LoadCheckpoint(checkpoint_path_);
     EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+    if (bf16) {
+      for (auto& [name, t] : ckpt->params) t = t.to(torch::kBFloat16).to(torch::kFloat);
+    }
     LanguageModelPtr model = MakeLanguageModel(config_.model, /*seed=*/99);  // another init: the load must overwrite it
     LoadParameters(*model, ckpt->params);
     model->eval();
@@ -156,6 +161,25 @@ class ExportTest : public ScratchDirTest {
                     .ok());
   }
 
+  // tests/export/check_hf_export.py under the reference stack (transformers' own GPT2LMHeadModel).
+  Ran CheckHf(const std::string& dir, int shards, bool bf16 = false) {
+    return RunToEnd({DILOCO_PYTHON, std::string(DILOCO_SOURCE_DIR) + "/tests/export/check_hf_export.py", "--dir", dir,
+                     "--reference", WriteCppReference(bf16), "--tol", "1e-4", "--expect-shards",
+                     std::to_string(shards)});
+  }
+
+  // Replaces the run's model: section (and the checkpoint) with `model_yaml`.
+  void UseModel(const std::string& model_yaml) {
+    std::ofstream(config_path_) << "run:\n  name: export-test\n  seed: 3\n  output_dir: " << Path("run") << "\n"
+                                << "model:\n"
+                                << model_yaml << "data:\n  text: " << DILOCO_SOURCE_DIR
+                                << "/tests/data/tinyshakespeare.txt\n  cache_dir: " << Path("cache") << "\n";
+    auto config = LoadConfig(config_path_);
+    ASSERT_TRUE(config.ok()) << config.status();
+    config_ = *config;
+    WriteCheckpoint();
+  }
+
   std::string config_path_, checkpoint_path_;
   Config config_;
 };
@@ -189,6 +213,83 @@ TEST_F(ExportTest, PythonModelOnTheExportGivesTheCppLogits) {
   std::cout << "[export] " << check.output;
   EXPECT_EQ(check.code, 0) << check.output;
   EXPECT_NE(check.output.find("check_export: OK"), std::string::npos) << check.output;
+}
+
+TEST_F(ExportTest, HuggingFaceLoadsTheHfExportAndGivesOurLogits) {
+  const Ran ran = Export(Path("hf"), {}, "hf");
+  ASSERT_EQ(ran.code, 0) << ran.output;
+  const nlohmann::json config = nlohmann::json::parse(Slurp(Path("hf/config.json")));
+  EXPECT_EQ(config["architectures"], nlohmann::json::array({"GPT2LMHeadModel"}));
+  EXPECT_EQ(config["activation_function"], "gelu");  // gpt's exact GELU
+  EXPECT_EQ(config["n_positions"], 16);
+  EXPECT_TRUE(std::filesystem::exists(Path("hf/generation_config.json")));
+  const std::string bytes = Slurp(Path("hf/model.safetensors"));
+  uint64_t n = 0;
+  memcpy(&n, bytes.data(), 8);
+  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  EXPECT_EQ(header["transformer.h.1.attn.c_attn.weight"]["shape"], nlohmann::json::array({32, 96}));  // Conv1D
+  EXPECT_FALSE(header.contains("lm_head.weight"));  // tied, as Hugging Face writes it
+
+  const Ran check = CheckHf(Path("hf"), 1);
+  std::cout << "[export hf] " << check.output;
+  EXPECT_EQ(check.code, 0) << check.output;
+  EXPECT_NE(check.output.find("check_hf_export: OK GPT2LMHeadModel"), std::string::npos) << check.output;
+}
+
+TEST_F(ExportTest, ShardedHfExportLoads) {
+  // About 110 KiB of float32 tensors (c_fc and mlp c_proj are 16 KiB each): a 32 KiB limit makes 4 or more shards.
+  const Ran ran = Export(Path("hf"), {"--max-shard-size", "32768"}, "hf");
+  ASSERT_EQ(ran.code, 0) << ran.output;
+  const nlohmann::json index = nlohmann::json::parse(Slurp(Path("hf/model.safetensors.index.json")));
+  std::set<std::string> shards;
+  for (const auto& [name, file] : index["weight_map"].items()) shards.insert(file.get<std::string>());
+  ASSERT_GE(shards.size(), 3u);
+  char first[64];
+  snprintf(first, sizeof(first), "model-00001-of-%05zu.safetensors", shards.size());
+  EXPECT_EQ(*shards.begin(), first);
+  EXPECT_FALSE(std::filesystem::exists(Path("hf/model.safetensors")));
+  const Ran check = CheckHf(Path("hf"), static_cast<int>(shards.size()));
+  EXPECT_EQ(check.code, 0) << check.output;
+}
+
+TEST_F(ExportTest, LlamaWithGqaAndUntiedHeadExportsForTransformers) {
+  UseModel(
+      "  arch: llama\n  vocab_size: 96\n  seq_len: 16\n  n_layer: 2\n  n_head: 4\n  n_kv_head: 2\n  d_model: 32\n"
+      "  ffn_hidden: 80\n  max_positions: 64\n  rope_theta: 50000\n  norm_eps: 1e-6\n  tie_embeddings: false\n"
+      "  bos_token_id: 1\n  eos_token_id: 2\n");
+  const Ran ran = Export(Path("hf"), {}, "hf");
+  ASSERT_EQ(ran.code, 0) << ran.output;
+  const nlohmann::json generation = nlohmann::json::parse(Slurp(Path("hf/generation_config.json")));
+  EXPECT_EQ(generation["eos_token_id"], 2);
+  const Ran check = CheckHf(Path("hf"), 1);
+  std::cout << "[export hf llama] " << check.output;
+  EXPECT_NE(check.output.find("check_hf_export: OK LlamaForCausalLM"), std::string::npos) << check.output;
+}
+
+TEST_F(ExportTest, Bf16HfExportHoldsTheRoundedWeights) {
+  const Ran ran = Export(Path("hf"), {"--dtype", "bf16"}, "hf");
+  ASSERT_EQ(ran.code, 0) << ran.output;
+  EXPECT_EQ(nlohmann::json::parse(Slurp(Path("hf/config.json")))["dtype"], "bfloat16");
+  const std::string bytes = Slurp(Path("hf/model.safetensors"));
+  uint64_t n = 0;
+  memcpy(&n, bytes.data(), 8);
+  EXPECT_EQ(nlohmann::json::parse(bytes.substr(8, n))["transformer.wte.weight"]["dtype"], "BF16");
+  const Ran check = CheckHf(Path("hf"), 1, /*bf16=*/true);  // loaded as float32: our model on bf16-rounded weights
+  EXPECT_EQ(check.code, 0) << check.output;
+}
+
+TEST_F(ExportTest, HfCheckerRejectsAWrongLogit) {
+  ASSERT_EQ(Export(Path("hf"), {}, "hf").code, 0);
+  WriteCppReference();
+  {
+    std::fstream f(Path("logits.f32"), std::ios::in | std::ios::out | std::ios::binary);
+    const float off = 1e3f;
+    f.write(reinterpret_cast<const char*>(&off), sizeof(off));  // the checker re-reads this file
+  }
+  const Ran check = RunToEnd({DILOCO_PYTHON, std::string(DILOCO_SOURCE_DIR) + "/tests/export/check_hf_export.py",
+                              "--dir", Path("hf"), "--reference", Path("reference.json")});
+  EXPECT_EQ(check.code, 1) << check.output;
+  EXPECT_NE(check.output.find("logits differ"), std::string::npos) << check.output;
 }
 
 TEST_F(ExportTest, CopiesTheRunsTokenizer) {

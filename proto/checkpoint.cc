@@ -1,4 +1,4 @@
-#include "coordinator/checkpoint.h"
+#include "proto/checkpoint.h"
 
 #include <fcntl.h>
 #include <unistd.h>

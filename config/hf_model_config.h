@@ -1,0 +1,47 @@
+// Hugging Face `config.json` <-> our model: keys. Reads the config.json of a Hugging Face model directory
+// (model.init_from) into ModelConfig values plus the list of model keys it determines, and writes a config.json and a
+// generation_config.json for a ModelConfig (diloco-ctl export --format hf). One small table per architecture:
+//   llama (model_type "llama", LlamaForCausalLM) and gpt2 (model_type "gpt2", GPT2LMHeadModel); our arch gpt is
+//   written as a GPT2LMHeadModel with activation_function "gelu" (exact erf, what gpt computes), never read back.
+// Both layouts transformers writes are read: 4.x (top-level rope_theta, rope_scaling, torch_dtype) and 5.x
+// (rope_parameters {rope_theta, rope_type}, dtype). A key absent from config.json takes transformers' default for
+// that class (LlamaConfig / GPT2Config in transformers 5.25). Token ids outside the vocabulary (GPT2Config's default
+// 50256 on a small vocabulary) are read as -1 (none), as transformers only warns about them.
+// Pure functions over nlohmann-json; thread-safe.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "config/config.h"
+
+namespace diloco {
+
+struct HfModelConfig {
+  ModelConfig model;              // the keys config.json determines; every other field keeps its default
+  std::vector<std::string> keys;  // those keys, "model.<name>" (model.arch first), in schema order
+  std::string dtype;              // informational: the stored weights' dtype ("float32", "bfloat16", ...; "" unknown)
+};
+
+// `origin` names the file in error messages (e.g. "<dir>/config.json"). Errors: unknown model_type (naming the
+// supported ones), a feature we do not implement (rope scaling, biases, another activation), a wrong type.
+absl::StatusOr<HfModelConfig> ParseHfModelConfig(const nlohmann::json& config_json, const std::string& origin);
+
+// Reads <dir>/config.json. NotFound (naming the path) when the file is missing.
+absl::StatusOr<HfModelConfig> ReadHfModelConfig(const std::string& dir);
+
+// True when `path` is a directory holding a config.json (a Hugging Face model directory).
+bool IsHfModelDir(const std::string& path);
+
+// config.json for `model` with weights stored as `dtype` ("float32" or "bfloat16"). `transformers_version` is
+// what the file claims to have been written for (transformers checks it only for warnings).
+nlohmann::ordered_json HfConfigJson(const ModelConfig& model, const std::string& dtype,
+                                    const std::string& transformers_version = "4.46.0");
+
+// generation_config.json: bos/eos ids (omitted when -1).
+nlohmann::ordered_json HfGenerationConfigJson(const ModelConfig& model,
+                                              const std::string& transformers_version = "4.46.0");
+
+}  // namespace diloco

@@ -1,0 +1,58 @@
+// Coordinator checkpoints (lives in proto/: the coordinator writes them; ctl export and the data-parallel baseline
+// in worker/ read them): the global parameters theta_t, the outer momentum, the round t and the evaluation
+// history, in one self-checking file.
+//
+// Format (little endian): magic "DLCOCKPT", uint32 version (2), int64 round, string fingerprint, uint32 tensor count,
+// per tensor {string name, uint32 ndim, int64 dims[ndim], float32 data}, uint32 momentum count (0 or tensor count),
+// per momentum tensor float32 data, uint32 eval count, per eval {int64 round, float64 val_loss,
+// int64 tokens, int64 bytes_pushed_committed} (version 1: without the last two; still loaded), then an xxHash64
+// of every byte before it. Strings are uint32 length + bytes.
+// Writes go to "<path>.tmp", are fsynced, renamed over <path>, and the directory is fsynced: a crash leaves the old
+// file or the new one, never a torn one. Loading checks magic, version, sizes and the checksum.
+// Stateless functions; thread-safe for distinct paths.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace diloco {
+
+struct EvalRecord {
+  int64_t round = 0;
+  double val_loss = 0;
+  int64_t tokens = 0;                  // tokens trained by all workers up to this evaluation (version 2)
+  int64_t bytes_pushed_committed = 0;  // pseudo-gradient bytes of the rounds committed so far (version 2)
+};
+
+struct CheckpointData {
+  int64_t round = 0;
+  std::string fingerprint;
+  std::vector<std::pair<std::string, at::Tensor>> params;  // float32
+  std::vector<at::Tensor> momentum;                        // empty or one per param
+  std::vector<EvalRecord> evals;
+};
+
+absl::Status SaveCheckpoint(const std::string& path, const CheckpointData& data);
+absl::StatusOr<CheckpointData> LoadCheckpoint(const std::string& path);
+
+struct LoadedCheckpoint {
+  std::string path;
+  CheckpointData data;
+};
+
+// The newest checkpoint in `dir` that loads and verifies. Files that fail are skipped and described in *skipped
+// ("path: reason"). NotFound when the directory holds no valid checkpoint.
+absl::StatusOr<LoadedCheckpoint> LoadNewestCheckpoint(const std::string& dir, std::vector<std::string>* skipped);
+
+// "<dir>/ckpt-<round, 8 digits>.bin"
+std::string CheckpointPath(const std::string& dir, int64_t round);
+
+// Deletes all but the newest `keep` checkpoints in dir (keep 0 keeps all).
+void PruneCheckpoints(const std::string& dir, int64_t keep);
+
+}  // namespace diloco

@@ -1,0 +1,139 @@
+#include "scripts/ctl/hf_export.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "config/hf_model_config.h"
+#include "worker/lm/safetensors.h"
+
+namespace diloco {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Shard {
+  std::string file;
+  std::vector<size_t> tensors;  // indices into the exported list
+};
+
+// Tensors in order, a new shard whenever the next tensor would take the current one above max_bytes (a tensor larger
+// than max_bytes gets a shard of its own), as transformers' save_pretrained splits.
+std::vector<Shard> PlanShards(const std::vector<at::Tensor>& tensors, int64_t max_bytes) {
+  std::vector<Shard> shards;
+  int64_t bytes = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const int64_t size = tensors[i].numel() * tensors[i].element_size();
+    if (shards.empty() || (bytes > 0 && bytes + size > max_bytes)) {
+      shards.emplace_back();
+      bytes = 0;
+    }
+    shards.back().tensors.push_back(i);
+    bytes += size;
+  }
+  if (shards.size() == 1) {
+    shards[0].file = "model.safetensors";
+  } else {
+    for (size_t s = 0; s < shards.size(); ++s) {
+      shards[s].file = absl::StrFormat("model-%05d-of-%05d.safetensors", s + 1, shards.size());
+    }
+  }
+  return shards;
+}
+
+absl::Status CopyFile(const std::string& from, const std::string& to) {
+  std::ifstream in(from, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  if (!in) return absl::NotFoundError(absl::StrCat("tokenizer ", from, ": cannot be read"));
+  return WriteFileAtomically(to, bytes.str());
+}
+
+}  // namespace
+
+absl::StatusOr<std::pair<std::string, bool>> HfTensorName(ModelArch arch, const std::string& name) {
+  if (arch != ModelArch::kGpt) return std::make_pair(name, false);
+  static const std::map<std::string, std::string> kTop = {{"tok_emb.weight", "transformer.wte.weight"},
+                                                          {"pos_emb.weight", "transformer.wpe.weight"},
+                                                          {"ln_f.weight", "transformer.ln_f.weight"},
+                                                          {"ln_f.bias", "transformer.ln_f.bias"}};
+  static const std::map<std::string, std::string> kBlock = {
+      {"ln1", "ln_1"}, {"qkv", "attn.c_attn"}, {"attn_out", "attn.c_proj"},
+      {"ln2", "ln_2"}, {"fc", "mlp.c_fc"},     {"mlp_out", "mlp.c_proj"}};
+  if (auto it = kTop.find(name); it != kTop.end()) return std::make_pair(it->second, false);
+  static const std::regex kBlockName(R"(blocks\.(\d+)\.(\w+)\.(weight|bias))");
+  std::smatch m;
+  if (std::regex_match(name, m, kBlockName)) {
+    if (auto it = kBlock.find(m[2]); it != kBlock.end()) {
+      const bool linear = m[3] == "weight" && m[2] != "ln1" && m[2] != "ln2";  // Conv1D stores [in, out]
+      return std::make_pair(absl::StrCat("transformer.h.", std::string(m[1]), ".", it->second, ".", std::string(m[3])),
+                            linear);
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat("export --format hf: no GPT-2 name for gpt tensor '", name, "'"));
+}
+
+absl::StatusOr<HfExportResult> WriteHfDirectory(const HfExportOptions& options, const ModelConfig& model,
+                                                const std::vector<std::pair<std::string, at::Tensor>>& params) {
+  if (options.dtype != "fp32" && options.dtype != "bf16") {
+    return absl::InvalidArgumentError(absl::StrCat("--dtype: unsupported '", options.dtype, "' (use fp32 or bf16)"));
+  }
+  const bool bf16 = options.dtype == "bf16";
+  if (options.max_shard_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-shard-size: must be > 0, got ", options.max_shard_size));
+  }
+  std::error_code ec;
+  fs::create_directories(options.out, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat("--out ", options.out, ": ", ec.message()));
+
+  std::vector<std::string> names;
+  std::vector<at::Tensor> tensors;  // contiguous float32, alive until written
+  for (const auto& [name, t] : params) {
+    auto hf = HfTensorName(model.arch, name);
+    if (!hf.ok()) return hf.status();
+    names.push_back(hf->first);
+    tensors.push_back((hf->second ? t.t() : t).to(bf16 ? at::kBFloat16 : at::kFloat).contiguous());
+  }
+  HfExportResult result;
+  const std::vector<Shard> shards = PlanShards(tensors, options.max_shard_size);
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  for (const Shard& shard : shards) {
+    std::vector<SafetensorsEntry> entries;
+    for (size_t i : shard.tensors) {
+      entries.push_back({names[i], tensors[i].sizes().vec(), tensors[i].data_ptr(),
+                         bf16 ? SafetensorsDtype::kBF16 : SafetensorsDtype::kF32});
+      weight_map[names[i]] = shard.file;
+      result.total_size += tensors[i].numel() * tensors[i].element_size();
+    }
+    const std::string path = (fs::path(options.out) / shard.file).string();
+    if (absl::Status s = WriteSafetensors(path, entries, {{"format", "pt"}}); !s.ok()) return s;
+    result.files.push_back(path);
+  }
+  std::vector<std::pair<std::string, std::string>> texts;
+  if (shards.size() > 1) {
+    nlohmann::ordered_json index;
+    index["metadata"] = {{"total_size", result.total_size}};
+    index["weight_map"] = weight_map;
+    texts.emplace_back("model.safetensors.index.json", index.dump(2) + "\n");
+  }
+  texts.emplace_back("config.json", HfConfigJson(model, bf16 ? "bfloat16" : "float32").dump(2) + "\n");
+  texts.emplace_back("generation_config.json", HfGenerationConfigJson(model).dump(2) + "\n");
+  for (const auto& [file, text] : texts) {
+    const std::string path = (fs::path(options.out) / file).string();
+    if (absl::Status s = WriteFileAtomically(path, text); !s.ok()) return s;
+    result.files.push_back(path);
+  }
+  if (!options.tokenizer.empty()) {
+    const std::string path = (fs::path(options.out) / "tokenizer.model").string();
+    if (absl::Status s = CopyFile(options.tokenizer, path); !s.ok()) return s;
+    result.files.push_back(path);
+  }
+  return result;
+}
+
+}  // namespace diloco
