@@ -51,8 +51,8 @@ struct DataConfig {
   double val_fraction = 0.1;          // the tail of the text kept for validation
   std::string cache_dir;              // token shards; default <run.output_dir>/data
   DataSplit split = DataSplit::kIid;  // worker shards: iid (interleaved blocks) | contiguous (one region each)
-  // A SentencePiece model to use instead of training one; set from a Hugging Face init_from directory's
-  // tokenizer.model when unset. Recorded and checked to exist; diloco-tokenize does not read it yet.
+  // A SentencePiece model to use instead of training one (its pieces must fit model.vocab_size); set from a Hugging
+  // Face init_from directory's tokenizer.model when unset.
   std::string tokenizer;
 };
 

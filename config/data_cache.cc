@@ -17,11 +17,11 @@
 namespace diloco {
 namespace {
 
-absl::StatusOr<uint64_t> HashFile(const std::string& path) {
+absl::StatusOr<uint64_t> HashFile(const std::string& path, const char* key) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return absl::NotFoundError(absl::StrCat("data.text: cannot read '", path, "' (", std::strerror(errno),
-                                            "); set data.text to an existing text file"));
+    return absl::NotFoundError(absl::StrCat(key, ": cannot read '", path, "' (", std::strerror(errno), "); set ", key,
+                                            " to an existing file"));
   }
   XXH64_state_t* state = XXH64_createState();
   XXH64_reset(state, 0);
@@ -43,10 +43,15 @@ bool IsDir(const std::string& path) {
 }  // namespace
 
 absl::StatusOr<TokenCache> LocateTokenCache(const Config& config) {
-  auto text_hash = HashFile(config.data.text);
+  auto text_hash = HashFile(config.data.text, "data.text");
   if (!text_hash.ok()) return text_hash.status();
-  const std::string key_text =
+  std::string key_text =
       absl::StrCat(*text_hash, "|vocab=", config.model.vocab_size, "|val=", config.data.val_fraction, "|v1");
+  if (!config.data.tokenizer.empty()) {  // a given tokenizer: its bytes are part of the key (none: the cache as before)
+    auto tokenizer_hash = HashFile(config.data.tokenizer, "data.tokenizer");
+    if (!tokenizer_hash.ok()) return tokenizer_hash.status();
+    absl::StrAppend(&key_text, "|tokenizer=", *tokenizer_hash);
+  }
   char key[17];
   snprintf(key, sizeof(key), "%016llx", static_cast<unsigned long long>(XXH64(key_text.data(), key_text.size(), 0)));
   return TokenCache{absl::StrCat(config.CacheDir(), "/tok-", key)};
@@ -73,9 +78,17 @@ absl::StatusOr<TokenCache> EnsureTokenized(const Config& config, const std::stri
   }
   absl::Status status = absl::OkStatus();
   if (!IsDir(cache->dir)) {  // nobody made it while we waited for the lock
-    auto child = Subprocess::Start({tokenizer_exe, "--text", config.data.text, "--vocab-size",
-                                    std::to_string(config.model.vocab_size), "--val-fraction",
-                                    absl::StrCat(config.data.val_fraction), "--out", cache->dir});
+    std::vector<std::string> argv = {tokenizer_exe,
+                                     "--text",
+                                     config.data.text,
+                                     "--vocab-size",
+                                     std::to_string(config.model.vocab_size),
+                                     "--val-fraction",
+                                     absl::StrCat(config.data.val_fraction),
+                                     "--out",
+                                     cache->dir};
+    if (!config.data.tokenizer.empty()) argv.insert(argv.end(), {"--tokenizer-model", config.data.tokenizer});
+    auto child = Subprocess::Start(argv);
     if (!child.ok()) {
       status = child.status();
     } else if (int code = child->Wait(); code != 0) {

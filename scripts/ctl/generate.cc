@@ -13,47 +13,31 @@
 #include "config/config_loader.h"
 #include "config/data_cache.h"
 #include "config/subprocess.h"
-#include "coordinator/checkpoint.h"
-#include "proto/tensor_spec.h"
 #include "worker/lm/generate.h"
-#include "worker/lm/hf_weights.h"
+#include "worker/lm/init_from.h"
 
 namespace diloco {
 namespace {
 
-// The model with the weights of --checkpoint or --init-from.
-absl::StatusOr<LanguageModelPtr> LoadModel(const GenerateCommand& c, const Config& config) {
+// The model with the weights of --checkpoint or --init-from (both through model.init_from's loader).
+absl::StatusOr<LanguageModelPtr> LoadModel(const Config& config) {
   LanguageModelPtr model;
   try {
     model = MakeLanguageModel(config.model, config.run.seed);
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(e.what());
   }
-  if (!c.init_from.empty()) {
-    auto weights = LoadHfWeights(c.init_from);
-    if (!weights.ok()) return weights.status();
-    absl::Status s = CopyHfWeights(*weights, c.init_from, *model);
-    if (!s.ok()) return s;
-    return model;
-  }
-  auto ckpt = LoadCheckpoint(c.checkpoint);
-  if (!ckpt.ok()) return ckpt.status();
-  const std::string expected = Fingerprint(SpecsOf(NamedParameters(*model)));
-  if (ckpt->fingerprint != expected) {
-    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", c.checkpoint, " (fingerprint ", ckpt->fingerprint,
-                                                      ") is not of the model ", c.config, " describes (fingerprint ",
-                                                      expected, "); pass the config of the run that wrote it"));
-  }
-  LoadParameters(*model, ckpt->params);
+  absl::Status s = LoadInitFrom(config.model, *model);
+  if (!s.ok()) return s;
   return model;
 }
 
-// The SentencePiece model of the run: the HF directory's, else the run's token cache's ("" when there is none).
-std::string FindTokenizer(const GenerateCommand& c, const Config& config) {
+// The SentencePiece model of the run: data.tokenizer (set from an HF directory's tokenizer.model), else the run's
+// token cache's ("" when there is none).
+std::string FindTokenizer(const Config& config) {
   std::error_code ec;
-  if (!c.init_from.empty()) {
-    const std::string path = c.init_from + "/tokenizer.model";
-    if (std::filesystem::is_regular_file(path, ec)) return path;
+  if (!config.data.tokenizer.empty() && std::filesystem::is_regular_file(config.data.tokenizer, ec)) {
+    return config.data.tokenizer;
   }
   auto cache = LocateTokenCache(config);
   if (cache.ok() && std::filesystem::is_regular_file(cache->tokenizer_model_path(), ec)) {
@@ -87,7 +71,8 @@ absl::StatusOr<std::vector<int64_t>> ParseIds(const std::string& text, const cha
   std::vector<int64_t> ids;
   for (absl::string_view word : absl::StrSplit(text, absl::ByAnyChar(", \n"), absl::SkipEmpty())) {
     int64_t id = 0;
-    if (!absl::SimpleAtoi(word, &id)) return absl::InvalidArgumentError(absl::StrCat(what, ": '", word, "' is not a token id"));
+    if (!absl::SimpleAtoi(word, &id))
+      return absl::InvalidArgumentError(absl::StrCat(what, ": '", word, "' is not a token id"));
     ids.push_back(id);
   }
   return ids;
@@ -99,8 +84,9 @@ absl::StatusOr<std::vector<int64_t>> PromptIds(const GenerateCommand& c, const C
                                                const std::string& tokenizer) {
   if (!c.prompt_ids.empty()) return ParseIds(c.prompt_ids, "--prompt-ids");
   if (tokenizer.empty()) {
-    return absl::NotFoundError("--prompt needs the run's tokenizer (the HF directory's tokenizer.model or the run's "
-                               "token cache), and none was found; pass --prompt-ids instead");
+    return absl::NotFoundError(
+        "--prompt needs the run's tokenizer (the HF directory's tokenizer.model or the run's "
+        "token cache), and none was found; pass --prompt-ids instead");
   }
   auto out = RunTokenizer({"encode", "--model", tokenizer, "--text", c.prompt});
   if (!out.ok()) return out.status();
@@ -130,12 +116,13 @@ int RunGenerate(const GenerateCommand& c) {
     return Fail(absl::InvalidArgumentError("pass exactly one of --prompt and --prompt-ids"));
   }
   std::vector<std::string> overrides = c.overrides;
-  if (!c.init_from.empty()) overrides.push_back("model.init_from=" + c.init_from);
+  if (!c.init_from.empty()) overrides.push_back("model.init_from=" + c.init_from);  // config.json fills model:
   auto config = LoadConfig(c.config, overrides);
   if (!config.ok()) return Fail(config.status());
-  auto model = LoadModel(c, *config);
+  if (!c.checkpoint.empty()) config->model.init_from = c.checkpoint;  // after the run's own init_from shaped model:
+  auto model = LoadModel(*config);
   if (!model.ok()) return Fail(model.status());
-  const std::string tokenizer = FindTokenizer(c, *config);
+  const std::string tokenizer = FindTokenizer(*config);
   auto prompt = PromptIds(c, *config, tokenizer);
   if (!prompt.ok()) return Fail(prompt.status());
   GenerateOptions options;

@@ -8,9 +8,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "config/config.h"
+#include "worker/lm/generate.h"
 #include "worker/lm/hf_weights.h"
 #include "worker/lm/language_model.h"
 #include "worker/lm/safetensors.h"
@@ -122,6 +125,41 @@ TEST_P(HfGoldenTest, GreedyGenerationWithTheCacheGivesHuggingFacesIds) {
   torch::NoGradGuard no_grad;
   const torch::Tensor full = model->forward(torch::cat({g.prompt, ids}, 1)).narrow(1, 0, cached_logits.size(1));
   EXPECT_LE(MaxAbsDiff(cached_logits, full), 1e-5);
+}
+
+// The product's decoder (worker/lm/generate.h, what diloco-ctl generate runs) at temperature 0 gives the same ids.
+TEST_P(HfGoldenTest, GenerateGreedyGivesHuggingFacesIds) {
+  const Golden g = ReadGolden(GetParam());
+  auto model = Import(ConfigOf(GetParam()), GetParam());
+  std::vector<int64_t> prompt(g.prompt.data_ptr<int64_t>(), g.prompt.data_ptr<int64_t>() + g.prompt.numel());
+  GenerateOptions options;
+  options.max_new_tokens = 32;
+  auto ids = Generate(*model, prompt, model->config().MaxPositions(), options);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_TRUE(torch::equal(torch::tensor(*ids, torch::kLong).unsqueeze(0), g.generated));
+}
+
+// diloco-ctl generate end to end: --init-from the Hugging Face directory (config.json fills model:), --prompt-ids,
+// --print-ids prints HF's 32 greedy ids.
+TEST_P(HfGoldenTest, CtlGeneratePrintsHuggingFacesIds) {
+  const Golden g = ReadGolden(GetParam());
+  const std::string yaml = ::testing::TempDir() + "/generate_" + GetParam() + ".yaml";
+  std::ofstream(yaml) << "run:\n  name: generate\n  output_dir: " << ::testing::TempDir() << "/generate_run\n";
+  std::string prompt, expected;
+  for (int64_t i = 0; i < g.prompt.numel(); ++i)
+    prompt += (i ? "," : "") + std::to_string(g.prompt[0][i].item<int64_t>());
+  for (int64_t i = 0; i < g.generated.numel(); ++i) {
+    expected += (i ? " " : "") + std::to_string(g.generated[0][i].item<int64_t>());
+  }
+  const std::string command = std::string(DILOCO_CTL) + " generate --config " + yaml + " --init-from " + kDir + "/" +
+                              GetParam() + " --prompt-ids " + prompt + " --max-new-tokens 32 --print-ids 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), pipe)) > 0;) out.append(buf, n);
+  EXPECT_EQ(pclose(pipe), 0) << out;
+  EXPECT_EQ(out, expected + "\n");
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, HfGoldenTest, ::testing::Values("llama", "gpt2", "llama_bf16"));

@@ -85,6 +85,16 @@ TEST(HfImport, LlamaDirectoryTrainsWithDiLoCoAndDataParallelAndExportsBack) {
             0)
       << loaded;
   EXPECT_NE(loaded.find("LlamaForCausalLM 1 20000.0"), std::string::npos) << loaded;
+
+  // transformers' loss of the exported model on our validation batches is the coordinator's last evaluation (of the
+  // same theta_3): the export, the architecture and the evaluation agree.
+  std::string loss;
+  ASSERT_EQ(RunPython({SourceDir() + "/tests/integration/hf_val_loss.py", out, BinDir() + "/test-cache", "128", "32",
+                       "4", "8"},
+                      &loss),
+            0)
+      << loss;
+  EXPECT_NEAR(std::stod(loss), evals.back()["val_loss"].get<double>(), 1e-4) << loss;
 }
 
 }  // namespace

@@ -16,6 +16,8 @@
 #include <tuple>
 #include <vector>
 
+#include "config/config_loader.h"
+#include "config/data_cache.h"
 #include "proto/push_frames.h"
 #include "tests/process_harness.h"
 
@@ -146,6 +148,48 @@ TEST(Run, ProcessesStartingTogetherTokenizeOnce) {
     }
   }
   EXPECT_EQ(tokenizer_runs, 1);
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// data.tokenizer: the token cache tokenizes with the given SentencePiece model (a Llama checkpoint's, say) instead of
+// training one: the cache holds that very model, its own key, and ids below that model's size; a tokenizer with more
+// pieces than model.vocab_size is refused.
+TEST(Run, GivenTokenizerIsUsedInsteadOfTrainingOne) {
+  const std::string dir = ScratchDir("given_tokenizer");
+  const std::string text = SourceDir() + "/tests/data/tinyshakespeare.txt";
+  RunningProcess made("diloco-tokenize",
+                      {"--text", text, "--vocab-size", "100", "--val-fraction", "0.1", "--out", dir + "/made"});
+  ASSERT_EQ(made.Wait(120), 0) << made.output();
+  const std::string model = dir + "/made/tokenizer.model";
+  auto config = ParseConfig("model: {vocab_size: 128}\n", "test",
+                            {"data.text=" + text, "data.cache_dir=" + dir + "/cache", "data.tokenizer=" + model});
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto cache = EnsureTokenized(*config, BinDir() + "/diloco-tokenize");
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  EXPECT_EQ(ReadBytes(cache->tokenizer_model_path()), ReadBytes(model));
+  const std::string train = ReadBytes(cache->train_path());
+  ASSERT_GT(train.size(), 24u + 2 * 1000);
+  uint16_t max_id = 0;
+  for (size_t at = 24; at + 1 < train.size(); at += 2) {
+    max_id = std::max<uint16_t>(max_id, static_cast<uint8_t>(train[at]) | static_cast<uint8_t>(train[at + 1]) << 8);
+  }
+  EXPECT_LT(max_id, 100);  // the given model's ids (a trained one would use up to 127)
+  EXPECT_GT(max_id, 50);
+  config->data.tokenizer.clear();
+  auto trained = LocateTokenCache(*config);
+  ASSERT_TRUE(trained.ok());
+  EXPECT_NE(trained->dir, cache->dir);  // the cache key tells the two apart
+
+  auto small = ParseConfig("model: {vocab_size: 64, d_model: 64}\n", "test",
+                           {"data.text=" + text, "data.cache_dir=" + dir + "/cache", "data.tokenizer=" + model});
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_FALSE(EnsureTokenized(*small, BinDir() + "/diloco-tokenize").ok());
 }
 
 TEST(Run, InitFromCheckpointStartsFromThoseParameters) {

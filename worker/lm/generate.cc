@@ -22,13 +22,14 @@ int64_t NextToken(const torch::Tensor& logits, const GenerateOptions& options, a
 
 }  // namespace
 
-absl::StatusOr<std::vector<int64_t>> Generate(LanguageModel& model, const std::vector<int64_t>& prompt,
-                                              int64_t context, const GenerateOptions& options) {
+absl::StatusOr<std::vector<int64_t>> Generate(LanguageModel& model, const std::vector<int64_t>& prompt, int64_t context,
+                                              const GenerateOptions& options) {
   const int64_t vocab = model.config().vocab_size;
   if (prompt.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
   for (int64_t id : prompt) {
     if (id < 0 || id >= vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("prompt token ", id, " is outside the vocabulary [0, ", vocab, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("prompt token ", id, " is outside the vocabulary [0, ", vocab, ")"));
     }
   }
   if (static_cast<int64_t>(prompt.size()) >= context) {

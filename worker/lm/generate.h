@@ -24,7 +24,7 @@ struct GenerateOptions {
 
 // The new token ids (not the prompt). InvalidArgument for an empty prompt, an id outside the vocabulary, or a prompt
 // that leaves no room in the model's context (`context` positions).
-absl::StatusOr<std::vector<int64_t>> Generate(LanguageModel& model, const std::vector<int64_t>& prompt,
-                                              int64_t context, const GenerateOptions& options);
+absl::StatusOr<std::vector<int64_t>> Generate(LanguageModel& model, const std::vector<int64_t>& prompt, int64_t context,
+                                              const GenerateOptions& options);
 
 }  // namespace diloco

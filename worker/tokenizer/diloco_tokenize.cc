@@ -1,4 +1,5 @@
-// diloco-tokenize: trains a SentencePiece BPE model on the training part of a text file and writes the token shards
+// diloco-tokenize: trains a SentencePiece BPE model on the training part of a text file (or takes an existing one,
+// --tokenizer-model: data.tokenizer, e.g. a Llama checkpoint's tokenizer.model) and writes the token shards
 // (train.tok, val.tok; format in worker/lm/token_shard.h) plus tokenizer.model and meta.json into --out.
 //
 // It runs as its own process and links nothing that loads protobuf or abseil: Debian's libsentencepiece carries its
@@ -37,7 +38,17 @@ int Fail(const std::string& message) {
   return 1;
 }
 
-// Encodes text line by line, ending each line with the newline symbol (SentencePiece drops '\n' itself).
+// The id that stands for '\n' (SentencePiece drops '\n' itself): our "<nl>" symbol in a model this tool trained, the
+// byte piece "<0x0A>" in a byte-fallback model (Llama's tokenizer.model), else -1 (lines are then joined as they are).
+int NewlineId(const sentencepiece::SentencePieceProcessor& sp) {
+  for (const char* piece : {kNewlineSymbol, "<0x0A>"}) {
+    const int id = sp.PieceToId(piece);
+    if (id != sp.unk_id()) return id;
+  }
+  return -1;
+}
+
+// Encodes text line by line, ending each line with the newline id (when the model has one).
 bool Encode(const sentencepiece::SentencePieceProcessor& sp, const std::string& text, int newline_id,
             std::vector<uint32_t>* ids, std::string* error) {
   std::istringstream lines(text);
@@ -52,7 +63,7 @@ bool Encode(const sentencepiece::SentencePieceProcessor& sp, const std::string& 
       }
       ids->insert(ids->end(), piece_ids.begin(), piece_ids.end());
     }
-    ids->push_back(static_cast<uint32_t>(newline_id));
+    if (newline_id >= 0) ids->push_back(static_cast<uint32_t>(newline_id));
   }
   return true;
 }
@@ -60,8 +71,8 @@ bool Encode(const sentencepiece::SentencePieceProcessor& sp, const std::string& 
 // A prompt's ids: lines joined by the newline symbol when the model has one (as the shards encode text).
 std::string EncodePrompt(const sentencepiece::SentencePieceProcessor& sp, const std::string& text,
                          std::vector<int>* ids) {
-  const int newline_id = sp.PieceToId(kNewlineSymbol);
-  if (newline_id == sp.unk_id()) {
+  const int newline_id = NewlineId(sp);
+  if (newline_id < 0) {
     const auto status = sp.Encode(text, ids);
     return status.ok() ? "" : status.ToString();
   }
@@ -79,7 +90,7 @@ std::string EncodePrompt(const sentencepiece::SentencePieceProcessor& sp, const 
   }
 }
 
-// The text of ids; the newline symbol (when the model has one) becomes '\n'.
+// The text of ids; our newline symbol becomes '\n' (a byte piece "<0x0A>" decodes to it by itself).
 std::string DecodeIds(const sentencepiece::SentencePieceProcessor& sp, const std::vector<int>& ids, std::string* text) {
   const int newline_id = sp.PieceToId(kNewlineSymbol);
   std::vector<int> line;
@@ -181,8 +192,12 @@ std::string EncodeShards(const std::string& dir, const std::string& text_path, c
                          double val_fraction, size_t* train_tokens, size_t* val_tokens) {
   sentencepiece::SentencePieceProcessor sp;
   const auto loaded = sp.Load(dir + "/tokenizer.model");
-  if (!loaded.ok()) return "cannot load the trained tokenizer: " + loaded.ToString();
-  const int newline_id = sp.PieceToId(kNewlineSymbol);
+  if (!loaded.ok()) return "cannot load the tokenizer: " + loaded.ToString();
+  if (sp.GetPieceSize() > vocab_size) {
+    return "the tokenizer has " + std::to_string(sp.GetPieceSize()) + " pieces, more than model.vocab_size (" +
+           std::to_string(vocab_size) + ")";
+  }
+  const int newline_id = NewlineId(sp);
   std::vector<uint32_t> train_ids, val_ids;
   std::string error;
   if (!Encode(sp, text.train, newline_id, &train_ids, &error) || !Encode(sp, text.val, newline_id, &val_ids, &error)) {
@@ -218,6 +233,8 @@ int main(int argc, char** argv) {
   CLI::Option* fraction_opt =
       app.add_option("--val-fraction", val_fraction, "tail fraction of the text kept for validation");
   CLI::Option* out_opt = app.add_option("--out", out_dir, "output directory (created atomically)");
+  std::string tokenizer_model;
+  app.add_option("--tokenizer-model", tokenizer_model, "use this SentencePiece model instead of training one");
   std::string model_path, codec_input;
   CLI::App* encode = app.add_subcommand("encode", "print a text's token ids");
   encode->add_option("--model", model_path, "SentencePiece model")->required();
@@ -241,7 +258,12 @@ int main(int argc, char** argv) {
   std::filesystem::remove_all(partial, ec);
   std::filesystem::create_directories(partial, ec);
   if (ec) return Fail("cannot create " + partial + ": " + ec.message());
-  if (std::string e = TrainTokenizer(partial, text.train, vocab_size); !e.empty()) return Fail(e);
+  if (tokenizer_model.empty()) {
+    if (std::string e = TrainTokenizer(partial, text.train, vocab_size); !e.empty()) return Fail(e);
+  } else {
+    std::filesystem::copy_file(tokenizer_model, partial + "/tokenizer.model", ec);
+    if (ec) return Fail("cannot copy --tokenizer-model " + tokenizer_model + ": " + ec.message());
+  }
   size_t train_tokens = 0, val_tokens = 0;
   if (std::string e = EncodeShards(partial, text_path, text, vocab_size, val_fraction, &train_tokens, &val_tokens);
       !e.empty()) {
