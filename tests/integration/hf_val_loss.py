@@ -15,6 +15,8 @@ import numpy as np
 import torch
 import transformers
 
+transformers.utils.logging.disable_progress_bar()
+
 
 def val_tokens(cache_root, vocab_size):
     for meta_path in sorted(glob.glob(os.path.join(cache_root, "tok-*", "meta.json"))):
