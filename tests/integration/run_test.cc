@@ -353,14 +353,21 @@ TEST(Run, TcpPushPortRefusesBadConnectionsAndTheRunGoesOn) {
 }
 
 // Issue 4's acceptance: int8 pseudo-gradients, and Streaming DiLoCo (2 fragments, 2 overlapped steps), each end
-// within 2% of the fp32 run's validation loss on the same seed and inner steps.
-TEST(Launch, Int8AndStreamingFragmentsReachTheFp32Loss) {
-  const std::vector<std::string> common = {"outer.rounds=4", "inner.steps=30", "model.n_layer=2"};
+// within 2% of the fp32 run's validation loss on the same seed and inner steps; for our gpt and for llama (grouped-
+// query attention, untied head: its lm_head is the last fragment's).
+class ArchLaunch : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ArchLaunch, Int8AndStreamingFragmentsReachTheFp32Loss) {
+  std::vector<std::string> common = {"outer.rounds=4", "inner.steps=30", "model.n_layer=2"};
+  if (GetParam() == "llama") {
+    common.insert(common.end(), {"model.arch=llama", "model.n_kv_head=1", "model.tie_embeddings=false"});
+  }
   auto with = [&](const std::vector<std::string>& more) { return With(common, more); };
-  const nlohmann::json fp32 = LaunchTiny("codec_fp32", with({"comm.codec=fp32"}));
-  const nlohmann::json int8 = LaunchTiny("codec_int8", with({"comm.codec=int8", "comm.error_feedback=true"}));
+  const std::string arch = GetParam();
+  const nlohmann::json fp32 = LaunchTiny(arch + "_codec_fp32", with({"comm.codec=fp32"}));
+  const nlohmann::json int8 = LaunchTiny(arch + "_codec_int8", with({"comm.codec=int8", "comm.error_feedback=true"}));
   const nlohmann::json streaming =
-      LaunchTiny("streaming", with({"comm.fragments=2", "comm.overlap_steps=2", "comm.merge_alpha=0.5"}));
+      LaunchTiny(arch + "_streaming", with({"comm.fragments=2", "comm.overlap_steps=2", "comm.merge_alpha=0.5"}));
   const double loss32 = fp32["evals"].back()["val_loss"], loss8 = int8["evals"].back()["val_loss"];
   const double loss_streaming = streaming["evals"].back()["val_loss"];
   std::cout << "[measure] val_loss fp32 " << loss32 << ", int8 " << loss8 << ", fragments 2 overlap 2 "
@@ -382,6 +389,8 @@ TEST(Launch, Int8AndStreamingFragmentsReachTheFp32Loss) {
   EXPECT_EQ(streaming["bytes_pushed_committed"], fp32["bytes_pushed_committed"]);
   EXPECT_EQ(streaming["dp_equivalent_bytes"], fp32["dp_equivalent_bytes"]);
 }
+
+INSTANTIATE_TEST_SUITE_P(Archs, ArchLaunch, ::testing::Values("gpt", "llama"));
 
 // Launching a finished run again resumes it, sees it complete, and the workers learn so and exit 0 at once
 // (instead of retrying a coordinator that already left).
