@@ -76,10 +76,15 @@ class LlamaAttentionImpl : public torch::nn::Module {
 
   // x [B, T, D] at positions 0..T-1 -> [B, T, D], through the fused causal attention.
   torch::Tensor forward(const torch::Tensor& x, const Rotary& rope) {
-    const int64_t B = x.size(0), T = x.size(1), group = n_head_ / n_kv_head_;
-    auto q = ApplyRotary(q_proj_->forward(x).view({B, T, n_head_, hd_}), rope.cos, rope.sin);
-    auto k = ApplyRotary(k_proj_->forward(x).view({B, T, n_kv_head_, hd_}), rope.cos, rope.sin);
-    auto v = v_proj_->forward(x).view({B, T, n_kv_head_, hd_});
+    const int64_t B = x.size(0), T = x.size(1), group = n_head_ / n_kv_head_, kv = n_kv_head_ * hd_;
+    // One matrix product for q, k and v (their weights side by side), one rotary pass over q and k together.
+    auto w = torch::cat({q_proj_->weight, k_proj_->weight, v_proj_->weight}, 0);  // [D + 2 kv, D]
+    auto proj = torch::matmul(x, w.t());                                          // [B, T, D + 2 kv]
+    auto qk =
+        ApplyRotary(proj.narrow(-1, 0, n_head_ * hd_ + kv).view({B, T, n_head_ + n_kv_head_, hd_}), rope.cos, rope.sin);
+    auto q = qk.narrow(2, 0, n_head_);
+    auto k = qk.narrow(2, n_head_, n_kv_head_);
+    auto v = proj.narrow(-1, n_head_ * hd_ + kv, kv).view({B, T, n_kv_head_, hd_});
     if (group > 1) {
       k = k.repeat_interleave(group, 2);
       v = v.repeat_interleave(group, 2);
