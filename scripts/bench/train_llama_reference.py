@@ -5,22 +5,15 @@ LlamaForCausalLM (its default attention, SDPA) built from the same shapes, train
 windows of the same token shard, the same batch and threads. Prints one JSON line with tokens/s.
 Run with the reference stack: .venv/bin/python (PyTorch 2.x and transformers from the Python package index)."""
 import argparse
-import json
-import time
+import os
+import sys
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
-
-def load_tokens(path):
-    with open(path, "rb") as f:
-        header = f.read(24)
-        assert header[:8] == b"DLCOTOK\0", path
-        width = int.from_bytes(header[12:16], "little")
-        ids = np.frombuffer(f.read(), dtype=np.uint16 if width == 2 else np.uint32)
-    return torch.from_numpy(ids.astype(np.int64))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from train_reference import load_tokens, report  # noqa: E402  the token shard reader and the timed loop, shared
 
 
 def main():
@@ -62,15 +55,7 @@ def main():
         opt.step()
         return loss.item()
 
-    for _ in range(a.warmup):
-        step()
-    t0 = time.perf_counter()
-    for _ in range(a.steps):
-        loss = step()
-    dt = time.perf_counter() - t0
-    print(json.dumps({"impl": "transformers", "tokens_per_s": a.steps * a.batch_size * a.seq_len / dt,
-                      "seconds_per_step": dt / a.steps, "last_loss": loss, "torch": torch.__version__,
-                      "params": sum(p.numel() for p in model.parameters()), "threads": a.threads}))
+    report("transformers", step, model, a, torch=torch.__version__)
 
 
 if __name__ == "__main__":

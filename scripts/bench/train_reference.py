@@ -97,15 +97,20 @@ def main():
         opt.step()
         return loss.item()
 
+    report("python", step, model, a)
+
+
+def report(impl, step, model, a, **extra):
+    """Runs a.warmup untimed steps, then a.steps timed ones, and prints the JSON line scripts/bench/train* read."""
     for _ in range(a.warmup):
         step()
     t0 = time.perf_counter()
     for _ in range(a.steps):
         loss = step()
     dt = time.perf_counter() - t0
-    print(json.dumps({"impl": "python", "tokens_per_s": a.steps * a.batch_size * a.seq_len / dt,
+    print(json.dumps({"impl": impl, "tokens_per_s": a.steps * a.batch_size * a.seq_len / dt,
                       "seconds_per_step": dt / a.steps, "last_loss": loss,
-                      "params": sum(p.numel() for p in model.parameters()), "threads": a.threads}))
+                      "params": sum(p.numel() for p in model.parameters()), "threads": a.threads, **extra}))
 
 
 if __name__ == "__main__":

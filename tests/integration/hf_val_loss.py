@@ -11,9 +11,11 @@ import json
 import os
 import sys
 
-import numpy as np
 import torch
 import transformers
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../scripts/bench"))
+from train_reference import load_tokens  # noqa: E402  the token shard reader, shared with the benchmarks
 
 transformers.utils.logging.disable_progress_bar()
 
@@ -23,15 +25,7 @@ def val_tokens(cache_root, vocab_size):
         with open(meta_path) as f:
             meta = json.load(f)
         if meta["vocab_size"] == vocab_size and meta["text"].endswith("tinyshakespeare.txt"):
-            path = os.path.join(os.path.dirname(meta_path), "val.tok")
-            with open(path, "rb") as f:
-                header = f.read(24)
-                assert header[:8] == b"DLCOTOK\0", path
-                width = int.from_bytes(header[12:16], "little")
-                count = int.from_bytes(header[16:24], "little")
-                ids = np.frombuffer(f.read(), dtype=np.uint16 if width == 2 else np.uint32)
-                assert len(ids) == count, path
-                return torch.from_numpy(ids.astype(np.int64))
+            return load_tokens(os.path.join(os.path.dirname(meta_path), "val.tok"))
     raise SystemExit(f"no token cache with vocab {vocab_size} under {cache_root}")
 
 
