@@ -7,7 +7,7 @@
 // accumulation all write through the views (Step throws if a parameter or its gradient was replaced instead).
 // The buffers hold the parameters in the order given, except with decay_1d false (see AdamWSettings).
 // Parameters must be float32 and on one device. Unlike torch's AdamW, a parameter that got no gradient in a step is
-// still decayed and moved by its momentum (every parameter of LanguageModelPtr gets one every step).
+// still decayed and moved by its momentum (every parameter of a LanguageModel gets one every step).
 // Owns the flat buffers and the moments. Not thread-safe: one training thread calls it.
 #pragma once
 

@@ -2,8 +2,8 @@
 // model, runs H = inner.steps AdamW steps on batches from its own shard (grad-norm clipping, warmup + cosine lr over
 // the global inner step), and returns the pseudo-gradient delta = theta_t - theta_local. Streaming DiLoCo drives
 // the same steps piecewise: TrainSteps, then PseudoGradient and Merge for one fragment's tensors.
-// The AdamW state persists across rounds and is never sent. Shapes: parameters as in LanguageModelPtr.
-// Not thread-safe: one trainer per worker thread.
+// The AdamW state persists across rounds and is never sent. Shapes: parameters as in the LanguageModel of model.arch
+// (worker/lm/language_model.h). Not thread-safe: one trainer per worker thread.
 #pragma once
 
 #include <torch/torch.h>
