@@ -11,40 +11,12 @@
 #include <vector>
 
 #include "config/config.h"
+#include "tests/unit/tiny_models.h"
 #include "worker/lm/kernel_dispatch.h"
 #include "worker/lm/language_model.h"
 
 namespace diloco {
 namespace {
-
-ModelConfig Llama(bool tied) {
-  ModelConfig m;
-  m.arch = ModelArch::kLlama;
-  m.vocab_size = 64;
-  m.seq_len = 16;
-  m.n_layer = 2;
-  m.n_head = 4;
-  m.n_kv_head = 2;
-  m.d_model = 32;
-  m.ffn_hidden = 48;
-  m.max_positions = 32;
-  m.rope_theta = 500000;
-  m.tie_embeddings = tied;
-  return m;
-}
-
-ModelConfig Gpt2() {
-  ModelConfig m;
-  m.arch = ModelArch::kGpt2;
-  m.vocab_size = 64;
-  m.seq_len = 16;
-  m.n_layer = 2;
-  m.n_head = 4;
-  m.d_model = 32;
-  m.ffn_hidden = 40;
-  m.max_positions = 24;
-  return m;
-}
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> Shapes(const LanguageModel& model) {
   std::vector<std::pair<std::string, std::vector<int64_t>>> out;
@@ -55,7 +27,7 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> Shapes(const LanguageM
 double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
 TEST(ArchTest, LlamaParametersHaveHuggingFaceNamesShapesAndOrder) {
-  const auto shapes = Shapes(*MakeLanguageModel(Llama(/*tied=*/false), 1));
+  const auto shapes = Shapes(*MakeLanguageModel(TinyLlama(/*tied=*/false), 1));
   using V = std::vector<int64_t>;
   const std::vector<std::pair<std::string, V>> layer0 = {
       {"model.layers.0.self_attn.q_proj.weight", {32, 32}},    {"model.layers.0.self_attn.k_proj.weight", {16, 32}},
@@ -69,13 +41,13 @@ TEST(ArchTest, LlamaParametersHaveHuggingFaceNamesShapesAndOrder) {
   EXPECT_EQ(shapes[shapes.size() - 2], (std::pair<std::string, V>{"model.norm.weight", {32}}));
   EXPECT_EQ(shapes.back(), (std::pair<std::string, V>{"lm_head.weight", {64, 32}}));
 
-  const auto tied = Shapes(*MakeLanguageModel(Llama(/*tied=*/true), 1));
+  const auto tied = Shapes(*MakeLanguageModel(TinyLlama(/*tied=*/true), 1));
   EXPECT_EQ(tied.size(), shapes.size() - 1);
   EXPECT_EQ(tied.back().first, "model.norm.weight");
 }
 
 TEST(ArchTest, Gpt2ParametersHaveHuggingFaceNamesAndConv1DShapes) {
-  const auto shapes = Shapes(*MakeLanguageModel(Gpt2(), 1));
+  const auto shapes = Shapes(*MakeLanguageModel(TinyGpt2(), 1));
   using V = std::vector<int64_t>;
   const std::vector<std::pair<std::string, V>> want_start = {{"transformer.wte.weight", {64, 32}},
                                                              {"transformer.wpe.weight", {24, 32}},
@@ -97,7 +69,7 @@ TEST(ArchTest, Gpt2ParametersHaveHuggingFaceNamesAndConv1DShapes) {
 }
 
 TEST(ArchTest, InitSetsNormGainsToOneAndDrawsMatrices) {
-  for (const ModelConfig& c : {Llama(false), Gpt2()}) {
+  for (const ModelConfig& c : {TinyLlama(false), TinyGpt2()}) {
     auto model = MakeLanguageModel(c, 3);
     for (const auto& [name, p] : NamedParameters(*model)) {
       const bool gain = (name.find("norm") != std::string::npos || name.find("ln_") != std::string::npos) &&
@@ -113,7 +85,7 @@ TEST(ArchTest, InitSetsNormGainsToOneAndDrawsMatrices) {
 
 // forward() and gradients with the fused attention against the composite ops (CausalSelfAttentionReference).
 TEST(ArchTest, LlamaFusedAttentionEqualsCompositeOpsWithGqaAndRope) {
-  auto model = MakeLanguageModel(Llama(false), 5);
+  auto model = MakeLanguageModel(TinyLlama(false), 5);
   torch::manual_seed(9);
   const torch::Tensor tokens = torch::randint(0, 64, {3, 16}, torch::kLong);
   const torch::Tensor targets = torch::randint(0, 64, {3, 16}, torch::kLong);
@@ -135,7 +107,7 @@ TEST(ArchTest, LlamaFusedAttentionEqualsCompositeOpsWithGqaAndRope) {
 }
 
 TEST(ArchTest, ForwardCachedEqualsForwardForLlamaAndGpt2) {
-  for (const ModelConfig& c : {Llama(false), Llama(true), Gpt2()}) {
+  for (const ModelConfig& c : {TinyLlama(false), TinyLlama(true), TinyGpt2()}) {
     auto model = MakeLanguageModel(c, 11);
     torch::NoGradGuard no_grad;
     const torch::Tensor tokens = torch::randint(0, 64, {2, 12}, torch::kLong);
@@ -149,7 +121,7 @@ TEST(ArchTest, ForwardCachedEqualsForwardForLlamaAndGpt2) {
 }
 
 TEST(ArchTest, PositionsPastMaxPositionsAreRefused) {
-  for (const ModelConfig& c : {Llama(false), Gpt2()}) {
+  for (const ModelConfig& c : {TinyLlama(false), TinyGpt2()}) {
     auto model = MakeLanguageModel(c, 1);
     torch::NoGradGuard no_grad;
     EXPECT_NO_THROW(model->forward(torch::zeros({1, c.MaxPositions()}, torch::kLong)));
@@ -162,7 +134,7 @@ TEST(ArchTest, PositionsPastMaxPositionsAreRefused) {
 
 // 30 AdamW steps on one fixed batch of random tokens: a model that trains memorises it.
 TEST(ArchTest, LlamaAndGpt2Train) {
-  for (const ModelConfig& c : {Llama(false), Gpt2()}) {
+  for (const ModelConfig& c : {TinyLlama(false), TinyGpt2()}) {
     auto model = MakeLanguageModel(c, 2);
     torch::manual_seed(4);
     const torch::Tensor data = torch::randint(0, 64, {8, 17}, torch::kLong);

@@ -10,25 +10,11 @@
 #include "proto/checkpoint.h"
 #include "proto/tensor_spec.h"
 #include "tests/unit/scratch_dir_test.h"
+#include "tests/unit/tiny_models.h"
 #include "worker/lm/safetensors.h"
 
 namespace diloco {
 namespace {
-
-ModelConfig TinyLlama() {
-  ModelConfig m;
-  m.arch = ModelArch::kLlama;
-  m.vocab_size = 64;
-  m.seq_len = 16;
-  m.n_layer = 2;
-  m.n_head = 4;
-  m.n_kv_head = 2;
-  m.d_model = 32;
-  m.ffn_hidden = 48;
-  m.max_positions = 32;
-  m.tie_embeddings = false;
-  return m;
-}
 
 class InitFromTest : public ScratchDirTest {
  protected:
@@ -49,7 +35,7 @@ class InitFromTest : public ScratchDirTest {
 };
 
 TEST_F(InitFromTest, HuggingFaceDirectoryInBf16BecomesFloat32Parameters) {
-  ModelConfig m = TinyLlama();
+  ModelConfig m = TinyLlama(/*tied=*/false);
   const auto stored = WriteHfDir(m);
   m.init_from = dir_.string();
   LanguageModelPtr model = MakeLanguageModel(m, 9);  // another init: the load must overwrite every tensor
@@ -66,7 +52,7 @@ TEST_F(InitFromTest, HuggingFaceDirectoryInBf16BecomesFloat32Parameters) {
 }
 
 TEST_F(InitFromTest, MissingTensorIsOneLineNamingIt) {
-  ModelConfig m = TinyLlama();
+  ModelConfig m = TinyLlama(/*tied=*/false);
   WriteHfDir(m, "model.layers.1.mlp.down_proj.weight");
   m.init_from = dir_.string();
   LanguageModelPtr model = MakeLanguageModel(m, 9);
@@ -78,7 +64,7 @@ TEST_F(InitFromTest, MissingTensorIsOneLineNamingIt) {
 }
 
 TEST_F(InitFromTest, DirectoryWithoutWeightsIsNotFound) {
-  ModelConfig m = TinyLlama();
+  ModelConfig m = TinyLlama(/*tied=*/false);
   std::ofstream(Path("config.json")) << HfConfigJson(m, "float32").dump();
   m.init_from = dir_.string();
   LanguageModelPtr model = MakeLanguageModel(m, 9);
