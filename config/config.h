@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "config/config_enums.h"
 
@@ -46,14 +47,28 @@ struct ModelConfig {
   }
 };
 
+// The training data (README "Data"). data.text (one text file) or data.files (paths, directories, globs) in
+// data.format; everything is tokenized once into the token cache (config/data_cache.h), which workers and the
+// coordinator memory-map. Validation: data.val_files, else the last val_fraction of the documents (of the tokens for
+// format tokens).
 struct DataConfig {
-  std::string text = "tests/data/tinyshakespeare.txt";
-  double val_fraction = 0.1;          // the tail of the text kept for validation
+  std::string text = "tests/data/tinyshakespeare.txt";  // one text file, one document (unused when files is set)
+  std::vector<std::string> files;     // inputs: files, directories (all files below, sorted) or globs
+  DataFormat format = DataFormat::kText;  // of data.files: text (a file is a document) | jsonl | tokens
+  std::string jsonl_field = "text";   // format jsonl: the string field holding a document (one JSON object a line)
+  TokenDtype token_dtype = TokenDtype::kUint16;  // format tokens, raw files (no known header): uint16 | uint32
+  std::vector<std::string> val_files;  // validation inputs (same format); empty: the tail val_fraction of the inputs
+  double val_fraction = 0.1;          // the tail of the documents (tokens) kept for validation
+  BadRecordPolicy on_bad_record = BadRecordPolicy::kFail;  // a jsonl line that is not JSON / lacks the field
   std::string cache_dir;              // token shards; default <run.output_dir>/data
   DataSplit split = DataSplit::kIid;  // worker shards: iid (interleaved blocks) | contiguous (one region each)
+  DataSampling sampling = DataSampling::kRandom;  // random windows (with replacement) | sequential (epochs, no repeats)
   // A SentencePiece model to use instead of training one (its pieces must fit model.vocab_size); set from a Hugging
   // Face init_from directory's tokenizer.model when unset.
   std::string tokenizer;
+  int64_t tokenizer_threads = 0;      // encoding threads of diloco-tokenize; 0 = every core
+  int64_t tokenizer_train_mb = 64;    // a tokenizer trained on the spot learns from the first this many MB of text
+  bool trace_windows = false;         // workers append each training window they draw to <state_dir>/<id>.windows
 };
 
 struct InnerConfig {
@@ -110,6 +125,10 @@ struct WorkersConfig {
   bool check_replicas = false;             // check after every inner step that a cluster's ranks agree (tests)
   Precision precision = Precision::kFp32;  // fp32 | bf16: autocast the inner forward pass to bfloat16 (CUDA or CPU)
   double slowdown = 1.0;                   // >= 1: each inner step takes this many times its compute time (tests)
+  // Each worker's local state (inner AdamW moments, data position, round), written after each push; a worker
+  // restarted with the same --id resumes from it. "" = <run.output_dir>/worker-state.
+  std::string state_dir;
+  bool resume = true;  // false: a restarted worker starts cold (fresh moments, data from the start)
 };
 
 struct CommConfig {
@@ -160,6 +179,9 @@ struct Config {
     return outer.mode == OuterMode::kAsync ? outer.rounds * workers.count : outer.rounds * comm.fragments;
   }
   int64_t StepsPerSync() const { return inner.steps / comm.fragments; }
+  std::string WorkerStateDir() const {
+    return workers.state_dir.empty() ? run.output_dir + "/worker-state" : workers.state_dir;
+  }
   std::string CheckpointDir() const {
     return coordinator.checkpoint_dir.empty() ? run.output_dir + "/checkpoints" : coordinator.checkpoint_dir;
   }

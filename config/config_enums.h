@@ -19,6 +19,10 @@ enum class WireCodec { kFp32, kBf16, kFp16, kInt8, kInt4 };  // comm.codec, comm
 enum class PushTransport { kGrpc, kTcp };                    // comm.transport
 enum class Precision { kFp32, kBf16 };                       // workers.precision
 enum class ModelArch { kGpt, kGpt2, kLlama };                // model.arch (worker/lm/model_registry.cc)
+enum class DataFormat { kText, kJsonl, kTokens };            // data.format
+enum class TokenDtype { kUint16, kUint32 };                  // data.token_dtype (raw token files)
+enum class BadRecordPolicy { kFail, kSkip };                 // data.on_bad_record
+enum class DataSampling { kRandom, kSequential };            // data.sampling
 
 // EnumNames<E>::kNames: every value of E with its YAML name, in declaration order.
 template <typename E>
@@ -72,6 +76,27 @@ template <>
 struct EnumNames<ModelArch> {
   static constexpr std::array<std::pair<ModelArch, std::string_view>, 3> kNames{
       {{ModelArch::kGpt, "gpt"}, {ModelArch::kGpt2, "gpt2"}, {ModelArch::kLlama, "llama"}}};
+};
+
+template <>
+struct EnumNames<DataFormat> {
+  static constexpr std::array<std::pair<DataFormat, std::string_view>, 3> kNames{
+      {{DataFormat::kText, "text"}, {DataFormat::kJsonl, "jsonl"}, {DataFormat::kTokens, "tokens"}}};
+};
+template <>
+struct EnumNames<TokenDtype> {
+  static constexpr std::array<std::pair<TokenDtype, std::string_view>, 2> kNames{
+      {{TokenDtype::kUint16, "uint16"}, {TokenDtype::kUint32, "uint32"}}};
+};
+template <>
+struct EnumNames<BadRecordPolicy> {
+  static constexpr std::array<std::pair<BadRecordPolicy, std::string_view>, 2> kNames{
+      {{BadRecordPolicy::kFail, "fail"}, {BadRecordPolicy::kSkip, "skip"}}};
+};
+template <>
+struct EnumNames<DataSampling> {
+  static constexpr std::array<std::pair<DataSampling, std::string_view>, 2> kNames{
+      {{DataSampling::kRandom, "random"}, {DataSampling::kSequential, "sequential"}}};
 };
 
 // The YAML name of a value ("" for a value outside the table, which a cast could make).

@@ -45,12 +45,34 @@ const char* TypeName() {
   return "a string";
 }
 
+using StringList = std::vector<std::string>;
+
+// A list key (data.files): a YAML sequence of strings, or one string for a list of one; null is the empty list.
+absl::Status DecodeStringList(const std::string& key, const YAML::Node& n, StringList* out) {
+  out->clear();
+  if (n.IsNull()) return absl::OkStatus();
+  if (n.IsScalar()) {
+    out->push_back(n.Scalar());
+    return absl::OkStatus();
+  }
+  if (n.IsSequence()) {
+    for (const YAML::Node& item : n) {
+      if (!item.IsScalar()) return absl::InvalidArgumentError(absl::StrCat(key, ": expected a list of strings"));
+      out->push_back(item.Scalar());
+    }
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(key, ": expected a list of strings, got a map"));
+}
+
 template <typename T>
 std::string Show(const T& v) {
+  if constexpr (std::is_same_v<T, StringList>) return absl::StrCat("[", absl::StrJoin(v, ", "), "]");
   if constexpr (std::is_same_v<T, std::string>) return v.empty() ? "\"\"" : v;
   if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
   if constexpr (IsConfigEnum<T>::value) return std::string(EnumName(v));
-  if constexpr (!std::is_same_v<T, std::string> && !std::is_same_v<T, bool> && !IsConfigEnum<T>::value) {
+  if constexpr (!std::is_same_v<T, StringList> && !std::is_same_v<T, std::string> && !std::is_same_v<T, bool> &&
+                !IsConfigEnum<T>::value) {
     std::ostringstream os;
     os << v;
     return os.str();
@@ -69,7 +91,10 @@ Field MakeField(std::string key, Section Config::*section, T Section::*member) {
       }
     }
     T value{};
-    if constexpr (IsConfigEnum<T>::value) {
+    if constexpr (std::is_same_v<T, StringList>) {
+      absl::Status s = DecodeStringList(key, n, &value);
+      if (!s.ok()) return s;
+    } else if constexpr (IsConfigEnum<T>::value) {
       if (!n.IsScalar() || !EnumFromName(n.Scalar(), &value)) {
         std::string got = n.IsScalar() ? absl::StrCat("'", n.Scalar(), "'") : n.IsNull() ? "''" : "a list or map";
         return absl::InvalidArgumentError(absl::StrCat(key, ": expected ", EnumChoices<T>(), ", got ", got));
@@ -112,10 +137,20 @@ const std::vector<Field>& Fields() {
       MakeField("model.eos_token_id", &Config::model, &ModelConfig::eos_token_id),
       MakeField("model.init_from", &Config::model, &ModelConfig::init_from),
       MakeField("data.text", &Config::data, &DataConfig::text),
+      MakeField("data.files", &Config::data, &DataConfig::files),
+      MakeField("data.format", &Config::data, &DataConfig::format),
+      MakeField("data.jsonl_field", &Config::data, &DataConfig::jsonl_field),
+      MakeField("data.token_dtype", &Config::data, &DataConfig::token_dtype),
+      MakeField("data.val_files", &Config::data, &DataConfig::val_files),
       MakeField("data.val_fraction", &Config::data, &DataConfig::val_fraction),
+      MakeField("data.on_bad_record", &Config::data, &DataConfig::on_bad_record),
       MakeField("data.cache_dir", &Config::data, &DataConfig::cache_dir),
       MakeField("data.split", &Config::data, &DataConfig::split),
+      MakeField("data.sampling", &Config::data, &DataConfig::sampling),
       MakeField("data.tokenizer", &Config::data, &DataConfig::tokenizer),
+      MakeField("data.tokenizer_threads", &Config::data, &DataConfig::tokenizer_threads),
+      MakeField("data.tokenizer_train_mb", &Config::data, &DataConfig::tokenizer_train_mb),
+      MakeField("data.trace_windows", &Config::data, &DataConfig::trace_windows),
       MakeField("inner.optimizer", &Config::inner, &InnerConfig::optimizer),
       MakeField("inner.lr", &Config::inner, &InnerConfig::lr),
       MakeField("inner.weight_decay", &Config::inner, &InnerConfig::weight_decay),
@@ -158,6 +193,8 @@ const std::vector<Field>& Fields() {
       MakeField("workers.check_replicas", &Config::workers, &WorkersConfig::check_replicas),
       MakeField("workers.slowdown", &Config::workers, &WorkersConfig::slowdown),
       MakeField("workers.precision", &Config::workers, &WorkersConfig::precision),
+      MakeField("workers.state_dir", &Config::workers, &WorkersConfig::state_dir),
+      MakeField("workers.resume", &Config::workers, &WorkersConfig::resume),
       MakeField("comm.chunk_bytes", &Config::comm, &CommConfig::chunk_bytes),
       MakeField("comm.codec", &Config::comm, &CommConfig::codec),
       MakeField("comm.pull_codec", &Config::comm, &CommConfig::pull_codec),
@@ -315,6 +352,28 @@ absl::Status ValidateSecurity(const SecurityConfig& c) {
   return absl::OkStatus();
 }
 
+// data.*: the inputs' keys that only make sense together.
+absl::Status ValidateData(const DataConfig& d) {
+  if (d.files.empty() && !d.val_files.empty()) {
+    return absl::InvalidArgumentError("data.val_files: needs data.files (the training inputs in the same format)");
+  }
+  if (d.files.empty() && d.format != DataFormat::kText) {
+    return absl::InvalidArgumentError(absl::StrCat("data.format: '", std::string(EnumName(d.format)),
+                                                   "' applies to data.files, which is empty; list the inputs there"));
+  }
+  if (d.format == DataFormat::kJsonl && d.jsonl_field.empty()) {
+    return absl::InvalidArgumentError("data.jsonl_field: must name the field holding each document's text");
+  }
+  if (d.tokenizer_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.tokenizer_threads: must be >= 0 (0 = every core), got ", d.tokenizer_threads));
+  }
+  if (d.tokenizer_train_mb <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("data.tokenizer_train_mb: must be > 0, got ", d.tokenizer_train_mb));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::string& origin,
@@ -332,6 +391,10 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
   for (const std::string& o : overrides) {
     s = ApplyOverride(o, config, set_keys);
     if (!s.ok()) return s;
+  }
+  if (set_keys.count("data.text") && !config.data.files.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, ": data.text and data.files are both set; use data.files alone (a list of inputs)"));
   }
   std::error_code ec;
   if (!config.model.init_from.empty() && std::filesystem::is_directory(config.model.init_from, ec)) {
@@ -389,8 +452,8 @@ absl::Status ValidateConfig(const Config& c) {
   }
   absl::Status model = ValidateModel(c.model);
   if (!model.ok()) return model;
-  if (c.model.vocab_size > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("model.vocab_size: at most 65535, got ", c.model.vocab_size));
+  if (c.model.vocab_size > (int64_t{1} << 32)) {  // token ids are stored as uint16 or uint32
+    return absl::InvalidArgumentError(absl::StrCat("model.vocab_size: at most 2^32, got ", c.model.vocab_size));
   }
   if (c.comm.chunk_bytes > (int64_t{256} << 20)) {  // gRPC message limits are an int: chunk_bytes + 1 MiB must fit
     return absl::InvalidArgumentError(
@@ -400,6 +463,8 @@ absl::Status ValidateConfig(const Config& c) {
     return absl::InvalidArgumentError(absl::StrCat("data.tokenizer: '", c.data.tokenizer,
                                                    "' is not a file (a SentencePiece model; \"\" to train one)"));
   }
+  absl::Status data = ValidateData(c.data);
+  if (!data.ok()) return data;
   if (!(c.data.val_fraction > 0 && c.data.val_fraction < 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("data.val_fraction: must be between 0 and 1 (exclusive), got ", c.data.val_fraction));

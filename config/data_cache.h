@@ -20,7 +20,7 @@ struct TokenCache {
   std::string train_path() const { return dir + "/train.tok"; }
   std::string val_path() const { return dir + "/val.tok"; }
   std::string tokenizer_model_path() const { return dir + "/tokenizer.model"; }
-  std::string meta_path() const { return dir + "/meta.json"; }
+  std::string meta_path() const { return dir + "/meta.json"; }  // the token manifest (worker/lm/token_manifest.h)
 };
 
 // Computes the cache location (reads data.text to hash it). NotFound names data.text if the file is missing.

@@ -130,7 +130,7 @@ TEST(ConfigLoaderTest, CrossFieldChecksNameTheKey) {
   for (const Case& k :
        {Case{"outer: {optimizer: adam}", "outer.optimizer"}, Case{"outer: {momentum: 1.0}", "outer.momentum"},
         Case{"inner: {steps: 0}", "inner.steps"}, Case{"data: {val_fraction: 1.0}", "data.val_fraction"},
-        Case{"model: {vocab_size: 70000}", "model.vocab_size"}, Case{"inner: {optimizer: sgd}", "inner.optimizer"},
+        Case{"model: {vocab_size: 5000000000}", "model.vocab_size"}, Case{"inner: {optimizer: sgd}", "inner.optimizer"},
         Case{"model: {n_layer: 1}\ncomm: {fragments: 3}", "comm.fragments"},
         Case{"model: {n_layer: 4}\ninner: {steps: 10}\ncomm: {fragments: 3}", "comm.fragments"},
         Case{"inner: {steps: 10}\ncomm: {fragments: 2, overlap_steps: 6}", "comm.overlap_steps"},
