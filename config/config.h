@@ -53,22 +53,22 @@ struct ModelConfig {
 // format tokens).
 struct DataConfig {
   std::string text = "tests/data/tinyshakespeare.txt";  // one text file, one document (unused when files is set)
-  std::vector<std::string> files;     // inputs: files, directories (all files below, sorted) or globs
-  DataFormat format = DataFormat::kText;  // of data.files: text (a file is a document) | jsonl | tokens
-  std::string jsonl_field = "text";   // format jsonl: the string field holding a document (one JSON object a line)
+  std::vector<std::string> files;                       // inputs: files, directories (all files below, sorted) or globs
+  DataFormat format = DataFormat::kText;                // of data.files: text (a file is a document) | jsonl | tokens
+  std::string jsonl_field = "text";  // format jsonl: the string field holding a document (one JSON object a line)
   TokenDtype token_dtype = TokenDtype::kUint16;  // format tokens, raw files (no known header): uint16 | uint32
   std::vector<std::string> val_files;  // validation inputs (same format); empty: the tail val_fraction of the inputs
-  double val_fraction = 0.1;          // the tail of the documents (tokens) kept for validation
+  double val_fraction = 0.1;           // the tail of the documents (tokens) kept for validation
   BadRecordPolicy on_bad_record = BadRecordPolicy::kFail;  // a jsonl line that is not JSON / lacks the field
-  std::string cache_dir;              // token shards; default <run.output_dir>/data
+  std::string cache_dir;                                   // token shards; default <run.output_dir>/data
   DataSplit split = DataSplit::kIid;  // worker shards: iid (interleaved blocks) | contiguous (one region each)
   DataSampling sampling = DataSampling::kRandom;  // random windows (with replacement) | sequential (epochs, no repeats)
   // A SentencePiece model to use instead of training one (its pieces must fit model.vocab_size); set from a Hugging
   // Face init_from directory's tokenizer.model when unset.
   std::string tokenizer;
-  int64_t tokenizer_threads = 0;      // encoding threads of diloco-tokenize; 0 = every core
-  int64_t tokenizer_train_mb = 64;    // a tokenizer trained on the spot learns from the first this many MB of text
-  bool trace_windows = false;         // workers append each training window they draw to <state_dir>/<id>.windows
+  int64_t tokenizer_threads = 0;    // encoding threads of diloco-tokenize; 0 = every core
+  int64_t tokenizer_train_mb = 64;  // a tokenizer trained on the spot learns from the first this many MB of text
+  bool trace_windows = false;       // workers append each training window they draw to <state_dir>/<id>.windows
 };
 
 struct InnerConfig {

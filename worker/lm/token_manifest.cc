@@ -57,12 +57,11 @@ uint64_t TokenManifest::TrainTokens() const { return Sum(train); }
 uint64_t TokenManifest::ValTokens() const { return Sum(val); }
 
 bool WriteTokenManifest(const std::string& path, const TokenManifest& m, std::string* error) {
-  const nlohmann::json j = {{"version", kManifestVersion},     {"vocab_size", m.vocab_size},
-                            {"bos_id", m.bos_id},              {"eos_id", m.eos_id},
-                            {"newline_id", m.newline_id},      {"tokenizer", m.tokenizer},
-                            {"documents", m.documents},        {"bad_records", m.bad_records},
-                            {"train_tokens", m.TrainTokens()}, {"val_tokens", m.ValTokens()},
-                            {"train", SegmentsToJson(m.train)}, {"val", SegmentsToJson(m.val)}};
+  const nlohmann::json j = {
+      {"version", kManifestVersion}, {"vocab_size", m.vocab_size},       {"bos_id", m.bos_id},
+      {"eos_id", m.eos_id},          {"newline_id", m.newline_id},       {"tokenizer", m.tokenizer},
+      {"documents", m.documents},    {"bad_records", m.bad_records},     {"train_tokens", m.TrainTokens()},
+      {"val_tokens", m.ValTokens()}, {"train", SegmentsToJson(m.train)}, {"val", SegmentsToJson(m.val)}};
   const std::string text = j.dump(2) + "\n";
   const std::string tmp = path + ".tmp";
   const int fd = open(tmp.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
