@@ -81,10 +81,10 @@ absl::StatusOr<Inputs> ResolveInputs(const Config& config) {
 absl::StatusOr<TokenCache> Locate(const Config& config, const Inputs& inputs) {
   const DataConfig& d = config.data;
   std::string key_text =
-      absl::StrCat("v", kCacheFormatVersion, "|format=", EnumName(inputs.format), "|field=", d.jsonl_field,
-                   "|dtype=", EnumName(d.token_dtype), "|bad=", EnumName(d.on_bad_record), "|val=", d.val_fraction,
-                   "|vocab=", config.model.vocab_size, "|train_mb=", d.tokenizer_train_mb, "|train",
-                   Stamps(inputs.train), "|val_files", Stamps(inputs.val));
+      absl::StrCat("v", kCacheFormatVersion, "|format=", std::string(EnumName(inputs.format)), "|field=", d.jsonl_field,
+                   "|dtype=", std::string(EnumName(d.token_dtype)), "|bad=", std::string(EnumName(d.on_bad_record)),
+                   "|val=", d.val_fraction, "|vocab=", config.model.vocab_size, "|train_mb=", d.tokenizer_train_mb,
+                   "|train", Stamps(inputs.train), "|val_files", Stamps(inputs.val));
   if (!d.tokenizer.empty()) {  // a given tokenizer: its bytes are part of the key
     auto tokenizer_hash = HashFile(d.tokenizer, "data.tokenizer");
     if (!tokenizer_hash.ok()) return tokenizer_hash.status();

@@ -122,11 +122,10 @@ TEST(Tokenize, JsonlBadLinesFailWithFileAndLineOrAreSkippedAndCounted) {
                                          "100",      "--val-fraction", "0.2",     "--tokenizer-model", model};
   RunningProcess failing(kTokenizer, With(args, {"--out", dir + "/fail"}));
   EXPECT_EQ(failing.Wait(60), 1);
-  EXPECT_NE(failing.output().find(dir + "/docs.jsonl:2: not JSON"), std::string::npos) << failing.output();
+  EXPECT_TRUE(failing.WaitForOutput(dir + "/docs.jsonl:2: not JSON", 10)) << failing.output();
   RunningProcess no_field(kTokenizer, With(args, {"--jsonl-field", "title", "--out", dir + "/nofield"}));
   EXPECT_EQ(no_field.Wait(60), 1);
-  EXPECT_NE(no_field.output().find(dir + "/docs.jsonl:1: no string field 'title'"), std::string::npos)
-      << no_field.output();
+  EXPECT_TRUE(no_field.WaitForOutput(dir + "/docs.jsonl:1: no string field 'title'", 10)) << no_field.output();
 
   Config config = MakeConfig(dir, 128);
   config.data.files = {dir + "/docs.jsonl"};
@@ -195,14 +194,12 @@ TEST(Tokenize, TokenFilesAreUsedInPlace) {
   RunningProcess bad(kTokenizer, {"--format", "tokens", "--input", dir + "/bad_id.bin", "--vocab-size", "50257",
                                   "--out", dir + "/bad"});
   EXPECT_EQ(bad.Wait(30), 1);
-  EXPECT_NE(bad.output().find(dir + "/bad_id.bin: token id 60000 at position 123 is >= model.vocab_size 50257"),
-            std::string::npos)
+  EXPECT_TRUE(bad.WaitForOutput(dir + "/bad_id.bin: token id 60000 at position 123 is >= model.vocab_size 50257", 10))
       << bad.output();
   RunningProcess cut(kTokenizer, {"--format", "tokens", "--input", dir + "/truncated.bin", "--vocab-size", "50257",
                                   "--out", dir + "/cut"});
   EXPECT_EQ(cut.Wait(30), 1);
-  EXPECT_NE(cut.output().find("truncated.bin: header says 1000 tokens but the file holds 900 (truncated?)"),
-            std::string::npos)
+  EXPECT_TRUE(cut.WaitForOutput("truncated.bin: header says 1000 tokens but the file holds 900 (truncated?)", 10))
       << cut.output();
 }
 
@@ -220,8 +217,7 @@ TEST(Tokenize, AnInterruptedRunResumesFromTheLastFinishedShard) {
   EXPECT_FALSE(std::filesystem::exists(dir + "/cut"));
   RunningProcess rest(kTokenizer, With(args, {"--out", dir + "/cut", "--threads", "2"}));
   ASSERT_EQ(rest.Wait(120), 0) << rest.output();
-  EXPECT_NE(rest.output().find("resuming " + dir + "/cut.partial after 3 train and 0 validation shards"),
-            std::string::npos)
+  EXPECT_TRUE(rest.WaitForOutput("resuming " + dir + "/cut.partial after 3 train and 0 validation shards", 10))
       << rest.output();
   EXPECT_FALSE(std::filesystem::exists(dir + "/cut.partial"));
   int files = 0;
@@ -236,8 +232,8 @@ TEST(Tokenize, AnInterruptedRunResumesFromTheLastFinishedShard) {
   ASSERT_EQ(other.Wait(120), 3);
   RunningProcess changed(kTokenizer, With(args, {"--out", dir + "/other", "--val-fraction", "0.2"}));
   ASSERT_EQ(changed.Wait(120), 0) << changed.output();
-  EXPECT_NE(changed.output().find("discarding the unfinished " + dir + "/other.partial: its 'val_fraction' differs"),
-            std::string::npos)
+  EXPECT_TRUE(
+      changed.WaitForOutput("discarding the unfinished " + dir + "/other.partial: its 'val_fraction' differs", 10))
       << changed.output();
 }
 

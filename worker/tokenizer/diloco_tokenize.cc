@@ -1,5 +1,6 @@
 // diloco-tokenize: turns a run's inputs into the token cache directory --out that workers and the coordinator read:
-// token shards plus meta.json (the token manifest, worker/lm/token_manifest.h) and tokenizer.model.
+// token shards plus meta.json (the token manifest, worker/lm/token_manifest.h), tokenizer.model and args.json (the
+// arguments and input files, with sizes and mtimes, that made it; for people and scripts, not for readers).
 //
 //   --format text | jsonl: streams the inputs (work_items.h) through a SentencePiece model, trained on the spot
 //     (tokenizer_model.h) or given (--tokenizer-model), on --threads encoder threads (parallel_encoder.h), into
@@ -171,6 +172,7 @@ int RunEncode(const Options& o, InputFormat format) {
   manifest.newline_id = special.newline;
   manifest.tokenizer = "tokenizer.model";
   const ResumeRecord record = out.record();
+  std::ofstream(out.partial_dir() + "/args.json") << record.args.dump(1) << "\n";  // what made this cache, for people
   if (std::string e = out.Finish(manifest); !e.empty()) return Fail(e);
   uint64_t tokens[2] = {0, 0};
   for (int s = 0; s < 2; ++s) {
@@ -198,6 +200,7 @@ int RunTokens(const Options& o) {
   std::filesystem::remove_all(partial, ec);
   std::filesystem::create_directories(partial, ec);
   if (ec) return Fail("cannot create " + partial + ": " + ec.message());
+  std::ofstream(partial + "/args.json") << ResumeArgs(o).dump(1) << "\n";
   std::string error;
   if (!WriteTokenManifest(partial + "/meta.json", manifest, &error)) return Fail(error);
   std::filesystem::rename(partial, o.out, ec);
