@@ -295,6 +295,7 @@ TEST_F(TokenDataTest, ManifestPathWrapsAVersionOneCache) {
   std::stringstream text;
   text << std::ifstream(path).rdbuf();
   EXPECT_THAT(text.str(), HasSubstr("\"path\": \"val.tok\"")) << "beside the manifest, for relative cache dirs";
+  EXPECT_THAT(text.str(), HasSubstr("\"vocab_size\": 2000")) << "from the version-1 meta.json";
   auto data = TokenData::Load(path, TokenSplit::kVal, 8);
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->size(), 100);

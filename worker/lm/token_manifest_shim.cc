@@ -16,11 +16,12 @@
 namespace diloco {
 namespace {
 
-bool IsManifest(const std::string& path) {
+// meta.json as JSON (null when missing or unreadable).
+nlohmann::json ReadMeta(const std::string& path) {
   std::ifstream in(path);
-  if (!in) return false;
+  if (!in) return nullptr;
   const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  return j.is_object() && j.value("version", 0) == 2;
+  return j.is_object() ? j : nlohmann::json();
 }
 
 // The one segment of a token shard file (worker/lm/token_shard.h): its ids after the 24-byte header.
@@ -43,9 +44,14 @@ bool ShardSegment(const std::string& path, TokenSegment* segment, std::string* e
 }  // namespace
 
 std::string TokenManifestPath(const TokenCache& cache, std::string* error) {
-  if (IsManifest(cache.meta_path())) return cache.meta_path();
+  const nlohmann::json meta = ReadMeta(cache.meta_path());
+  if (meta.is_object() && meta.value("version", 0) == 2) return cache.meta_path();
   std::string e;
   TokenManifest manifest;
+  if (meta.is_object()) {
+    manifest.vocab_size = meta.value("vocab_size", int64_t{0});
+    manifest.newline_id = meta.value("newline_id", int64_t{-1});
+  }
   manifest.train.emplace_back();
   manifest.val.emplace_back();
   const std::string path = cache.dir + "/manifest-v1.json";
