@@ -56,9 +56,9 @@ void StepStats::Add(const StepStats& later) {
 InnerTrainer::InnerTrainer(const Config& config, TokenData train, torch::Device device, uint64_t seed)
     : config_(config),
       train_(std::move(train)),
+      sampler_(config.data.sampling, train_.layout(), seed),
       device_(device),
-      model_(MakeLanguageModel(config.model, config.run.seed)),
-      rng_(seed) {
+      model_(MakeLanguageModel(config.model, config.run.seed)) {
   model_->to(device_);
   model_->train();
   AdamWSettings adamw;
@@ -70,15 +70,40 @@ InnerTrainer::InnerTrainer(const Config& config, TokenData train, torch::Device 
 }
 
 absl::StatusOr<std::unique_ptr<InnerTrainer>> InnerTrainer::ForShard(const Config& config,
-                                                                     const std::string& train_path, int shard_index,
+                                                                     const std::string& manifest_path, int shard_index,
                                                                      int shard_count, int rank, int cluster_size) {
-  auto train = TokenData::Load(train_path, config.model.seq_len);
+  auto train = TokenData::Load(manifest_path, TokenSplit::kTrain, config.model.seq_len);
   if (!train.ok()) return train.status();
   const int part = shard_index * cluster_size + rank;  // with one rank: the worker's shard itself
   absl::Status s = train->SelectShard(part, shard_count * cluster_size, config.data.split == DataSplit::kContiguous);
   if (!s.ok()) return s;
   const uint64_t seed = static_cast<uint64_t>(config.run.seed) * 1000003ULL + static_cast<uint64_t>(part) + 1;
   return std::make_unique<InnerTrainer>(config, std::move(*train), torch::Device(config.workers.device), seed);
+}
+
+SamplerState InnerTrainer::sampler_state() const { return sampler_.state(); }
+
+absl::Status InnerTrainer::RestoreSampler(const SamplerState& state) {
+  WindowSampler restored = sampler_;
+  absl::Status s = restored.Restore(state);
+  if (s.ok()) sampler_ = std::move(restored);
+  return s;
+}
+
+double InnerTrainer::epochs() const { return sampler_.epochs(); }
+
+void InnerTrainer::set_window_observer(std::function<void(const WindowDraw&)> observer) {
+  window_observer_ = std::move(observer);
+}
+
+Batch InnerTrainer::NextBatch() {
+  std::vector<int64_t> starts(static_cast<size_t>(config_.inner.batch_size));
+  for (int64_t& start : starts) {
+    const WindowDraw draw = sampler_.Next();
+    if (window_observer_) window_observer_(draw);
+    start = draw.start;
+  }
+  return train_.Gather(starts);
 }
 
 NamedTensors InnerTrainer::MakeParameterBuffers() const {
@@ -104,7 +129,7 @@ StepStats InnerTrainer::TrainSteps(int64_t first_step, int64_t n, const std::ato
       break;
     }
     const double lr = InnerLearningRate(config_.inner, first_step + i, total_steps);
-    Batch batch = train_.Sample(config_.inner.batch_size, rng_);
+    Batch batch = NextBatch();
     optimizer_->ZeroGrad();
     torch::Tensor loss;
     {

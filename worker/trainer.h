@@ -2,8 +2,10 @@
 // model, runs H = inner.steps AdamW steps on batches from its own shard (grad-norm clipping, warmup + cosine lr over
 // the global inner step), and returns the pseudo-gradient delta = theta_t - theta_local. Streaming DiLoCo drives
 // the same steps piecewise: TrainSteps, then PseudoGradient and Merge for one fragment's tensors.
-// The AdamW state persists across rounds and is never sent. Shapes: parameters as in the LanguageModel of model.arch
-// (worker/lm/language_model.h). Not thread-safe: one trainer per worker thread.
+// Batches come from the trainer's WindowSampler (data.sampling random or sequential, worker/lm/window_sampler.h),
+// whose state a restarted worker can restore. The AdamW state persists across rounds and is never sent. Shapes:
+// parameters as in the LanguageModel of model.arch (worker/lm/language_model.h). Not thread-safe: one trainer per
+// worker thread.
 #pragma once
 
 #include <torch/torch.h>
@@ -20,6 +22,7 @@
 #include "worker/flat_adamw.h"
 #include "worker/lm/language_model.h"
 #include "worker/lm/token_data.h"
+#include "worker/lm/window_sampler.h"
 
 namespace diloco {
 
@@ -51,14 +54,25 @@ struct StepStats {
 
 class InnerTrainer {
  public:
+  // Trains on `train`'s selected shard; `seed` seeds the sampler (data.sampling).
   InnerTrainer(const Config& config, TokenData train, torch::Device device, uint64_t seed);
 
   // The trainer of rank `rank` of a worker cluster of `cluster_size` (1: a plain worker) that reads shard
-  // shard_index of shard_count: the rank reads its own part of that shard (data.split decides how parts are cut)
-  // and samples with its own seed. Errors name the cache file or the shard.
-  static absl::StatusOr<std::unique_ptr<InnerTrainer>> ForShard(const Config& config, const std::string& train_path,
+  // shard_index of shard_count of the training split of the token manifest at manifest_path: the rank reads its own
+  // part of that shard (data.split decides how parts are cut) and samples with its own seed. Errors name the
+  // manifest, the token file or the shard.
+  static absl::StatusOr<std::unique_ptr<InnerTrainer>> ForShard(const Config& config, const std::string& manifest_path,
                                                                 int shard_index, int shard_count, int rank,
                                                                 int cluster_size);
+
+  // The data position (worker/lm/window_sampler.h): save it with the optimizer state, restore it after a restart to
+  // continue the same stream of windows. RestoreSampler fails (and changes nothing) for a state that does not fit.
+  SamplerState sampler_state() const;
+  absl::Status RestoreSampler(const SamplerState& state);
+  double epochs() const;  // epochs completed so far as a fraction (sequential), e.g. 1.25; random: windows
+                          // drawn / windows in the shard
+  // Called with each window drawn, in order, before its step runs (also for a step then abandoned).
+  void set_window_observer(std::function<void(const WindowDraw&)> observer);
 
   // Zero-filled CPU tensors shaped like the parameters: the destination of a pull.
   NamedTensors MakeParameterBuffers() const;
@@ -89,12 +103,15 @@ class InnerTrainer {
   void set_step_hook(StepHook hook) { step_hook_ = std::move(hook); }
 
  private:
+  Batch NextBatch();  // batch_size windows from the sampler
+
   Config config_;
   TokenData train_;
+  WindowSampler sampler_;
+  std::function<void(const WindowDraw&)> window_observer_;
   torch::Device device_;
   LanguageModelPtr model_;
   std::unique_ptr<FlatAdamW> optimizer_;
-  std::mt19937_64 rng_;
   GradientHook gradient_hook_;
   StepHook step_hook_;
 };

@@ -86,8 +86,8 @@ int Worker::SetUp(const TokenCache& cache) {
 
 int Worker::SetUpTrainer(const TokenCache& cache) {
   cluster_size_ = cluster_ ? cluster_->size() : 1;
-  auto trainer =
-      InnerTrainer::ForShard(config_, cache.train_path(), join_.shard_index(), join_.shard_count(), 0, cluster_size_);
+  auto trainer = InnerTrainer::ForShard(config_, TokenManifestPath(cache), join_.shard_index(), join_.shard_count(), 0,
+                                        cluster_size_);
   if (!trainer.ok()) {
     spdlog::error("{}", std::string(trainer.status().message()));
     return kWorkerConfigError;

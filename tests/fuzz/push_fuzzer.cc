@@ -44,6 +44,7 @@
 #include "coordinator/push_session.h"
 #include "proto/codec.h"
 #include "proto/tensor_chunks.h"
+#include "worker/lm/token_manifest.h"
 #include "worker/lm/token_shard.h"
 
 namespace diloco {
@@ -320,6 +321,10 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<uint32_t>(i * 5 % 8);
   std::string error;
   Check(WriteTokenShard(g->cache.val_path(), ids, 8, &error), "writing the validation shard");
+  TokenManifest manifest;  // the model host maps the validation split of the cache's manifest
+  manifest.vocab_size = 8;
+  manifest.val = manifest.train = {{g->cache.val_path(), 24, 2, ids.size()}};
+  Check(WriteTokenManifest(g->cache.meta_path(), manifest, &error), "writing the token manifest");
   if (const char* seeds = getenv("DILOCO_FUZZ_WRITE_SEEDS")) {
     WriteSeeds(seeds);
     std::exit(0);

@@ -19,6 +19,7 @@
 #include "worker/lm/evaluate.h"
 #include "worker/lm/language_model.h"
 #include "worker/lm/token_data.h"
+#include "worker/lm/token_manifest.h"
 #include "worker/lm/token_shard.h"
 
 namespace diloco {
@@ -38,12 +39,16 @@ class ModelHostTest : public ScratchDirTest {
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<uint32_t>((i * 7919 + i / 13) % 64);
     std::string error;
     ASSERT_TRUE(WriteTokenShard(cache_.val_path(), ids, 64, &error)) << error;
+    TokenManifest manifest;  // the validation split; the model host reads no training data
+    manifest.vocab_size = 64;
+    manifest.val = manifest.train = {{cache_.val_path(), 24, 2, ids.size()}};
+    ASSERT_TRUE(WriteTokenManifest(cache_.meta_path(), manifest, &error)) << error;
   }
   // The validation loss computed directly with worker/lm, for `theta`.
   double DirectLoss(const NamedTensors& theta) const {
     LanguageModelPtr model = MakeLanguageModel(config_.model, config_.run.seed);
     LoadParameters(*model, theta);
-    auto val = TokenData::Load(cache_.val_path(), config_.model.seq_len);
+    auto val = TokenData::Load(cache_.meta_path(), TokenSplit::kVal, config_.model.seq_len);
     EXPECT_TRUE(val.ok()) << val.status();
     return EvaluateLoss(model, *val, config_.coordinator.eval_batches, config_.inner.batch_size);
   }

@@ -1,4 +1,4 @@
-// Token shard files (worker/lm/token_shard.h) and data sharding (worker/lm/token_data.h).
+// Token shard files (worker/lm/token_shard.h) and the block list of data sharding (worker/lm/shard_layout.h).
 #include "worker/lm/token_shard.h"
 
 #include <gmock/gmock.h>
@@ -7,12 +7,11 @@
 
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "tests/unit/scratch_dir_test.h"
-#include "worker/lm/token_data.h"
+#include "worker/lm/shard_layout.h"
 
 namespace diloco {
 namespace {
@@ -110,75 +109,6 @@ TEST(ShardRangesTest, ExactBlocks) {
   EXPECT_EQ(r[0].end, 2000);
   EXPECT_EQ(r[3].begin, 10000);
   EXPECT_EQ(r[3].end, 10500);
-}
-
-// Token ids equal to their position, so a batch tells where it was drawn from.
-class TokenDataTest : public TokenShardTest {
- protected:
-  std::string WritePositions(int64_t n) {
-    std::vector<uint32_t> ids(n);
-    for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<uint32_t>(i);
-    std::string error;
-    EXPECT_TRUE(WriteTokenShard(Path("pos.tok"), ids, 65536, &error)) << error;
-    return Path("pos.tok");
-  }
-};
-
-TEST_F(TokenDataTest, SamplesStayInsideTheSelectedShard) {
-  absl::StatusOr<TokenData> data = TokenData::Load(WritePositions(4 * kShardBlockTokens), 16);
-  ASSERT_TRUE(data.ok()) << data.status();
-  EXPECT_EQ(data->size(), 4 * kShardBlockTokens);
-  ASSERT_TRUE(data->SelectShard(1, 2).ok());
-  std::mt19937_64 rng(3);
-  Batch b = data->Sample(64, rng);
-  ASSERT_EQ(b.inputs.sizes(), (std::vector<int64_t>{64, 16}));
-  EXPECT_EQ(b.inputs.scalar_type(), torch::kLong);
-  EXPECT_TRUE(b.targets.equal(b.inputs + 1)) << "targets are the inputs shifted by one";
-  const torch::Tensor block = torch::div(b.inputs, kShardBlockTokens, "floor");
-  EXPECT_TRUE(block.remainder(2).eq(1).all().item<bool>()) << "every token from an odd block";
-  EXPECT_TRUE(torch::div(b.targets, kShardBlockTokens, "floor").equal(block)) << "windows never cross a block";
-}
-
-TEST_F(TokenDataTest, EvalBatchesAreFixed) {
-  absl::StatusOr<TokenData> data = TokenData::Load(WritePositions(1000), 8);
-  ASSERT_TRUE(data.ok()) << data.status();
-  Batch a = data->EvalBatch(1, 4, 3);
-  Batch b = data->EvalBatch(1, 4, 3);
-  EXPECT_TRUE(a.inputs.equal(b.inputs));
-  EXPECT_TRUE(a.targets.equal(a.inputs + 1));
-  EXPECT_LE(a.targets.max().item<int64_t>(), 999);
-}
-
-TEST_F(TokenDataTest, BadShardAndShortFileAreErrors) {
-  absl::StatusOr<TokenData> data = TokenData::Load(WritePositions(100), 16);
-  ASSERT_TRUE(data.ok()) << data.status();
-  EXPECT_EQ(data->SelectShard(2, 2).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(data->SelectShard(0, 0).code(), absl::StatusCode::kInvalidArgument);
-  absl::StatusOr<TokenData> tiny = TokenData::Load(WritePositions(17), 16);
-  EXPECT_EQ(tiny.status().code(), absl::StatusCode::kFailedPrecondition);
-  absl::StatusOr<TokenData> missing = TokenData::Load(Path("none.tok"), 16);
-  EXPECT_FALSE(missing.ok());
-  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("none.tok"));
-}
-
-// data.split contiguous: shard i of k samples only from the i-th of k equal regions; iid shards span the corpus.
-TEST_F(TokenShardTest, ContiguousSplitSamplesOnlyItsRegion) {
-  std::vector<uint32_t> ids(10000);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<uint32_t>(i);  // a token's value is its position
-  std::string error;
-  ASSERT_TRUE(WriteTokenShard(Path("t.tok"), ids, 10000, &error)) << error;
-  auto data = TokenData::Load(Path("t.tok"), 8);
-  ASSERT_TRUE(data.ok()) << data.status();
-  std::mt19937_64 rng(1);
-  ASSERT_TRUE(data->SelectShard(1, 4, /*contiguous=*/true).ok());
-  Batch b = data->Sample(256, rng);
-  EXPECT_GE(b.inputs.min().item<int64_t>(), 2500);
-  EXPECT_LT(b.targets.max().item<int64_t>(), 5000);
-  ASSERT_TRUE(data->SelectShard(1, 4, /*contiguous=*/false).ok());  // blocks of 4096: shard 1 owns [4096, 8192)
-  b = data->Sample(256, rng);
-  EXPECT_GE(b.inputs.min().item<int64_t>(), 4096);
-  EXPECT_LT(b.targets.max().item<int64_t>(), 8192);
-  EXPECT_FALSE(data->SelectShard(4, 4, true).ok());
 }
 
 }  // namespace

@@ -1,88 +1,69 @@
 #include "worker/lm/token_data.h"
 
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
-#include "worker/lm/token_shard.h"
+#include "worker/lm/token_manifest.h"
+#include "worker/lm/window_sampler.h"
 
 namespace diloco {
 
-std::vector<TokenRange> ShardRanges(int64_t num_tokens, int64_t index, int64_t count, int64_t block_tokens) {
-  std::vector<TokenRange> ranges;
-  const int64_t num_blocks = (num_tokens + block_tokens - 1) / block_tokens;
-  for (int64_t b = index; b < num_blocks; b += count) {
-    ranges.push_back({b * block_tokens, std::min(num_tokens, (b + 1) * block_tokens)});
-  }
-  return ranges;
-}
-
-absl::StatusOr<TokenData> TokenData::Load(const std::string& path, int64_t seq_len) {
-  std::vector<int32_t> ids;
+absl::StatusOr<TokenData> TokenData::Load(const std::string& manifest_path, TokenSplit split, int64_t seq_len) {
+  TokenManifest manifest;
   std::string error;
-  if (!ReadTokenShard(path, &ids, &error)) return absl::DataLossError(error);
-  if (static_cast<int64_t>(ids.size()) < seq_len + 2) {
+  if (!ReadTokenManifest(manifest_path, &manifest, &error)) return absl::DataLossError(error);
+  const std::vector<TokenSegment>& segments = split == TokenSplit::kTrain ? manifest.train : manifest.val;
+  auto tokens = MappedTokens::Open(segments);
+  if (!tokens.ok()) return tokens.status();
+  if (tokens->size() < seq_len + 2) {
+    const char* name = split == TokenSplit::kTrain ? "training" : "validation";
     return absl::FailedPreconditionError(absl::StrCat(
-        "token shard ", path, ": ", ids.size(), " tokens, fewer than one window of model.seq_len + 1 = ", seq_len + 1));
+        "the ", name, " split of ", manifest_path, " (", segments.front().path, segments.size() > 1 ? ", ..." : "",
+        "): ", tokens->size(), " tokens, fewer than one window of model.seq_len + 1 = ", seq_len + 1, " plus one"));
   }
   TokenData data;
-  data.tokens_ = torch::from_blob(ids.data(), {static_cast<int64_t>(ids.size())}, torch::kInt).to(torch::kLong);
-  data.seq_len_ = seq_len;
-  data.ranges_ = {{0, data.size()}};
-  data.range_windows_ = data.size() - seq_len;
+  data.tokens_ = std::move(*tokens);
+  data.layout_ = WholeSplitLayout(data.size(), seq_len);
   return data;
 }
 
 absl::Status TokenData::SelectShard(int64_t index, int64_t count, bool contiguous) {
-  if (count <= 0 || index < 0 || index >= count) {
-    return absl::InvalidArgumentError(absl::StrCat("shard ", index, " of ", count, " does not exist"));
-  }
-  std::vector<TokenRange> usable;
-  int64_t windows = 0;
-  const int64_t block = contiguous ? (size() + count - 1) / count : std::max(kShardBlockTokens, 4 * (seq_len_ + 1));
-  for (const TokenRange& r : ShardRanges(size(), index, count, block)) {
-    if (r.end - r.begin > seq_len_) {
-      usable.push_back(r);
-      windows += r.end - r.begin - seq_len_;
-    }
-  }
-  if (usable.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat("shard ", index, " of ", count, " of ", size(),
-                                                      " tokens holds no full window; use fewer workers"));
-  }
-  ranges_ = std::move(usable);
-  range_windows_ = windows;
+  auto layout = MakeShardLayout(size(), seq_len(), index, count, contiguous);
+  if (!layout.ok()) return layout.status();
+  layout_ = *layout;
   return absl::OkStatus();
 }
 
 Batch TokenData::Sample(int64_t batch_size, std::mt19937_64& rng) const {
-  std::uniform_int_distribution<int64_t> pick(0, range_windows_ - 1);
   std::vector<int64_t> starts;
   starts.reserve(batch_size);
-  for (int64_t i = 0; i < batch_size; ++i) {
-    int64_t w = pick(rng);
-    for (const TokenRange& r : ranges_) {  // map the window number to a start inside one range
-      const int64_t n = r.end - r.begin - seq_len_;
-      if (w < n) {
-        starts.push_back(r.begin + w);
-        break;
-      }
-      w -= n;
-    }
-  }
+  for (int64_t i = 0; i < batch_size; ++i) starts.push_back(DrawRandomStart(layout_, rng));
   return Gather(starts);
 }
 
 Batch TokenData::EvalBatch(int64_t i, int64_t n, int64_t batch_size) const {
   const int64_t total = n * batch_size;
-  const int64_t span = size() - seq_len_ - 1;
+  const int64_t span = size() - seq_len() - 1;
   std::vector<int64_t> starts;
   for (int64_t j = 0; j < batch_size; ++j) starts.push_back(span * (i * batch_size + j) / std::max<int64_t>(1, total));
   return Gather(starts);
 }
 
 Batch TokenData::Gather(const std::vector<int64_t>& starts) const {
-  auto offsets = torch::arange(seq_len_ + 1, torch::kLong);
-  auto begin = torch::tensor(starts, torch::kLong).unsqueeze(1);
-  auto windows = tokens_.index_select(0, (begin + offsets).reshape({-1})).view({-1, seq_len_ + 1});
-  return {windows.narrow(1, 0, seq_len_).contiguous(), windows.narrow(1, 1, seq_len_).contiguous()};
+  const int64_t t = seq_len();
+  const int64_t b = static_cast<int64_t>(starts.size());
+  Batch batch{torch::empty({b, t}, torch::kLong), torch::empty({b, t}, torch::kLong)};
+  int64_t* inputs = batch.inputs.data_ptr<int64_t>();
+  int64_t* targets = batch.targets.data_ptr<int64_t>();
+  std::vector<int64_t> window(static_cast<size_t>(t + 1));
+  for (int64_t row = 0; row < b; ++row) {
+    tokens_.Copy(starts[row], t + 1, window.data());
+    std::memcpy(inputs + row * t, window.data(), t * sizeof(int64_t));
+    std::memcpy(targets + row * t, window.data() + 1, t * sizeof(int64_t));
+  }
+  return batch;
 }
 
 }  // namespace diloco

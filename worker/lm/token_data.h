@@ -1,8 +1,9 @@
-// TokenData: a tokenized split held in memory, the disjoint part of it one worker trains on, and the batches drawn
-// from it. Training batches are random windows of seq_len + 1 tokens inside the worker's blocks (iid sampling);
-// evaluation batches are fixed, evenly spaced windows, so every evaluation of the same split sees the same tokens.
-// Sharding interleaves blocks of kShardBlockTokens tokens: shard i of k owns blocks b with b % k == i, so shards are
-// disjoint and each covers the whole corpus. Not thread-safe (the sampler RNG); one per trainer.
+// TokenData: one split (train or val) of a token manifest (worker/lm/token_manifest.h), memory-mapped in place
+// (worker/lm/mapped_tokens.h), the part of it one trainer reads (its shard, worker/lm/shard_layout.h), and the batches
+// built from it: only the windows a batch needs are copied out of the mapping into int64 tensors, so no process holds
+// a copy of the corpus. Training windows come from a WindowSampler (worker/lm/window_sampler.h) or from Sample's
+// random draws; evaluation batches are fixed, evenly spaced windows over the whole split, so every evaluation of the
+// same split sees the same tokens. Owns its mappings; move-only. Const methods are thread-safe.
 #pragma once
 
 #include <torch/torch.h>
@@ -10,22 +11,16 @@
 #include <cstdint>
 #include <random>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "config/data_cache.h"
+#include "worker/lm/mapped_tokens.h"
+#include "worker/lm/shard_layout.h"
 
 namespace diloco {
 
-constexpr int64_t kShardBlockTokens = 4096;
-
-struct TokenRange {
-  int64_t begin;
-  int64_t end;  // exclusive
-};
-
-// Blocks of [0, num_tokens) owned by shard `index` of `count` (pure; unit-tested).
-std::vector<TokenRange> ShardRanges(int64_t num_tokens, int64_t index, int64_t count, int64_t block_tokens);
+enum class TokenSplit { kTrain, kVal };
 
 struct Batch {
   torch::Tensor inputs;   // [B, T] int64
@@ -34,28 +29,36 @@ struct Batch {
 
 class TokenData {
  public:
-  // Loads a token shard file (token_shard.h). Fails if it holds fewer than seq_len + 2 tokens.
-  static absl::StatusOr<TokenData> Load(const std::string& path, int64_t seq_len);
+  // Maps split `split` of the manifest at manifest_path. Errors name the manifest or the token file: missing,
+  // truncated (shorter than the manifest says), or fewer than seq_len + 2 tokens in the split.
+  static absl::StatusOr<TokenData> Load(const std::string& manifest_path, TokenSplit split, int64_t seq_len);
 
-  int64_t size() const { return tokens_.numel(); }
+  int64_t size() const { return tokens_.size(); }
+  int64_t seq_len() const { return layout_.seq_len; }
 
-  // Restricts sampling to shard `index` of `count`. Blocks shorter than a window are dropped.
-  // contiguous: the shard is one region, the index-th of `count` equal parts of the corpus (data.split contiguous:
-  // shards differ in style, the paper's non-iid case); otherwise interleaved blocks (data.split iid).
+  // Restricts training windows to shard `index` of `count` (worker/lm/shard_layout.h). contiguous: the shard is one
+  // region, the index-th of `count` equal parts of the split (data.split contiguous: shards differ in style, the
+  // paper's non-iid case); otherwise interleaved blocks (data.split iid).
   absl::Status SelectShard(int64_t index, int64_t count, bool contiguous = false);
+  // The selected shard (the whole split until SelectShard).
+  const ShardLayout& layout() const { return layout_; }
 
-  // A random batch of windows from the selected ranges.
+  // A batch of random windows from the selected shard (data.sampling random's draws).
   Batch Sample(int64_t batch_size, std::mt19937_64& rng) const;
-
+  // The batch of the windows starting at `starts` (global token indices; start + seq_len + 1 <= size()).
+  Batch Gather(const std::vector<int64_t>& starts) const;
   // Evaluation batch i of n: batch_size windows at fixed, evenly spaced offsets over the whole split.
   Batch EvalBatch(int64_t i, int64_t n, int64_t batch_size) const;
 
  private:
-  Batch Gather(const std::vector<int64_t>& starts) const;
-  torch::Tensor tokens_;  // [N] int64
-  int64_t seq_len_ = 0;
-  std::vector<TokenRange> ranges_;
-  int64_t range_windows_ = 0;  // number of window starts across ranges_
+  MappedTokens tokens_;
+  ShardLayout layout_;
 };
+
+// Until the tokenizer writes a version-2 manifest as meta.json (issue 16): cache.meta_path() if it is one, else a
+// manifest written to <cache.dir>/manifest-v1.json around the cache's train.tok and val.tok (24-byte header, width
+// from the header). If that cannot be written, returns cache.meta_path() (whose load then fails) and, when `error`
+// is given, says why in *error. Safe for many processes at once (each writes its own temp file, then renames).
+std::string TokenManifestPath(const TokenCache& cache, std::string* error = nullptr);
 
 }  // namespace diloco

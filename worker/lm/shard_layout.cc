@@ -1,0 +1,83 @@
+#include "worker/lm/shard_layout.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace diloco {
+namespace {
+
+// Windows in a range of `len` tokens.
+int64_t RandomIn(int64_t len, int64_t seq_len) { return len > seq_len ? len - seq_len : 0; }
+int64_t SequentialIn(int64_t len, int64_t seq_len) { return len > seq_len ? (len - 1) / seq_len : 0; }
+
+}  // namespace
+
+std::vector<TokenRange> ShardRanges(int64_t num_tokens, int64_t index, int64_t count, int64_t block_tokens) {
+  std::vector<TokenRange> ranges;
+  const int64_t num_blocks = (num_tokens + block_tokens - 1) / block_tokens;
+  for (int64_t b = index; b < num_blocks; b += count) {
+    ranges.push_back({b * block_tokens, std::min(num_tokens, (b + 1) * block_tokens)});
+  }
+  return ranges;
+}
+
+TokenRange ShardLayout::range(int64_t j) const {
+  const int64_t begin = first + j * stride;
+  return {begin, begin + (j < blocks ? block : tail)};
+}
+
+int64_t ShardLayout::random_windows() const { return blocks * RandomIn(block, seq_len) + RandomIn(tail, seq_len); }
+
+int64_t ShardLayout::RandomStart(int64_t w) const {
+  const int64_t per_block = RandomIn(block, seq_len);
+  if (w < blocks * per_block) return first + (w / per_block) * stride + w % per_block;
+  return first + blocks * stride + (w - blocks * per_block);
+}
+
+int64_t ShardLayout::sequential_windows() const {
+  return blocks * SequentialIn(block, seq_len) + SequentialIn(tail, seq_len);
+}
+
+int64_t ShardLayout::SequentialStart(int64_t w) const {
+  const int64_t per_block = SequentialIn(block, seq_len);
+  if (w < blocks * per_block) return first + (w / per_block) * stride + (w % per_block) * seq_len;
+  return first + blocks * stride + (w - blocks * per_block) * seq_len;
+}
+
+ShardLayout WholeSplitLayout(int64_t num_tokens, int64_t seq_len) {
+  ShardLayout layout;
+  layout.seq_len = seq_len;
+  layout.stride = layout.block = num_tokens;
+  layout.blocks = 1;
+  return layout;
+}
+
+absl::StatusOr<ShardLayout> MakeShardLayout(int64_t num_tokens, int64_t seq_len, int64_t index, int64_t count,
+                                            bool contiguous) {
+  if (count <= 0 || index < 0 || index >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("shard ", index, " of ", count, " does not exist"));
+  }
+  ShardLayout layout;
+  layout.seq_len = seq_len;
+  layout.block = contiguous ? (num_tokens + count - 1) / count : std::max(kShardBlockTokens, 4 * (seq_len + 1));
+  layout.first = index * layout.block;
+  layout.stride = layout.block * count;
+  const int64_t num_blocks = (num_tokens + layout.block - 1) / layout.block;
+  const int64_t owned = index < num_blocks ? (num_blocks - 1 - index) / count + 1 : 0;
+  if (owned > 0) {
+    const int64_t last = index + (owned - 1) * count;
+    const int64_t last_len = std::min(num_tokens, (last + 1) * layout.block) - last * layout.block;
+    layout.blocks = last_len == layout.block ? owned : owned - 1;
+    layout.tail = last_len == layout.block ? 0 : last_len;
+  }
+  if (layout.block <= seq_len) layout.blocks = 0;  // then the tail, shorter still, holds no window either
+  if (layout.tail <= seq_len) layout.tail = 0;
+  if (layout.num_ranges() == 0) {
+    return absl::FailedPreconditionError(absl::StrCat("shard ", index, " of ", count, " of ", num_tokens,
+                                                      " tokens holds no full window; use fewer workers"));
+  }
+  return layout;
+}
+
+}  // namespace diloco
