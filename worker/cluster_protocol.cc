@@ -137,7 +137,7 @@ int RunClusterFollower(const Config& config, const TokenCache& cache, const Work
     const ClusterCommand first = DecodeCommand(words);
     const auto* shard = std::get_if<ShardCommand>(&first);
     if (shard == nullptr) return kWorkerDone;  // StopCommand: the leader could not join
-    auto trainer = InnerTrainer::ForShard(config, TokenManifestPath(cache), static_cast<int>(shard->shard_index),
+    auto trainer = InnerTrainer::ForShard(config, cache.meta_path(), static_cast<int>(shard->shard_index),
                                           static_cast<int>(shard->shard_count), options.rank, cluster.size());
     if (!trainer.ok()) {
       spdlog::error("{}", std::string(trainer.status().message()));

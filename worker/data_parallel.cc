@@ -114,7 +114,7 @@ int DataParallelRun::SetUp(const TokenCache& cache) {
   if (int code = CheckOptions(); code >= 0) return code;
   // Rank g reads what rank g % cs of DiLoCo worker g / cs reads.
   auto trainer =
-      InnerTrainer::ForShard(config_, TokenManifestPath(cache), options_.rank / cluster_size_,
+      InnerTrainer::ForShard(config_, cache.meta_path(), options_.rank / cluster_size_,
                              static_cast<int>(config_.workers.count), options_.rank % cluster_size_, cluster_size_);
   if (!trainer.ok()) {
     spdlog::error("{}", std::string(trainer.status().message()));
@@ -132,7 +132,7 @@ int DataParallelRun::SetUp(const TokenCache& cache) {
     if (options_.rank == 0) spdlog::info("theta_0 from {}", source);
   }
   if (options_.rank == 0) {
-    auto loaded = TokenData::Load(TokenManifestPath(cache), TokenSplit::kVal, config_.model.seq_len);
+    auto loaded = TokenData::Load(cache.meta_path(), TokenSplit::kVal, config_.model.seq_len);
     if (!loaded.ok()) {
       spdlog::error("{}", std::string(loaded.status().message()));
       return kWorkerConfigError;

@@ -86,7 +86,7 @@ int Worker::SetUp(const TokenCache& cache) {
 
 int Worker::SetUpTrainer(const TokenCache& cache) {
   cluster_size_ = cluster_ ? cluster_->size() : 1;
-  auto trainer = InnerTrainer::ForShard(config_, TokenManifestPath(cache), join_.shard_index(), join_.shard_count(), 0,
+  auto trainer = InnerTrainer::ForShard(config_, cache.meta_path(), join_.shard_index(), join_.shard_count(), 0,
                                         cluster_size_);
   if (!trainer.ok()) {
     spdlog::error("{}", std::string(trainer.status().message()));

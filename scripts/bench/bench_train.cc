@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto train =
-      diloco::TokenData::Load(diloco::TokenManifestPath(*cache), diloco::TokenSplit::kTrain, config->model.seq_len);
+      diloco::TokenData::Load(cache->meta_path(), diloco::TokenSplit::kTrain, config->model.seq_len);
   if (!train.ok()) {
     std::cerr << "error: " << train.status().message() << "\n";
     return 2;

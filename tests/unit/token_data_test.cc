@@ -280,39 +280,5 @@ TEST_F(TokenDataTest, LoadingALargeSplitDoesNotRaiseResidentMemory) {
   EXPECT_LT(grown, int64_t{8} << 20) << "resident memory grew by " << grown << " bytes for a 512 MB split";
 }
 
-// The bridge for version-1 caches: a manifest around train.tok and val.tok, or meta.json once it is a manifest.
-TEST_F(TokenDataTest, ManifestPathWrapsAVersionOneCache) {
-  std::vector<uint32_t> train(500), val(100);
-  for (size_t i = 0; i < train.size(); ++i) train[i] = static_cast<uint32_t>(i);
-  for (size_t i = 0; i < val.size(); ++i) val[i] = static_cast<uint32_t>(1000 + i);
-  const TokenCache cache{dir_.string()};
-  std::string error;
-  ASSERT_TRUE(WriteTokenShard(cache.train_path(), train, 2000, &error)) << error;
-  ASSERT_TRUE(WriteTokenShard(cache.val_path(), val, 2000, &error)) << error;
-  std::ofstream(cache.meta_path()) << "{\"version\": 1, \"vocab_size\": 2000}\n";
-  const std::string path = TokenManifestPath(cache, &error);
-  EXPECT_EQ(path, Path("manifest-v1.json")) << error;
-  std::stringstream text;
-  text << std::ifstream(path).rdbuf();
-  EXPECT_THAT(text.str(), HasSubstr("\"path\": \"val.tok\"")) << "beside the manifest, for relative cache dirs";
-  EXPECT_THAT(text.str(), HasSubstr("\"vocab_size\": 2000")) << "from the version-1 meta.json";
-  auto data = TokenData::Load(path, TokenSplit::kVal, 8);
-  ASSERT_TRUE(data.ok()) << data.status();
-  EXPECT_EQ(data->size(), 100);
-  EXPECT_EQ(data->Gather({3}).inputs[0][0].item<int64_t>(), 1003);
-  data = TokenData::Load(path, TokenSplit::kTrain, 8);
-  ASSERT_TRUE(data.ok()) << data.status();
-  EXPECT_EQ(data->size(), 500);
-  // A version-2 meta.json is used as it is.
-  WriteManifest(cache.meta_path(), {{cache.train_path(), 24, 2, 500}});
-  EXPECT_EQ(TokenManifestPath(cache), cache.meta_path());
-  // No shards and no manifest: meta.json comes back with the reason.
-  const TokenCache empty{Path("nothing")};
-  fs::create_directories(empty.dir);
-  error.clear();
-  EXPECT_EQ(TokenManifestPath(empty, &error), empty.meta_path());
-  EXPECT_THAT(error, HasSubstr("train.tok"));
-}
-
 }  // namespace
 }  // namespace diloco

@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "config/data_cache.h"
 #include "worker/lm/mapped_tokens.h"
 #include "worker/lm/shard_layout.h"
 
@@ -54,11 +53,5 @@ class TokenData {
   MappedTokens tokens_;
   ShardLayout layout_;
 };
-
-// Until the tokenizer writes a version-2 manifest as meta.json (issue 16): cache.meta_path() if it is one, else a
-// manifest written to <cache.dir>/manifest-v1.json around the cache's train.tok and val.tok (24-byte header, width
-// from the header). If that cannot be written, returns cache.meta_path() (whose load then fails) and, when `error`
-// is given, says why in *error. Safe for many processes at once (each writes its own temp file, then renames).
-std::string TokenManifestPath(const TokenCache& cache, std::string* error = nullptr);
 
 }  // namespace diloco
