@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <numeric>
+#include <sstream>
 #include <thread>
 
 #include "worker/lr_schedule.h"
@@ -81,6 +82,19 @@ absl::StatusOr<std::unique_ptr<InnerTrainer>> InnerTrainer::ForShard(const Confi
   return std::make_unique<InnerTrainer>(config, std::move(*train), torch::Device(config.workers.device), seed);
 }
 
+SamplerState InnerTrainer::sampler_state() const {
+  std::ostringstream rng;
+  rng << rng_;
+  return {0, drawn_, rng.str()};
+}
+absl::Status InnerTrainer::RestoreSampler(const SamplerState& state) {
+  std::istringstream rng(state.rng);
+  rng >> rng_;
+  drawn_ = state.position;
+  return absl::OkStatus();
+}
+double InnerTrainer::epochs() const { return static_cast<double>(drawn_) / static_cast<double>(train_.size()); }
+
 NamedTensors InnerTrainer::MakeParameterBuffers() const {
   NamedTensors out;
   for (const auto& [name, p] : NamedParameters(*model_)) {
@@ -105,6 +119,7 @@ StepStats InnerTrainer::TrainSteps(int64_t first_step, int64_t n, const std::ato
     }
     const double lr = InnerLearningRate(config_.inner, first_step + i, total_steps);
     Batch batch = train_.Sample(config_.inner.batch_size, rng_);
+    drawn_ += config_.inner.batch_size;
     optimizer_->ZeroGrad();
     torch::Tensor loss;
     {

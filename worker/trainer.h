@@ -20,6 +20,7 @@
 #include "worker/flat_adamw.h"
 #include "worker/lm/language_model.h"
 #include "worker/lm/token_data.h"
+#include "worker/lm/window_sampler.h"
 
 namespace diloco {
 
@@ -35,6 +36,7 @@ struct RoundResult {
   double last_lr = 0;
   double seconds = 0;
   bool abandoned = false;  // stopped before H steps (the worker is leaving); not to be pushed
+  double data_epochs = 0;  // passes over the shard so far (InnerTrainer::epochs())
 };
 
 // What a run of inner steps did; the runs between two pushes add up.
@@ -88,6 +90,13 @@ class InnerTrainer {
   void set_gradient_hook(GradientHook hook) { gradient_hook_ = std::move(hook); }
   void set_step_hook(StepHook hook) { step_hook_ = std::move(hook); }
 
+  // STUB (branch resume; branch data implements these).
+  SamplerState sampler_state() const;
+  absl::Status RestoreSampler(const SamplerState& state);
+  double epochs() const;
+  void set_window_observer(std::function<void(const WindowDraw&)> observer) { observer_ = std::move(observer); }
+  FlatAdamW& optimizer() { return *optimizer_; }
+
  private:
   Config config_;
   TokenData train_;
@@ -97,6 +106,8 @@ class InnerTrainer {
   std::mt19937_64 rng_;
   GradientHook gradient_hook_;
   StepHook step_hook_;
+  std::function<void(const WindowDraw&)> observer_;
+  int64_t drawn_ = 0;
 };
 
 }  // namespace diloco
