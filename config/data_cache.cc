@@ -12,10 +12,17 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "config/config_enums.h"
+#include "config/data_inputs.h"
 #include "config/subprocess.h"
 
 namespace diloco {
 namespace {
+
+// Bump when the tokenizer's output changes for the same inputs (v2: shards, manifest, BOS/EOS).
+constexpr int kCacheFormatVersion = 2;
+// Longer input lists than this go to the tokenizer through a list file instead of its command line.
+constexpr size_t kMaxInlineInputChars = 32 << 10;
 
 absl::StatusOr<uint64_t> HashFile(const std::string& path, const char* key) {
   std::ifstream in(path, std::ios::binary);
@@ -40,15 +47,46 @@ bool IsDir(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-}  // namespace
+// "path|size|mtime_ns" of each input: the key changes when a file is replaced, grows or is touched.
+std::string Stamps(const std::vector<std::string>& paths) {
+  std::string out;
+  for (const std::string& path : paths) {
+    struct stat st {};
+    stat(path.c_str(), &st);
+    absl::StrAppend(&out, "|", path, "|", st.st_size, "|", st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec);
+  }
+  return out;
+}
 
-absl::StatusOr<TokenCache> LocateTokenCache(const Config& config) {
-  auto text_hash = HashFile(config.data.text, "data.text");
-  if (!text_hash.ok()) return text_hash.status();
+// The expanded inputs of a config.
+struct Inputs {
+  std::vector<std::string> train, val;
+  DataFormat format = DataFormat::kText;  // data.text is text whatever data.format says
+};
+
+absl::StatusOr<Inputs> ResolveInputs(const Config& config) {
+  Inputs inputs;
+  auto train = TrainingInputs(config);
+  if (!train.ok()) return train.status();
+  inputs.train = *std::move(train);
+  if (!config.data.val_files.empty()) {
+    auto val = ExpandInputs(config.data.val_files, "data.val_files");
+    if (!val.ok()) return val.status();
+    inputs.val = *std::move(val);
+  }
+  if (!config.data.files.empty()) inputs.format = config.data.format;
+  return inputs;
+}
+
+absl::StatusOr<TokenCache> Locate(const Config& config, const Inputs& inputs) {
+  const DataConfig& d = config.data;
   std::string key_text =
-      absl::StrCat(*text_hash, "|vocab=", config.model.vocab_size, "|val=", config.data.val_fraction, "|v1");
-  if (!config.data.tokenizer.empty()) {  // a given tokenizer: its bytes are part of the key (none: the cache as before)
-    auto tokenizer_hash = HashFile(config.data.tokenizer, "data.tokenizer");
+      absl::StrCat("v", kCacheFormatVersion, "|format=", std::string(EnumName(inputs.format)), "|field=", d.jsonl_field,
+                   "|dtype=", std::string(EnumName(d.token_dtype)), "|bad=", std::string(EnumName(d.on_bad_record)),
+                   "|val=", d.val_fraction, "|vocab=", config.model.vocab_size, "|train_mb=", d.tokenizer_train_mb,
+                   "|train", Stamps(inputs.train), "|val_files", Stamps(inputs.val));
+  if (!d.tokenizer.empty()) {  // a given tokenizer: its bytes are part of the key
+    auto tokenizer_hash = HashFile(d.tokenizer, "data.tokenizer");
     if (!tokenizer_hash.ok()) return tokenizer_hash.status();
     absl::StrAppend(&key_text, "|tokenizer=", *tokenizer_hash);
   }
@@ -57,8 +95,83 @@ absl::StatusOr<TokenCache> LocateTokenCache(const Config& config) {
   return TokenCache{absl::StrCat(config.CacheDir(), "/tok-", key)};
 }
 
+// Adds the inputs to argv: one --input / --val-input each, or a list file next to the cache when they are many.
+absl::Status AddInputArgs(const std::vector<std::string>& paths, const std::string& flag, const std::string& list_path,
+                          std::vector<std::string>* argv) {
+  size_t chars = 0;
+  for (const std::string& p : paths) chars += p.size() + 1;
+  if (chars <= kMaxInlineInputChars) {
+    for (const std::string& p : paths) argv->insert(argv->end(), {"--" + flag, p});
+    return absl::OkStatus();
+  }
+  std::ofstream list(list_path, std::ios::trunc);
+  for (const std::string& p : paths) list << p << "\n";
+  list.flush();
+  if (!list) return absl::PermissionDeniedError(absl::StrCat("token cache: cannot write '", list_path, "'"));
+  argv->insert(argv->end(), {"--" + flag + "-list", list_path});
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> TokenizerArgv(const Config& config, const Inputs& inputs,
+                                                       const TokenCache& cache, const std::string& tokenizer_exe) {
+  const DataConfig& d = config.data;
+  std::vector<std::string> argv = {tokenizer_exe,
+                                   "--format",
+                                   std::string(EnumName(inputs.format)),
+                                   "--vocab-size",
+                                   std::to_string(config.model.vocab_size),
+                                   "--val-fraction",
+                                   absl::StrCat(d.val_fraction),
+                                   "--jsonl-field",
+                                   d.jsonl_field,
+                                   "--token-dtype",
+                                   std::string(EnumName(d.token_dtype)),
+                                   "--on-bad-record",
+                                   std::string(EnumName(d.on_bad_record)),
+                                   "--train-mb",
+                                   std::to_string(d.tokenizer_train_mb),
+                                   "--threads",
+                                   std::to_string(d.tokenizer_threads),
+                                   "--out",
+                                   cache.dir};
+  if (!d.tokenizer.empty()) argv.insert(argv.end(), {"--tokenizer-model", d.tokenizer});
+  if (absl::Status s = AddInputArgs(inputs.train, "input", cache.dir + ".inputs", &argv); !s.ok()) return s;
+  if (absl::Status s = AddInputArgs(inputs.val, "val-input", cache.dir + ".val-inputs", &argv); !s.ok()) return s;
+  return argv;
+}
+
+// Runs the tokenizer (the caller holds the lock).
+absl::Status Tokenize(const Config& config, const Inputs& inputs, const TokenCache& cache,
+                      const std::string& tokenizer_exe) {
+  auto argv = TokenizerArgv(config, inputs, cache, tokenizer_exe);
+  if (!argv.ok()) return argv.status();
+  auto child = Subprocess::Start(*argv);
+  if (!child.ok()) return child.status();
+  const std::string what =
+      config.data.files.empty() ? config.data.text : absl::StrCat("data.files (", inputs.train.size(), " files)");
+  if (int code = child->Wait(); code != 0) {
+    return absl::InternalError(
+        absl::StrCat("token cache: ", tokenizer_exe, " exited with code ", code, " while tokenizing ", what));
+  }
+  if (!IsDir(cache.dir)) return absl::InternalError(absl::StrCat("token cache: tokenizer did not create ", cache.dir));
+  std::error_code ec;
+  std::filesystem::remove(cache.dir + ".inputs", ec);
+  std::filesystem::remove(cache.dir + ".val-inputs", ec);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<TokenCache> LocateTokenCache(const Config& config) {
+  auto inputs = ResolveInputs(config);
+  if (!inputs.ok()) return inputs.status();
+  return Locate(config, *inputs);
+}
+
 absl::StatusOr<TokenCache> EnsureTokenized(const Config& config, const std::string& tokenizer_exe) {
-  auto cache = LocateTokenCache(config);
+  auto inputs = ResolveInputs(config);
+  if (!inputs.ok()) return inputs.status();
+  auto cache = Locate(config, *inputs);
   if (!cache.ok()) return cache.status();
   if (IsDir(cache->dir)) return cache;
 
@@ -77,27 +190,7 @@ absl::StatusOr<TokenCache> EnsureTokenized(const Config& config, const std::stri
   while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {
   }
   absl::Status status = absl::OkStatus();
-  if (!IsDir(cache->dir)) {  // nobody made it while we waited for the lock
-    std::vector<std::string> argv = {tokenizer_exe,
-                                     "--text",
-                                     config.data.text,
-                                     "--vocab-size",
-                                     std::to_string(config.model.vocab_size),
-                                     "--val-fraction",
-                                     absl::StrCat(config.data.val_fraction),
-                                     "--out",
-                                     cache->dir};
-    if (!config.data.tokenizer.empty()) argv.insert(argv.end(), {"--tokenizer-model", config.data.tokenizer});
-    auto child = Subprocess::Start(argv);
-    if (!child.ok()) {
-      status = child.status();
-    } else if (int code = child->Wait(); code != 0) {
-      status = absl::InternalError(absl::StrCat("token cache: ", tokenizer_exe, " exited with code ", code,
-                                                " while tokenizing ", config.data.text));
-    } else if (!IsDir(cache->dir)) {
-      status = absl::InternalError(absl::StrCat("token cache: tokenizer did not create ", cache->dir));
-    }
-  }
+  if (!IsDir(cache->dir)) status = Tokenize(config, *inputs, *cache, tokenizer_exe);  // nobody made it meanwhile
   flock(fd, LOCK_UN);
   close(fd);
   if (!status.ok()) return status;

@@ -1,11 +1,16 @@
-// The token cache of a run: where the tokenized train/validation shards of a config live, and EnsureTokenized(),
+// The token cache of a run: where the tokenized train/validation data of a config live, and EnsureTokenized(),
 // which makes them exist exactly once even when many processes (coordinator, workers, launcher) start together.
 //
-// Layout: <data.cache_dir or run.output_dir/data>/tok-<key>/{train.tok, val.tok, tokenizer.model, meta.json},
-// where <key> hashes the text file's bytes, model.vocab_size and data.val_fraction, so a changed input never reuses
-// a stale cache. The directory appears atomically (the tokenizer writes tok-<key>.partial-<pid> and renames it).
-// EnsureTokenized holds an flock on tok-<key>.lock while it checks and, if needed, runs diloco-tokenize as a child
-// process (SentencePiece cannot live in a process that loads protobuf: DESIGN.md §5). Thread-safe across processes.
+// Layout: <data.cache_dir or run.output_dir/data>/tok-<key>/ holding meta.json (the token manifest,
+// worker/lm/token_manifest.h: the ONLY file readers need), the shards it names (train-00000.tok, ..., val-00000.tok;
+// for data.format tokens it names the user's files in place instead) and tokenizer.model. <key> is an xxHash of
+// everything the output depends on: format, jsonl_field, token_dtype, on_bad_record, val_fraction, model.vocab_size,
+// the given tokenizer's bytes, tokenizer_train_mb, and each input's absolute path, size and mtime (not its contents:
+// inputs can be many GB and every process computes the key), plus a format version. The directory appears
+// atomically (diloco-tokenize builds <dir>.partial and renames it). EnsureTokenized holds an flock on
+// tok-<key>.lock while it checks and, if needed, runs diloco-tokenize as a child process (SentencePiece cannot live
+// in a process that loads protobuf: DESIGN.md §5); the child's stderr (progress) goes to ours. A killed tokenizer
+// leaves <dir>.partial, from which the next EnsureTokenized resumes. Thread-safe across processes.
 #pragma once
 
 #include <string>
@@ -17,13 +22,16 @@ namespace diloco {
 
 struct TokenCache {
   std::string dir;
-  std::string train_path() const { return dir + "/train.tok"; }
-  std::string val_path() const { return dir + "/val.tok"; }
-  std::string tokenizer_model_path() const { return dir + "/tokenizer.model"; }
   std::string meta_path() const { return dir + "/meta.json"; }  // the token manifest (worker/lm/token_manifest.h)
+  std::string tokenizer_model_path() const { return dir + "/tokenizer.model"; }
+  // The first shard of each split: what the single-file readers used until they read the manifest (a small corpus
+  // fits in one shard). To be removed when every reader goes through meta_path().
+  std::string train_path() const { return dir + "/train-00000.tok"; }
+  std::string val_path() const { return dir + "/val-00000.tok"; }
 };
 
-// Computes the cache location (reads data.text to hash it). NotFound names data.text if the file is missing.
+// Computes the cache location (expands data.files / data.val_files and stats every input). A missing file, an empty
+// glob or an empty directory is NotFound with one line naming the key and the path or pattern.
 absl::StatusOr<TokenCache> LocateTokenCache(const Config& config);
 
 // Returns the cache, tokenizing first if it does not exist yet. `tokenizer_exe` is the diloco-tokenize binary.

@@ -11,21 +11,30 @@ import json
 import os
 import sys
 
+import numpy as np
 import torch
 import transformers
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../scripts/bench"))
-from train_reference import load_tokens  # noqa: E402  the token shard reader, shared with the benchmarks
 
 transformers.utils.logging.disable_progress_bar()
 
 
 def val_tokens(cache_root, vocab_size):
+    """The validation split of the cache made from tinyshakespeare.txt alone (args.json: what diloco-tokenize was
+    given), read through the token manifest (meta.json: segments of path, offset, width, count)."""
     for meta_path in sorted(glob.glob(os.path.join(cache_root, "tok-*", "meta.json"))):
+        cache = os.path.dirname(meta_path)
         with open(meta_path) as f:
             meta = json.load(f)
-        if meta["vocab_size"] == vocab_size and meta["text"].endswith("tinyshakespeare.txt"):
-            return load_tokens(os.path.join(os.path.dirname(meta_path), "val.tok"))
+        with open(os.path.join(cache, "args.json")) as f:
+            inputs = json.load(f)["inputs"]
+        if meta["vocab_size"] == vocab_size and len(inputs) == 1 and inputs[0][0].endswith("tinyshakespeare.txt"):
+            parts = []
+            for seg in meta["val"]:
+                dtype = np.uint16 if seg["width"] == 2 else np.uint32
+                path = os.path.join(cache, seg["path"])
+                parts.append(np.fromfile(path, dtype=dtype, count=seg["count"], offset=seg["offset"]))
+            return torch.from_numpy(np.concatenate(parts).astype(np.int64))
     raise SystemExit(f"no token cache with vocab {vocab_size} under {cache_root}")
 
 

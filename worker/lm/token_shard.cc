@@ -1,5 +1,7 @@
 #include "worker/lm/token_shard.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -25,15 +27,76 @@ void WriteIds(std::ofstream& out, const std::vector<uint32_t>& ids) {
   out.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size() * sizeof(T)));
 }
 
-}  // namespace
-
-bool WriteTokenShard(const std::string& path, const std::vector<uint32_t>& ids, uint32_t vocab_size,
-                     std::string* error) {
+Header MakeHeader(uint32_t width, uint64_t count) {
   Header h{};
   memcpy(h.magic, kMagic, sizeof(kMagic));
   h.version = kVersion;
-  h.dtype = vocab_size <= 65536 ? 2 : 4;
-  h.count = ids.size();
+  h.dtype = width;
+  h.count = count;
+  return h;
+}
+
+}  // namespace
+
+TokenShardWriter::~TokenShardWriter() {
+  if (file_ != nullptr) {
+    fclose(file_);
+    std::remove((path_ + ".tmp").c_str());
+  }
+}
+
+bool TokenShardWriter::Open(const std::string& path, uint64_t vocab_size, std::string* error) {
+  path_ = path;
+  width_ = TokenShardWidth(vocab_size);
+  count_ = 0;
+  const std::string tmp = path + ".tmp";
+  file_ = fopen(tmp.c_str(), "wb");
+  if (file_ == nullptr) {
+    *error = "cannot write " + tmp + ": " + std::strerror(errno);
+    return false;
+  }
+  const Header h = MakeHeader(width_, 0);  // the count is filled in by Finish()
+  if (fwrite(&h, sizeof(h), 1, file_) != 1) {
+    *error = "write failed for " + tmp + ": " + std::strerror(errno);
+    return false;
+  }
+  return true;
+}
+
+bool TokenShardWriter::Append(const uint32_t* ids, size_t n, std::string* error) {
+  size_t written;
+  if (width_ == 2) {
+    narrow_.assign(ids, ids + n);
+    written = fwrite(narrow_.data(), 2, n, file_);
+  } else {
+    written = fwrite(ids, 4, n, file_);
+  }
+  if (written != n) {
+    *error = "write failed for " + path_ + ".tmp: " + std::strerror(errno);
+    return false;
+  }
+  count_ += n;
+  return true;
+}
+
+bool TokenShardWriter::Finish(std::string* error) {
+  const std::string tmp = path_ + ".tmp";
+  const Header h = MakeHeader(width_, count_);
+  const bool ok = fflush(file_) == 0 && fseek(file_, 0, SEEK_SET) == 0 && fwrite(&h, sizeof(h), 1, file_) == 1 &&
+                  fflush(file_) == 0 && fsync(fileno(file_)) == 0;
+  const bool closed = fclose(file_) == 0;
+  file_ = nullptr;
+  if (!ok || !closed || std::rename(tmp.c_str(), path_.c_str()) != 0) {
+    *error = "cannot write " + path_ + ": " + std::strerror(errno);
+    std::remove(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+bool WriteTokenShard(const std::string& path, const std::vector<uint32_t>& ids, uint32_t vocab_size,
+                     std::string* error) {
+  const Header h = MakeHeader(TokenShardWidth(vocab_size), ids.size());
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

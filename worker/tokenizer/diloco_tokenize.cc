@@ -1,240 +1,244 @@
-// diloco-tokenize: trains a SentencePiece BPE model on the training part of a text file (or takes an existing one,
-// --tokenizer-model: data.tokenizer, e.g. a Llama checkpoint's tokenizer.model) and writes the token shards
-// (train.tok, val.tok; format in worker/lm/token_shard.h) plus tokenizer.model and meta.json into --out.
+// diloco-tokenize: turns a run's inputs into the token cache directory --out that workers and the coordinator read:
+// token shards plus meta.json (the token manifest, worker/lm/token_manifest.h), tokenizer.model and args.json (the
+// arguments and input files, with sizes and mtimes, that made it; for people and scripts, not for readers).
+//
+//   --format text | jsonl: streams the inputs (work_items.h) through a SentencePiece model, trained on the spot
+//     (tokenizer_model.h) or given (--tokenizer-model), on --threads encoder threads (parallel_encoder.h), into
+//     shards written and resumed by shard_output.h; progress on stderr (progress_meter.h).
+//   --format tokens: pre-tokenized files used in place (token_files.h); no SentencePiece involved.
+//   encode / decode: one prompt through a model, for `diloco-ctl generate` (codec.h).
 //
 // It runs as its own process and links nothing that loads protobuf or abseil: Debian's libsentencepiece carries its
-// own protobuf-lite and crashes next to libprotobuf (DESIGN.md §5). The output directory appears atomically: the
-// files are written to <out>.partial-<pid> and renamed at the end. Single-threaded.
-//
-// Two more modes serve `diloco-ctl generate`, which cannot load SentencePiece itself:
-//   diloco-tokenize encode --model M --text TEXT   prints TEXT's token ids, space-separated, on one line
-//   diloco-tokenize decode --model M --ids "1 2 3" prints the text of the ids (no newline added)
-// A model with our newline symbol "<nl>" (one this tool trained) encodes '\n' as that symbol, as the shards do; any
-// other SentencePiece model (e.g. a Llama checkpoint's tokenizer.model) encodes the text as it is.
+// own protobuf-lite and crashes next to libprotobuf (DESIGN.md §5). The final summary is one line on stdout.
 #include <sentencepiece_processor.h>
-#include <sentencepiece_trainer.h>
-#include <unistd.h>
+#include <sys/stat.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
-#include "worker/lm/token_shard.h"
+#include "worker/lm/token_manifest.h"
+#include "worker/tokenizer/codec.h"
+#include "worker/tokenizer/document_encoder.h"
+#include "worker/tokenizer/input_plan.h"
+#include "worker/tokenizer/parallel_encoder.h"
+#include "worker/tokenizer/progress_meter.h"
+#include "worker/tokenizer/shard_output.h"
+#include "worker/tokenizer/token_files.h"
+#include "worker/tokenizer/tokenizer_model.h"
 
+namespace diloco::tokenize {
 namespace {
 
-constexpr const char* kNewlineSymbol = "<nl>";
+struct Options {
+  std::vector<std::string> inputs, val_inputs;
+  std::string input_list, val_input_list;
+  std::string format = "text", jsonl_field = "text", token_dtype = "uint16", on_bad_record = "fail";
+  int64_t vocab_size = 512;
+  double val_fraction = 0.1;
+  std::string out, tokenizer_model;
+  uint64_t train_mb = 64;
+  int threads = 0;
+  uint64_t shard_tokens = uint64_t{1} << 27;
+  uint64_t item_bytes = kWorkItemBytes;  // hidden, for tests: smaller work items (so small inputs make many shards)
+  int stop_after_shards = 0;             // hidden, for the resume test: exit as if killed after this many shards
+};
 
 int Fail(const std::string& message) {
   std::cerr << "diloco-tokenize: error: " << message << "\n";
   return 1;
 }
 
-// The id that stands for '\n' (SentencePiece drops '\n' itself): our "<nl>" symbol in a model this tool trained, the
-// byte piece "<0x0A>" in a byte-fallback model (Llama's tokenizer.model), else -1 (lines are then joined as they are).
-int NewlineId(const sentencepiece::SentencePieceProcessor& sp) {
-  for (const char* piece : {kNewlineSymbol, "<0x0A>"}) {
-    const int id = sp.PieceToId(piece);
-    if (id != sp.unk_id()) return id;
+// Appends the paths of a list file (one a line) to *paths.
+std::string ReadList(const std::string& list, std::vector<std::string>* paths) {
+  if (list.empty()) return "";
+  std::ifstream in(list);
+  if (!in) return list + ": cannot read the input list";
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) paths->push_back(line);
   }
-  return -1;
+  return "";
 }
 
-// Encodes text line by line, ending each line with the newline id (when the model has one).
-bool Encode(const sentencepiece::SentencePieceProcessor& sp, const std::string& text, int newline_id,
-            std::vector<uint32_t>* ids, std::string* error) {
-  std::istringstream lines(text);
-  std::string line;
-  std::vector<int> piece_ids;
-  while (std::getline(lines, line)) {
-    if (!line.empty()) {
-      const auto status = sp.Encode(line, &piece_ids);
-      if (!status.ok()) {
-        *error = status.ToString();
-        return false;
-      }
-      ids->insert(ids->end(), piece_ids.begin(), piece_ids.end());
-    }
-    if (newline_id >= 0) ids->push_back(static_cast<uint32_t>(newline_id));
-  }
-  return true;
+// A file as the resume record knows it: its path, size and modification time.
+nlohmann::json FileStamp(const std::string& path) {
+  struct stat st {};
+  stat(path.c_str(), &st);
+  return {path, static_cast<uint64_t>(st.st_size), st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec};
 }
 
-// A prompt's ids: lines joined by the newline symbol when the model has one (as the shards encode text).
-std::string EncodePrompt(const sentencepiece::SentencePieceProcessor& sp, const std::string& text,
-                         std::vector<int>* ids) {
-  const int newline_id = NewlineId(sp);
-  if (newline_id < 0) {
-    const auto status = sp.Encode(text, ids);
-    return status.ok() ? "" : status.ToString();
+nlohmann::json ResumeArgs(const Options& o) {
+  nlohmann::json inputs = nlohmann::json::array(), val_inputs = nlohmann::json::array();
+  for (const std::string& p : o.inputs) inputs.push_back(FileStamp(p));
+  for (const std::string& p : o.val_inputs) val_inputs.push_back(FileStamp(p));
+  return {{"format", o.format},
+          {"inputs", inputs},
+          {"val_inputs", val_inputs},
+          {"val_fraction", o.val_fraction},
+          {"vocab_size", o.vocab_size},
+          {"jsonl_field", o.jsonl_field},
+          {"on_bad_record", o.on_bad_record},
+          {"tokenizer_model", o.tokenizer_model.empty() ? nlohmann::json("") : FileStamp(o.tokenizer_model)},
+          {"train_mb", o.train_mb},
+          {"shard_tokens", o.shard_tokens},
+          {"item_bytes", o.item_bytes}};
+}
+
+// The tokenizer of a fresh run into dir/tokenizer.model: copied from --tokenizer-model or trained.
+std::string MakeTokenizer(const Options& o, const SplitPlan& plan, InputFormat format, const std::string& dir) {
+  if (o.tokenizer_model.empty()) {
+    return TrainTokenizer(dir, plan.train, format, o.jsonl_field, o.train_mb, static_cast<int>(o.vocab_size),
+                          o.threads);
   }
-  size_t begin = 0;
-  while (true) {
-    const size_t end = text.find('\n', begin);
-    std::vector<int> piece_ids;
-    const auto status =
-        sp.Encode(text.substr(begin, end == std::string::npos ? std::string::npos : end - begin), &piece_ids);
-    if (!status.ok()) return status.ToString();
-    ids->insert(ids->end(), piece_ids.begin(), piece_ids.end());
-    if (end == std::string::npos) return "";
-    ids->push_back(newline_id);
-    begin = end + 1;
+  std::error_code ec;
+  std::filesystem::copy_file(o.tokenizer_model, dir + "/tokenizer.model",
+                             std::filesystem::copy_options::overwrite_existing, ec);
+  return ec ? "cannot copy --tokenizer-model " + o.tokenizer_model + ": " + ec.message() : "";
+}
+
+void PrintResume(const ShardOutput& out, const SplitPlan& plan) {
+  const ResumeRecord& r = out.record();
+  const auto& ranges = r.split == kTrain ? plan.train : plan.val;
+  std::cerr << "diloco-tokenize resuming " << out.partial_dir() << " after " << r.shards[kTrain].size() << " train and "
+            << r.shards[kVal].size() << " validation shards: ";
+  if (r.split == kDone || r.position.range >= ranges.size()) {
+    std::cerr << "only the manifest is left\n";
+  } else {
+    std::cerr << (r.split == kTrain ? "training" : "validation") << " input " << r.position.range + 1 << " of "
+              << ranges.size() << " (" << ranges[r.position.range].path << ") at byte " << r.position.offset << "\n";
   }
 }
 
-// The text of ids; our newline symbol becomes '\n' (a byte piece "<0x0A>" decodes to it by itself).
-std::string DecodeIds(const sentencepiece::SentencePieceProcessor& sp, const std::vector<int>& ids, std::string* text) {
-  const int newline_id = sp.PieceToId(kNewlineSymbol);
-  std::vector<int> line;
-  auto flush = [&]() -> std::string {
-    std::string piece;
-    const auto status = sp.Decode(line, &piece);
-    if (!status.ok()) return status.ToString();
-    *text += piece;
-    line.clear();
-    return "";
-  };
-  for (int id : ids) {
-    if (id < 0 || id >= sp.GetPieceSize()) return "token id " + std::to_string(id) + " is not in the vocabulary";
-    if (id == newline_id && newline_id != sp.unk_id()) {
-      if (std::string e = flush(); !e.empty()) return e;
-      *text += "\n";
-    } else {
-      line.push_back(id);
-    }
+// Returns 0, 1 (error) or 3 (stopped by --stop-after-shards).
+int RunEncode(const Options& o, InputFormat format) {
+  SplitPlan plan;
+  if (std::string e = PlanSplit(format, o.inputs, o.val_inputs, o.val_fraction, &plan); !e.empty()) return Fail(e);
+  ShardOutput out;
+  bool resumed = false;
+  if (std::string e = out.Open(o.out, ResumeArgs(o), o.vocab_size, o.shard_tokens, &resumed); !e.empty()) {
+    return Fail(e);
   }
-  return flush();
-}
-
-// `encode` / `decode`: one prompt through the model at model_path; prints to stdout.
-int RunCodec(bool encode, const std::string& model_path, const std::string& input) {
+  if (resumed) {
+    PrintResume(out, plan);
+  } else {
+    if (std::string e = MakeTokenizer(o, plan, format, out.partial_dir()); !e.empty()) return Fail(e);
+    if (std::string e = out.Save(); !e.empty()) return Fail(e);
+  }
   sentencepiece::SentencePieceProcessor sp;
-  const auto loaded = sp.Load(model_path);
-  if (!loaded.ok()) return Fail("cannot load the tokenizer " + model_path + ": " + loaded.ToString());
-  if (encode) {
-    std::vector<int> ids;
-    if (std::string e = EncodePrompt(sp, input, &ids); !e.empty()) return Fail("encoding failed: " + e);
-    for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? " " : "") << ids[i];
-    std::cout << "\n";
-    return 0;
+  if (const auto loaded = sp.Load(out.partial_dir() + "/tokenizer.model"); !loaded.ok()) {
+    return Fail("cannot load the tokenizer: " + loaded.ToString());
   }
-  std::vector<int> ids;
-  std::istringstream in(input);
-  for (std::string word; in >> word;) {
-    try {
-      ids.push_back(std::stoi(word));
-    } catch (const std::exception&) {
-      return Fail("--ids: '" + word + "' is not a token id");
-    }
+  if (sp.GetPieceSize() > o.vocab_size) {
+    return Fail("the tokenizer has " + std::to_string(sp.GetPieceSize()) + " pieces, more than model.vocab_size (" +
+                std::to_string(o.vocab_size) + ")");
   }
-  std::string text;
-  if (std::string e = DecodeIds(sp, ids, &text); !e.empty()) return Fail("decoding failed: " + e);
-  std::cout << text;
+  const DocumentEncoder encoder(sp, format, o.jsonl_field, o.on_bad_record == "skip");
+  ProgressMeter meter(plan.Bytes(), out.record().bytes_done);
+  bool stopped = false;
+  for (int split = out.record().split; split < kDone && !stopped; ++split) {
+    const auto& ranges = split == kTrain ? plan.train : plan.val;
+    const std::string e =
+        EncodeInOrder(ranges, out.record().position, o.item_bytes, encoder, o.threads, [&](EncodedItem& item) {
+          if (std::string error = out.Add(split, item); !error.empty()) {
+            item.error = error;
+            return false;
+          }
+          meter.Add(item.bytes, item.ids.size(), item.documents);
+          stopped = o.stop_after_shards > 0 && out.shards_finished_here() >= o.stop_after_shards;
+          return !stopped;
+        });
+    meter.Finish();
+    if (!e.empty()) return Fail(e);
+    if (stopped) break;
+    const SplitPosition next =
+        split == kTrain ? SplitPosition{0, plan.val[0].begin, plan.val[0].first_line} : SplitPosition{};
+    if (std::string error = out.EndSplit(split, next); !error.empty()) return Fail(error);
+  }
+  if (stopped) {
+    std::cerr << "diloco-tokenize: stopped after " << o.stop_after_shards << " shards (--stop-after-shards)\n";
+    return 3;
+  }
+  const SpecialIds special = SpecialIdsOf(sp);
+  TokenManifest manifest;
+  manifest.vocab_size = o.vocab_size;
+  manifest.bos_id = special.bos;
+  manifest.eos_id = special.eos;
+  manifest.newline_id = special.newline;
+  manifest.tokenizer = "tokenizer.model";
+  const ResumeRecord record = out.record();
+  std::ofstream(out.partial_dir() + "/args.json") << record.args.dump(1) << "\n";  // what made this cache, for people
+  if (std::string e = out.Finish(manifest); !e.empty()) return Fail(e);
+  uint64_t tokens[2] = {0, 0};
+  for (int s = 0; s < 2; ++s) {
+    for (uint64_t n : record.shards[s]) tokens[s] += n;
+  }
+  if (record.bad_records > 0) {
+    std::cerr << "diloco-tokenize skipped " << record.bad_records << " bad records (data.on_bad_record: skip)\n";
+  }
+  std::cout << "diloco-tokenize: " << tokens[kTrain] << " train and " << tokens[kVal] << " validation tokens ("
+            << record.documents << " documents, " << record.bad_records << " bad records skipped, " << plan.Bytes()
+            << " bytes of text, vocab " << o.vocab_size << ") -> " << o.out << "\n";
   return 0;
 }
 
-// The input text cut at a line boundary: train = head, validation = tail.
-struct SplitText {
-  std::string train, val;
-};
-
-// Reads --text and splits it; an error message on failure.
-std::string ReadAndSplit(const std::string& text_path, double val_fraction, SplitText* out) {
-  std::ifstream in(text_path, std::ios::binary);
-  if (!in) return "--text " + text_path + ": cannot read (" + std::strerror(errno) + ")";
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = buffer.str();
-  if (text.empty()) return "--text " + text_path + ": file is empty";
-  if (!(val_fraction > 0 && val_fraction < 1)) return "--val-fraction must be in (0, 1)";
-  size_t split = static_cast<size_t>(text.size() * (1.0 - val_fraction));
-  split = std::min(text.find('\n', split) == std::string::npos ? text.size() : text.find('\n', split) + 1, text.size());
-  out->train = text.substr(0, split);
-  out->val = text.substr(split);
-  if (out->val.empty()) return "--val-fraction " + std::to_string(val_fraction) + " leaves no validation text";
-  return "";
-}
-
-// Trains the BPE model on the training text into <dir>/tokenizer.model; an error message on failure.
-std::string TrainTokenizer(const std::string& dir, const std::string& train_text, int vocab_size) {
-  const std::string train_txt = dir + "/train.txt";
-  {
-    std::ofstream t(train_txt, std::ios::binary);
-    t << train_text;
-    if (!t) return "cannot write " + train_txt;
+int RunTokens(const Options& o) {
+  TokenManifest manifest;
+  manifest.vocab_size = o.vocab_size;
+  const uint32_t width = o.token_dtype == "uint32" ? 4 : 2;
+  if (std::string e = PlanTokenFiles(o.inputs, o.val_inputs, o.val_fraction, width, o.vocab_size, o.threads, &manifest);
+      !e.empty()) {
+    return Fail(e);
   }
-  std::ostringstream args;
-  args << "--input=" << train_txt << " --model_prefix=" << dir << "/tokenizer"
-       << " --vocab_size=" << vocab_size << " --model_type=bpe --character_coverage=1.0"
-       << " --user_defined_symbols=" << kNewlineSymbol
-       << " --unk_id=0 --bos_id=-1 --eos_id=-1 --pad_id=-1 --num_threads=1 --minloglevel=1";
-  const auto trained = sentencepiece::SentencePieceTrainer::Train(args.str());
+  const std::string partial = o.out + ".partial";
   std::error_code ec;
-  std::filesystem::remove(train_txt, ec);
-  std::filesystem::remove(dir + "/tokenizer.vocab", ec);
-  if (!trained.ok()) {
-    return "SentencePiece training failed for --vocab-size " + std::to_string(vocab_size) +
-           " (model.vocab_size; it must exceed the number of distinct characters): " + trained.ToString();
-  }
-  return "";
-}
-
-// Encodes both parts with <dir>/tokenizer.model and writes train.tok, val.tok and meta.json into dir.
-std::string EncodeShards(const std::string& dir, const std::string& text_path, const SplitText& text, int vocab_size,
-                         double val_fraction, size_t* train_tokens, size_t* val_tokens) {
-  sentencepiece::SentencePieceProcessor sp;
-  const auto loaded = sp.Load(dir + "/tokenizer.model");
-  if (!loaded.ok()) return "cannot load the tokenizer: " + loaded.ToString();
-  if (sp.GetPieceSize() > vocab_size) {
-    return "the tokenizer has " + std::to_string(sp.GetPieceSize()) + " pieces, more than model.vocab_size (" +
-           std::to_string(vocab_size) + ")";
-  }
-  const int newline_id = NewlineId(sp);
-  std::vector<uint32_t> train_ids, val_ids;
+  std::filesystem::remove_all(partial, ec);
+  std::filesystem::create_directories(partial, ec);
+  if (ec) return Fail("cannot create " + partial + ": " + ec.message());
+  std::ofstream(partial + "/args.json") << ResumeArgs(o).dump(1) << "\n";
   std::string error;
-  if (!Encode(sp, text.train, newline_id, &train_ids, &error) || !Encode(sp, text.val, newline_id, &val_ids, &error)) {
-    return "encoding failed: " + error;
-  }
-  if (!diloco::WriteTokenShard(dir + "/train.tok", train_ids, vocab_size, &error) ||
-      !diloco::WriteTokenShard(dir + "/val.tok", val_ids, vocab_size, &error)) {
-    return error;
-  }
-  nlohmann::json meta = {{"text", text_path},
-                         {"vocab_size", vocab_size},
-                         {"val_fraction", val_fraction},
-                         {"train_chars", text.train.size()},
-                         {"val_chars", text.val.size()},
-                         {"train_tokens", train_ids.size()},
-                         {"val_tokens", val_ids.size()},
-                         {"newline_id", newline_id}};
-  std::ofstream(dir + "/meta.json") << meta.dump(2) << "\n";
-  *train_tokens = train_ids.size();
-  *val_tokens = val_ids.size();
-  return "";
+  if (!WriteTokenManifest(partial + "/meta.json", manifest, &error)) return Fail(error);
+  std::filesystem::rename(partial, o.out, ec);
+  if (ec && !std::filesystem::is_directory(o.out)) return Fail("cannot rename " + partial + ": " + ec.message());
+  if (ec) std::filesystem::remove_all(partial, ec);
+  std::cout << "diloco-tokenize: " << manifest.TrainTokens() << " train and " << manifest.ValTokens()
+            << " validation tokens (" << manifest.documents << " token files used in place, vocab " << o.vocab_size
+            << ") -> " << o.out << "\n";
+  return 0;
 }
 
 }  // namespace
+}  // namespace diloco::tokenize
 
 int main(int argc, char** argv) {
-  CLI::App app{"Train a SentencePiece BPE tokenizer and write DiLoCo token shards"};
-  std::string text_path, out_dir;
-  int vocab_size = 512;
-  double val_fraction = 0.1;
-  CLI::Option* text_opt = app.add_option("--text", text_path, "input text file");
-  CLI::Option* vocab_opt = app.add_option("--vocab-size", vocab_size, "BPE vocabulary size");
-  CLI::Option* fraction_opt =
-      app.add_option("--val-fraction", val_fraction, "tail fraction of the text kept for validation");
-  CLI::Option* out_opt = app.add_option("--out", out_dir, "output directory (created atomically)");
-  std::string tokenizer_model;
-  app.add_option("--tokenizer-model", tokenizer_model, "use this SentencePiece model instead of training one");
+  using diloco::tokenize::Options;
+  Options o;
+  CLI::App app{"Tokenize a run's inputs into DiLoCo token shards (the token cache)"};
+  std::string text;
+  app.add_option("--text", text, "one input text file (the same as --input FILE --format text)");
+  app.add_option("--input", o.inputs, "an input file (repeatable)");
+  app.add_option("--input-list", o.input_list, "a file listing input files, one a line");
+  app.add_option("--val-input", o.val_inputs, "a validation input file (repeatable; default: the tail of the inputs)");
+  app.add_option("--val-input-list", o.val_input_list, "a file listing validation input files, one a line");
+  app.add_option("--format", o.format, "text | jsonl | tokens")->check(CLI::IsMember({"text", "jsonl", "tokens"}));
+  app.add_option("--jsonl-field", o.jsonl_field, "jsonl: the string field holding a document");
+  app.add_option("--token-dtype", o.token_dtype, "tokens, raw files: uint16 | uint32")
+      ->check(CLI::IsMember({"uint16", "uint32"}));
+  app.add_option("--on-bad-record", o.on_bad_record, "jsonl: fail | skip")->check(CLI::IsMember({"fail", "skip"}));
+  CLI::Option* vocab_opt = app.add_option("--vocab-size", o.vocab_size, "model.vocab_size");
+  app.add_option("--val-fraction", o.val_fraction, "tail fraction kept for validation (without val inputs)");
+  CLI::Option* out_opt = app.add_option("--out", o.out, "output directory (appears atomically)");
+  app.add_option("--tokenizer-model", o.tokenizer_model, "use this SentencePiece model instead of training one");
+  app.add_option("--train-mb", o.train_mb, "train the tokenizer on the first this many MB of training text");
+  app.add_option("--threads", o.threads, "encoding threads (0: every core)");
+  app.add_option("--shard-tokens", o.shard_tokens, "ids per shard (cut at work-item boundaries)");
+  app.add_option("--stop-after-shards", o.stop_after_shards)->group("");  // tests: exit 3 after N shards
+  app.add_option("--work-item-bytes", o.item_bytes)->group("");           // tests: small work items
   std::string model_path, codec_input;
   CLI::App* encode = app.add_subcommand("encode", "print a text's token ids");
   encode->add_option("--model", model_path, "SentencePiece model")->required();
@@ -245,37 +249,25 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (*encode || *decode) {
     if (*decode) std::replace(codec_input.begin(), codec_input.end(), ',', ' ');
-    return RunCodec(static_cast<bool>(*encode), model_path, codec_input);
+    return diloco::tokenize::RunCodec(static_cast<bool>(*encode), model_path, codec_input);
   }
-  for (CLI::Option* o : {text_opt, vocab_opt, fraction_opt, out_opt}) {
-    if (o->count() == 0) return Fail(o->get_name() + " is required (or use the encode / decode subcommand)");
+  for (CLI::Option* opt : {vocab_opt, out_opt}) {
+    if (opt->count() == 0) {
+      return diloco::tokenize::Fail(opt->get_name() + " is required (or use the encode / decode subcommand)");
+    }
   }
-
-  SplitText text;
-  if (std::string e = ReadAndSplit(text_path, val_fraction, &text); !e.empty()) return Fail(e);
-  const std::string partial = out_dir + ".partial-" + std::to_string(getpid());
-  std::error_code ec;
-  std::filesystem::remove_all(partial, ec);
-  std::filesystem::create_directories(partial, ec);
-  if (ec) return Fail("cannot create " + partial + ": " + ec.message());
-  if (tokenizer_model.empty()) {
-    if (std::string e = TrainTokenizer(partial, text.train, vocab_size); !e.empty()) return Fail(e);
-  } else {
-    std::filesystem::copy_file(tokenizer_model, partial + "/tokenizer.model", ec);
-    if (ec) return Fail("cannot copy --tokenizer-model " + tokenizer_model + ": " + ec.message());
+  if (!text.empty()) o.inputs.insert(o.inputs.begin(), text);
+  if (std::string e = diloco::tokenize::ReadList(o.input_list, &o.inputs); !e.empty()) {
+    return diloco::tokenize::Fail(e);
   }
-  size_t train_tokens = 0, val_tokens = 0;
-  if (std::string e = EncodeShards(partial, text_path, text, vocab_size, val_fraction, &train_tokens, &val_tokens);
-      !e.empty()) {
-    return Fail(e);
+  if (std::string e = diloco::tokenize::ReadList(o.val_input_list, &o.val_inputs); !e.empty()) {
+    return diloco::tokenize::Fail(e);
   }
-  std::filesystem::rename(partial, out_dir, ec);
-  if (ec) {
-    std::filesystem::remove_all(partial);
-    if (std::filesystem::is_directory(out_dir)) return 0;  // another process finished first
-    return Fail("cannot rename " + partial + " to " + out_dir + ": " + ec.message());
+  if (o.threads <= 0) o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (o.shard_tokens == 0 || o.item_bytes == 0) {
+    return diloco::tokenize::Fail("--shard-tokens and --work-item-bytes must be positive");
   }
-  std::cout << "diloco-tokenize: " << train_tokens << " train and " << val_tokens << " validation tokens ("
-            << text.train.size() + text.val.size() << " chars, vocab " << vocab_size << ") -> " << out_dir << "\n";
-  return 0;
+  if (o.format == "tokens") return diloco::tokenize::RunTokens(o);
+  return diloco::tokenize::RunEncode(
+      o, o.format == "jsonl" ? diloco::tokenize::InputFormat::kJsonl : diloco::tokenize::InputFormat::kText);
 }

@@ -1,0 +1,287 @@
+// diloco-tokenize and the token cache (config/data_cache.h) with real files and the real binary: an existing
+// SentencePiece model's ids appear unchanged in the shards (checked against Debian's spm_encode), jsonl input with
+// bad lines (fail names FILE:LINE, skip counts), pre-tokenized files used in place (nanoGPT and llm.c .bin written
+// by numpy), resume after an interrupted run, and the one-line input errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "config/config_loader.h"
+#include "config/data_cache.h"
+#include "config/subprocess.h"
+#include "tests/process_harness.h"
+#include "worker/lm/token_manifest.h"
+
+namespace diloco::testing {
+namespace {
+
+const std::string kTokenizer = "diloco-tokenize";
+
+std::string Shakespeare() { return SourceDir() + "/tests/data/tinyshakespeare.txt"; }
+
+void WriteText(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+Config MakeConfig(const std::string& dir, int vocab_size) {
+  auto config = ParseConfig("model: {vocab_size: " + std::to_string(vocab_size) + "}\n", "test",
+                            {"data.cache_dir=" + dir + "/cache"});
+  EXPECT_TRUE(config.ok()) << config.status();
+  return *config;
+}
+
+// The ids of a split, read through the manifest's segments.
+std::vector<uint32_t> SplitIds(const std::vector<TokenSegment>& segments) {
+  std::vector<uint32_t> ids;
+  for (const TokenSegment& s : segments) {
+    std::ifstream in(s.path, std::ios::binary);
+    in.seekg(static_cast<std::streamoff>(s.offset));
+    for (uint64_t i = 0; i < s.count; ++i) {
+      uint32_t id = 0;
+      in.read(reinterpret_cast<char*>(&id), s.width);
+      ids.push_back(id);
+    }
+  }
+  return ids;
+}
+
+TokenManifest ReadManifest(const TokenCache& cache) {
+  TokenManifest manifest;
+  std::string error;
+  EXPECT_TRUE(ReadTokenManifest(cache.meta_path(), &manifest, &error)) << error;
+  return manifest;
+}
+
+std::vector<uint32_t> ParseIds(const std::string& text) {
+  std::vector<uint32_t> ids;
+  std::istringstream in(text);
+  for (uint32_t id; in >> id;) ids.push_back(id);
+  return ids;
+}
+
+// A model diloco-tokenize trains on the shipped text (vocab 100: unk 0, bos 1, eos 2, <nl> 3).
+std::string TrainedModel(const std::string& dir) {
+  RunningProcess made(kTokenizer, {"--text", Shakespeare(), "--vocab-size", "100", "--out", dir + "/made"});
+  EXPECT_EQ(made.Wait(120), 0) << made.output();
+  return dir + "/made/tokenizer.model";
+}
+
+// Runs a shell command line; its exit code.
+int Shell(const std::string& command) {
+  auto child = Subprocess::Start({"/bin/sh", "-c", command});
+  return child.ok() ? child->Wait() : -1;
+}
+
+TEST(Tokenize, GivenModelIdsAppearUnchangedInTheShards) {
+  const std::string dir = ScratchDir("tok_given_ids");
+  const std::string model = TrainedModel(dir);
+  WriteText(dir + "/train.txt", "First Citizen:\nBefore we proceed any further, hear me speak.\n");
+  WriteText(dir + "/val.txt", "All:\nSpeak, speak.\n");
+  Config config = MakeConfig(dir, 128);
+  config.data.files = {dir + "/train.txt"};
+  config.data.val_files = {dir + "/val.txt"};
+  config.data.tokenizer = model;
+  auto cache = EnsureTokenized(config, BinDir() + "/" + kTokenizer);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  const TokenManifest manifest = ReadManifest(*cache);
+  EXPECT_EQ(manifest.bos_id, 1);
+  EXPECT_EQ(manifest.eos_id, 2);
+  EXPECT_EQ(manifest.newline_id, 3);
+  EXPECT_EQ(manifest.documents, 2u);
+  EXPECT_EQ(ReadFile(cache->tokenizer_model_path()), ReadFile(model));
+
+  // Debian's spm_encode, one line of ids per input line.
+  ASSERT_EQ(Shell("spm_encode --model " + model + " --output_format=id < " + dir + "/train.txt > " + dir + "/spm.txt"),
+            0);
+  std::ifstream spm(dir + "/spm.txt");
+  std::string line1, line2;
+  ASSERT_TRUE(std::getline(spm, line1) && std::getline(spm, line2));
+  std::vector<uint32_t> expected = {1};  // BOS, line 1, <nl>, line 2, <nl>, EOS
+  for (uint32_t id : ParseIds(line1)) expected.push_back(id);
+  expected.push_back(3);
+  for (uint32_t id : ParseIds(line2)) expected.push_back(id);
+  expected.insert(expected.end(), {3, 2});
+  ASSERT_GT(expected.size(), 12u);
+  EXPECT_EQ(SplitIds(manifest.train), expected);
+}
+
+TEST(Tokenize, JsonlBadLinesFailWithFileAndLineOrAreSkippedAndCounted) {
+  const std::string dir = ScratchDir("tok_jsonl");
+  const std::string model = TrainedModel(dir);
+  std::string jsonl;
+  for (int i = 1; i <= 10; ++i) {
+    jsonl += i == 2   ? "this is not json\n"
+             : i == 3 ? "{\"body\": \"no text field\"}\n"
+                      : "{\"text\": \"record " + std::to_string(i) + "\", \"n\": 1}\n";
+  }
+  WriteText(dir + "/docs.jsonl", jsonl);
+  const std::vector<std::string> args = {"--format", "jsonl",          "--input", dir + "/docs.jsonl", "--vocab-size",
+                                         "100",      "--val-fraction", "0.2",     "--tokenizer-model", model};
+  RunningProcess failing(kTokenizer, With(args, {"--out", dir + "/fail"}));
+  EXPECT_EQ(failing.Wait(60), 1);
+  EXPECT_TRUE(failing.WaitForOutput(dir + "/docs.jsonl:2: not JSON", 10)) << failing.output();
+  RunningProcess no_field(kTokenizer, With(args, {"--jsonl-field", "title", "--out", dir + "/nofield"}));
+  EXPECT_EQ(no_field.Wait(60), 1);
+  EXPECT_TRUE(no_field.WaitForOutput(dir + "/docs.jsonl:1: no string field 'title'", 10)) << no_field.output();
+
+  Config config = MakeConfig(dir, 128);
+  config.data.files = {dir + "/docs.jsonl"};
+  config.data.format = DataFormat::kJsonl;
+  config.data.val_fraction = 0.2;
+  config.data.tokenizer = model;
+  EXPECT_FALSE(EnsureTokenized(config, BinDir() + "/" + kTokenizer).ok());  // on_bad_record: fail
+  config.data.on_bad_record = BadRecordPolicy::kSkip;
+  auto cache = EnsureTokenized(config, BinDir() + "/" + kTokenizer);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  const TokenManifest manifest = ReadManifest(*cache);
+  EXPECT_EQ(manifest.bad_records, 2u);
+  EXPECT_EQ(manifest.documents, 8u);
+  // Validation = the last 20% of the records (lines 9 and 10), each [BOS] ids [EOS].
+  RunningProcess r9(kTokenizer, {"encode", "--model", model, "--text", "record 9"});
+  RunningProcess r10(kTokenizer, {"encode", "--model", model, "--text", "record 10"});
+  ASSERT_EQ(r9.Wait(30), 0);
+  ASSERT_EQ(r10.Wait(30), 0);
+  std::vector<uint32_t> expected = {1};
+  for (uint32_t id : ParseIds(r9.output())) expected.push_back(id);
+  expected.insert(expected.end(), {2, 1});
+  for (uint32_t id : ParseIds(r10.output())) expected.push_back(id);
+  expected.push_back(2);
+  EXPECT_EQ(SplitIds(manifest.val), expected);
+}
+
+TEST(Tokenize, TokenFilesAreUsedInPlace) {
+  const std::string dir = ScratchDir("tok_files");
+  if (!std::filesystem::exists(DILOCO_PYTHON)) GTEST_SKIP() << "no Python with numpy at " << DILOCO_PYTHON;
+  ASSERT_EQ(Shell(std::string(DILOCO_PYTHON) + " " + SourceDir() + "/tests/integration/make_token_files.py " + dir), 0);
+  Config config = MakeConfig(dir, 50257);
+  config.data.format = DataFormat::kTokens;
+  config.data.files = {dir + "/nanogpt.bin", dir + "/llmc.bin"};
+  config.data.val_fraction = 0.2;  // 1500 ids: the last 300 (of llmc.bin) validate
+  auto cache = EnsureTokenized(config, BinDir() + "/" + kTokenizer);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  TokenManifest m = ReadManifest(*cache);
+  ASSERT_EQ(m.train.size(), 2u);
+  ASSERT_EQ(m.val.size(), 1u);
+  EXPECT_EQ(m.train[0].path, dir + "/nanogpt.bin");
+  EXPECT_EQ(m.train[0].offset, 0u);
+  EXPECT_EQ(m.train[0].width, 2u);
+  EXPECT_EQ(m.train[0].count, 1000u);
+  EXPECT_EQ(m.train[1].path, dir + "/llmc.bin");
+  EXPECT_EQ(m.train[1].offset, 1024u);
+  EXPECT_EQ(m.train[1].count, 200u);
+  EXPECT_EQ(m.val[0].path, dir + "/llmc.bin");
+  EXPECT_EQ(m.val[0].offset, 1024u + 2 * 200);
+  EXPECT_EQ(m.val[0].count, 300u);
+  EXPECT_EQ(SplitIds(m.val).front(), 7u * 200);
+  EXPECT_EQ(SplitIds(m.train)[999], 999u);
+
+  config.model.vocab_size = 200000;  // llm.c's llama3 layout: uint32 ids
+  config.data.files = {dir + "/llmc3.bin"};
+  config.data.val_files = {dir + "/nanogpt.bin"};
+  cache = EnsureTokenized(config, BinDir() + "/" + kTokenizer);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  m = ReadManifest(*cache);
+  ASSERT_EQ(m.train.size(), 1u);
+  EXPECT_EQ(m.train[0].width, 4u);
+  EXPECT_EQ(m.train[0].offset, 1024u);
+  EXPECT_EQ(m.train[0].count, 300u);
+  EXPECT_EQ(SplitIds(m.train)[299], 100299u);
+  EXPECT_EQ(m.val[0].count, 1000u);
+
+  RunningProcess bad(kTokenizer, {"--format", "tokens", "--input", dir + "/bad_id.bin", "--vocab-size", "50257",
+                                  "--out", dir + "/bad"});
+  EXPECT_EQ(bad.Wait(30), 1);
+  EXPECT_TRUE(bad.WaitForOutput(dir + "/bad_id.bin: token id 60000 at position 123 is >= model.vocab_size 50257", 10))
+      << bad.output();
+  RunningProcess cut(kTokenizer, {"--format", "tokens", "--input", dir + "/truncated.bin", "--vocab-size", "50257",
+                                  "--out", dir + "/cut"});
+  EXPECT_EQ(cut.Wait(30), 1);
+  EXPECT_TRUE(cut.WaitForOutput("truncated.bin: header says 1000 tokens but the file holds 900 (truncated?)", 10))
+      << cut.output();
+}
+
+TEST(Tokenize, AnInterruptedRunResumesFromTheLastFinishedShard) {
+  const std::string dir = ScratchDir("tok_resume");
+  const std::string model = TrainedModel(dir);
+  const std::vector<std::string> args = {
+      "--text",         Shakespeare(), "--vocab-size",      "128",  "--tokenizer-model", model,
+      "--shard-tokens", "50000",       "--work-item-bytes", "65536"};
+  RunningProcess whole(kTokenizer, With(args, {"--out", dir + "/whole", "--threads", "1"}));
+  ASSERT_EQ(whole.Wait(120), 0) << whole.output();
+  RunningProcess first(kTokenizer, With(args, {"--out", dir + "/cut", "--threads", "2", "--stop-after-shards", "3"}));
+  ASSERT_EQ(first.Wait(120), 3) << first.output();
+  EXPECT_TRUE(std::filesystem::exists(dir + "/cut.partial/train-00002.tok"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/cut"));
+  RunningProcess rest(kTokenizer, With(args, {"--out", dir + "/cut", "--threads", "2"}));
+  ASSERT_EQ(rest.Wait(120), 0) << rest.output();
+  EXPECT_TRUE(rest.WaitForOutput("resuming " + dir + "/cut.partial after 3 train and 0 validation shards", 10))
+      << rest.output();
+  EXPECT_FALSE(std::filesystem::exists(dir + "/cut.partial"));
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir + "/whole")) {
+    const std::string name = entry.path().filename().string();
+    EXPECT_EQ(ReadFile(dir + "/cut/" + name), ReadFile(entry.path().string())) << name;
+    ++files;
+  }
+  EXPECT_GT(files, 10);  // > 3 train shards, val, meta.json, tokenizer.model
+
+  RunningProcess other(kTokenizer, With(args, {"--out", dir + "/other", "--stop-after-shards", "1"}));
+  ASSERT_EQ(other.Wait(120), 3);
+  RunningProcess changed(kTokenizer, With(args, {"--out", dir + "/other", "--val-fraction", "0.2"}));
+  ASSERT_EQ(changed.Wait(120), 0) << changed.output();
+  EXPECT_TRUE(
+      changed.WaitForOutput("discarding the unfinished " + dir + "/other.partial: its 'val_fraction' differs", 10))
+      << changed.output();
+}
+
+TEST(Tokenize, TextFilesAreDocumentsAndValidateOnTheTailOfTheirConcatenation) {
+  const std::string dir = ScratchDir("tok_text_files");
+  const std::string model = TrainedModel(dir);
+  std::filesystem::create_directories(dir + "/in/sub");
+  std::string a, b;
+  for (int i = 0; i < 100; ++i) a += "Line " + std::to_string(i) + " of the first file.\n";
+  for (int i = 0; i < 100; ++i) b += "Line " + std::to_string(i) + " of the second file.\n";
+  WriteText(dir + "/in/a.txt", a);
+  WriteText(dir + "/in/sub/b.txt", b);
+  Config config = MakeConfig(dir, 128);
+  config.data.files = {dir + "/in"};  // a directory: every file below, sorted
+  config.data.val_fraction = 0.25;
+  config.data.tokenizer = model;
+  auto cache = EnsureTokenized(config, BinDir() + "/" + kTokenizer);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  const TokenManifest m = ReadManifest(*cache);
+  EXPECT_EQ(m.documents, 3u);  // a.txt, the head of b.txt, its tail
+  const std::vector<uint32_t> train = SplitIds(m.train), val = SplitIds(m.val);
+  EXPECT_EQ(std::count(train.begin(), train.end(), 1u), 2);  // two BOS: a.txt and b.txt's head
+  EXPECT_EQ(std::count(val.begin(), val.end(), 1u), 1);
+  const std::string all = a + b;  // the cut: after the first '\n' at 75% of the concatenation's bytes
+  const size_t val_begin = all.find('\n', static_cast<size_t>(static_cast<double>(all.size()) * 0.75)) + 1;
+  ASSERT_GT(val_begin, a.size());
+  EXPECT_EQ(std::count(val.begin(), val.end(), 3u), std::count(all.begin() + val_begin, all.end(), '\n'));
+  EXPECT_EQ(val.back(), 2u);  // EOS ends b.txt's tail
+}
+
+TEST(Tokenize, InputErrorsNameTheKeyAndThePath) {
+  const std::string dir = ScratchDir("tok_input_errors");
+  std::filesystem::create_directories(dir + "/empty");
+  Config config = MakeConfig(dir, 128);
+  auto message = [&]() {
+    auto cache = EnsureTokenized(config, BinDir() + "/" + kTokenizer);
+    return cache.ok() ? std::string("ok") : std::string(cache.status().message());
+  };
+  config.data.files = {dir + "/nope.txt"};
+  EXPECT_EQ(message(), "data.files: '" + dir + "/nope.txt' does not exist; fix the path in data.files");
+  config.data.files = {dir + "/*.jsonl"};
+  EXPECT_EQ(message(), "data.files: '" + dir + "/*.jsonl' matches no file");
+  config.data.files = {dir + "/empty"};
+  EXPECT_EQ(message(), "data.files: directory '" + dir + "/empty' holds no file; put the inputs in it");
+  config.data.files = {Shakespeare()};
+  config.data.val_files = {dir + "/val.txt"};
+  EXPECT_EQ(message(), "data.val_files: '" + dir + "/val.txt' does not exist; fix the path in data.val_files");
+}
+
+}  // namespace
+}  // namespace diloco::testing

@@ -1,0 +1,16 @@
+// The `encode` / `decode` subcommands of diloco-tokenize, which `diloco-ctl generate` calls because it cannot load
+// SentencePiece itself (DESIGN.md §5):
+//   diloco-tokenize encode --model M --text TEXT   prints TEXT's token ids, space-separated, on one line
+//   diloco-tokenize decode --model M --ids "1 2 3" prints the text of the ids (no newline added)
+// A model with a newline id ("<nl>" in one this tool trained, "<0x0A>" in a byte-fallback one) encodes '\n' as it,
+// as the shards do; no BOS/EOS is added. Stateless; thread-safe.
+#pragma once
+
+#include <string>
+
+namespace diloco::tokenize {
+
+// Runs one subcommand, printing to stdout; the process exit code.
+int RunCodec(bool encode, const std::string& model_path, const std::string& input);
+
+}  // namespace diloco::tokenize

@@ -1,0 +1,118 @@
+#include "worker/tokenizer/document_encoder.h"
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "worker/tokenizer/tokenizer_model.h"
+
+namespace diloco::tokenize {
+namespace {
+
+bool Blank(const char* begin, const char* end) {
+  for (const char* p = begin; p < end; ++p) {
+    if (*p != ' ' && *p != '\t' && *p != '\r') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+SpecialIds SpecialIdsOf(const sentencepiece::SentencePieceProcessor& sp) {
+  SpecialIds ids;
+  ids.bos = sp.bos_id() >= 0 ? sp.bos_id() : -1;
+  ids.eos = sp.eos_id() >= 0 ? sp.eos_id() : -1;
+  for (const char* piece : {kNewlineSymbol, "<0x0A>"}) {
+    const int id = sp.PieceToId(piece);
+    if (id != sp.unk_id()) {
+      ids.newline = id;
+      break;
+    }
+  }
+  return ids;
+}
+
+DocumentEncoder::DocumentEncoder(const sentencepiece::SentencePieceProcessor& sp, InputFormat format,
+                                 std::string jsonl_field, bool skip_bad_records)
+    : sp_(sp),
+      special_(SpecialIdsOf(sp)),
+      format_(format),
+      jsonl_field_(std::move(jsonl_field)),
+      skip_bad_records_(skip_bad_records) {}
+
+bool DocumentEncoder::EncodeLines(const char* begin, const char* end, EncodedItem* out) const {
+  thread_local std::vector<int> piece_ids;
+  for (const char* line = begin; line < end;) {
+    const char* nl = static_cast<const char*>(memchr(line, '\n', end - line));
+    const char* line_end = nl != nullptr ? nl : end;
+    if (line_end > line) {
+      const auto status = sp_.Encode(std::string_view(line, line_end - line), &piece_ids);
+      if (!status.ok()) {
+        out->error = "encoding failed: " + status.ToString();
+        return false;
+      }
+      out->ids.insert(out->ids.end(), piece_ids.begin(), piece_ids.end());
+    }
+    if (nl == nullptr) break;
+    if (special_.newline >= 0) out->ids.push_back(static_cast<uint32_t>(special_.newline));
+    line = nl + 1;
+  }
+  return true;
+}
+
+void DocumentEncoder::EncodeJsonl(const WorkItem& item, const std::string& path, EncodedItem* out) const {
+  const char* const end = item.text.data() + item.text.size();
+  uint64_t line_number = item.first_line;
+  for (const char* line = item.text.data(); line < end; ++line_number) {
+    const char* nl = static_cast<const char*>(memchr(line, '\n', end - line));
+    const char* line_end = nl != nullptr ? nl : end;
+    std::string bad;
+    if (!Blank(line, line_end)) {
+      try {
+        const nlohmann::json record = nlohmann::json::parse(line, line_end);
+        const auto field = record.is_object() ? record.find(jsonl_field_) : record.end();
+        if (!record.is_object() || field == record.end() || !field->is_string()) {
+          bad = record.is_object() ? "no string field '" + jsonl_field_ + "' (set data.jsonl_field)"
+                                   : "not a JSON object";
+        } else {
+          const std::string& doc = field->get_ref<const std::string&>();
+          if (special_.bos >= 0) out->ids.push_back(static_cast<uint32_t>(special_.bos));
+          if (!EncodeLines(doc.data(), doc.data() + doc.size(), out)) return;
+          if (special_.eos >= 0) out->ids.push_back(static_cast<uint32_t>(special_.eos));
+          ++out->documents;
+        }
+      } catch (const nlohmann::json::exception& e) {
+        bad = std::string("not JSON (") + e.what() + ")";
+      }
+    }
+    if (!bad.empty()) {
+      if (!skip_bad_records_) {
+        out->error = path + ":" + std::to_string(line_number) + ": " + bad +
+                     "; fix or remove the line, or set data.on_bad_record: skip";
+        return;
+      }
+      ++out->bad_records;
+    }
+    line = line_end + 1;
+  }
+}
+
+void DocumentEncoder::Encode(const WorkItem& item, const std::string& path, EncodedItem* out) const {
+  out->seq = item.seq;
+  out->ids.clear();
+  out->documents = out->bad_records = 0;
+  out->bytes = item.text.size();
+  out->error.clear();
+  out->next = item.next;
+  if (format_ == InputFormat::kJsonl) {
+    EncodeJsonl(item, path, out);
+    return;
+  }
+  if (item.document_start) {
+    out->documents = 1;
+    if (special_.bos >= 0) out->ids.push_back(static_cast<uint32_t>(special_.bos));
+  }
+  if (!EncodeLines(item.text.data(), item.text.data() + item.text.size(), out)) return;
+  if (item.document_end && special_.eos >= 0) out->ids.push_back(static_cast<uint32_t>(special_.eos));
+}
+
+}  // namespace diloco::tokenize

@@ -1,0 +1,57 @@
+// DocumentEncoder: turns one work item into token ids with a loaded SentencePiece model. A document is written as
+// [BOS] ids... [EOS] (each only when the model has that id); its lines are encoded one by one and every '\n' becomes
+// the newline id (our "<nl>" symbol, or "<0x0A>" in a byte-fallback model; dropped when the model has neither).
+// text: a document is a whole range (a file or its part on one side of the train/validation cut), so BOS goes in
+// front of the item that starts it and EOS after the item that ends it. jsonl: each line is one JSON object whose
+// string field `jsonl_field` is a document; a bad line is an error "FILE:LINE: ..." or, when skipping, counted.
+// Encode() is const and thread-safe (SentencePieceProcessor::Encode is), so one encoder serves every thread.
+#pragma once
+
+#include <sentencepiece_processor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "worker/tokenizer/input_plan.h"
+#include "worker/tokenizer/work_items.h"
+
+namespace diloco::tokenize {
+
+struct SpecialIds {
+  int bos = -1, eos = -1, newline = -1;  // -1: the model has none
+};
+
+// The special ids of a model: its bos/eos ids and the id standing for '\n'.
+SpecialIds SpecialIdsOf(const sentencepiece::SentencePieceProcessor& sp);
+
+struct EncodedItem {
+  uint64_t seq = 0;
+  std::vector<uint32_t> ids;
+  uint64_t documents = 0;    // documents that start in this item
+  uint64_t bad_records = 0;  // jsonl lines skipped
+  uint64_t bytes = 0;        // of input text
+  std::string error;         // the item failed (a bad jsonl line under on_bad_record fail, an encoding error)
+  SplitPosition next;
+};
+
+class DocumentEncoder {
+ public:
+  DocumentEncoder(const sentencepiece::SentencePieceProcessor& sp, InputFormat format, std::string jsonl_field,
+                  bool skip_bad_records);
+
+  void Encode(const WorkItem& item, const std::string& path, EncodedItem* out) const;
+
+ private:
+  // Appends the ids of text (lines joined by the newline id). False and out->error on failure.
+  bool EncodeLines(const char* begin, const char* end, EncodedItem* out) const;
+  void EncodeJsonl(const WorkItem& item, const std::string& path, EncodedItem* out) const;
+
+  const sentencepiece::SentencePieceProcessor& sp_;
+  const SpecialIds special_;
+  const InputFormat format_;
+  const std::string jsonl_field_;
+  const bool skip_bad_records_;
+};
+
+}  // namespace diloco::tokenize

@@ -1,0 +1,79 @@
+#include "worker/tokenizer/work_items.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace diloco::tokenize {
+
+ItemReader::ItemReader(const std::vector<InputRange>& ranges, SplitPosition start, uint64_t item_bytes)
+    : ranges_(ranges), at_(start), item_bytes_(item_bytes) {}
+
+ItemReader::~ItemReader() {
+  if (fd_ >= 0) close(fd_);
+}
+
+bool ItemReader::OpenRange() {
+  if (fd_ >= 0) close(fd_);
+  fd_ = open(ranges_[at_.range].path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) error_ = ranges_[at_.range].path + ": cannot read (" + std::strerror(errno) + ")";
+  return fd_ >= 0;
+}
+
+bool ItemReader::Next(WorkItem* item) {
+  if (at_.range >= ranges_.size()) return false;
+  const InputRange& range = ranges_[at_.range];
+  if (fd_ < 0 && !OpenRange()) return false;
+  item->seq = seq_++;
+  item->range = at_.range;
+  item->begin = at_.offset;
+  item->first_line = at_.line;
+  item->document_start = at_.offset == range.begin;
+  std::string& text = item->text;
+  text.clear();
+  size_t cut = std::string::npos;
+  while (cut == std::string::npos) {
+    const uint64_t from = at_.offset + text.size();
+    if (from >= range.end) {
+      cut = text.size();
+      break;
+    }
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(item_bytes_, range.end - from));
+    const size_t old = text.size();
+    text.resize(old + want);
+    const ssize_t n = pread(fd_, text.data() + old, want, static_cast<off_t>(from));
+    if (n != static_cast<ssize_t>(want)) {
+      error_ = range.path + ": read failed at byte " + std::to_string(from) +
+               (n < 0 ? std::string(" (") + std::strerror(errno) + ")" : " (the file shrank while tokenizing)");
+      return false;
+    }
+    if (from + want >= range.end) {
+      cut = text.size();
+    } else if (old == 0) {  // the last '\n' of the first block
+      if (const size_t nl = text.rfind('\n'); nl != std::string::npos) cut = nl + 1;
+    } else if (const void* nl = memchr(text.data() + old, '\n', want)) {  // else the first '\n' after it
+      cut = static_cast<const char*>(nl) - text.data() + 1;
+    }
+  }
+  text.resize(cut);
+  item->end = at_.offset + cut;
+  item->document_end = item->end == range.end;
+  const uint64_t lines = static_cast<uint64_t>(std::count(text.begin(), text.end(), '\n'));
+  at_.offset = item->end;
+  at_.line += lines;
+  if (item->document_end) {
+    close(fd_);
+    fd_ = -1;
+    if (++at_.range < ranges_.size()) {
+      at_.offset = ranges_[at_.range].begin;
+      at_.line = ranges_[at_.range].first_line;
+    }
+  }
+  item->next = at_;
+  return true;
+}
+
+}  // namespace diloco::tokenize
