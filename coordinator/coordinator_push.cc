@@ -33,6 +33,10 @@ absl::Status CoordinatorCore::CheckPushHeader(const PushHeader& header) {
     return absl::InvalidArgumentError(absl::StrCat("push header: tokens (", header.tokens(), ") must be in [1, 2^40]",
                                                    " and inner_steps (", header.inner_steps(), ") in [0, 2^31]"));
   }
+  if (!std::isfinite(header.data_epochs()) || header.data_epochs() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("push header: data_epochs (", header.data_epochs(), ") must be finite and >= 0"));
+  }
   if (!std::isfinite(header.loss()) || !std::isfinite(header.seconds()) || header.seconds() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("push header: loss (", header.loss(), ") must be finite and ",
                                                    "seconds (", header.seconds(), ") finite and >= 0"));
@@ -65,6 +69,7 @@ absl::StatusOr<PushTicket> CoordinatorCore::BeginPush(const PushHeader& header) 
   t.inner_steps = header.inner_steps();
   t.loss = header.loss();
   t.seconds = header.seconds();
+  t.data_epochs = header.data_epochs();
   return t;
 }
 
@@ -107,6 +112,7 @@ absl::Status CoordinatorCore::CommitPush(PushTicket& ticket) {
   if (Member* m = membership_.Find(ticket.worker_id)) {
     m->last_loss = ticket.loss;
     m->last_tokens_per_s = ticket.seconds > 0 ? ticket.tokens / ticket.seconds : 0;
+    m->data_epochs = ticket.data_epochs;
   }
   cv_.SignalAll();
   return absl::OkStatus();

@@ -31,6 +31,7 @@ struct Member {
   int cluster_size = 1;          // processes of this worker (workers.cluster_size), as told at Join
   double steps_per_s = 0;        // inner steps per second of its last committed push (0: not measured yet)
   int64_t inner_steps = 0;       // its H for the next round (inner.adaptive_steps); 0 = inner.steps
+  double data_epochs = 0;        // passes over its data shard, as of its last counted push
 };
 
 class Membership {

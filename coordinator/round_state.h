@@ -26,6 +26,7 @@ struct PushTicket {
   int64_t inner_steps = 0;
   double loss = 0;
   double seconds = 0;
+  double data_epochs = 0;  // the worker's passes over its shard so far
   int64_t bytes = 0;
   bool folded_any = false;
   bool finished = false;

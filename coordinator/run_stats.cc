@@ -37,6 +37,7 @@ void AddWorkers(const StatusSources& in, double now, StatusReply& s) {
     w->set_pushed_this_round(in.round_state.HasPushed(id));
     w->set_cluster_size(m.cluster_size);
     w->set_inner_steps(m.inner_steps > 0 ? m.inner_steps : in.config.inner.steps);
+    w->set_data_epochs(m.data_epochs);
   }
 }
 

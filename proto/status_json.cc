@@ -17,7 +17,8 @@ nlohmann::json StatusToJson(const StatusReply& s) {
                        {"bytes_pulled", w.bytes_pulled()},
                        {"pushed_this_round", w.pushed_this_round()},
                        {"cluster_size", w.cluster_size()},
-                       {"inner_steps", w.inner_steps()}});
+                       {"inner_steps", w.inner_steps()},
+                       {"data_epochs", w.data_epochs()}});
   }
   nlohmann::json evals = nlohmann::json::array();
   for (const EvalPoint& e : s.evals()) {

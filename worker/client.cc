@@ -125,6 +125,7 @@ absl::StatusOr<int64_t> CoordinatorClient::Push(int64_t round, const RoundResult
   header->set_loss(result.mean_loss);
   header->set_seconds(result.seconds);
   header->set_fragment(result.fragment);
+  header->set_data_epochs(result.data_epochs);
   if (const int port = push_port_; port > 0) {
     TensorChunker chunker(result.pseudo_gradient, chunk_bytes_, push_codec_);
     absl::StatusOr<int64_t> pushed = tcp_pusher_.Push(port, *header, chunker);

@@ -114,4 +114,16 @@ void FlatAdamW::Step(double lr, double grad_scale) {
   params_.addcdiv_(exp_avg_, (exp_avg_sq_.sqrt() / std::sqrt(bias_correction2)).add_(settings_.eps), -step_size);
 }
 
+void FlatAdamW::RestoreState(int64_t steps, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq) {
+  if (steps < 0 || exp_avg.numel() != exp_avg_.numel() || exp_avg_sq.numel() != exp_avg_sq_.numel()) {
+    throw std::invalid_argument("FlatAdamW: saved state of " + std::to_string(exp_avg.numel()) + " elements at step " +
+                                std::to_string(steps) + " does not fit " + std::to_string(exp_avg_.numel()) +
+                                " parameters");
+  }
+  torch::NoGradGuard no_grad;
+  exp_avg_.copy_(exp_avg.reshape({-1}));
+  exp_avg_sq_.copy_(exp_avg_sq.reshape({-1}));
+  step_ = steps;
+}
+
 }  // namespace diloco

@@ -40,6 +40,12 @@ class FlatAdamW {
   void Step(double lr, double grad_scale = 1.0);
 
   int64_t steps() const { return step_; }
+  // The moments, flat float32 in the buffers' order (the worker's local state saves them: worker/worker_state.h).
+  const torch::Tensor& exp_avg() const { return exp_avg_; }
+  const torch::Tensor& exp_avg_sq() const { return exp_avg_sq_; }
+  // Replaces the moments and the step count (bias correction goes on from `steps`): a resumed worker. Throws
+  // std::invalid_argument if a moment's element count differs from the buffers' (another model or layout).
+  void RestoreState(int64_t steps, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq);
   const torch::Tensor& flat_parameters() const { return params_; }
   const torch::Tensor& flat_gradients() const { return grads_; }
 

@@ -38,6 +38,7 @@ struct RoundResult {
   double last_lr = 0;
   double seconds = 0;
   bool abandoned = false;  // stopped before H steps (the worker is leaving); not to be pushed
+  double data_epochs = 0;  // passes over the shard so far (InnerTrainer::epochs())
 };
 
 // What a run of inner steps did; the runs between two pushes add up.
@@ -101,6 +102,8 @@ class InnerTrainer {
   using StepHook = std::function<void(const std::vector<torch::Tensor>& params, int64_t step)>;
   void set_gradient_hook(GradientHook hook) { gradient_hook_ = std::move(hook); }
   void set_step_hook(StepHook hook) { step_hook_ = std::move(hook); }
+  // The inner AdamW (its moments and step count: the worker's local state, worker/worker_state.h).
+  FlatAdamW& optimizer() { return *optimizer_; }
 
  private:
   Batch NextBatch();  // batch_size windows from the sampler

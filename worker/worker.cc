@@ -58,6 +58,7 @@ int Worker::SetUp(const TokenCache& cache) {
     LanguageModelPtr probe = MakeLanguageModel(config_.model, config_.run.seed);
     const NamedTensors probe_params = NamedParameters(*probe);
     fingerprint = Fingerprint(SpecsOf(probe_params));
+    fingerprint_ = fingerprint;
     for (const auto& [name, p] : probe_params) names.push_back(name);
   }
   codec_ = CodecOf(config_.comm.codec);
@@ -86,8 +87,8 @@ int Worker::SetUp(const TokenCache& cache) {
 
 int Worker::SetUpTrainer(const TokenCache& cache) {
   cluster_size_ = cluster_ ? cluster_->size() : 1;
-  auto trainer = InnerTrainer::ForShard(config_, cache.meta_path(), join_.shard_index(), join_.shard_count(), 0,
-                                        cluster_size_);
+  auto trainer =
+      InnerTrainer::ForShard(config_, cache.meta_path(), join_.shard_index(), join_.shard_count(), 0, cluster_size_);
   if (!trainer.ok()) {
     spdlog::error("{}", std::string(trainer.status().message()));
     return kWorkerConfigError;
@@ -97,6 +98,7 @@ int Worker::SetUpTrainer(const TokenCache& cache) {
     leader_->Shard(join_.shard_index(), join_.shard_count());
     cluster_->AttachTo(*trainer_, config_.workers.check_replicas);
   }
+  SetUpLocalState(cache, fingerprint_);
   theta_ = trainer_->MakeParameterBuffers();
   fragment_theta_.assign(static_cast<size_t>(plan_.fragments()), NamedTensors());
   for (int p = 0; p < plan_.fragments(); ++p) {
@@ -120,6 +122,7 @@ void Worker::RunRounds() {
     if (stats.abandoned) return;
     const RoundResult result = Pack(round, f, stats);
     const std::optional<PullResult> pulled = ExchangeRound(round, f, result);
+    if (pulled) SaveLocalState(round + 1);
     if (!pulled || carried_.abandoned) return;
     if (pulled->run_complete) {
       spdlog::info("run complete at round {}; leaving", pulled->round);
@@ -177,6 +180,7 @@ RoundResult Worker::Pack(int64_t round, int f, const StepStats& stats) {
   result.mean_loss = stats.loss_sum / static_cast<double>(std::max<int64_t>(1, stats.steps));
   result.last_lr = stats.last_lr;
   result.seconds = stats.seconds;
+  result.data_epochs = trainer_->epochs();
   if (ErrorFeedback* ef = error_feedback_[static_cast<size_t>(f)].get()) ef->Compensate(result.pseudo_gradient);
   spdlog::info("round {}{}: {} inner steps, loss {:.4f} -> {:.4f}, lr {:.2e}, {:.0f} tokens/s, {:.2f} s", round + 1,
                P > 1 ? absl::StrCat(" (fragment ", f, "/", P, ")") : std::string(), result.steps, result.first_loss,
@@ -235,6 +239,7 @@ int Worker::ShutDown(double started) {
 }
 
 StepStats Worker::TrainSteps(int64_t first_step, int64_t n) {
+  LogFirstStepAfterResume();
   if (leader_) leader_->Train(first_step, n);
   const double waited = cluster_ ? cluster_->collective_seconds() : 0;
   StepStats stats = trainer_->TrainSteps(first_step, n, &quit_);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,6 +31,7 @@
 #include "worker/protocol_decision.h"
 #include "worker/trainer.h"
 #include "worker/worker_loop.h"
+#include "worker/worker_state.h"
 
 namespace diloco {
 
@@ -67,6 +69,14 @@ class Worker {
   // The inner loop of the leader: with a cluster, the followers are told to do the same first.
   StepStats TrainSteps(int64_t first_step, int64_t n);
   void HeartbeatLoop();
+
+  // --- the worker's local state, worker/worker_state.h (worker_resume.cc) ---
+  // Sets the identity, resumes from a saved state of this run (workers.resume), and installs the per-step position
+  // journal and the window trace. Worker clusters keep no local state yet.
+  void SetUpLocalState(const TokenCache& cache, const std::string& fingerprint);
+  void Resume();
+  void SaveLocalState(int64_t round);  // after each push of `round` (1-based)
+  void LogFirstStepAfterResume();      // once, before the first inner step after a resume
 
   // --- the exchange with the coordinator, following worker/protocol_decision.h (worker_exchange.cc) ---
   // Joins, retrying while the coordinator is unreachable. Returns a WorkerExit on failure, -1 on success.
@@ -122,6 +132,16 @@ class Worker {
   NamedTensors theta_;
   std::vector<NamedTensors> fragment_theta_;
   StepStats carried_;  // inner steps already trained toward the next push (the overlap)
+  // Local state (SetUpLocalState): "" state_dir_ = none kept.
+  std::string fingerprint_;
+  std::string state_dir_;
+  StateIdentity identity_;
+  bool resumed_ = false;
+  bool position_warned_ = false;
+  struct FileCloser {
+    void operator()(std::FILE* f) const { std::fclose(f); }
+  };
+  std::unique_ptr<std::FILE, FileCloser> windows_trace_;  // data.trace_windows
   std::thread heartbeat_;
 };
 

@@ -123,8 +123,7 @@ int main(int argc, char** argv) {
     std::cerr << "error: " << cache.status().message() << "\n";
     return 2;
   }
-  auto train =
-      diloco::TokenData::Load(cache->meta_path(), diloco::TokenSplit::kTrain, config->model.seq_len);
+  auto train = diloco::TokenData::Load(cache->meta_path(), diloco::TokenSplit::kTrain, config->model.seq_len);
   if (!train.ok()) {
     std::cerr << "error: " << train.status().message() << "\n";
     return 2;

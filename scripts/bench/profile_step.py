@@ -4,7 +4,7 @@ model (the demo model's shape by default; the same ATen/OpenBLAS kernels the C++
 and OpenBLAS. Not a test. Prints the profiler's table sorted by self CPU time.
 
 Usage: scripts/bench/profile_step.py TOKENS.tok [--vocab-size 512 --seq-len 64 --n-layer 2 --n-head 4 --d-model 128
-       --batch-size 16]     (TOKENS.tok: a train shard, e.g. runs/bench-train/data/tok-*/train.tok after scripts/bench/train)
+       --batch-size 16]     (TOKENS.tok: a train shard, e.g. runs/bench-train/data/tok-*/train-00000.tok after scripts/bench/train)
 """
 import argparse
 import ctypes

@@ -39,13 +39,13 @@ void PrintHuman(const diloco::StatusReply& s) {
            s.bytes_pushed_committed() / 1e6, s.dp_equivalent_bytes() / 1e6,
            static_cast<double>(s.dp_equivalent_bytes()) / s.bytes_pushed_committed());
   }
-  printf("%-16s %-7s %6s %5s %5s %7s %12s %10s %10s %9s\n", "worker", "state", "shard", "procs", "H", "rounds",
-         "tokens", "tokens/s", "last_loss", "hb_age_s");
+  printf("%-16s %-7s %6s %5s %5s %7s %12s %10s %10s %7s %9s\n", "worker", "state", "shard", "procs", "H", "rounds",
+         "tokens", "tokens/s", "last_loss", "epochs", "hb_age_s");
   for (const auto& w : s.workers()) {
-    printf("%-16s %-7s %6d %5d %5lld %7lld %12lld %10.0f %10.4f %9.1f\n", w.id().c_str(), w.state().c_str(),
+    printf("%-16s %-7s %6d %5d %5lld %7lld %12lld %10.0f %10.4f %7.3f %9.1f\n", w.id().c_str(), w.state().c_str(),
            w.shard_index(), std::max(1, w.cluster_size()), static_cast<long long>(w.inner_steps()),
            static_cast<long long>(w.rounds_contributed()), static_cast<long long>(w.tokens()), w.tokens_per_s(),
-           w.last_loss(), w.heartbeat_age_s());
+           w.last_loss(), w.data_epochs(), w.heartbeat_age_s());
   }
   if (s.evals_size() > 0) {
     printf("val_loss:");

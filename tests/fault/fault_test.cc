@@ -9,10 +9,15 @@
 #include <filesystem>
 #include <iostream>
 #include <regex>
+#include <set>
+#include <sstream>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "tests/process_harness.h"
+#include "worker/worker_state.h"
 
 namespace diloco::testing {
 namespace {
@@ -371,6 +376,75 @@ TEST(Fault, KilledClusterRankTakesOnlyItsClusterOutAndTheClusterRejoins) {
   EXPECT_EQ(c["cluster_size"], 2);
   EXPECT_GE(c["rounds_contributed"].get<int>(), 3);  // rounds 1-2 before the kill, and at least one after rejoining
   EXPECT_LT(c["rounds_contributed"].get<int>(), 7);  // not round 3
+}
+
+// A worker killed with kill -9 mid-round and restarted with the same id resumes from its local state
+// (worker/worker_state.h): it says so with its last pushed round and data position, its first inner step starts
+// from the saved AdamW moments (the norm it logs is the saved file's), and with sequential sampling no window it
+// drew before the kill is drawn again in the same epoch (data.trace_windows lists every draw).
+TEST(Fault, KilledWorkerRestartedWithItsIdResumesMomentsAndDataPosition) {
+  const std::string dir = ScratchDir("resume_worker");
+  const std::string address = Loopback();
+  const auto args = FaultArgs(dir, address,
+                              {"outer.rounds=5", "workers.count=2", "coordinator.min_workers=1",
+                               "data.sampling=sequential", "data.trace_windows=true"});
+  auto coordinator = StartCoordinator(args);
+  auto w0 = StartWorker(args, address, "w0");
+  auto w1 = StartWorker(args, address, "w1");
+  const std::string state_dir = dir + "/worker-state";
+  // Wait until w1 saved its state after its second push, then let it train into round 3 before the kill.
+  absl::StatusOr<WorkerState> saved = absl::NotFoundError("");
+  for (int i = 0; i < 1200 && !(saved.ok() && saved->round >= 2); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    saved = LoadWorkerState(StatePath(state_dir, "w1"));
+  }
+  ASSERT_TRUE(saved.ok() && saved->round >= 2) << w1->output();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  w1->Signal(SIGKILL);
+  ASSERT_NE(w1->Wait(30), 0);
+  saved = LoadWorkerState(StatePath(state_dir, "w1"));  // the state the restart must use
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  auto journal = LoadPosition(PositionPath(state_dir, "w1"));
+  ASSERT_TRUE(journal.ok()) << journal.status();
+  EXPECT_GE(journal->second.position, saved->sampler.position) << "the journal is at least as far as the state";
+  const std::string trace_before = ReadFile(WindowsPath(state_dir, "w1"));
+
+  auto restarted = StartWorker(args, address, "w1");
+  ASSERT_TRUE(restarted->WaitForOutput("first inner step after resume", 120)) << restarted->output();
+  const std::string log = restarted->output();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(log, m,
+                                std::regex("resuming from .*w1\\.state: last pushed round (\\d+), AdamW step (\\d+), "
+                                           "data position epoch (\\d+) window (\\d+)")))
+      << log;
+  EXPECT_EQ(std::stoll(m[1]), saved->round);
+  EXPECT_EQ(std::stoll(m[2]), saved->adam_steps);
+  EXPECT_EQ(std::stoll(m[3]), journal->second.epoch);
+  EXPECT_EQ(std::stoll(m[4]), journal->second.position);
+  ASSERT_TRUE(std::regex_search(
+      log, m,
+      std::regex("first inner step after resume: AdamW step (\\d+) from saved moments, \\|exp_avg\\| = ([0-9.e+-]+)")))
+      << log;
+  EXPECT_EQ(std::stoll(m[1]), saved->adam_steps + 1);
+  const double saved_norm = saved->exp_avg.norm().item<double>();
+  EXPECT_GT(saved_norm, 0);
+  EXPECT_NEAR(std::stod(m[2]), saved_norm, 1e-6 * saved_norm);
+
+  EXPECT_EQ(restarted->Wait(180), 0) << restarted->output();
+  EXPECT_EQ(w0->Wait(180), 0) << w0->output();
+  ASSERT_EQ(coordinator->Wait(60), 0) << coordinator->output();
+
+  // Every window w1 drew, before and after the kill: none twice within an epoch.
+  const std::string trace = ReadFile(WindowsPath(state_dir, "w1"));
+  ASSERT_GT(trace.size(), trace_before.size()) << "the restarted worker drew more windows";
+  std::istringstream lines(trace);
+  std::set<std::pair<long long, long long>> seen;
+  long long epoch = 0, start = 0, draws = 0;
+  while (lines >> epoch >> start) {
+    ++draws;
+    EXPECT_TRUE(seen.insert({epoch, start}).second) << "window " << start << " drawn twice in epoch " << epoch;
+  }
+  EXPECT_GT(draws, 8 * 200 * 2) << "more than two rounds of batches were traced";
 }
 
 }  // namespace

@@ -188,14 +188,25 @@ absl::StatusOr<StoredTensor> ParseEntry(const std::string& path, const std::stri
 }
 
 absl::StatusOr<std::vector<StoredTensor>> ParseHeader(const std::string& path, const std::string& text,
-                                                      uint64_t data_bytes) {
+                                                      uint64_t data_bytes,
+                                                      std::map<std::string, std::string>* metadata) {
   const nlohmann::ordered_json header = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": the safetensors header is not a JSON object"));
   }
   std::vector<StoredTensor> out;
   for (const auto& [name, entry] : header.items()) {
-    if (name == "__metadata__") continue;
+    if (name == "__metadata__") {
+      if (metadata == nullptr) continue;
+      if (!entry.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": __metadata__ is not an object"));
+      for (const auto& [key, value] : entry.items()) {
+        if (!value.is_string()) {
+          return absl::InvalidArgumentError(absl::StrCat(path, ": __metadata__ value of '", key, "' is not a string"));
+        }
+        (*metadata)[key] = value.get<std::string>();
+      }
+      continue;
+    }
     absl::StatusOr<StoredTensor> t = ParseEntry(path, name, entry, data_bytes);
     if (!t.ok()) return t.status();
     out.push_back(std::move(*t));
@@ -205,7 +216,8 @@ absl::StatusOr<std::vector<StoredTensor>> ParseHeader(const std::string& path, c
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadSafetensors(const std::string& path) {
+absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadSafetensors(
+    const std::string& path, std::map<std::string, std::string>* metadata) {
   std::ifstream in(path, std::ios::binary);
   std::error_code ec;
   const uint64_t file_bytes = std::filesystem::file_size(path, ec);
@@ -224,7 +236,7 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadSafetensors(
   }
   std::string text(header_bytes, '\0');
   in.read(text.data(), static_cast<std::streamsize>(header_bytes));
-  absl::StatusOr<std::vector<StoredTensor>> specs = ParseHeader(path, text, file_bytes - 8 - header_bytes);
+  absl::StatusOr<std::vector<StoredTensor>> specs = ParseHeader(path, text, file_bytes - 8 - header_bytes, metadata);
   if (!specs.ok()) return specs.status();
 
   std::vector<std::pair<std::string, at::Tensor>> out;

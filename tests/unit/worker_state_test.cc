@@ -1,0 +1,151 @@
+// The worker's local state (worker/worker_state.h): an optimizer restored from a saved file continues exactly as the
+// one that never stopped (moments and bias correction), the identity check names what differs, and damaged or
+// foreign files are refused with the path.
+#include "worker/worker_state.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/unit/scratch_dir_test.h"
+#include "worker/flat_adamw.h"
+
+namespace diloco {
+namespace {
+
+class WorkerStateTest : public ScratchDirTest {};
+
+StateIdentity Identity() { return {"w1", "fp-abc", 7, "tok-0123", 1, 4, "sequential"}; }
+
+// Three parameters, gradients from a fixed quadratic loss per step.
+struct Problem {
+  std::vector<torch::Tensor> params;
+  Problem() {
+    torch::manual_seed(11);
+    params = {torch::randn({8, 5}), torch::randn({5}), torch::randn({3, 3})};
+    for (auto& p : params) p.requires_grad_(true);
+  }
+  void Backward(int step) {
+    torch::Tensor loss = torch::zeros({});
+    for (size_t i = 0; i < params.size(); ++i) {
+      loss = loss + ((params[i] - 0.1 * (step + 1) * static_cast<double>(i)) * params[i]).pow(2).sum();
+    }
+    loss.backward();
+  }
+};
+
+AdamWSettings Settings() {
+  AdamWSettings s;
+  s.beta2 = 0.95;
+  s.weight_decay = 0.1;
+  return s;
+}
+
+TEST_F(WorkerStateTest, RestoredOptimizerContinuesExactlyAsTheUninterruptedOne) {
+  Problem straight, first_half;
+  FlatAdamW a(straight.params, Settings());
+  for (int step = 0; step < 6; ++step) {
+    a.ZeroGrad();
+    straight.Backward(step);
+    a.Step(1e-2);
+  }
+
+  FlatAdamW b(first_half.params, Settings());
+  for (int step = 0; step < 3; ++step) {
+    b.ZeroGrad();
+    first_half.Backward(step);
+    b.Step(1e-2);
+  }
+  WorkerState saved{Identity(), 2, b.steps(), {0, 96, ""}, b.exp_avg(), b.exp_avg_sq()};
+  ASSERT_TRUE(SaveWorkerState(Path("w1.state"), saved).ok());
+
+  // A new process: the parameters come back from the coordinator's pull, the moments from the file.
+  Problem resumed;
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < resumed.params.size(); ++i) resumed.params[i].copy_(first_half.params[i]);
+  }
+  FlatAdamW c(resumed.params, Settings());
+  absl::StatusOr<WorkerState> loaded = LoadWorkerState(Path("w1.state"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(WhyNotResume(loaded->identity, Identity()), "");
+  EXPECT_EQ(loaded->round, 2);
+  EXPECT_EQ(loaded->adam_steps, 3);
+  EXPECT_EQ(loaded->sampler.position, 96);
+  c.RestoreState(loaded->adam_steps, loaded->exp_avg, loaded->exp_avg_sq);
+  for (int step = 3; step < 6; ++step) {
+    c.ZeroGrad();
+    resumed.Backward(step);
+    c.Step(1e-2);
+  }
+  EXPECT_EQ(c.steps(), 6);
+  for (size_t i = 0; i < straight.params.size(); ++i) {
+    EXPECT_TRUE(torch::equal(resumed.params[i], straight.params[i])) << "parameter " << i;
+  }
+
+  // Without the moments (a cold start) the same three steps land elsewhere: the check above can fail.
+  Problem cold;
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < cold.params.size(); ++i) cold.params[i].copy_(first_half.params[i]);
+  }
+  FlatAdamW d(cold.params, Settings());
+  for (int step = 3; step < 6; ++step) {
+    d.ZeroGrad();
+    cold.Backward(step);
+    d.Step(1e-2);
+  }
+  EXPECT_FALSE(torch::allclose(cold.params[0], straight.params[0], 1e-4, 1e-5));
+}
+
+TEST_F(WorkerStateTest, RestoreRefusesMomentsOfAnotherSize) {
+  Problem p;
+  FlatAdamW adam(p.params, Settings());
+  EXPECT_THROW(adam.RestoreState(3, torch::zeros({10}), torch::zeros({10})), std::invalid_argument);
+}
+
+TEST_F(WorkerStateTest, IdentityMismatchNamesTheKeyAndBothValues) {
+  StateIdentity other = Identity();
+  other.fingerprint = "fp-xyz";
+  EXPECT_EQ(WhyNotResume(other, Identity()), "model fingerprint differs (saved fp-xyz, this run fp-abc)");
+  other = Identity();
+  other.seed = 8;
+  EXPECT_EQ(WhyNotResume(other, Identity()), "run.seed differs (saved 8, this run 7)");
+  other = Identity();
+  other.shard_count = 2;
+  EXPECT_EQ(WhyNotResume(other, Identity()), "data shard differs (saved 1 of 2, this run 1 of 4)");
+  other = Identity();
+  other.data = "tok-ffff";
+  EXPECT_NE(WhyNotResume(other, Identity()).find("token data differs"), std::string::npos);
+  other = Identity();
+  other.sampling = "random";
+  EXPECT_NE(WhyNotResume(other, Identity()).find("data.sampling"), std::string::npos);
+}
+
+TEST_F(WorkerStateTest, DamagedAndForeignFilesAreRefusedWithThePath) {
+  EXPECT_TRUE(absl::IsNotFound(LoadWorkerState(Path("none.state")).status()));
+  torch::Tensor m = torch::ones({4});
+  ASSERT_TRUE(SaveWorkerState(Path("w.state"), {Identity(), 1, 1, {}, m, m}).ok());
+  std::filesystem::resize_file(Path("w.state"), std::filesystem::file_size(Path("w.state")) - 3);
+  absl::StatusOr<WorkerState> truncated = LoadWorkerState(Path("w.state"));
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_NE(truncated.status().message().find(Path("w.state")), std::string::npos) << truncated.status();
+  std::ofstream(Path("junk.state")) << "not a state";
+  EXPECT_FALSE(LoadWorkerState(Path("junk.state")).ok());
+}
+
+TEST_F(WorkerStateTest, PositionJournalRoundTrips) {
+  SamplerState s{2, 1234, "rng-text 1 2 3"};
+  ASSERT_TRUE(SavePosition(Path("w1.position"), Identity(), s).ok());
+  auto back = LoadPosition(Path("w1.position"));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(WhyNotResume(back->first, Identity()), "");
+  EXPECT_EQ(back->second.epoch, 2);
+  EXPECT_EQ(back->second.position, 1234);
+  EXPECT_EQ(back->second.rng, "rng-text 1 2 3");
+}
+
+}  // namespace
+}  // namespace diloco

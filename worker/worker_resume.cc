@@ -1,0 +1,105 @@
+// The Worker's local state (worker/worker_state.h): resume at set-up, save after each push, the per-step position
+// journal and the window trace.
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+
+#include "worker/worker.h"
+
+namespace diloco {
+
+void Worker::SetUpLocalState(const TokenCache& cache, const std::string& fingerprint) {
+  state_dir_ = config_.WorkerStateDir();
+  identity_ = {options_.id,
+               fingerprint,
+               config_.run.seed,
+               std::filesystem::path(cache.dir).filename().string(),
+               join_.shard_index(),
+               join_.shard_count(),
+               std::string(EnumName(config_.data.sampling))};
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir_, ec);
+  if (ec) {
+    spdlog::warn("workers.state_dir: cannot create '{}' ({}); this worker keeps no local state", state_dir_,
+                 ec.message());
+    state_dir_.clear();
+    return;
+  }
+  if (cluster_) {
+    spdlog::info("workers.resume: worker clusters do not keep local state yet; every restart starts cold");
+    state_dir_.clear();
+  } else {
+    if (config_.workers.resume) Resume();
+    trainer_->set_step_hook([this](const std::vector<torch::Tensor>&, int64_t) {
+      absl::Status s =
+          SavePosition(PositionPath(state_dir_, identity_.worker_id), identity_, trainer_->sampler_state());
+      if (!s.ok() && !position_warned_) {
+        spdlog::warn("data position not saved: {}", std::string(s.message()));
+        position_warned_ = true;
+      }
+    });
+  }
+  if (config_.data.trace_windows && !state_dir_.empty()) {
+    const std::string path = WindowsPath(state_dir_, identity_.worker_id);
+    windows_trace_.reset(std::fopen(path.c_str(), "a"));
+    if (!windows_trace_) {
+      spdlog::warn("data.trace_windows: cannot append to {}", path);
+      return;
+    }
+    std::setvbuf(windows_trace_.get(), nullptr, _IOLBF, 0);  // a line reaches the file before a kill -9 can lose it
+    trainer_->set_window_observer([this](const WindowDraw& w) {
+      std::fprintf(windows_trace_.get(), "%lld %lld\n", static_cast<long long>(w.epoch),
+                   static_cast<long long>(w.start));
+    });
+  }
+}
+
+void Worker::Resume() {
+  const std::string path = StatePath(state_dir_, identity_.worker_id);
+  absl::StatusOr<WorkerState> saved = LoadWorkerState(path);
+  if (!saved.ok()) {
+    if (!absl::IsNotFound(saved.status())) {
+      spdlog::warn("ignoring the saved state: {}; starting cold", std::string(saved.status().message()));
+    }
+    return;
+  }
+  if (std::string why = WhyNotResume(saved->identity, identity_); !why.empty()) {
+    spdlog::warn("ignoring the saved state {}: {}; starting cold", path, why);
+    return;
+  }
+  try {
+    trainer_->optimizer().RestoreState(saved->adam_steps, saved->exp_avg, saved->exp_avg_sq);
+  } catch (const std::exception& e) {
+    spdlog::warn("ignoring the saved state {}: {}; starting cold", path, e.what());
+    return;
+  }
+  // The journal is newer than the state when the kill came mid-round: its position skips the windows drawn then.
+  SamplerState sampler = saved->sampler;
+  auto journal = LoadPosition(PositionPath(state_dir_, identity_.worker_id));
+  if (journal.ok() && WhyNotResume(journal->first, identity_).empty()) sampler = journal->second;
+  if (absl::Status s = trainer_->RestoreSampler(sampler); !s.ok()) {
+    spdlog::warn("data position not restored ({}); the data stream starts over", std::string(s.message()));
+  }
+  resumed_ = true;
+  spdlog::info(
+      "resuming from {}: last pushed round {}, AdamW step {}, data position epoch {} window {} ({:.3f} epochs)", path,
+      saved->round, saved->adam_steps, sampler.epoch, sampler.position, trainer_->epochs());
+}
+
+void Worker::SaveLocalState(int64_t round) {
+  if (state_dir_.empty()) return;
+  const FlatAdamW& adam = trainer_->optimizer();
+  WorkerState state{identity_, round, adam.steps(), trainer_->sampler_state(), adam.exp_avg(), adam.exp_avg_sq()};
+  absl::Status s = SaveWorkerState(StatePath(state_dir_, identity_.worker_id), state);
+  if (!s.ok()) spdlog::warn("local state not saved: {}", std::string(s.message()));
+}
+
+void Worker::LogFirstStepAfterResume() {
+  if (!resumed_) return;
+  resumed_ = false;
+  const FlatAdamW& adam = trainer_->optimizer();
+  spdlog::info("first inner step after resume: AdamW step {} from saved moments, |exp_avg| = {:.9g}", adam.steps() + 1,
+               adam.exp_avg().norm().item<double>());
+}
+
+}  // namespace diloco

@@ -1,0 +1,61 @@
+// WorkerState: what a worker keeps on its own disk so that a restart with the same --id resumes where it stopped
+// instead of starting cold (the paper keeps each worker's inner optimizer state across rounds): its inner AdamW
+// moments and step count, its data sampler's position and RNG, and the round of its last push.
+//
+// Files in workers.state_dir (default <run.output_dir>/worker-state), per worker id:
+//   <id>.state     safetensors: "exp_avg", "exp_avg_sq" (flat float32, FlatAdamW's buffer order) and __metadata__
+//                  {format: "diloco-worker-state-1", worker_id, fingerprint, seed, data, shard, shard_count, sampling,
+//                  round, adam_steps, sampler_epoch, sampler_position, sampler_rng}. Written after every push
+//                  (temp file, fsync, rename: a kill -9 leaves the old state or the new one).
+//   <id>.position  the sampler's state after the latest inner step (the same identity keys and sampler keys as JSON),
+//                  replaced by rename after every step (no fsync): windows drawn in a round that a kill cut short are
+//                  not drawn again after the restart.
+//   <id>.windows   with data.trace_windows: one line "epoch start" per training window drawn (appended).
+// A saved state is used only when it belongs to this run (WhyNotResume). Plain functions and data; thread-safe for
+// distinct paths.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "worker/lm/window_sampler.h"
+
+namespace diloco {
+
+// Who a state belongs to: a state is resumed only into the same identity.
+struct StateIdentity {
+  std::string worker_id;
+  std::string fingerprint;  // the model's (proto/tensor_spec.h Fingerprint)
+  int64_t seed = 0;         // run.seed
+  std::string data;         // the token cache the shard comes from (its directory name: inputs + tokenizer + split)
+  int64_t shard = 0, shard_count = 1;
+  std::string sampling;  // data.sampling
+};
+
+struct WorkerState {
+  StateIdentity identity;
+  int64_t round = 0;       // the round (1-based) of the worker's last push
+  int64_t adam_steps = 0;  // FlatAdamW::steps()
+  SamplerState sampler;
+  torch::Tensor exp_avg, exp_avg_sq;  // flat float32
+};
+
+std::string StatePath(const std::string& dir, const std::string& worker_id);
+std::string PositionPath(const std::string& dir, const std::string& worker_id);
+std::string WindowsPath(const std::string& dir, const std::string& worker_id);
+
+// Why `saved` cannot resume into `current` ("" when it can): the first key that differs, with both values.
+std::string WhyNotResume(const StateIdentity& saved, const StateIdentity& current);
+
+absl::Status SaveWorkerState(const std::string& path, const WorkerState& state);
+// NotFound when there is no file; DataLoss/InvalidArgument (naming the file) for a damaged or foreign one.
+absl::StatusOr<WorkerState> LoadWorkerState(const std::string& path);
+
+// The sampler journal: identity and sampler state only, no fsync (see above).
+absl::Status SavePosition(const std::string& path, const StateIdentity& identity, const SamplerState& sampler);
+absl::StatusOr<std::pair<StateIdentity, SamplerState>> LoadPosition(const std::string& path);
+
+}  // namespace diloco
