@@ -392,10 +392,6 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
     s = ApplyOverride(o, config, set_keys);
     if (!s.ok()) return s;
   }
-  if (set_keys.count("data.text") && !config.data.files.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(origin, ": data.text and data.files are both set; use data.files alone (a list of inputs)"));
-  }
   std::error_code ec;
   if (!config.model.init_from.empty() && std::filesystem::is_directory(config.model.init_from, ec)) {
     s = MergeHfModelDir(config, set_keys);

@@ -142,6 +142,7 @@ class Worker {
     void operator()(std::FILE* f) const { std::fclose(f); }
   };
   std::unique_ptr<std::FILE, FileCloser> windows_trace_;  // data.trace_windows
+  std::vector<WindowDraw> pending_draws_;                 // this batch's windows, until its position is saved
   std::thread heartbeat_;
 };
 

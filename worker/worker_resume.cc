@@ -30,28 +30,32 @@ void Worker::SetUpLocalState(const TokenCache& cache, const std::string& fingerp
     state_dir_.clear();
   } else {
     if (config_.workers.resume) Resume();
-    trainer_->set_step_hook([this](const std::vector<torch::Tensor>&, int64_t) {
-      absl::Status s =
-          SavePosition(PositionPath(state_dir_, identity_.worker_id), identity_, trainer_->sampler_state());
-      if (!s.ok() && !position_warned_) {
-        spdlog::warn("data position not saved: {}", std::string(s.message()));
-        position_warned_ = true;
-      }
-    });
   }
   if (config_.data.trace_windows && !state_dir_.empty()) {
     const std::string path = WindowsPath(state_dir_, identity_.worker_id);
     windows_trace_.reset(std::fopen(path.c_str(), "a"));
-    if (!windows_trace_) {
-      spdlog::warn("data.trace_windows: cannot append to {}", path);
-      return;
-    }
-    std::setvbuf(windows_trace_.get(), nullptr, _IOLBF, 0);  // a line reaches the file before a kill -9 can lose it
-    trainer_->set_window_observer([this](const WindowDraw& w) {
-      std::fprintf(windows_trace_.get(), "%lld %lld\n", static_cast<long long>(w.epoch),
-                   static_cast<long long>(w.start));
-    });
+    if (!windows_trace_) spdlog::warn("data.trace_windows: cannot append to {}", path);
   }
+  if (state_dir_.empty()) return;
+  // After the last window of each batch: first the position journal, then the batch's lines of the trace, so that a
+  // kill -9 at any point never leaves a traced window that the restart draws again.
+  trainer_->set_window_observer([this](const WindowDraw& w) {
+    pending_draws_.push_back(w);
+    if (static_cast<int64_t>(pending_draws_.size()) < config_.inner.batch_size) return;
+    absl::Status s = SavePosition(PositionPath(state_dir_, identity_.worker_id), identity_, trainer_->sampler_state());
+    if (!s.ok() && !position_warned_) {
+      spdlog::warn("data position not saved: {}", std::string(s.message()));
+      position_warned_ = true;
+    }
+    if (windows_trace_) {
+      for (const WindowDraw& d : pending_draws_) {
+        std::fprintf(windows_trace_.get(), "%lld %lld\n", static_cast<long long>(d.epoch),
+                     static_cast<long long>(d.start));
+      }
+      std::fflush(windows_trace_.get());  // in the kernel before a kill -9 can lose it
+    }
+    pending_draws_.clear();
+  });
 }
 
 void Worker::Resume() {
