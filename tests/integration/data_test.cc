@@ -58,9 +58,9 @@ TEST(Data, NanoGptAndLlmcBinFilesTrainEndToEnd) {
   if (!std::filesystem::exists(DILOCO_PYTHON)) GTEST_SKIP() << "no Python with numpy at " << DILOCO_PYTHON;
   const std::string dir = ScratchDir("data_bin");
   // Real ids: tinyshakespeare through the tiny config's tokenizer, rewritten by numpy in the users' formats.
-  auto config = LoadConfig(SourceDir() + "/config/tiny.yaml",
-                           {"data.text=" + SourceDir() + "/tests/data/tinyshakespeare.txt",
-                            "data.cache_dir=" + BinDir() + "/test-cache"});
+  auto config = LoadConfig(
+      SourceDir() + "/config/tiny.yaml",
+      {"data.text=" + SourceDir() + "/tests/data/tinyshakespeare.txt", "data.cache_dir=" + BinDir() + "/test-cache"});
   ASSERT_TRUE(config.ok()) << config.status();
   auto cache = EnsureTokenized(*config, BinDir() + "/diloco-tokenize");
   ASSERT_TRUE(cache.ok()) << cache.status();
@@ -71,8 +71,7 @@ TEST(Data, NanoGptAndLlmcBinFilesTrainEndToEnd) {
   for (const std::string name : {"nanogpt", "llmc"}) {
     SCOPED_TRACE(name);
     const std::string run = dir + "/" + name;
-    const nlohmann::json summary =
-        Launch(run, {"data.files=[" + dir + "/bin/" + name + ".bin]", "data.format=tokens"});
+    const nlohmann::json summary = Launch(run, {"data.files=[" + dir + "/bin/" + name + ".bin]", "data.format=tokens"});
     ExpectLossFalls(summary);
     const TokenManifest manifest = CacheManifest(run);  // the file is used in place, its header skipped
     ASSERT_EQ(manifest.train.size(), 1u);
@@ -101,8 +100,8 @@ TEST(Data, JsonlCorpusWithABadLineTrainsAndCountsIt) {
   out.close();
   ASSERT_GT(documents, 5000);
 
-  const nlohmann::json summary = Launch(
-      dir, {"data.files=[" + dir + "/*.jsonl]", "data.format=jsonl", "data.on_bad_record=skip"});
+  const nlohmann::json summary =
+      Launch(dir, {"data.files=[" + dir + "/*.jsonl]", "data.format=jsonl", "data.on_bad_record=skip"});
   ExpectLossFalls(summary);
   const TokenManifest manifest = CacheManifest(dir);
   EXPECT_EQ(manifest.bad_records, 1u);
