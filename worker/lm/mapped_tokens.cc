@@ -25,6 +25,23 @@ void Widen(const unsigned char* ids, int64_t n, int64_t* out) {
   }
 }
 
+// Unmaps the pages of [data, data + bytes) from this process (they stay in the page cache, and a later read faults
+// them back in): without it, every page a window ever touched stays in the resident set (with the kernel's large
+// page-cache folios, hundreds of KB per window), and a worker's RSS grows with the corpus it walks. The mapping is
+// shared and read-only, so nothing is lost.
+// The region dropped is the 2 MiB-aligned span around the window: the kernel maps pages around a faulting one too
+// (fault-around, large folios), never beyond that span.
+// Clamped to the mapping [map_begin, map_end) (rounded out to whole pages: the mapping starts page aligned).
+void DropPages(const unsigned char* data, size_t bytes, const unsigned char* map_begin, const unsigned char* map_end) {
+  constexpr uintptr_t span = uintptr_t{2} << 20;
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(map_begin);
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(map_end) + page - 1) & ~(page - 1);
+  const uintptr_t begin = std::max(lo, reinterpret_cast<uintptr_t>(data) & ~(span - 1));
+  const uintptr_t end = std::min(hi, (reinterpret_cast<uintptr_t>(data) + bytes + span - 1) & ~(span - 1));
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 }  // namespace
 
 absl::StatusOr<MappedTokens> MappedTokens::Open(const std::vector<TokenSegment>& segments) {
@@ -59,7 +76,8 @@ absl::StatusOr<MappedTokens> MappedTokens::Open(const std::vector<TokenSegment>&
     }
     close(fd);  // the mapping keeps the file
     const auto* base = static_cast<const unsigned char*>(tokens.mappings_[it->second].address);
-    tokens.pieces_.push_back({base + s.offset, s.width, tokens.size_, static_cast<int64_t>(s.count)});
+    tokens.pieces_.push_back({base + s.offset, s.width, tokens.size_, static_cast<int64_t>(s.count), base,
+                              base + tokens.mappings_[it->second].length});
     tokens.size_ += static_cast<int64_t>(s.count);
   }
   return tokens;
@@ -108,6 +126,7 @@ void MappedTokens::Copy(int64_t begin, int64_t n, int64_t* out) const {
     } else {
       Widen<uint32_t>(ids, take, out);
     }
+    DropPages(ids, static_cast<size_t>(take) * piece->width, piece->map_begin, piece->map_end);
     begin += take;
     out += take;
     n -= take;

@@ -1,8 +1,9 @@
 // MappedTokens: one split of a token manifest (worker/lm/token_manifest.h) mapped read-only, in place. Each distinct
 // file is mapped once (PROT_READ, MAP_SHARED, MADV_RANDOM) whole; the ids stay in their stored width (uint16 or
-// uint32, little endian) and are only read when a window is copied out, so memory grows with the pages touched, never
-// with the corpus. The split's global token index runs over the segments in order; a copy may span segments.
-// Owns the mappings (unmapped on destruction); move-only. Copy is const and thread-safe; Open/move are not.
+// uint32, little endian) and are only read when a window is copied out, after which its pages are unmapped again
+// (MADV_DONTNEED; they stay in the page cache): the resident set holds no corpus pages between copies. The split's
+// global token index runs over the segments in order; a copy may span segments. Owns the mappings (unmapped on
+// destruction); move-only. Copy is const and thread-safe; Open/move are not.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +42,8 @@ class MappedTokens {
     uint32_t width;
     int64_t begin;  // global index of the segment's first id
     int64_t count;
+    const unsigned char* map_begin;  // the whole mapping the segment lies in (DropPages stays inside it)
+    const unsigned char* map_end;
   };
   void Release();
 
