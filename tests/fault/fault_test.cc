@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -390,20 +391,28 @@ TEST(Fault, KilledWorkerRestartedWithItsIdResumesMomentsAndDataPosition) {
   const std::string dir = ScratchDir("resume_worker");
   const std::string address = Loopback();
   const auto args = FaultArgs(dir, address,
-                              {"outer.rounds=5", "workers.count=2", "coordinator.min_workers=1",
+                              {"outer.rounds=5", "workers.count=2", "coordinator.min_workers=2",
                                "data.sampling=sequential", "data.trace_windows=true"});
   auto coordinator = StartCoordinator(args);
   auto w0 = StartWorker(args, address, "w0");
   auto w1 = StartWorker(args, address, "w1");
   const std::string state_dir = dir + "/worker-state";
-  // Wait until w1 saved its state after its second push, then let it train into round 3 before the kill.
+  // Wait until w1 saved its state after its second push and has drawn batches of the next round, then kill it
+  // mid-round. min_workers = 2: no round closes without w1, so the run cannot end before the restart (however fast
+  // the machine) and the restarted worker always has rounds left to train.
   absl::StatusOr<WorkerState> saved = absl::NotFoundError("");
-  for (int i = 0; i < 1200 && !(saved.ok() && saved->round >= 2); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 12000; ++i) {
     saved = LoadWorkerState(StatePath(state_dir, "w1"));
+    if (saved.ok() && saved->round >= 2) {
+      auto drawn = LoadPosition(PositionPath(state_dir, "w1"));
+      if (drawn.ok() && std::tie(drawn->second.epoch, drawn->second.position) >
+                            std::tie(saved->sampler.epoch, saved->sampler.position)) {
+        break;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ASSERT_TRUE(saved.ok() && saved->round >= 2) << w1->output();
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   w1->Signal(SIGKILL);
   ASSERT_NE(w1->Wait(30), 0);
   saved = LoadWorkerState(StatePath(state_dir, "w1"));  // the state the restart must use
