@@ -9,10 +9,14 @@
 # CUDA-only sources are compiled in).
 # TorchConfig looks for libtorch.so in the default paths before its own prefix: with Debian's libtorch-dev installed
 # too, the wheel's build would report Debian's library. Point it at the prefix that holds the config it uses.
+# The same for the other libraries it looks up by name (c10 would otherwise be Debian's libc10.so).
 foreach(_prefix ${CMAKE_PREFIX_PATH})
   if(EXISTS "${_prefix}/Torch/TorchConfig.cmake" AND EXISTS "${_prefix}/../../lib")
     get_filename_component(_lib "${_prefix}/../../lib" ABSOLUTE)
     find_library(TORCH_LIBRARY torch PATHS "${_lib}" NO_DEFAULT_PATH)
+    find_library(c10_LIBRARY c10 PATHS "${_lib}" NO_DEFAULT_PATH)
+    find_library(C10_CUDA_LIBRARY c10_cuda PATHS "${_lib}" NO_DEFAULT_PATH)
+    find_library(kineto_LIBRARY kineto PATHS "${_lib}" NO_DEFAULT_PATH)
   endif()
 endforeach()
 find_package(Torch REQUIRED)
@@ -42,17 +46,26 @@ if(DILOCO_TORCH_MAJOR GREATER_EQUAL 2)
   # The wheel ships no gloo headers, yet ProcessGroupGloo.hpp includes them: Debian's libgloo-dev provides them
   # (/usr/include/gloo, found like any system header). The header only holds gloo objects by shared_ptr and calls
   # gloo through LibTorch's own compiled code, so the older headers' layout of gloo classes never crosses the call.
-  set_property(TARGET torch PROPERTY INTERFACE_INCLUDE_DIRECTORIES "${_torch_include}"
-                                     "${_torch_include}/torch/csrc/api/include")
-  if(TARGET torch_cpu)
-    set_property(TARGET torch_cpu PROPERTY INTERFACE_INCLUDE_DIRECTORIES "${_torch_include}"
-                                           "${_torch_include}/torch/csrc/api/include")
-  endif()
-  if(TARGET c10)
-    set_property(TARGET c10 PROPERTY INTERFACE_INCLUDE_DIRECTORIES "${_torch_include}")
-  endif()
+  # Every imported target of LibTorch's config (torch, torch_cpu, c10, c10_cuda, ...) that names the wheel's include/
+  # gets the filtered tree instead.
+  get_property(_imported DIRECTORY PROPERTY IMPORTED_TARGETS)
+  foreach(_target ${_imported})
+    get_target_property(_dirs ${_target} INTERFACE_INCLUDE_DIRECTORIES)
+    if(_dirs)
+      list(TRANSFORM _dirs REPLACE "^${TORCH_INSTALL_PREFIX}/include" "${_torch_include}")
+      set_property(TARGET ${_target} PROPERTY INTERFACE_INCLUDE_DIRECTORIES ${_dirs})
+    endif()
+  endforeach()
   if(DILOCO_TORCH_CUDA)
-    # ProcessGroupNCCL.hpp includes nccl.h and the CUDA runtime headers: from the toolkit the configure step found.
-    find_path(DILOCO_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include REQUIRED)
+    # libtorch_cuda.so needs the NCCL, cuDNN, ... of the wheel's nvidia-* packages (its RPATH finds them at run time);
+    # at link time ld would take the CUDA toolkit's older libnccl instead and miss symbols: point it at the wheel's.
+    file(GLOB _nvidia_libs "${TORCH_INSTALL_PREFIX}/../nvidia/*/lib")
+    foreach(_dir ${_nvidia_libs})
+      add_link_options("LINKER:-rpath-link,${_dir}")
+    endforeach()
+    # ProcessGroupNCCL.hpp includes nccl.h and decides members by NCCL_VERSION_CODE: take the header of the NCCL the
+    # wheel was built with (its nvidia-nccl package), the toolkit's only when there is none.
+    find_path(DILOCO_NCCL_INCLUDE nccl.h HINTS "${TORCH_INSTALL_PREFIX}/../nvidia/nccl/include"
+              ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include NO_DEFAULT_PATH REQUIRED)
   endif()
 endif()

@@ -136,6 +136,7 @@ const std::vector<Field>& Fields() {
       MakeField("model.bos_token_id", &Config::model, &ModelConfig::bos_token_id),
       MakeField("model.eos_token_id", &Config::model, &ModelConfig::eos_token_id),
       MakeField("model.init_from", &Config::model, &ModelConfig::init_from),
+      MakeField("model.activation_checkpointing", &Config::model, &ModelConfig::activation_checkpointing),
       MakeField("data.text", &Config::data, &DataConfig::text),
       MakeField("data.files", &Config::data, &DataConfig::files),
       MakeField("data.format", &Config::data, &DataConfig::format),
@@ -161,6 +162,7 @@ const std::vector<Field>& Fields() {
       MakeField("inner.min_lr_ratio", &Config::inner, &InnerConfig::min_lr_ratio),
       MakeField("inner.grad_clip", &Config::inner, &InnerConfig::grad_clip),
       MakeField("inner.batch_size", &Config::inner, &InnerConfig::batch_size),
+      MakeField("inner.micro_batch_size", &Config::inner, &InnerConfig::micro_batch_size),
       MakeField("inner.steps", &Config::inner, &InnerConfig::steps),
       MakeField("inner.adaptive_steps", &Config::inner, &InnerConfig::adaptive_steps),
       MakeField("outer.optimizer", &Config::outer, &OuterConfig::optimizer),
@@ -183,6 +185,7 @@ const std::vector<Field>& Fields() {
       MakeField("coordinator.heartbeat_interval_s", &Config::coordinator, &CoordinatorConfig::heartbeat_interval_s),
       MakeField("coordinator.lease_s", &Config::coordinator, &CoordinatorConfig::lease_s),
       MakeField("coordinator.metrics_listen", &Config::coordinator, &CoordinatorConfig::metrics_listen),
+      MakeField("coordinator.device", &Config::coordinator, &CoordinatorConfig::device),
       MakeField("workers.count", &Config::workers, &WorkersConfig::count),
       MakeField("workers.device", &Config::workers, &WorkersConfig::device),
       MakeField("workers.threads", &Config::workers, &WorkersConfig::threads),
@@ -326,6 +329,16 @@ absl::Status MergeHfModelDir(Config& config, const SetKeys& set_keys) {
 }
 
 // security.*: cert and key come together; every named file must be readable; the token file must hold a secret.
+// cpu, cuda or cuda:N (whether the machine has it is checked where it runs: worker/lm/device_choice.h).
+absl::Status CheckDeviceName(const char* key, const std::string& device) {
+  if (device == "cpu" || device == "cuda" ||
+      (absl::StartsWith(device, "cuda:") && device.size() > 5 &&
+       device.find_first_not_of("0123456789", 5) == std::string::npos)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(key, ": '", device, "' is not a device; use cpu, cuda or cuda:N"));
+}
+
 absl::Status ValidateSecurity(const SecurityConfig& c) {
   if (c.tls_cert.empty() != c.tls_key.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -446,6 +459,12 @@ absl::Status ValidateConfig(const Config& c) {
     absl::Status s = positive(key, v);
     if (!s.ok()) return s;
   }
+  if (c.inner.micro_batch_size < 0 ||
+      (c.inner.micro_batch_size > 0 && c.inner.batch_size % c.inner.micro_batch_size != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("inner.micro_batch_size (", c.inner.micro_batch_size,
+                                                   ") must divide inner.batch_size (", c.inner.batch_size,
+                                                   "); 0 = the whole batch at once"));
+  }
   absl::Status model = ValidateModel(c.model);
   if (!model.ok()) return model;
   if (c.model.vocab_size > (int64_t{1} << 32)) {  // token ids are stored as uint16 or uint32
@@ -522,6 +541,8 @@ absl::Status ValidateConfig(const Config& c) {
                                                    c.outer.delay_n, " and ", c.outer.max_staleness));
   }
 
+  if (absl::Status s = CheckDeviceName("workers.device", c.workers.device); !s.ok()) return s;
+  if (absl::Status s = CheckDeviceName("coordinator.device", c.coordinator.device); !s.ok()) return s;
   if (!(c.workers.slowdown >= 1)) {
     return absl::InvalidArgumentError(absl::StrCat("workers.slowdown: must be >= 1, got ", c.workers.slowdown));
   }

@@ -3,24 +3,21 @@
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "worker/collective_group.h"
 #include "worker/trainer.h"
 
 namespace diloco {
-
-struct WorkerCluster::Group {
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
-};
 
 WorkerCluster::WorkerCluster(int rank, int size) : rank_(rank), size_(size) {}
 WorkerCluster::~WorkerCluster() = default;
 
 absl::StatusOr<std::unique_ptr<WorkerCluster>> WorkerCluster::Connect(int rank, int size,
                                                                       const std::string& store_address,
-                                                                      double timeout_s, const std::string& bind_host) {
+                                                                      double timeout_s, const std::string& bind_host,
+                                                                      torch::Device device) {
   const size_t colon = store_address.rfind(':');
   if (colon == std::string::npos || colon == 0) {
     return absl::InvalidArgumentError(absl::StrCat("--cluster-store: expected HOST:PORT, got '", store_address, "'"));
@@ -45,11 +42,8 @@ absl::StatusOr<std::unique_ptr<WorkerCluster>> WorkerCluster::Connect(int rank, 
     options.waitWorkers = true;
     options.timeout = timeout;
     auto store = c10::make_intrusive<c10d::TCPStore>(host, options);
-    auto gloo = c10d::ProcessGroupGloo::Options::create();
-    gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(bind_host.empty() ? host : bind_host));
-    gloo->timeout = timeout;
-    cluster->group_ = std::make_unique<Group>();
-    cluster->group_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, gloo);
+    cluster->group_ = device.is_cuda() ? MakeNcclGroup(store, rank, size, timeout, device)
+                                       : MakeGlooGroup(store, rank, size, timeout, bind_host.empty() ? host : bind_host);
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("cluster rendezvous at ", store_address, " (rank ", rank, " of ", size, ") failed: ", e.what()));
@@ -57,40 +51,27 @@ absl::StatusOr<std::unique_ptr<WorkerCluster>> WorkerCluster::Connect(int rank, 
   return cluster;
 }
 
-bool WorkerCluster::AverageGradients(const std::vector<torch::Tensor>& params, bool want_stop) {
+bool WorkerCluster::AverageGradients(const torch::Tensor& flat_gradients, bool want_stop) {
   torch::NoGradGuard no_grad;
-  int64_t n = 1;  // element 0: the stop wishes
-  for (const torch::Tensor& p : params) n += p.numel();
-  if (!flat_.defined() || flat_.numel() != n) flat_ = torch::empty({n}, torch::kFloat);
-  flat_[0] = want_stop ? 1.0f : 0.0f;
-  int64_t offset = 1;
-  for (const torch::Tensor& p : params) {
-    torch::Tensor slice = flat_.narrow(0, offset, p.numel());
-    if (p.grad().defined()) {
-      slice.copy_(p.grad().reshape({-1}));
-    } else {
-      slice.zero_();
-    }
-    offset += p.numel();
+  if (flat_gradients.device() != group_->device()) {
+    throw std::invalid_argument(absl::StrCat("cluster all-reduce: gradients on ", flat_gradients.device().str(),
+                                             ", the cluster's collectives on ", group_->device().str()));
   }
-  std::vector<at::Tensor> buffers = {flat_};
+  if (!stop_flag_.defined()) stop_flag_ = torch::empty({1}, flat_gradients.options());
+  stop_flag_.fill_(want_stop ? 1.0 : 0.0);
+  std::vector<torch::Tensor> buffers = {flat_gradients, stop_flag_};
   const auto t0 = std::chrono::steady_clock::now();
-  group_->pg->allreduce(buffers)->wait();
+  group_->AllReduceSum(buffers);
   collective_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const bool stop = flat_[0].item<float>() > 0;
-  flat_.narrow(0, 1, n - 1).div_(static_cast<double>(size_));
-  offset = 1;
-  for (const torch::Tensor& p : params) {
-    if (p.grad().defined()) p.mutable_grad().copy_(flat_.narrow(0, offset, p.numel()).view_as(p.grad()));
-    offset += p.numel();
-  }
-  return stop;
+  flat_gradients.div_(static_cast<double>(size_));
+  // The one host sync of a cluster's step: every rank must agree, at this step, whether the cluster stops.
+  return stop_flag_.item<float>() > 0;
 }
 
 void WorkerCluster::Broadcast(std::vector<torch::Tensor>& tensors) {
   int64_t n = 0;
   for (const torch::Tensor& t : tensors) n += t.numel();
-  torch::Tensor flat = torch::empty({n}, torch::kFloat);
+  torch::Tensor flat = torch::empty({n}, torch::TensorOptions(torch::kFloat).device(group_->device()));
   int64_t offset = 0;
   if (rank_ == 0) {
     for (const torch::Tensor& t : tensors) {
@@ -98,8 +79,7 @@ void WorkerCluster::Broadcast(std::vector<torch::Tensor>& tensors) {
       offset += t.numel();
     }
   }
-  std::vector<at::Tensor> buffers = {flat};
-  group_->pg->broadcast(buffers)->wait();
+  group_->Broadcast(flat);
   if (rank_ != 0) {
     for (torch::Tensor& t : tensors) {
       t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
@@ -109,9 +89,10 @@ void WorkerCluster::Broadcast(std::vector<torch::Tensor>& tensors) {
 }
 
 void WorkerCluster::BroadcastWords(std::array<int64_t, 4>& words) {
-  std::vector<at::Tensor> buffers = {torch::tensor({words[0], words[1], words[2], words[3]}, torch::kLong)};
-  group_->pg->broadcast(buffers)->wait();
-  const int64_t* v = buffers[0].data_ptr<int64_t>();
+  torch::Tensor buffer = torch::tensor({words[0], words[1], words[2], words[3]}, torch::kLong).to(group_->device());
+  group_->Broadcast(buffer);
+  buffer = buffer.cpu();
+  const int64_t* v = buffer.data_ptr<int64_t>();
   std::copy(v, v + words.size(), words.begin());
 }
 
@@ -125,9 +106,9 @@ void WorkerCluster::CheckReplicas(const std::vector<torch::Tensor>& params, int6
     squares += d.square().sum().item<double>();
   }
   torch::Tensor mine = torch::tensor({sum, squares}, torch::kDouble);
-  std::vector<at::Tensor> buffers = {mine.clone()};
-  group_->pg->broadcast(buffers)->wait();
-  if (rank_ != 0 && !buffers[0].equal(mine)) {
+  torch::Tensor theirs = mine.to(group_->device(), /*non_blocking=*/false, /*copy=*/true);
+  group_->Broadcast(theirs);
+  if (rank_ != 0 && !theirs.cpu().equal(mine)) {
     throw std::runtime_error(
         absl::StrCat("replica check: rank ", rank_, "'s parameters differ from rank 0's after ", "inner step ", step));
   }
@@ -136,7 +117,7 @@ void WorkerCluster::CheckReplicas(const std::vector<torch::Tensor>& params, int6
 
 void WorkerCluster::AttachTo(InnerTrainer& trainer, bool check_replicas) {
   trainer.set_gradient_hook(
-      [this](const std::vector<torch::Tensor>& params, bool want_stop) { return AverageGradients(params, want_stop); });
+      [this](const torch::Tensor& flat_gradients, bool want_stop) { return AverageGradients(flat_gradients, want_stop); });
   if (check_replicas) {
     trainer.set_step_hook(
         [this](const std::vector<torch::Tensor>& params, int64_t step) { CheckReplicas(params, step); });

@@ -1,10 +1,12 @@
 // WorkerCluster: the processes of one DiLoCo worker when workers.cluster_size = n > 1 (DESIGN: a "worker" of the
 // paper is a cluster doing ordinary data parallel inside). Rank 0, the leader, alone talks to the coordinator; all n
-// ranks rendezvous through a c10d TCPStore (hosted by rank 0 at --cluster-store HOST:PORT) and a ProcessGroupGloo
-// (LibTorch's own collectives), and every inner step averages their gradients, so their parameters stay identical.
-// The leader drives the followers with commands (worker/cluster_protocol.h: load theta, train n steps, merge a
-// fragment, stop), each one BroadcastWords. A dead rank makes the next collective throw (Gloo sees the connection
-// close), which takes the whole cluster out of the run; restarted, it joins again as the same worker.
+// ranks rendezvous through a c10d TCPStore (hosted by rank 0 at --cluster-store HOST:PORT) and a c10d process group
+// (worker/collective_group.h: Gloo for ranks on the CPU, NCCL for ranks on CUDA devices), and every inner step
+// averages their gradients in place in the inner optimizer's flat gradient buffer (one collective on the device), so
+// their parameters stay identical. The leader drives the followers with commands (worker/cluster_protocol.h: load
+// theta, train n steps, merge a fragment, stop), each one BroadcastWords. A dead rank makes the next collective throw
+// (Gloo sees the connection close, NCCL its timeout), which takes the whole cluster out of the run; restarted, it
+// joins again as the same worker.
 // Not thread-safe: one thread of each process calls it (the inner loop's thread).
 #pragma once
 
@@ -19,15 +21,18 @@
 
 namespace diloco {
 
+class CollectiveGroup;
 class InnerTrainer;
 
 class WorkerCluster {
  public:
   // Rendezvous of `size` ranks; rank 0 hosts the store at store_address (HOST:PORT). Blocks until all have come or
-  // timeout_s passes (then an error naming the store). Gloo's connections bind to bind_host, this rank's own
-  // address (default: the store's host, right when all ranks share a machine).
+  // timeout_s passes (then an error naming the store). On a CUDA `device` the ranks use NCCL, else Gloo, whose
+  // connections bind to bind_host, this rank's own address (default: the store's host, right when all ranks share
+  // a machine).
   static absl::StatusOr<std::unique_ptr<WorkerCluster>> Connect(int rank, int size, const std::string& store_address,
-                                                                double timeout_s, const std::string& bind_host = "");
+                                                                double timeout_s, const std::string& bind_host = "",
+                                                                torch::Device device = torch::kCPU);
   ~WorkerCluster();
 
   int rank() const { return rank_; }
@@ -35,11 +40,11 @@ class WorkerCluster {
   // Seconds spent waiting in AverageGradients' all-reduce (communication and waiting for slower ranks).
   double collective_seconds() const { return collective_seconds_; }
 
-  // Averages the gradients of `params` over the ranks (one all-reduce of a flat buffer) and ORs the ranks' stop
-  // wishes, carried in the same buffer. Returns whether any rank wants to stop. Throws on a dead peer.
-  bool AverageGradients(const std::vector<torch::Tensor>& params, bool want_stop);
+  // Averages the flat gradient buffer over the ranks, in place on its device, and ORs the ranks' stop wishes (one
+  // coalesced all-reduce of both). Returns whether any rank wants to stop. Throws on a dead peer.
+  bool AverageGradients(const torch::Tensor& flat_gradients, bool want_stop);
 
-  // Rank 0's tensors (CPU, contiguous) overwrite the others' (one broadcast of a flat buffer).
+  // Rank 0's tensors (CPU or the cluster's device, contiguous) overwrite the others' (one broadcast of a flat buffer).
   void Broadcast(std::vector<torch::Tensor>& tensors);
   // Rank 0's four words overwrite the others' (one broadcast): the carrier of worker/cluster_protocol.h's commands.
   void BroadcastWords(std::array<int64_t, 4>& words);
@@ -57,9 +62,8 @@ class WorkerCluster {
   WorkerCluster(int rank, int size);
   int rank_;
   int size_;
-  struct Group;  // the c10d ProcessGroupGloo (its header needs USE_C10D_GLOO, so it stays in cluster.cc)
-  std::unique_ptr<Group> group_;
-  torch::Tensor flat_;  // reused all-reduce buffer
+  std::unique_ptr<CollectiveGroup> group_;
+  torch::Tensor stop_flag_;  // one float on the group's device: the ranks' stop wishes, summed
   double collective_seconds_ = 0;
   int64_t replica_checks_ = 0;
 };

@@ -4,6 +4,9 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <tuple>
+
+#include "worker/lm/torch_compat.h"
 
 namespace diloco {
 namespace {
@@ -54,6 +57,13 @@ FlatAdamW::FlatAdamW(std::vector<torch::Tensor> params, AdamWSettings settings)
     if (!settings_.decay_1d && p.dim() < 2) layout.push_back(&p);
   }
   first_laid_ = static_cast<size_t>(layout.front() - views_.data());
+  fused_ = torch_compat::kHasFusedAdamW &&
+           (settings_.fused == AdamWSettings::Fused::kOn ||
+            (settings_.fused == AdamWSettings::Fused::kAuto && params_.device().is_cuda()));
+  if (settings_.fused == AdamWSettings::Fused::kOn && !torch_compat::kHasFusedAdamW) {
+    throw std::invalid_argument("FlatAdamW: the fused AdamW kernel needs LibTorch 2.x");
+  }
+
   int64_t offset = 0;
   for (torch::Tensor* slot_of : layout) {
     torch::Tensor& p = *slot_of;
@@ -70,8 +80,39 @@ void FlatAdamW::ZeroGrad() { grads_.zero_(); }
 
 double FlatAdamW::GradNorm() const { return grads_.norm().item<double>(); }
 
-void FlatAdamW::Step(double lr, double grad_scale) {
+torch::Tensor FlatAdamW::ClipScale(double max_norm) const {
   torch::NoGradGuard no_grad;
+  return (max_norm / (grads_.norm() + 1e-6)).clamp_max(1.0).reshape({1});
+}
+
+void FlatAdamW::Step(double lr, const torch::Tensor& grad_scale) {
+  if (params_.device().is_cpu() && !fused_) {  // the CPU loop takes a host scalar: one read of one float
+    Step(lr, grad_scale.defined() ? grad_scale.item<double>() : 1.0);
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  CheckViews();
+  ++step_;
+  if (fused_) {
+    // The kernel divides the gradients by its scale: pass 1 / grad_scale (on the device).
+    const torch::Tensor inverse =
+        grad_scale.defined() ? grad_scale.reciprocal() : torch::ones({1}, params_.options());
+    const int64_t n = params_.numel();
+    for (const auto& [begin, end, decay] : {std::tuple<int64_t, int64_t, double>{0, decayed_, settings_.weight_decay},
+                                            std::tuple<int64_t, int64_t, double>{decayed_, n, 0.0}}) {
+      if (end == begin) continue;
+      // The kernel takes each tensor's step count, this step included (a float on the device), as torch.optim does.
+      torch::Tensor step = torch::full({1}, static_cast<double>(step_), params_.options());
+      torch_compat::FusedAdamW({params_.narrow(0, begin, end - begin)}, {grads_.narrow(0, begin, end - begin)},
+                               {exp_avg_.narrow(0, begin, end - begin)}, {exp_avg_sq_.narrow(0, begin, end - begin)},
+                               {step}, lr, settings_.beta1, settings_.beta2, decay, settings_.eps, inverse);
+    }
+    return;
+  }
+  UpdateWithTensorOps(lr, grad_scale.defined() ? grads_ * grad_scale : grads_);
+}
+
+void FlatAdamW::CheckViews() const {
   // Something that replaced a parameter's data or gradient (module zero_grad setting grads to none, .to(), a
   // set_data) would cut it off the flat buffers and train on nothing: refuse loudly instead.
   const torch::Tensor& first = views_[first_laid_];
@@ -79,12 +120,31 @@ void FlatAdamW::Step(double lr, double grad_scale) {
       first.grad().data_ptr() != grads_.data_ptr()) {
     throw std::logic_error("FlatAdamW: the parameters or gradients are no longer views of the flat buffers");
   }
+}
+
+void FlatAdamW::UpdateWithTensorOps(double lr, const torch::Tensor& grads) {
+  const double bias_correction1 = 1.0 - std::pow(settings_.beta1, static_cast<double>(step_));
+  const double bias_correction2 = 1.0 - std::pow(settings_.beta2, static_cast<double>(step_));
+  params_.narrow(0, 0, decayed_).mul_(1.0 - lr * settings_.weight_decay);
+  exp_avg_.mul_(settings_.beta1).add_(grads, 1.0 - settings_.beta1);
+  exp_avg_sq_.mul_(settings_.beta2).addcmul_(grads, grads, 1.0 - settings_.beta2);
+  params_.addcdiv_(exp_avg_, (exp_avg_sq_.sqrt() / std::sqrt(bias_correction2)).add_(settings_.eps),
+                   -lr / bias_correction1);
+}
+
+void FlatAdamW::Step(double lr, double grad_scale) {
+  if (fused_ || !params_.device().is_cpu()) {
+    Step(lr, grad_scale == 1.0 ? torch::Tensor() : torch::full({1}, grad_scale, params_.options()));
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  CheckViews();
   ++step_;
   const double bias_correction1 = 1.0 - std::pow(settings_.beta1, static_cast<double>(step_));
   const double bias_correction2 = 1.0 - std::pow(settings_.beta2, static_cast<double>(step_));
   const double step_size = lr / bias_correction1;
   const double decay = 1.0 - lr * settings_.weight_decay;
-  if (params_.device().is_cpu()) {
+  {
     const StepConstants c{static_cast<float>(decay),
                           static_cast<float>(settings_.beta1),
                           static_cast<float>(settings_.beta2),
@@ -104,14 +164,7 @@ void FlatAdamW::Step(double lr, double grad_scale) {
     exempt.decay = 1.0f;
     at::parallel_for(decayed_, params_.numel(), int64_t{1} << 15,
                      [&](int64_t begin, int64_t end) { AdamWKernel(p, g, m, v, exempt, begin, end); });
-    return;
   }
-  // Other devices: the same update in a few whole-buffer tensor ops (the gradients left as they are, as on CPU).
-  const torch::Tensor grads = grad_scale != 1.0 ? grads_ * grad_scale : grads_;
-  params_.narrow(0, 0, decayed_).mul_(decay);
-  exp_avg_.mul_(settings_.beta1).add_(grads, 1.0 - settings_.beta1);
-  exp_avg_sq_.mul_(settings_.beta2).addcmul_(grads, grads, 1.0 - settings_.beta2);
-  params_.addcdiv_(exp_avg_, (exp_avg_sq_.sqrt() / std::sqrt(bias_correction2)).add_(settings_.eps), -step_size);
 }
 
 void FlatAdamW::RestoreState(int64_t steps, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq) {

@@ -26,6 +26,9 @@ struct AdamWSettings {
   // Whether 1-D tensors (norm gains, biases) are decayed too (inner.weight_decay_1d). When false they are laid after
   // the decayed ones in the flat buffers and stepped with no decay, as nanoGPT's and Hugging Face's parameter groups.
   bool decay_1d = true;
+  // LibTorch's fused AdamW kernel (at::_fused_adamw_, LibTorch 2.x) instead of our loop / tensor ops: kAuto takes it
+  // on CUDA where it exists; kOn also on the CPU (tests hold it to our loop); kOff never.
+  enum class Fused { kAuto, kOn, kOff } fused = Fused::kAuto;
 };
 
 class FlatAdamW {
@@ -38,6 +41,12 @@ class FlatAdamW {
   double GradNorm() const;
   // One AdamW step with learning rate lr on the gradients times grad_scale (clipping: max_norm / (norm + 1e-6)).
   void Step(double lr, double grad_scale = 1.0);
+  // The same with the scale a one-element float tensor on the parameters' device, so that clipping needs no host sync
+  // (ClipScale's result; an undefined tensor = 1).
+  void Step(double lr, const torch::Tensor& grad_scale);
+  // min(1, max_norm / (|gradients| + 1e-6)) as a one-element tensor on the parameters' device, computed there.
+  torch::Tensor ClipScale(double max_norm) const;
+  bool fused() const { return fused_; }  // whether Step runs LibTorch's fused kernel (AdamWSettings::fused)
 
   int64_t steps() const { return step_; }
   // The moments, flat float32 in the buffers' order (the worker's local state saves them: worker/worker_state.h).
@@ -50,10 +59,14 @@ class FlatAdamW {
   const torch::Tensor& flat_gradients() const { return grads_; }
 
  private:
+  void CheckViews() const;
+  void UpdateWithTensorOps(double lr, const torch::Tensor& grads);  // devices other than the CPU, without fusion
+
   std::vector<torch::Tensor> views_;  // the parameters, now views into params_
   AdamWSettings settings_;
   torch::Tensor params_, grads_, exp_avg_, exp_avg_sq_;
   size_t first_laid_ = 0;  // the view at offset 0
+  bool fused_ = false;
   int64_t decayed_ = 0;    // params_[0, decayed_) get weight decay, the rest none
   int64_t step_ = 0;
 };

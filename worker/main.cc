@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
 
 #include "config/config_loader.h"
@@ -13,6 +14,8 @@
 #include "config/subprocess.h"
 #include "proto/compute_threads.h"
 #include "worker/data_parallel.h"
+#include "worker/lm/device_choice.h"
+#include "worker/lm/torch_compat.h"
 #include "worker/worker_loop.h"
 
 namespace {
@@ -40,6 +43,9 @@ int main(int argc, char** argv) {
   app.add_option("--cluster-bind", options.cluster_bind,
                  "this rank's own IP address for the cluster's connections (default: the --cluster-store host; set it "
                  "when ranks are on different hosts)");
+  std::string device;
+  app.add_option("--device", device,
+                 "this process's device, overriding workers.device: cpu, cuda (cuda:<local rank>) or cuda:N");
   CLI11_PARSE(app, argc, argv);
   const bool ddp = mode == "ddp";
   if (!ddp && (options.coordinator.empty() || options.id.empty())) {
@@ -58,11 +64,23 @@ int main(int argc, char** argv) {
   }
   spdlog::info("config {} (hash {})", config_path, diloco::ConfigHash(*config));
   diloco::SetComputeThreads(static_cast<int>(config->workers.threads));
-  if (config->workers.device != "cpu" && !torch::cuda::is_available()) {
-    spdlog::error("workers.device: '{}' requested but this LibTorch has no CUDA device; use cpu",
-                  config->workers.device);
+  // The device this process trains on: rank r of a cluster gets cuda:<local rank> from workers.device cuda (LOCAL_RANK
+  // when a launcher sets it, else --rank), --device overrides. The resolved device replaces workers.device for the
+  // rest of the run (after the config hash above, which stays the file's).
+  const char* local_rank_env = std::getenv("LOCAL_RANK");
+  const int local_rank = local_rank_env != nullptr ? std::atoi(local_rank_env) : options.rank;
+  const diloco::CudaFacts cuda{diloco::torch_compat::CudaBuilt(),
+                               diloco::torch_compat::CudaBuilt() ? static_cast<int>(torch::cuda::device_count()) : 0};
+  auto chosen = device.empty() ? diloco::ChooseDevice(config->workers.device, "workers.device", local_rank,
+                                                      static_cast<int>(config->workers.cluster_size), cuda)
+                               : diloco::ChooseDevice(device, "--device", local_rank, 1, cuda);
+  if (!chosen.ok()) {
+    spdlog::error("{}", std::string(chosen.status().message()));
     return diloco::kWorkerConfigError;
   }
+  if (!chosen->warning.empty()) spdlog::warn("{}", chosen->warning);
+  config->workers.device = chosen->device;
+  if (chosen->device != "cpu") spdlog::info("device {}", chosen->device);
   auto cache = diloco::EnsureTokenized(*config, diloco::SiblingExecutable("diloco-tokenize"));
   if (!cache.ok()) {
     spdlog::error("{}", std::string(cache.status().message()));

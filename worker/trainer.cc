@@ -1,11 +1,10 @@
 #include "worker/trainer.h"
 
-#include <ATen/autocast_mode.h>
-
 #include <chrono>
 #include <numeric>
 #include <thread>
 
+#include "worker/lm/torch_compat.h"
 #include "worker/lr_schedule.h"
 
 namespace diloco {
@@ -15,30 +14,23 @@ namespace {
 // loss in float32; parameters, gradients and AdamW stay float32). Autocast state is thread-local; restored on exit.
 class AutocastScope {
  public:
-  AutocastScope(bool on, const torch::Device& device) : on_(on), cuda_(device.is_cuda()) {
+  AutocastScope(bool on, const torch::Device& device) : on_(on), type_(device.type()) {
     if (!on_) return;
-    if (cuda_) {
-      was_ = at::autocast::is_enabled();
-      at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
-      at::autocast::set_enabled(true);
-    } else {
-      was_ = at::autocast::is_cpu_enabled();
-      at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-      at::autocast::set_cpu_enabled(true);
-    }
+    was_enabled_ = torch_compat::AutocastEnabled(type_);
+    was_dtype_ = torch_compat::AutocastDtype(type_);
+    torch_compat::SetAutocast(type_, true, at::kBFloat16);
   }
   ~AutocastScope() {
     if (!on_) return;
-    if (cuda_) {
-      at::autocast::set_enabled(was_);
-    } else {
-      at::autocast::set_cpu_enabled(was_);
-    }
+    torch_compat::SetAutocast(type_, was_enabled_, was_dtype_);
     at::autocast::clear_cache();
   }
 
  private:
-  bool on_, cuda_, was_ = false;
+  bool on_;
+  at::DeviceType type_;
+  bool was_enabled_ = false;
+  at::ScalarType was_dtype_ = at::kBFloat16;
 };
 
 }  // namespace
@@ -137,7 +129,7 @@ StepStats InnerTrainer::TrainSteps(int64_t first_step, int64_t n, const std::ato
       loss = model_->Loss(batch.inputs.to(device_), batch.targets.to(device_));
     }
     loss.backward();
-    if (gradient_hook_ && gradient_hook_(params, want_stop)) {
+    if (gradient_hook_ && gradient_hook_(optimizer_->flat_gradients(), want_stop)) {
       stats.abandoned = true;
       break;
     }

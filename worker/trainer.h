@@ -94,11 +94,12 @@ class InnerTrainer {
   // Streaming DiLoCo's merge: local[which[j]] <- alpha * local[which[j]] + (1 - alpha) * global[j].
   void Merge(const NamedTensors& global, const std::vector<size_t>& which, double alpha);
 
-  // Worker clusters (worker/cluster.h). The gradient hook runs after each backward, before clipping, with this
+  // Worker clusters (worker/cluster.h). The gradient hook runs after each backward, before clipping, with the inner
+  // optimizer's flat gradient buffer (all gradients, on the model's device; the hook may change it in place) and this
   // rank's wish to stop (*stop); it returns whether the cluster stops (then the step is not taken and TrainSteps
   // returns abandoned). With a gradient hook, *stop is only acted on through it, so all ranks stop at the same step.
   // The step hook runs after each optimizer step with the global step index.
-  using GradientHook = std::function<bool(const std::vector<torch::Tensor>& params, bool want_stop)>;
+  using GradientHook = std::function<bool(const torch::Tensor& flat_gradients, bool want_stop)>;
   using StepHook = std::function<void(const std::vector<torch::Tensor>& params, int64_t step)>;
   void set_gradient_hook(GradientHook hook) { gradient_hook_ = std::move(hook); }
   void set_step_hook(StepHook hook) { step_hook_ = std::move(hook); }

@@ -25,7 +25,8 @@ int RunWorker(const Config& config, const TokenCache& cache, const WorkerOptions
     }
     auto connected =
         WorkerCluster::Connect(options.rank, static_cast<int>(config.workers.cluster_size), options.cluster_store,
-                               config.workers.cluster_timeout_s, options.cluster_bind);
+                               config.workers.cluster_timeout_s, options.cluster_bind,
+                               torch::Device(config.workers.device));
     if (!connected.ok()) {
       spdlog::error("{}", std::string(connected.status().message()));
       return kWorkerClusterFailed;

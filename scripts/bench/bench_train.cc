@@ -1,5 +1,6 @@
 // diloco-bench-train: measures, in one process, the worker's inner loop (tokens/s of InnerTrainer on the config's
-// model, batch and data), a matmul peak (1024^3 fp32), the model FLOP utilisation against that peak, memory
+// model, batch and data; on the CPU or, with --device cuda:N, a GPU), a matmul peak (1024^3 fp32 on the CPU, 8192^3
+// bf16 on a GPU), the model FLOP utilisation against that peak (and against --peak-tflops), memory
 // bandwidth (a triad), and the outer Nesterov step's time against its memory floor (5 x 4 bytes x params moved).
 // Prints one JSON line. Used by scripts/bench/train; not a test.
 // --composite-ops runs the model's attention as LibTorch's composite ops (as the Python reference
@@ -7,6 +8,7 @@
 // and prints, per operator (matrix products also per shape), its self time per step and share of the total: where
 // the C++ step's time goes.
 #include <ATen/Parallel.h>
+#include <torch/cuda.h>
 #include <torch/csrc/autograd/profiler_legacy.h>
 
 #include <CLI/CLI.hpp>
@@ -23,6 +25,7 @@
 #include "coordinator/outer_optimizer.h"
 #include "proto/compute_threads.h"
 #include "worker/lm/kernel_dispatch.h"
+#include "worker/lm/torch_compat.h"
 #include "worker/trainer.h"
 
 namespace {
@@ -106,6 +109,13 @@ int main(int argc, char** argv) {
   int64_t profile_steps = 0;
   app.add_option("--profile-ops", profile_steps,
                  "instead of the benchmark: profile this many steps, print per operator");
+  std::string device = "cpu";
+  app.add_option("--device", device, "cpu or cuda:N: where the inner loop runs (the matmul peak is then bf16 there)");
+  double peak_tflops = 0;
+  app.add_option("--peak-tflops", peak_tflops, "also report MFU against this peak (e.g. the GPU's dense bf16 spec)");
+  bool sdpa_on_cpu = false;
+  app.add_flag("--sdpa-on-cpu", sdpa_on_cpu,
+               "CPU float32 attention through at::scaled_dot_product_attention (LibTorch 2.x), not our fused kernel");
   bool composite_ops = false;
   app.add_flag("--composite-ops", composite_ops,
                "the model's attention as LibTorch's composite ops, not the fused kernel");
@@ -117,6 +127,11 @@ int main(int argc, char** argv) {
   }
   diloco::SetComputeThreads(threads);  // LibTorch and OpenBLAS, as the worker does
   diloco::AllowFusedKernels(!composite_ops);
+  if (sdpa_on_cpu && !diloco::torch_compat::kHasSdpa) {
+    std::cerr << "error: --sdpa-on-cpu needs the LibTorch 2.x build\n";
+    return 2;
+  }
+  diloco::SetPreferSdpaOnCpu(sdpa_on_cpu);
   config->inner.steps = steps;
   auto cache = diloco::EnsureTokenized(*config, diloco::SiblingExecutable("diloco-tokenize"));
   if (!cache.ok()) {
@@ -128,7 +143,13 @@ int main(int argc, char** argv) {
     std::cerr << "error: " << train.status().message() << "\n";
     return 2;
   }
-  diloco::InnerTrainer trainer(*config, std::move(*train), torch::kCPU, 1);
+  const torch::Device on(device);
+  if (on.is_cuda() && !torch::cuda::is_available()) {
+    std::cerr << "error: --device " << device << ": no CUDA device here\n";
+    return 2;
+  }
+  config->workers.device = device;
+  diloco::InnerTrainer trainer(*config, std::move(*train), on, 1);
   diloco::NamedTensors theta;
   for (const auto& [name, p] : diloco::NamedParameters(*trainer.model())) theta.emplace_back(name, p.detach().clone());
   trainer.TrainRound(theta, 0);  // warm-up: allocations, AdamW state
@@ -139,11 +160,17 @@ int main(int argc, char** argv) {
   const diloco::RoundResult timed = trainer.TrainRound(theta, 1);
   const double tokens_per_s = timed.tokens / timed.seconds;
 
-  // Matmul peak.
-  const at::Tensor a = at::randn({1024, 1024}), b = at::randn({1024, 1024});
-  at::mm(a, b);
-  const double mm_s = MedianSeconds(10, [&] { at::mm(a, b); });
-  const double peak_flops = 2.0 * 1024 * 1024 * 1024 / mm_s;
+  // Matmul peak: 1024^3 fp32 on the CPU; 8192^3 bf16 on a GPU (synchronised, so the time is the kernel's).
+  const int64_t mm_n = on.is_cuda() ? 8192 : 1024;
+  const auto mm_options = on.is_cuda() ? at::TensorOptions(at::kBFloat16).device(on) : at::TensorOptions(at::kFloat);
+  const at::Tensor a = at::randn({mm_n, mm_n}, mm_options), b = at::randn({mm_n, mm_n}, mm_options);
+  auto mm = [&] {
+    at::mm(a, b);
+    if (on.is_cuda()) torch::cuda::synchronize(on.index());
+  };
+  mm();
+  const double mm_s = MedianSeconds(10, mm);
+  const double peak_flops = 2.0 * mm_n * mm_n * mm_n / mm_s;
 
   // Training FLOPs per token: 6 x (block parameters) + 6 x layers x seq x d (attention scores and mixing)
   // + 6 x d x vocab (the tied output head).
@@ -177,7 +204,11 @@ int main(int argc, char** argv) {
   });
   const double outer_floor_s = 5.0 * 4 * params / bandwidth;
 
-  nlohmann::json out = {{"impl", composite_ops ? "c++ composite" : "c++"},
+  nlohmann::json out = {{"impl", composite_ops ? "c++ composite" : sdpa_on_cpu ? "c++ sdpa" : "c++"},
+                        {"torch", TORCH_VERSION},
+                        {"device", device},
+                        {"precision", config->workers.precision == diloco::Precision::kBf16 ? "bf16" : "fp32"},
+                        {"final_loss", timed.mean_loss},
                         {"threads", threads},
                         {"params", params},
                         {"tokens_per_s", tokens_per_s},
@@ -189,6 +220,7 @@ int main(int argc, char** argv) {
                         {"outer_step_ms", outer_s * 1e3},
                         {"outer_floor_ms", outer_floor_s * 1e3},
                         {"outer_vs_floor", outer_s / outer_floor_s}};
+  if (peak_tflops > 0) out["mfu_vs_given_peak"] = tokens_per_s * flops_per_token / (peak_tflops * 1e12);
   std::cout << out.dump() << std::endl;
   return 0;
 }

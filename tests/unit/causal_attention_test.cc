@@ -151,3 +151,24 @@ TEST(CausalAttention, LanguageModelMatchesTheCompositeModelInDouble) {
 
 }  // namespace
 }  // namespace diloco
+
+namespace diloco {
+namespace {
+
+// Inputs the CPU float32 kernel does not take (here float64) go to at::scaled_dot_product_attention on LibTorch 2.x
+// (the path CUDA and bf16 take) and to the composite ops on 1.13: forward and backward equal the composite ops.
+TEST(CausalAttention, OtherDtypesTakeSdpaOn2xAndMatchTheCompositeOps) {
+  torch::manual_seed(11);
+  const torch::Tensor input = torch::randn({2, 29, 3 * 48}, torch::kDouble);
+  const torch::Tensor upstream = torch::randn({2, 29, 48}, torch::kDouble);
+  torch::Tensor a = input.clone().requires_grad_(true), b = input.clone().requires_grad_(true);
+  torch::Tensor out = CausalSelfAttention(a, 3);
+  torch::Tensor ref = CausalSelfAttentionReference(b, 3);
+  (out * upstream).sum().backward();
+  (ref * upstream).sum().backward();
+  EXPECT_LT(MaxAbsDiff(out, ref), 1e-12);
+  EXPECT_LT(MaxAbsDiff(a.grad(), b.grad()), 1e-12);
+}
+
+}  // namespace
+}  // namespace diloco

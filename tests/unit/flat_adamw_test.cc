@@ -9,6 +9,8 @@
 
 #include <vector>
 
+#include "worker/lm/torch_compat.h"
+
 namespace diloco {
 namespace {
 
@@ -27,7 +29,9 @@ struct Net : torch::nn::Module {
   torch::nn::Linear fc{nullptr}, out{nullptr};
 };
 
-TEST(FlatAdamWTest, MatchesTorchAdamWWithScheduleAndClipping) {
+// Trains two copies of a net 30 steps, one with FlatAdamW (settings `fused`; the clip scale as a host double or as a
+// device tensor), one with torch::optim::AdamW and clip_grad_norm_, and checks they agree.
+void CheckAgainstTorchAdamW(AdamWSettings::Fused fused, bool scale_as_tensor) {
   torch::manual_seed(3);
   Net a, b;
   {
@@ -39,6 +43,7 @@ TEST(FlatAdamWTest, MatchesTorchAdamWWithScheduleAndClipping) {
   s.beta1 = 0.9;
   s.beta2 = 0.95;
   s.weight_decay = 0.1;
+  s.fused = fused;
   std::vector<torch::Tensor> initial;
   for (const auto& p : a.parameters()) initial.push_back(p.detach().clone());
   FlatAdamW flat(a.parameters(), s);
@@ -53,7 +58,13 @@ TEST(FlatAdamWTest, MatchesTorchAdamWWithScheduleAndClipping) {
     const double norm = flat.GradNorm();
     const double scale = std::min(1.0, max_norm / (norm + 1e-6));
     clipped += scale < 1.0;
-    flat.Step(lr, scale);
+    if (scale_as_tensor) {
+      const torch::Tensor on_device = flat.ClipScale(max_norm);
+      EXPECT_NEAR(on_device.item<double>(), scale, 1e-6 * scale);
+      flat.Step(lr, on_device);
+    } else {
+      flat.Step(lr, scale);
+    }
 
     reference.zero_grad();
     b.Loss(x, y).backward();
@@ -70,6 +81,22 @@ TEST(FlatAdamWTest, MatchesTorchAdamWWithScheduleAndClipping) {
     EXPECT_GT((pa[i] - initial[i]).abs().max().item<double>(), 1e-3) << "parameter " << i;
   }
   EXPECT_EQ(flat.steps(), 30);
+}
+
+TEST(FlatAdamWTest, MatchesTorchAdamWWithScheduleAndClipping) {
+  CheckAgainstTorchAdamW(AdamWSettings::Fused::kOff, /*scale_as_tensor=*/false);
+  CheckAgainstTorchAdamW(AdamWSettings::Fused::kOff, /*scale_as_tensor=*/true);
+}
+
+// LibTorch 2.x's fused kernel (what CUDA workers step with), forced on the CPU here, with the clip scale computed on
+// the device: the same parameters as torch::optim::AdamW.
+TEST(FlatAdamWTest, FusedKernelWithDeviceClipScaleMatchesTorchAdamW) {
+  if (!torch_compat::kHasFusedAdamW) GTEST_SKIP() << "LibTorch 1.13 has no fused AdamW kernel (the 2.x build tests it)";
+  AdamWSettings fused;
+  fused.fused = AdamWSettings::Fused::kOn;
+  FlatAdamW probe(std::vector<torch::Tensor>{torch::zeros({2}, torch::kFloat)}, fused);
+  EXPECT_TRUE(probe.fused());
+  CheckAgainstTorchAdamW(AdamWSettings::Fused::kOn, /*scale_as_tensor=*/true);
 }
 
 TEST(FlatAdamWTest, ParametersAndGradientsStayViewsOfTheFlatBuffers) {
@@ -112,7 +139,7 @@ TEST(FlatAdamWTest, ParametersAndGradientsStayViewsOfTheFlatBuffers) {
 // inner.weight_decay_1d = false: against torch::optim::AdamW with two parameter groups (matrices decayed, 1-D tensors
 // with weight_decay 0), as nanoGPT and Hugging Face's Trainer build them. A wrong implementation (decay everywhere, or
 // nowhere) moves the biases or the matrices differently.
-TEST(FlatAdamWTest, OneDimensionalTensorsWithoutDecayMatchTorchParamGroups) {
+void CheckOneDimensionalWithoutDecay(AdamWSettings::Fused fused) {
   torch::manual_seed(5);
   Net a, b;
   {
@@ -123,6 +150,7 @@ TEST(FlatAdamWTest, OneDimensionalTensorsWithoutDecayMatchTorchParamGroups) {
   AdamWSettings s;
   s.weight_decay = 0.5;  // large, so that decaying a bias shows
   s.decay_1d = false;
+  s.fused = fused;
   FlatAdamW flat(a.parameters(), s);
   std::vector<torch::Tensor> matrices, vectors;
   for (const auto& p : b.parameters()) (p.dim() >= 2 ? matrices : vectors).push_back(p);
@@ -146,6 +174,14 @@ TEST(FlatAdamWTest, OneDimensionalTensorsWithoutDecayMatchTorchParamGroups) {
     EXPECT_TRUE(torch::allclose(pa[i], pb[i], /*rtol=*/1e-5, /*atol=*/1e-6)) << "parameter " << i;
   }
   EXPECT_EQ(flat.flat_parameters().numel(), 50 * 16 + 16 * 32 + 32 + 32 * 16 + 16);
+}
+
+TEST(FlatAdamWTest, OneDimensionalTensorsWithoutDecayMatchTorchParamGroups) {
+  for (const auto fused : {AdamWSettings::Fused::kOff, AdamWSettings::Fused::kOn}) {
+    if (fused == AdamWSettings::Fused::kOn && !torch_compat::kHasFusedAdamW) continue;
+    SCOPED_TRACE(fused == AdamWSettings::Fused::kOn ? "fused kernel (two segments)" : "our loop");
+    CheckOneDimensionalWithoutDecay(fused);
+  }
 }
 
 }  // namespace diloco

@@ -9,6 +9,7 @@
 
 #include "worker/lm/causal_attention_kernels.h"
 #include "worker/lm/kernel_dispatch.h"
+#include "worker/lm/torch_compat.h"
 
 namespace diloco {
 namespace {
@@ -109,10 +110,16 @@ torch::Tensor CausalSelfAttentionReference(const torch::Tensor& qkv, int64_t n_h
 }
 
 torch::Tensor CausalSelfAttention(const torch::Tensor& qkv, int64_t n_head) {
-  if (!UseFusedKernels() || !qkv.device().is_cpu() || qkv.scalar_type() != torch::kFloat) {
-    return CausalSelfAttentionReference(qkv, n_head);
+  if (!UseFusedKernels()) return CausalSelfAttentionReference(qkv, n_head);
+  if (qkv.device().is_cpu() && qkv.scalar_type() == torch::kFloat &&
+      !(torch_compat::kHasSdpa && PreferSdpaOnCpu())) {
+    return CausalAttentionFunction::apply(qkv, n_head);
   }
-  return CausalAttentionFunction::apply(qkv, n_head);
+  if (!torch_compat::kHasSdpa) return CausalSelfAttentionReference(qkv, n_head);
+  // LibTorch 2.x on CUDA (flash / memory-efficient kernels) and for other dtypes: scaled_dot_product_attention.
+  const Shape s = ShapeOf(qkv, n_head);
+  auto parts = qkv.view({s.B, s.T, 3, s.n_head, s.hd}).permute({2, 0, 3, 1, 4});  // q, k, v: [B, h, T, hd]
+  return torch_compat::CausalSdpa(parts[0], parts[1], parts[2]).transpose(1, 2).reshape({s.B, s.T, s.D});
 }
 
 torch::Tensor CachedAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, KvCache& cache,

@@ -7,8 +7,9 @@
 // Why: at the demo's sizes (64 products of 64 x 32 x 64 per layer) the composite ops run the attention at about a
 // fifth of the machine's matmul peak (one small OpenBLAS call per head, plus six passes over the [B, h, T, T] scores);
 // on CPU float32 this op computes each (batch, head) in cache with register-blocked loops, skips the masked half and
-// keeps the probabilities for the backward pass. Other devices and dtypes (CUDA, bf16 autocast) take the composite
-// ops. The AVX2+FMA and baseline builds of the kernel round differently (fused multiply-adds), so the last bits
+// keeps the probabilities for the backward pass. Other devices and dtypes (CUDA, bf16 autocast) take LibTorch's
+// at::scaled_dot_product_attention on LibTorch 2.x (flash / memory-efficient kernels on CUDA) and the composite ops on
+// 1.13. The AVX2+FMA and baseline builds of the kernel round differently (fused multiply-adds), so the last bits
 // depend on the CPU, as OpenBLAS's do; no double backward (create_graph is refused). Stateless and thread-safe;
 // parallel over (batch, head) with ATen's intra-op threads.
 #pragma once

@@ -1,0 +1,149 @@
+// GPU tests (ctest label `cuda`): the CUDA paths against the CPU ones, on a machine with a GPU; each skips with the
+// reason on a machine without one (CI's), so the label can always run. scripts/gpu/check runs them on a GPU machine.
+//  - one inner step (forward, backward, clipping, LibTorch's fused AdamW) on cuda:0 equals the same step on the CPU;
+//  - causal attention through at::scaled_dot_product_attention on CUDA equals the composite ops (fp32 and bf16);
+//  - a worker cluster of two ranks on two GPUs (NCCL) averages the flat gradient buffer as the per-tensor mean;
+//  - a real run: coordinator evaluating on cuda:0, a worker training on cuda:0 and one on the CPU.
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config/config.h"
+#include "tests/process_harness.h"
+#include "worker/cluster.h"
+#include "worker/flat_adamw.h"
+#include "worker/lm/causal_attention.h"
+#include "worker/lm/language_model.h"
+#include "worker/lm/torch_compat.h"
+
+namespace diloco::testing {
+namespace {
+
+#define SKIP_WITHOUT_GPUS(n)                                                                                  \
+  if (static_cast<int>(torch::cuda::device_count()) < (n)) {                                                  \
+    GTEST_SKIP() << "needs " << (n) << " CUDA device(s); this machine has " << torch::cuda::device_count()    \
+                 << (torch_compat::CudaBuilt() ? " (CUDA build)" : " (this build's LibTorch has no CUDA)"); \
+  }
+
+ModelConfig SmallLlama() {
+  ModelConfig m;
+  m.arch = ModelArch::kLlama;
+  m.vocab_size = 128;
+  m.seq_len = 32;
+  m.n_layer = 2;
+  m.n_head = 4;
+  m.n_kv_head = 2;
+  m.d_model = 64;
+  return m;
+}
+
+double MaxRelDiff(const torch::Tensor& a, const torch::Tensor& b) {
+  const torch::Tensor x = a.detach().cpu().to(torch::kDouble), y = b.detach().cpu().to(torch::kDouble);
+  return ((x - y).abs().max() / (y.abs().max() + 1e-12)).item<double>();
+}
+
+TEST(Cuda, InnerStepOnTheGpuMatchesTheCpu) {
+  SKIP_WITHOUT_GPUS(1);
+  const torch::Device gpu("cuda:0");
+  LanguageModelPtr cpu_model = MakeLanguageModel(SmallLlama(), 3);
+  LanguageModelPtr gpu_model = MakeLanguageModel(SmallLlama(), 3);
+  gpu_model->to(gpu);
+  AdamWSettings settings;
+  settings.weight_decay = 0.1;
+  FlatAdamW cpu_opt(cpu_model->parameters(), settings);
+  FlatAdamW gpu_opt(gpu_model->parameters(), settings);
+  EXPECT_EQ(gpu_opt.fused(), torch_compat::kHasFusedAdamW) << "CUDA steps take LibTorch's fused kernel";
+  torch::manual_seed(9);
+  for (int step = 0; step < 3; ++step) {
+    const torch::Tensor x = torch::randint(0, 128, {4, 32}), y = torch::randint(0, 128, {4, 32});
+    cpu_opt.ZeroGrad();
+    gpu_opt.ZeroGrad();
+    const torch::Tensor cpu_loss = cpu_model->Loss(x, y), gpu_loss = gpu_model->Loss(x.to(gpu), y.to(gpu));
+    cpu_loss.backward();
+    gpu_loss.backward();
+    EXPECT_LT(MaxRelDiff(gpu_loss, cpu_loss), 1e-4) << "step " << step;
+    EXPECT_LT(MaxRelDiff(gpu_opt.flat_gradients(), cpu_opt.flat_gradients()), 1e-3) << "step " << step;
+    cpu_opt.Step(1e-3, cpu_opt.ClipScale(0.5));
+    gpu_opt.Step(1e-3, gpu_opt.ClipScale(0.5));
+  }
+  EXPECT_LT(MaxRelDiff(gpu_opt.flat_parameters(), cpu_opt.flat_parameters()), 1e-4);
+}
+
+TEST(Cuda, SdpaAttentionMatchesTheCompositeOps) {
+  SKIP_WITHOUT_GPUS(1);
+  torch::manual_seed(4);
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    const torch::Tensor qkv = torch::randn({3, 64, 3 * 128}, torch::TensorOptions(dtype).device(torch::kCUDA));
+    const torch::Tensor fused = CausalSelfAttention(qkv, 4);
+    const torch::Tensor reference = CausalSelfAttentionReference(qkv.to(torch::kFloat), 4);
+    EXPECT_LT(MaxRelDiff(fused, reference), dtype == torch::kFloat ? 1e-3 : 3e-2) << dtype;
+  }
+}
+
+TEST(Cuda, NcclClusterAveragesTheFlatGradientBuffer) {
+  SKIP_WITHOUT_GPUS(2);
+  const std::string store = "127.0.0.1:" + std::to_string(FreePort());
+  std::vector<LanguageModelPtr> models;
+  std::vector<std::unique_ptr<FlatAdamW>> optimizers;
+  std::vector<std::vector<torch::Tensor>> grads(2);
+  for (int r = 0; r < 2; ++r) {
+    models.push_back(MakeLanguageModel(SmallLlama(), 5));
+    models[r]->to(torch::Device(torch::kCUDA, r));
+    optimizers.push_back(std::make_unique<FlatAdamW>(models[r]->parameters(), AdamWSettings{}));
+    torch::manual_seed(100 + r);
+    for (const torch::Tensor& p : models[r]->parameters()) {
+      grads[r].push_back(torch::randn(p.sizes()));
+      p.mutable_grad().copy_(grads[r].back());
+    }
+  }
+  std::vector<std::string> errors(2);
+  auto run = [&](int r) {
+    auto cluster = WorkerCluster::Connect(r, 2, store, 120, "", torch::Device(torch::kCUDA, r));
+    if (!cluster.ok()) {
+      errors[r] = std::string(cluster.status().message());
+      return;
+    }
+    (*cluster)->AverageGradients(optimizers[r]->flat_gradients(), false);
+    torch::cuda::synchronize(r);
+  };
+  std::thread rank0(run, 0), rank1(run, 1);
+  rank0.join();
+  rank1.join();
+  ASSERT_EQ(errors[0], "");
+  ASSERT_EQ(errors[1], "");
+  for (int r = 0; r < 2; ++r) {
+    const auto params = models[r]->parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      EXPECT_LT(MaxRelDiff(params[i].grad(), (grads[0][i] + grads[1][i]) / 2), 1e-6) << "rank " << r << " tensor " << i;
+    }
+  }
+}
+
+// The heterogeneity claim on one machine: a worker on cuda:0 and a worker on the CPU train the same run, the
+// coordinator evaluating on cuda:0; the run completes and its validation loss falls.
+TEST(Cuda, GpuAndCpuWorkersTrainOneRun) {
+  SKIP_WITHOUT_GPUS(1);
+  const std::string dir = ScratchDir("cuda_hetero");
+  std::vector<std::string> args = TinyArgs(dir, {"outer.rounds=3", "inner.steps=30", "coordinator.device=cuda:0"});
+  args.erase(args.begin());  // the launcher takes the config as a positional argument
+  args.insert(args.end(), {"--worker-set", "0:workers.device=cuda:0"});
+  RunningProcess launch("diloco-launch", args);
+  ASSERT_EQ(launch.Wait(600), 0) << launch.output();
+  EXPECT_NE(launch.output().find("device cuda:0"), std::string::npos) << launch.output();
+  std::smatch first, last;
+  const std::string out = launch.output();
+  std::vector<double> losses;
+  for (std::sregex_iterator it(out.begin(), out.end(), std::regex("val_loss ([0-9.]+)")), end; it != end; ++it) {
+    losses.push_back(std::stod((*it)[1]));
+  }
+  ASSERT_GE(losses.size(), 2u) << out;
+  EXPECT_LT(losses.back(), losses.front() - 0.2) << out;
+}
+
+}  // namespace
+}  // namespace diloco::testing

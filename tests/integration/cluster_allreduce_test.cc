@@ -1,0 +1,81 @@
+// WorkerCluster::AverageGradients (worker/cluster.h) on two real ranks over loopback (Gloo on the CPU here; NCCL takes
+// the same path on CUDA): the in-place all-reduce of the inner optimizer's flat gradient buffer gives every parameter
+// the mean of the ranks' gradients, tensor by tensor, as a per-tensor reference computes it, also when the flat buffer
+// lays the tensors out in another order than the model's (weight_decay_1d false); and the ranks' stop wishes are ORed.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config/config.h"
+#include "tests/process_harness.h"
+#include "worker/cluster.h"
+#include "worker/flat_adamw.h"
+#include "worker/lm/language_model.h"
+
+namespace diloco::testing {
+namespace {
+
+struct Rank {
+  LanguageModelPtr model;
+  std::unique_ptr<FlatAdamW> optimizer;
+  std::vector<torch::Tensor> grads;  // what this rank's backward would have left, per parameter
+  bool stop = false;
+};
+
+TEST(ClusterAllReduce, FlatBufferInPlaceMatchesPerTensorMeanAndOrsStopWishes) {
+  ModelConfig model;
+  model.arch = ModelArch::kLlama;  // norms (1-D) and matrices: the flat order differs from the model's below
+  model.vocab_size = 97;
+  model.seq_len = 16;
+  model.n_layer = 2;
+  model.n_head = 4;
+  model.n_kv_head = 2;
+  model.d_model = 32;
+  for (const bool stop_on_rank1 : {false, true}) {
+    const std::string store = "127.0.0.1:" + std::to_string(FreePort());
+    SCOPED_TRACE(stop_on_rank1 ? "rank 1 wants to stop" : "nobody wants to stop");
+    std::vector<Rank> ranks(2);
+    for (int r = 0; r < 2; ++r) {
+      ranks[r].model = MakeLanguageModel(model, 5);
+      AdamWSettings settings;
+      settings.decay_1d = false;
+      ranks[r].optimizer = std::make_unique<FlatAdamW>(ranks[r].model->parameters(), settings);
+      torch::manual_seed(100 + r);
+      for (const torch::Tensor& p : ranks[r].model->parameters()) {
+        ranks[r].grads.push_back(torch::randn(p.sizes()) * (r + 1));
+        p.mutable_grad().copy_(ranks[r].grads.back());  // a view into the flat buffer: written in place
+      }
+      ranks[r].stop = stop_on_rank1 && r == 1;
+    }
+    std::vector<int> stopped(2, -1);
+    std::vector<std::string> errors(2);
+    auto run = [&](int r) {
+      auto cluster = WorkerCluster::Connect(r, 2, store, 60);
+      if (!cluster.ok()) {
+        errors[r] = std::string(cluster.status().message());
+        return;
+      }
+      stopped[r] = (*cluster)->AverageGradients(ranks[r].optimizer->flat_gradients(), ranks[r].stop) ? 1 : 0;
+    };
+    std::thread rank0(run, 0), rank1(run, 1);
+    rank0.join();
+    rank1.join();
+    ASSERT_EQ(errors[0], "");
+    ASSERT_EQ(errors[1], "");
+    EXPECT_EQ(stopped[0], stop_on_rank1 ? 1 : 0);
+    EXPECT_EQ(stopped[1], stop_on_rank1 ? 1 : 0);
+    for (int r = 0; r < 2; ++r) {
+      const auto params = ranks[r].model->parameters();
+      for (size_t i = 0; i < params.size(); ++i) {
+        const torch::Tensor expected = (ranks[0].grads[i] + ranks[1].grads[i]) / 2;  // one add, one halving: exact
+        EXPECT_TRUE(params[i].grad().equal(expected)) << "rank " << r << " parameter " << i;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace diloco::testing

@@ -1,0 +1,63 @@
+// workers.device, --device and coordinator.device at start-up (real processes): a device this build or machine lacks
+// is one line naming the key, what was asked and what is available, and exit 2, before any data or network work;
+// never a crash in the first step. On a machine with GPUs the same asks past its device count still fail this way.
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+
+#include <string>
+
+#include "tests/process_harness.h"
+
+namespace diloco::testing {
+namespace {
+
+// The one error line of a process's output that contains `what`, or "".
+std::string LineWith(const std::string& output, const std::string& what) {
+  const size_t at = output.find(what);
+  if (at == std::string::npos) return "";
+  const size_t begin = output.rfind('\n', at) == std::string::npos ? 0 : output.rfind('\n', at) + 1;
+  return output.substr(begin, output.find('\n', at) - begin);
+}
+
+TEST(Device, CudaTheMachineLacksIsOneLineAndExit2) {
+  const std::string dir = ScratchDir("device_missing");
+  const std::string far = "cuda:" + std::to_string(torch::cuda::device_count() + 7);  // past any machine's count
+  struct Ask {
+    std::vector<std::string> args;
+    std::string line;
+  };
+  std::vector<Ask> asks = {
+      {With(TinyArgs(dir, {"workers.device=" + far}), {"--coordinator", "127.0.0.1:1", "--id", "w0"}),
+       "workers.device: '" + far + "' requested but "},
+      {With(TinyArgs(dir), {"--coordinator", "127.0.0.1:1", "--id", "w0", "--device", far}),
+       "--device: '" + far + "' requested but "},
+  };
+  if (!torch::cuda::is_available()) {
+    asks.push_back({With(TinyArgs(dir, {"workers.device=cuda"}), {"--coordinator", "127.0.0.1:1", "--id", "w0"}),
+                    "workers.device: 'cuda' (cuda:0 for local rank 0) requested but "});
+  }
+  for (const Ask& ask : asks) {
+    RunningProcess worker("diloco-worker", ask.args);
+    EXPECT_EQ(worker.Wait(60), 2) << worker.output();
+    const std::string line = LineWith(worker.output(), ask.line);
+    EXPECT_NE(line, "") << worker.output();
+    EXPECT_NE(line.find("; available: cpu"), std::string::npos) << line;
+    EXPECT_EQ(worker.output().find("inner steps"), std::string::npos) << "trained before refusing";
+  }
+  RunningProcess coordinator("diloco-coordinator", TinyArgs(dir, {"coordinator.device=" + far}));
+  EXPECT_EQ(coordinator.Wait(60), 2) << coordinator.output();
+  EXPECT_NE(LineWith(coordinator.output(), "coordinator.device: '" + far + "' requested but "), "")
+      << coordinator.output();
+}
+
+TEST(Device, NotADeviceNameIsAConfigError) {
+  const std::string dir = ScratchDir("device_name");
+  RunningProcess worker("diloco-worker",
+                        With(TinyArgs(dir, {"workers.device=gpu0"}), {"--coordinator", "127.0.0.1:1", "--id", "w0"}));
+  EXPECT_EQ(worker.Wait(60), 2) << worker.output();
+  EXPECT_NE(worker.output().find("workers.device: 'gpu0' is not a device; use cpu, cuda or cuda:N"), std::string::npos)
+      << worker.output();
+}
+
+}  // namespace
+}  // namespace diloco::testing
