@@ -36,6 +36,9 @@ struct ModelConfig {
   int64_t bos_token_id = -1;   // -1: none
   int64_t eos_token_id = -1;   // -1: none; generation stops at it
   std::string init_from;  // theta_0 from our checkpoint or a Hugging Face model directory (paper: pretrained start)
+  // Training recomputes each transformer block's forward during backward instead of keeping its activations
+  // (worker/lm/checkpointed.h): less memory, about one more forward per step. Eval and generation are unaffected.
+  bool activation_checkpointing = false;
 
   int64_t KvHeads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t MaxPositions() const { return max_positions > 0 ? max_positions : seq_len; }
@@ -82,6 +85,9 @@ struct InnerConfig {
   double min_lr_ratio = 0.1;  // cosine decays to lr * min_lr_ratio at the run's last inner step
   double grad_clip = 1.0;     // max global grad norm; 0 disables
   int64_t batch_size = 16;
+  // Gradient accumulation: a step's batch_size sequences run forward/backward micro_batch_size at a time (must
+  // divide batch_size); the step, its loss and its data are those of the whole batch. 0 = the whole batch at once.
+  int64_t micro_batch_size = 0;
   int64_t steps = 50;           // H: inner steps per round
   bool adaptive_steps = false;  // DyLU: the coordinator sets each worker's H from its speed
 };

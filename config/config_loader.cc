@@ -136,6 +136,7 @@ const std::vector<Field>& Fields() {
       MakeField("model.bos_token_id", &Config::model, &ModelConfig::bos_token_id),
       MakeField("model.eos_token_id", &Config::model, &ModelConfig::eos_token_id),
       MakeField("model.init_from", &Config::model, &ModelConfig::init_from),
+      MakeField("model.activation_checkpointing", &Config::model, &ModelConfig::activation_checkpointing),
       MakeField("data.text", &Config::data, &DataConfig::text),
       MakeField("data.files", &Config::data, &DataConfig::files),
       MakeField("data.format", &Config::data, &DataConfig::format),
@@ -161,6 +162,7 @@ const std::vector<Field>& Fields() {
       MakeField("inner.min_lr_ratio", &Config::inner, &InnerConfig::min_lr_ratio),
       MakeField("inner.grad_clip", &Config::inner, &InnerConfig::grad_clip),
       MakeField("inner.batch_size", &Config::inner, &InnerConfig::batch_size),
+      MakeField("inner.micro_batch_size", &Config::inner, &InnerConfig::micro_batch_size),
       MakeField("inner.steps", &Config::inner, &InnerConfig::steps),
       MakeField("inner.adaptive_steps", &Config::inner, &InnerConfig::adaptive_steps),
       MakeField("outer.optimizer", &Config::outer, &OuterConfig::optimizer),
@@ -445,6 +447,12 @@ absl::Status ValidateConfig(const Config& c) {
            {"workers.cluster_timeout_s", c.workers.cluster_timeout_s}}) {
     absl::Status s = positive(key, v);
     if (!s.ok()) return s;
+  }
+  if (c.inner.micro_batch_size < 0 ||
+      (c.inner.micro_batch_size > 0 && c.inner.batch_size % c.inner.micro_batch_size != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("inner.micro_batch_size (", c.inner.micro_batch_size,
+                                                   ") must divide inner.batch_size (", c.inner.batch_size,
+                                                   "); 0 = the whole batch at once"));
   }
   absl::Status model = ValidateModel(c.model);
   if (!model.ok()) return model;

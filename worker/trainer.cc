@@ -2,6 +2,7 @@
 
 #include <ATen/autocast_mode.h>
 
+#include <algorithm>
 #include <chrono>
 #include <numeric>
 #include <thread>
@@ -116,6 +117,26 @@ NamedTensors InnerTrainer::MakeParameterBuffers() const {
 
 void InnerTrainer::Load(const NamedTensors& theta) { LoadParameters(*model_, theta); }
 
+torch::Tensor InnerTrainer::ForwardBackward(const Batch& batch) {
+  const torch::Tensor inputs = batch.inputs.to(device_), targets = batch.targets.to(device_);
+  const int64_t rows = inputs.size(0);
+  const int64_t micro = config_.inner.micro_batch_size > 0 ? config_.inner.micro_batch_size : rows;
+  torch::Tensor total;
+  for (int64_t begin = 0; begin < rows; begin += micro) {
+    const int64_t n = std::min(micro, rows - begin);
+    torch::Tensor loss;
+    {
+      AutocastScope autocast(config_.workers.precision == Precision::kBf16, device_);
+      loss = model_->Loss(inputs.narrow(0, begin, n), targets.narrow(0, begin, n));
+    }
+    // Every row has T tokens, so the batch's mean loss is the sum of the micro-batches' means times n / rows.
+    if (n != rows) loss = loss * (static_cast<double>(n) / static_cast<double>(rows));
+    loss.backward();  // adds into .grad (FlatAdamW's flat views, in place)
+    total = total.defined() ? total + loss.detach() : loss.detach();
+  }
+  return total;
+}
+
 StepStats InnerTrainer::TrainSteps(int64_t first_step, int64_t n, const std::atomic<bool>* stop) {
   const auto start = std::chrono::steady_clock::now();
   const int64_t total_steps = config_.outer.rounds * config_.inner.steps;
@@ -131,12 +152,7 @@ StepStats InnerTrainer::TrainSteps(int64_t first_step, int64_t n, const std::ato
     const double lr = InnerLearningRate(config_.inner, first_step + i, total_steps);
     Batch batch = NextBatch();
     optimizer_->ZeroGrad();
-    torch::Tensor loss;
-    {
-      AutocastScope autocast(config_.workers.precision == Precision::kBf16, device_);
-      loss = model_->Loss(batch.inputs.to(device_), batch.targets.to(device_));
-    }
-    loss.backward();
+    const torch::Tensor loss = ForwardBackward(batch);
     if (gradient_hook_ && gradient_hook_(params, want_stop)) {
       stats.abandoned = true;
       break;
