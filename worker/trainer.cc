@@ -1,5 +1,6 @@
 #include "worker/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <numeric>
 #include <thread>
@@ -108,11 +109,37 @@ NamedTensors InnerTrainer::MakeParameterBuffers() const {
 
 void InnerTrainer::Load(const NamedTensors& theta) { LoadParameters(*model_, theta); }
 
+torch::Tensor InnerTrainer::ForwardBackward(const Batch& batch) {
+  // On a GPU the batch goes through pinned host memory and is copied without waiting: the inner step has no host
+  // sync, so the host draws and copies batch i + 1 while the GPU still runs step i. On the CPU .to() is a no-op.
+  auto to_device = [&](const torch::Tensor& t) {
+    return device_.is_cuda() ? t.pin_memory().to(device_, /*non_blocking=*/true) : t.to(device_);
+  };
+  const torch::Tensor inputs = to_device(batch.inputs), targets = to_device(batch.targets);
+  const int64_t rows = inputs.size(0);
+  const int64_t micro = config_.inner.micro_batch_size > 0 ? config_.inner.micro_batch_size : rows;
+  torch::Tensor total;
+  for (int64_t begin = 0; begin < rows; begin += micro) {
+    const int64_t n = std::min(micro, rows - begin);
+    torch::Tensor loss;
+    {
+      AutocastScope autocast(config_.workers.precision == Precision::kBf16, device_);
+      loss = model_->Loss(inputs.narrow(0, begin, n), targets.narrow(0, begin, n));
+    }
+    // Every row has T tokens, so the batch's mean loss is the sum of the micro-batches' means times n / rows.
+    if (n != rows) loss = loss * (static_cast<double>(n) / static_cast<double>(rows));
+    loss.backward();  // adds into .grad (FlatAdamW's flat views, in place)
+    total = total.defined() ? total + loss.detach() : loss.detach();
+  }
+  return total;
+}
+
 StepStats InnerTrainer::TrainSteps(int64_t first_step, int64_t n, const std::atomic<bool>* stop) {
   const auto start = std::chrono::steady_clock::now();
   const int64_t total_steps = config_.outer.rounds * config_.inner.steps;
   const auto params = model_->parameters();
   StepStats stats;
+  std::vector<torch::Tensor> losses;  // on the device; read once, after the steps (no host sync per step on a GPU)
   for (int64_t i = 0; i < n; ++i) {
     const auto step_start = std::chrono::steady_clock::now();
     const bool want_stop = stop != nullptr && *stop;
@@ -123,32 +150,37 @@ StepStats InnerTrainer::TrainSteps(int64_t first_step, int64_t n, const std::ato
     const double lr = InnerLearningRate(config_.inner, first_step + i, total_steps);
     Batch batch = NextBatch();
     optimizer_->ZeroGrad();
-    torch::Tensor loss;
-    {
-      AutocastScope autocast(config_.workers.precision == Precision::kBf16, device_);
-      loss = model_->Loss(batch.inputs.to(device_), batch.targets.to(device_));
-    }
-    loss.backward();
+    const torch::Tensor loss = ForwardBackward(batch);
     if (gradient_hook_ && gradient_hook_(optimizer_->flat_gradients(), want_stop)) {
       stats.abandoned = true;
       break;
     }
-    // Clipping as torch::nn::utils::clip_grad_norm_ does it, its scale folded into the step.
-    double grad_scale = 1.0;
-    if (config_.inner.grad_clip > 0) {
-      grad_scale = std::min(1.0, config_.inner.grad_clip / (optimizer_->GradNorm() + 1e-6));
+    // Clipping as torch::nn::utils::clip_grad_norm_ does it, its scale folded into the step: on the CPU a double
+    // (one read of the norm), on a GPU a one-element tensor computed there and handed to the fused AdamW kernel.
+    if (device_.is_cpu()) {
+      double grad_scale = 1.0;
+      if (config_.inner.grad_clip > 0) {
+        grad_scale = std::min(1.0, config_.inner.grad_clip / (optimizer_->GradNorm() + 1e-6));
+      }
+      optimizer_->Step(lr, grad_scale);
+    } else {
+      optimizer_->Step(lr, config_.inner.grad_clip > 0 ? optimizer_->ClipScale(config_.inner.grad_clip)
+                                                       : torch::Tensor());
     }
-    optimizer_->Step(lr, grad_scale);
     if (step_hook_) step_hook_(params, first_step + i);
-    const double l = loss.item<double>();
-    if (i == 0) stats.first_loss = l;
-    stats.loss_sum += l;
+    losses.push_back(loss);
     stats.last_lr = lr;
     stats.tokens += batch.inputs.numel();
     ++stats.steps;
     if (config_.workers.slowdown > 1) {  // a slower device, for heterogeneity tests: the step takes slowdown x as long
       std::this_thread::sleep_for((std::chrono::steady_clock::now() - step_start) * (config_.workers.slowdown - 1));
     }
+  }
+  if (!losses.empty()) {
+    const torch::Tensor values = torch::stack(losses).to(torch::kCPU, torch::kDouble);
+    const auto v = values.accessor<double, 1>();
+    stats.first_loss = v[0];
+    for (int64_t j = 0; j < v.size(0); ++j) stats.loss_sum += v[j];
   }
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;

@@ -4,8 +4,10 @@
 // the same steps piecewise: TrainSteps, then PseudoGradient and Merge for one fragment's tensors.
 // Batches come from the trainer's WindowSampler (data.sampling random or sequential, worker/lm/window_sampler.h),
 // whose state a restarted worker can restore. The AdamW state persists across rounds and is never sent. Shapes:
-// parameters as in the LanguageModel of model.arch (worker/lm/language_model.h). Not thread-safe: one trainer per
-// worker thread.
+// parameters as in the LanguageModel of model.arch (worker/lm/language_model.h). With inner.micro_batch_size a step's
+// batch is drawn as before (same windows, same order) and run through forward/backward in micro-batches whose
+// gradients add up to the whole batch's; hooks, clipping and the AdamW step run once per step. Not thread-safe: one
+// trainer per worker thread.
 #pragma once
 
 #include <torch/torch.h>
@@ -108,6 +110,10 @@ class InnerTrainer {
 
  private:
   Batch NextBatch();  // batch_size windows from the sampler
+  // Forward and backward of one step's batch, inner.micro_batch_size rows at a time (0: all at once), each under
+  // workers.precision's autocast: leaves the gradient of the whole batch's mean loss in .grad (zeroed before) and
+  // returns that loss as a 0-dim tensor on the device (no host sync).
+  torch::Tensor ForwardBackward(const Batch& batch);
 
   Config config_;
   TokenData train_;

@@ -6,8 +6,11 @@
 // --composite-ops runs the model's attention as LibTorch's composite ops (as the Python reference
 // does) instead of the fused kernels. With --profile-ops N it instead runs N inner steps under LibTorch's profiler
 // and prints, per operator (matrix products also per shape), its self time per step and share of the total: where
-// the C++ step's time goes.
+// the C++ step's time goes. With --memory it instead prints what a training step holds in memory (the bytes LibTorch's
+// CPU allocator holds at most above the level before the steps, from the profiler's memory events, and the process's
+// peak RSS) beside tokens/s: one configuration per process, since peak RSS only grows (scripts/bench/memory).
 #include <ATen/Parallel.h>
+#include <sys/resource.h>
 #include <torch/cuda.h>
 #include <torch/csrc/autograd/profiler_legacy.h>
 
@@ -94,6 +97,35 @@ void ProfileOps(diloco::InnerTrainer& trainer, int64_t steps) {
   }
 }
 
+// The most bytes LibTorch's CPU allocator held above its level at the start, over `steps` inner steps: every
+// allocation and free the profiler saw, summed in order (activations, their gradients and temporaries; the
+// parameters, gradients and AdamW moments live before the steps are the level).
+int64_t PeakStepBytes(diloco::InnerTrainer& trainer, int64_t first_step, int64_t steps) {
+  using namespace torch::autograd::profiler;
+  enableProfilerLegacy(ProfilerConfig(ProfilerState::CPU, /*report_input_shapes=*/false, /*profile_memory=*/true));
+  trainer.TrainSteps(first_step, steps);
+  const thread_event_lists lists = disableProfilerLegacy();
+  std::vector<std::pair<double, int64_t>> changes;  // (time in us, bytes: + allocated, - freed)
+  for (const auto& list : lists) {
+    for (const LegacyEvent& e : list) {
+      if (e.kind() == EventKind::MemoryAlloc) changes.emplace_back(e.cpuUs(), e.cpuMemoryUsage());
+    }
+  }
+  std::stable_sort(changes.begin(), changes.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  int64_t held = 0, peak = 0;
+  for (const auto& [us, bytes] : changes) {
+    held += bytes;
+    peak = std::max(peak, held);
+  }
+  return peak;
+}
+
+double PeakRssMb() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -119,6 +151,9 @@ int main(int argc, char** argv) {
   bool composite_ops = false;
   app.add_flag("--composite-ops", composite_ops,
                "the model's attention as LibTorch's composite ops, not the fused kernel");
+  bool memory = false;
+  app.add_flag("--memory", memory,
+               "instead of the benchmark: peak bytes of a step (LibTorch's CPU allocator) and peak RSS, with tokens/s");
   CLI11_PARSE(app, argc, argv);
   auto config = diloco::LoadConfig(config_path, overrides);
   if (!config.ok()) {
@@ -159,6 +194,18 @@ int main(int argc, char** argv) {
   }
   const diloco::RoundResult timed = trainer.TrainRound(theta, 1);
   const double tokens_per_s = timed.tokens / timed.seconds;
+  if (memory) {
+    const int64_t peak_step_bytes = PeakStepBytes(trainer, 2 * steps, 2);
+    nlohmann::json out = {{"impl", "c++ memory"},
+                          {"batch_size", config->inner.batch_size},
+                          {"micro_batch_size", config->inner.micro_batch_size},
+                          {"activation_checkpointing", config->model.activation_checkpointing},
+                          {"peak_step_mb", static_cast<double>(peak_step_bytes) / (1 << 20)},
+                          {"peak_rss_mb", PeakRssMb()},
+                          {"tokens_per_s", tokens_per_s}};
+    std::cout << out.dump() << std::endl;
+    return 0;
+  }
 
   // Matmul peak: 1024^3 fp32 on the CPU; 8192^3 bf16 on a GPU (synchronised, so the time is the kernel's).
   const int64_t mm_n = on.is_cuda() ? 8192 : 1024;

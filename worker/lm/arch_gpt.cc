@@ -2,10 +2,12 @@
 // theta_0 as before architectures existed). Token + learned position embeddings (seq_len rows), n_layer pre-LayerNorm
 // blocks of causal multi-head self-attention (fused q/k/v projection, worker/lm/causal_attention.h) and an exact-erf
 // GELU MLP (4 x d_model), a final LayerNorm (eps 1e-5), output head tied to the token embedding.
-// This is GPT-2's layout with the exact GELU and nn.Linear's [out, in] weights.
+// This is GPT-2's layout with the exact GELU and nn.Linear's [out, in] weights. With model.activation_checkpointing,
+// training recomputes each block in backward (worker/lm/checkpointed.h).
 #include <stdexcept>
 
 #include "worker/lm/causal_attention.h"
+#include "worker/lm/checkpointed.h"
 #include "worker/lm/language_model.h"
 
 namespace diloco {
@@ -56,7 +58,11 @@ class GptModel : public LanguageModel {
 
   torch::Tensor forward(const torch::Tensor& tokens) override {
     auto x = Embed(tokens, 0);
-    for (const auto& block : *blocks_) x = block->as<GptBlock>()->forward(x);
+    const bool recompute = RecomputeBlocks();
+    for (const std::shared_ptr<torch::nn::Module>& block : *blocks_) {
+      auto run = [block](const torch::Tensor& in) { return block->as<GptBlock>()->forward(in); };
+      x = recompute ? CheckpointedBlock(*block, run, x) : run(x);
+    }
     return Head(x);
   }
 

@@ -7,11 +7,13 @@
 // Hugging Face's Conv1D stores weights as [in, out]: y = x @ W + b (not nn.Linear's [out, in]); kept so that names and
 // shapes equal Hugging Face's. Per block: h = x + c_proj(Attention(c_attn(ln_1(x)))), out = h + mlp(ln_2(h)) with
 // mlp = c_proj(gelu_new(c_fc)), gelu_new being GELU's tanh approximation; LayerNorm eps = model.norm_eps; the output
-// head is tied to wte. c_attn's output is q|k|v with heads contiguous: the fused causal attention's layout.
+// head is tied to wte. c_attn's output is q|k|v with heads contiguous: the fused causal attention's layout. With
+// model.activation_checkpointing, training recomputes each block in backward (worker/lm/checkpointed.h).
 #include <stdexcept>
 #include <string>
 
 #include "worker/lm/causal_attention.h"
+#include "worker/lm/checkpointed.h"
 #include "worker/lm/language_model.h"
 
 namespace diloco {
@@ -124,7 +126,11 @@ class Gpt2Model : public LanguageModel {
 
   torch::Tensor forward(const torch::Tensor& tokens) override {
     auto x = Embed(tokens, 0);
-    for (const auto& block : *transformer_->h) x = block->as<Gpt2Block>()->forward(x);
+    const bool recompute = RecomputeBlocks();
+    for (const std::shared_ptr<torch::nn::Module>& block : *transformer_->h) {
+      auto run = [block](const torch::Tensor& in) { return block->as<Gpt2Block>()->forward(in); };
+      x = recompute ? CheckpointedBlock(*block, run, x) : run(x);
+    }
     return Head(x);
   }
 

@@ -12,11 +12,12 @@
 // (n_head / n_kv_head). Training and forward() use the fused CPU attention (worker/lm/causal_attention.h): k and v are
 // repeated to n_head heads and concatenated with q into its [B, T, 3D] layout (the kernel stays MHA-only; the repeat
 // costs two [B, T, D] copies per layer, small next to the projections). ForwardCached keeps n_kv_head heads in the
-// cache.
+// cache. With model.activation_checkpointing, training recomputes each layer in backward (worker/lm/checkpointed.h).
 #include <stdexcept>
 #include <string>
 
 #include "worker/lm/causal_attention.h"
+#include "worker/lm/checkpointed.h"
 #include "worker/lm/language_model.h"
 
 namespace diloco {
@@ -188,7 +189,12 @@ class LlamaModel : public LanguageModel {
   torch::Tensor forward(const torch::Tensor& tokens) override {
     auto x = model_->embed_tokens->forward(tokens);
     const Rotary rope = Rope(0, tokens.size(1), x);
-    for (const auto& layer : *model_->layers) x = layer->as<LlamaLayer>()->forward(x, rope);
+    const bool recompute = RecomputeBlocks();
+    for (const std::shared_ptr<torch::nn::Module>& layer : *model_->layers) {
+      // rope's tables need no gradient (they are functions of the positions only).
+      auto run = [layer, rope](const torch::Tensor& in) { return layer->as<LlamaLayer>()->forward(in, rope); };
+      x = recompute ? CheckpointedBlock(*layer, run, x) : run(x);
+    }
     return Head(x);
   }
 

@@ -40,6 +40,12 @@ class LanguageModel : public torch::nn::Module {
   const ModelConfig& config() const { return config_; }
 
  protected:
+  // Whether forward() runs its blocks through CheckpointedBlock (worker/lm/checkpointed.h): model.
+  // activation_checkpointing while training (train() mode and grad mode on); never for eval, generation or the cache.
+  bool RecomputeBlocks() const {
+    return config_.activation_checkpointing && is_training() && torch::GradMode::is_enabled();
+  }
+
   ModelConfig config_;
 };
 

@@ -12,6 +12,9 @@
 #include <optional>
 #include <stdexcept>
 
+// 2.4 and later: the device-taking autocast API.
+#define DILOCO_TORCH_2_4 (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
+
 namespace diloco::torch_compat {
 
 // Whether this LibTorch has at::scaled_dot_product_attention (2.0 and later: fused flash / memory-efficient kernels on
@@ -22,7 +25,7 @@ inline constexpr bool kHasFusedAdamW = TORCH_VERSION_MAJOR >= 2;
 // Autocast of one device type (CPU or CUDA). 2.4 replaced the per-device functions (set_cpu_enabled,
 // set_autocast_gpu_dtype, ...) by ones that take the device type; the old ones warn on every call since.
 inline bool AutocastEnabled(at::DeviceType device) {
-#if TORCH_VERSION_MAJOR >= 2
+#if DILOCO_TORCH_2_4
   return at::autocast::is_autocast_enabled(device);
 #else
   return device == at::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
@@ -30,7 +33,7 @@ inline bool AutocastEnabled(at::DeviceType device) {
 }
 
 inline at::ScalarType AutocastDtype(at::DeviceType device) {
-#if TORCH_VERSION_MAJOR >= 2
+#if DILOCO_TORCH_2_4
   return at::autocast::get_autocast_dtype(device);
 #else
   return device == at::kCUDA ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
@@ -38,7 +41,7 @@ inline at::ScalarType AutocastDtype(at::DeviceType device) {
 }
 
 inline void SetAutocast(at::DeviceType device, bool enabled, at::ScalarType dtype) {
-#if TORCH_VERSION_MAJOR >= 2
+#if DILOCO_TORCH_2_4
   at::autocast::set_autocast_dtype(device, dtype);
   at::autocast::set_autocast_enabled(device, enabled);
 #else
