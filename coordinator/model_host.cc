@@ -54,9 +54,9 @@ absl::StatusOr<HostedModel> HostModel(const Config& config, const TokenCache& ca
   for (const auto& [name, p] : NamedParameters(*model)) hosted.theta_0.emplace_back(name, p.detach().clone());
   auto val = TokenData::Load(cache.meta_path(), TokenSplit::kVal, config.model.seq_len);
   if (!val.ok()) return val.status();
-  hosted.evaluator = std::make_unique<ModelEvaluator>(std::move(model), std::move(*val),
-                                                      config.coordinator.eval_batches, config.inner.batch_size,
-                                                      torch::Device(device->device));
+  hosted.evaluator =
+      std::make_unique<ModelEvaluator>(std::move(model), std::move(*val), config.coordinator.eval_batches,
+                                       config.inner.batch_size, torch::Device(device->device));
   return hosted;
 }
 

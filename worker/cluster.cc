@@ -42,8 +42,9 @@ absl::StatusOr<std::unique_ptr<WorkerCluster>> WorkerCluster::Connect(int rank, 
     options.waitWorkers = true;
     options.timeout = timeout;
     auto store = c10::make_intrusive<c10d::TCPStore>(host, options);
-    cluster->group_ = device.is_cuda() ? MakeNcclGroup(store, rank, size, timeout, device)
-                                       : MakeGlooGroup(store, rank, size, timeout, bind_host.empty() ? host : bind_host);
+    cluster->group_ = device.is_cuda()
+                          ? MakeNcclGroup(store, rank, size, timeout, device)
+                          : MakeGlooGroup(store, rank, size, timeout, bind_host.empty() ? host : bind_host);
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("cluster rendezvous at ", store_address, " (rank ", rank, " of ", size, ") failed: ", e.what()));
@@ -116,8 +117,9 @@ void WorkerCluster::CheckReplicas(const std::vector<torch::Tensor>& params, int6
 }
 
 void WorkerCluster::AttachTo(InnerTrainer& trainer, bool check_replicas) {
-  trainer.set_gradient_hook(
-      [this](const torch::Tensor& flat_gradients, bool want_stop) { return AverageGradients(flat_gradients, want_stop); });
+  trainer.set_gradient_hook([this](const torch::Tensor& flat_gradients, bool want_stop) {
+    return AverageGradients(flat_gradients, want_stop);
+  });
   if (check_replicas) {
     trainer.set_step_hook(
         [this](const std::vector<torch::Tensor>& params, int64_t step) { CheckReplicas(params, step); });

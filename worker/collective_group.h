@@ -3,15 +3,16 @@
 // backends' C++ classes differ between LibTorch 1.13 and 2.x and NCCL exists only in the CUDA build, so WorkerCluster
 // (worker/cluster.h) sees only this interface; collective_gloo.cc and collective_nccl.cc (CUDA builds) or
 // collective_no_nccl.cc (CPU builds) make them. Every call blocks until the collective completed on this rank and
-// throws on a dead peer or a timeout. Not thread-safe: one thread of each rank calls it, in the same order on all ranks.
+// throws on a dead peer or a timeout. Not thread-safe: one thread of each rank calls it, in the same order on all
+// ranks.
 #pragma once
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/torch.h>
 
 #include <chrono>
 #include <memory>
 #include <string>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
 
 namespace diloco {

@@ -1,6 +1,7 @@
 // CollectiveGroup over c10d's ProcessGroupNCCL (CUDA builds of LibTorch 2.x only; worker/collective_group.h). The
 // group's communicator is bound to the rank's device up front, so the first collective does not pick cuda:0.
 #include <c10/cuda/CUDAGuard.h>
+
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
 #include "worker/collective_group.h"

@@ -8,8 +8,9 @@ namespace diloco {
 
 std::unique_ptr<CollectiveGroup> MakeNcclGroup(const c10::intrusive_ptr<c10d::Store>&, int, int,
                                                std::chrono::milliseconds, const torch::Device& device) {
-  throw std::runtime_error("a cluster on " + device.str() +
-                           " needs NCCL, which this build's LibTorch lacks (CPU build; see README, Two LibTorch builds)");
+  throw std::runtime_error(
+      "a cluster on " + device.str() +
+      " needs NCCL, which this build's LibTorch lacks (CPU build; see README, Two LibTorch builds)");
 }
 
 }  // namespace diloco

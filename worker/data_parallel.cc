@@ -139,9 +139,9 @@ int DataParallelRun::SetUp(const TokenCache& cache) {
     }
     val_ = std::move(*loaded);
   }
-  auto connected = WorkerCluster::Connect(options_.rank, ranks_, options_.cluster_store,
-                                          config_.workers.cluster_timeout_s, options_.cluster_bind,
-                                          torch::Device(config_.workers.device));
+  auto connected =
+      WorkerCluster::Connect(options_.rank, ranks_, options_.cluster_store, config_.workers.cluster_timeout_s,
+                             options_.cluster_bind, torch::Device(config_.workers.device));
   if (!connected.ok()) {
     spdlog::error("{}", std::string(connected.status().message()));
     return kWorkerClusterFailed;

@@ -57,9 +57,9 @@ FlatAdamW::FlatAdamW(std::vector<torch::Tensor> params, AdamWSettings settings)
     if (!settings_.decay_1d && p.dim() < 2) layout.push_back(&p);
   }
   first_laid_ = static_cast<size_t>(layout.front() - views_.data());
-  fused_ = torch_compat::kHasFusedAdamW &&
-           (settings_.fused == AdamWSettings::Fused::kOn ||
-            (settings_.fused == AdamWSettings::Fused::kAuto && params_.device().is_cuda()));
+  fused_ =
+      torch_compat::kHasFusedAdamW && (settings_.fused == AdamWSettings::Fused::kOn ||
+                                       (settings_.fused == AdamWSettings::Fused::kAuto && params_.device().is_cuda()));
   if (settings_.fused == AdamWSettings::Fused::kOn && !torch_compat::kHasFusedAdamW) {
     throw std::invalid_argument("FlatAdamW: the fused AdamW kernel needs LibTorch 2.x");
   }
@@ -95,8 +95,7 @@ void FlatAdamW::Step(double lr, const torch::Tensor& grad_scale) {
   ++step_;
   if (fused_) {
     // The kernel divides the gradients by its scale: pass 1 / grad_scale (on the device).
-    const torch::Tensor inverse =
-        grad_scale.defined() ? grad_scale.reciprocal() : torch::ones({1}, params_.options());
+    const torch::Tensor inverse = grad_scale.defined() ? grad_scale.reciprocal() : torch::ones({1}, params_.options());
     const int64_t n = params_.numel();
     for (const auto& [begin, end, decay] : {std::tuple<int64_t, int64_t, double>{0, decayed_, settings_.weight_decay},
                                             std::tuple<int64_t, int64_t, double>{decayed_, n, 0.0}}) {

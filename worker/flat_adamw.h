@@ -67,7 +67,7 @@ class FlatAdamW {
   torch::Tensor params_, grads_, exp_avg_, exp_avg_sq_;
   size_t first_laid_ = 0;  // the view at offset 0
   bool fused_ = false;
-  int64_t decayed_ = 0;    // params_[0, decayed_) get weight decay, the rest none
+  int64_t decayed_ = 0;  // params_[0, decayed_) get weight decay, the rest none
   int64_t step_ = 0;
 };
 

@@ -164,8 +164,8 @@ StepStats InnerTrainer::TrainSteps(int64_t first_step, int64_t n, const std::ato
       }
       optimizer_->Step(lr, grad_scale);
     } else {
-      optimizer_->Step(lr, config_.inner.grad_clip > 0 ? optimizer_->ClipScale(config_.inner.grad_clip)
-                                                       : torch::Tensor());
+      optimizer_->Step(lr,
+                       config_.inner.grad_clip > 0 ? optimizer_->ClipScale(config_.inner.grad_clip) : torch::Tensor());
     }
     if (step_hook_) step_hook_(params, first_step + i);
     losses.push_back(loss);

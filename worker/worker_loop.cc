@@ -23,10 +23,9 @@ int RunWorker(const Config& config, const TokenCache& cache, const WorkerOptions
       spdlog::error("--rank {}: must be in [0, workers.cluster_size = {})", options.rank, config.workers.cluster_size);
       return kWorkerConfigError;
     }
-    auto connected =
-        WorkerCluster::Connect(options.rank, static_cast<int>(config.workers.cluster_size), options.cluster_store,
-                               config.workers.cluster_timeout_s, options.cluster_bind,
-                               torch::Device(config.workers.device));
+    auto connected = WorkerCluster::Connect(options.rank, static_cast<int>(config.workers.cluster_size),
+                                            options.cluster_store, config.workers.cluster_timeout_s,
+                                            options.cluster_bind, torch::Device(config.workers.device));
     if (!connected.ok()) {
       spdlog::error("{}", std::string(connected.status().message()));
       return kWorkerClusterFailed;

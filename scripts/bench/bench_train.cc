@@ -11,8 +11,8 @@
 // peak RSS) beside tokens/s: one configuration per process, since peak RSS only grows (scripts/bench/memory).
 #include <ATen/Parallel.h>
 #include <sys/resource.h>
-#include <torch/cuda.h>
 #include <torch/csrc/autograd/profiler_legacy.h>
+#include <torch/cuda.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -251,7 +251,9 @@ int main(int argc, char** argv) {
   });
   const double outer_floor_s = 5.0 * 4 * params / bandwidth;
 
-  nlohmann::json out = {{"impl", composite_ops ? "c++ composite" : sdpa_on_cpu ? "c++ sdpa" : "c++"},
+  nlohmann::json out = {{"impl", composite_ops ? "c++ composite"
+                                 : sdpa_on_cpu ? "c++ sdpa"
+                                               : "c++"},
                         {"torch", TORCH_VERSION},
                         {"device", device},
                         {"precision", config->workers.precision == diloco::Precision::kBf16 ? "bf16" : "fp32"},

@@ -24,9 +24,9 @@
 namespace diloco::testing {
 namespace {
 
-#define SKIP_WITHOUT_GPUS(n)                                                                                  \
-  if (static_cast<int>(torch::cuda::device_count()) < (n)) {                                                  \
-    GTEST_SKIP() << "needs " << (n) << " CUDA device(s); this machine has " << torch::cuda::device_count()    \
+#define SKIP_WITHOUT_GPUS(n)                                                                                \
+  if (static_cast<int>(torch::cuda::device_count()) < (n)) {                                                \
+    GTEST_SKIP() << "needs " << (n) << " CUDA device(s); this machine has " << torch::cuda::device_count()  \
                  << (torch_compat::CudaBuilt() ? " (CUDA build)" : " (this build's LibTorch has no CUDA)"); \
   }
 

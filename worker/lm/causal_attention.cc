@@ -111,8 +111,7 @@ torch::Tensor CausalSelfAttentionReference(const torch::Tensor& qkv, int64_t n_h
 
 torch::Tensor CausalSelfAttention(const torch::Tensor& qkv, int64_t n_head) {
   if (!UseFusedKernels()) return CausalSelfAttentionReference(qkv, n_head);
-  if (qkv.device().is_cpu() && qkv.scalar_type() == torch::kFloat &&
-      !(torch_compat::kHasSdpa && PreferSdpaOnCpu())) {
+  if (qkv.device().is_cpu() && qkv.scalar_type() == torch::kFloat && !(torch_compat::kHasSdpa && PreferSdpaOnCpu())) {
     return CausalAttentionFunction::apply(qkv, n_head);
   }
   if (!torch_compat::kHasSdpa) return CausalSelfAttentionReference(qkv, n_head);

@@ -39,8 +39,8 @@ absl::StatusOr<DeviceChoice> ChooseDevice(const std::string& spec, const std::st
   if (!cuda.built || cuda.devices == 0 || index >= cuda.devices) {
     const std::string what = pinned >= 0 ? absl::StrCat("'", spec, "'")
                                          : absl::StrCat("'cuda' (cuda:", index, " for local rank ", local_rank, ")");
-    return absl::FailedPreconditionError(absl::StrCat(key, ": ", what, " requested but ", Available(cuda),
-                                                      "; available: cpu"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(key, ": ", what, " requested but ", Available(cuda), "; available: cpu"));
   }
   DeviceChoice choice{absl::StrCat("cuda:", index), ""};
   if (pinned >= 0 && cluster_size > 1) {
