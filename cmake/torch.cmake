@@ -63,6 +63,14 @@ if(DILOCO_TORCH_MAJOR GREATER_EQUAL 2)
     foreach(_dir ${_nvidia_libs})
       add_link_options("LINKER:-rpath-link,${_dir}")
     endforeach()
+    # The CUDA runtime too: the wheel's own (its LibTorch was built against it), not the toolkit's older one, so that
+    # the binaries' run path finds the wheel's first.
+    file(GLOB _wheel_cudart "${TORCH_INSTALL_PREFIX}/../nvidia/cu*/lib/libcudart.so.*")
+    if(_wheel_cudart AND TARGET CUDA::cudart)
+      list(GET _wheel_cudart 0 _cudart)
+      get_filename_component(_cudart "${_cudart}" ABSOLUTE)
+      set_property(TARGET CUDA::cudart PROPERTY IMPORTED_LOCATION "${_cudart}")
+    endif()
     # ProcessGroupNCCL.hpp includes nccl.h and decides members by NCCL_VERSION_CODE: take the header of the NCCL the
     # wheel was built with (its nvidia-nccl package), the toolkit's only when there is none.
     find_path(DILOCO_NCCL_INCLUDE nccl.h HINTS "${TORCH_INSTALL_PREFIX}/../nvidia/nccl/include"

@@ -135,10 +135,10 @@ TEST(Cuda, GpuAndCpuWorkersTrainOneRun) {
   RunningProcess launch("diloco-launch", args);
   ASSERT_EQ(launch.Wait(600), 0) << launch.output();
   EXPECT_NE(launch.output().find("device cuda:0"), std::string::npos) << launch.output();
-  std::smatch first, last;
   const std::string out = launch.output();
+  const std::regex val_loss("val_loss ([0-9.]+)");
   std::vector<double> losses;
-  for (std::sregex_iterator it(out.begin(), out.end(), std::regex("val_loss ([0-9.]+)")), end; it != end; ++it) {
+  for (std::sregex_iterator it(out.begin(), out.end(), val_loss), end; it != end; ++it) {
     losses.push_back(std::stod((*it)[1]));
   }
   ASSERT_GE(losses.size(), 2u) << out;

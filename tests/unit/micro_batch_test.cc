@@ -96,7 +96,8 @@ TEST_F(MicroBatchTest, Bf16AutocastAppliesToEveryMicroBatch) {
   const double fp32 = Train(4, 1, Precision::kFp32, 10).stats.first_loss;
   const double bf16_micro = Train(4, 1, Precision::kBf16, 10).stats.first_loss;
   const double bf16_whole = Train(0, 1, Precision::kBf16, 10).stats.first_loss;
-  EXPECT_GT(std::abs(bf16_micro - fp32), 5e-3) << "bf16 matmuls change the loss";
+  // bf16 matmuls move the first loss by 3.9e-3 on LibTorch 2.15, by more than 5e-3 on 1.13; fp32 rounding by ~1e-6.
+  EXPECT_GT(std::abs(bf16_micro - fp32), 1e-3) << "bf16 matmuls change the loss";
   EXPECT_NEAR(bf16_micro, bf16_whole, 1e-5 * bf16_whole);
 }
 
