@@ -63,14 +63,19 @@ if(DILOCO_TORCH_MAJOR GREATER_EQUAL 2)
     foreach(_dir ${_nvidia_libs})
       add_link_options("LINKER:-rpath-link,${_dir}")
     endforeach()
-    # The CUDA runtime too: the wheel's own (its LibTorch was built against it), not the toolkit's older one, so that
-    # the binaries' run path finds the wheel's first.
-    file(GLOB _wheel_cudart "${TORCH_INSTALL_PREFIX}/../nvidia/cu*/lib/libcudart.so.*")
-    if(_wheel_cudart AND TARGET CUDA::cudart)
-      list(GET _wheel_cudart 0 _cudart)
-      get_filename_component(_cudart "${_cudart}" ABSOLUTE)
-      set_property(TARGET CUDA::cudart PROPERTY IMPORTED_LOCATION "${_cudart}")
-    endif()
+    # The CUDA runtime and NVRTC too: the wheel's own (its LibTorch was built against them), not the toolkit's older
+    # ones, so that the binaries' run path holds the wheel's libraries only.
+    foreach(_name cudart nvrtc)
+      file(GLOB _wheel_lib "${TORCH_INSTALL_PREFIX}/../nvidia/cu*/lib/lib${_name}.so.*")
+      if(_wheel_lib AND TARGET CUDA::${_name})
+        list(GET _wheel_lib 0 _path)
+        get_filename_component(_path "${_path}" ABSOLUTE)
+        set_property(TARGET CUDA::${_name} PROPERTY IMPORTED_LOCATION "${_path}")
+      endif()
+      if(_wheel_lib)  # TorchConfig also lists NVRTC by path in TORCH_LIBRARIES
+        list(TRANSFORM TORCH_LIBRARIES REPLACE "^.*/lib${_name}\\.so$" "${_path}")
+      endif()
+    endforeach()
     # ProcessGroupNCCL.hpp includes nccl.h and decides members by NCCL_VERSION_CODE: take the header of the NCCL the
     # wheel was built with (its nvidia-nccl package), the toolkit's only when there is none.
     find_path(DILOCO_NCCL_INCLUDE nccl.h HINTS "${TORCH_INSTALL_PREFIX}/../nvidia/nccl/include"
