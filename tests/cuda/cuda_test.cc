@@ -26,7 +26,8 @@ namespace {
 
 #define SKIP_WITHOUT_GPUS(n)                                                                                \
   if (static_cast<int>(torch::cuda::device_count()) < (n)) {                                                \
-    GTEST_SKIP() << "needs " << (n) << " CUDA device(s); this machine has " << torch::cuda::device_count()  \
+    GTEST_SKIP() << "needs " << (n) << " CUDA device(s); this machine has "                                 \
+                 << static_cast<int>(torch::cuda::device_count())                                           \
                  << (torch_compat::CudaBuilt() ? " (CUDA build)" : " (this build's LibTorch has no CUDA)"); \
   }
 
