@@ -106,6 +106,11 @@ std::string ReadFile(const std::string& path) {
 
 nlohmann::json ReadJson(const std::string& path) { return nlohmann::json::parse(ReadFile(path)); }
 
+int Shell(const std::string& command) {
+  auto child = Subprocess::Start({"/bin/sh", "-c", command});
+  return child.ok() ? child->Wait() : -1;
+}
+
 std::vector<std::string> TinyArgs(const std::string& dir, std::vector<std::string> extra) {
   std::vector<std::string> args = {"--config", SourceDir() + "/config/tiny.yaml",
                                    "--set",    "run.output_dir=" + dir,

@@ -51,6 +51,8 @@ int FreePort();
 std::string ScratchDir(const std::string& name);
 
 std::string ReadFile(const std::string& path);
+// Runs a shell command line (/bin/sh -c) to its end; its exit code, or -1 if it could not start.
+int Shell(const std::string& command);
 nlohmann::json ReadJson(const std::string& path);
 
 // Arguments for config/tiny.yaml with the run's files in `dir`, the token cache shared in the build tree, and

@@ -19,11 +19,6 @@
 namespace diloco::testing {
 namespace {
 
-int Shell(const std::string& command) {
-  auto child = Subprocess::Start({"/bin/sh", "-c", command});
-  return child.ok() ? child->Wait() : -1;
-}
-
 // diloco-launch on config/tiny.yaml with the run's files in `dir` and `data` as --set overrides (data.files and
 // friends; data.text is then unused). Returns the run's summary.json after checking the exit code.
 nlohmann::json Launch(const std::string& dir, const std::vector<std::string>& data) {

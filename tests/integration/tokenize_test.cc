@@ -69,12 +69,6 @@ std::string TrainedModel(const std::string& dir) {
   return dir + "/made/tokenizer.model";
 }
 
-// Runs a shell command line; its exit code.
-int Shell(const std::string& command) {
-  auto child = Subprocess::Start({"/bin/sh", "-c", command});
-  return child.ok() ? child->Wait() : -1;
-}
-
 TEST(Tokenize, GivenModelIdsAppearUnchangedInTheShards) {
   const std::string dir = ScratchDir("tok_given_ids");
   const std::string model = TrainedModel(dir);
