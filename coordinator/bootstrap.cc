@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
+#include <filesystem>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -27,7 +29,9 @@ namespace {
 // Replaces `boot` with the newest valid checkpoint in the checkpoint directory, if there is one.
 absl::Status Resume(const Config& config, const std::string& fingerprint, BootState& boot) {
   std::vector<std::string> skipped;
+  const auto t0 = std::chrono::steady_clock::now();
   auto loaded = LoadNewestCheckpoint(config.CheckpointDir(), &skipped);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (const std::string& why : skipped) spdlog::warn("skipping checkpoint: {}", why);
   if (!loaded.ok()) {
     if (!skipped.empty()) {
@@ -40,6 +44,10 @@ absl::Status Resume(const Config& config, const std::string& fingerprint, BootSt
         "coordinator.checkpoint_dir: ", loaded->path, " is a checkpoint of another model (fingerprint ",
         loaded->data.fingerprint, ", this model ", fingerprint, "); start with --fresh or set another checkpoint_dir"));
   }
+  std::error_code ec;
+  const double mb = static_cast<double>(std::filesystem::file_size(loaded->path, ec)) / 1e6;
+  spdlog::info("checkpoint loaded: {} ({:.0f} MB in {:.2f} s, {:.0f} MB/s)", loaded->path, ec ? 0.0 : mb, seconds,
+               seconds > 0 && !ec ? mb / seconds : 0.0);
   ParamSnapshot& snapshot = *boot.snapshot;
   snapshot.params = std::move(loaded->data.params);
   snapshot.round = loaded->data.round;

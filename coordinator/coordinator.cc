@@ -103,16 +103,28 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const C
   if (config.coordinator.eval_every > 0 && evaluator == nullptr) {
     return absl::InvalidArgumentError("coordinator.eval_every > 0 needs an evaluator");
   }
-  std::unique_ptr<CoordinatorCore> c(
-      new CoordinatorCore(config, SpecsOf(theta_0), std::move(evaluator), std::move(clock)));
-  auto boot = Bootstrap(config, std::move(theta_0), c->fingerprint_, resume);
+  std::vector<TensorSpec> specs = SpecsOf(theta_0);
+  // Resuming holds theta_0 and the checkpoint's theta and momentum at once: before the accumulator exists, so that
+  // the peak stays at 3 copies of the model.
+  auto boot = Bootstrap(config, std::move(theta_0), Fingerprint(specs), resume);
   if (!boot.ok()) return boot.status();
+  std::unique_ptr<CoordinatorCore> c(
+      new CoordinatorCore(config, std::move(specs), std::move(evaluator), std::move(clock)));
+  if (!c->async()) {  // theta is stepped in place; readers on other threads go through the guard
+    c->guard_ = std::make_shared<ThetaGuard>();
+    absl::MutexLock lock(&c->guard_->mu);
+    c->guard_->round = boot->snapshot->round;
+    boot->snapshot->guard = c->guard_;
+  }
   const std::shared_ptr<const ParamSnapshot> snapshot = boot->snapshot;
+  std::vector<at::Tensor> theta;
+  for (const auto& [name, p] : snapshot->params) theta.push_back(p);
   bool evaluate = false;
   {
     absl::MutexLock lock(&c->mu_);
     c->momentum_snapshot_ = boot->momentum;
     c->outer_step_->set_momentum_buffers(std::move(boot->momentum));
+    c->outer_step_->Reserve(theta);  // the first round's step allocates nothing
     c->evals_ = std::move(boot->evals);
     c->stats_.tokens_committed = boot->tokens_committed;
     c->stats_.bytes_pushed_committed = boot->bytes_pushed_committed;

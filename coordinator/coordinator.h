@@ -1,7 +1,6 @@
 // CoordinatorCore: the state of a DiLoCo run on the coordinator side, without any networking and without the model.
 //
-// Owns theta_t (published as immutable snapshots, so a pull in flight keeps a consistent theta while the next one
-// is computed), the outer step and its momentum (outer_step.h), the round accumulator, the membership, the round
+// Owns theta_t, the outer step and its momentum (outer_step.h), the round accumulator, the membership, the round
 // state (round_state.h), the evaluation history, the run's counters (run_stats.h) and checkpoints. It is created from
 // plain tensors: theta_0 by name and an Evaluator (evaluator.h) handed in by its creator (the model host,
 // model_host.h, in the coordinator; fakes in tests); the model fingerprint is that of theta_0's specs.
@@ -18,6 +17,14 @@
 // If a push breaks off after some of its chunks were folded, the round's aggregation restarts (accumulator zeroed,
 // `epoch` bumped): every worker whose push was counted sees pushed=false in its next heartbeat and pushes again.
 // So the global model only ever sees complete pseudo-gradients.
+//
+// Memory (issue 18; 1 copy = 4 bytes x params): synchronous rounds hold 3 copies of the model: theta (stepped in
+// place, OuterStep::StepInPlace, and read by pulls under a ThetaGuard, evaluator.h: a pull that finds theta moved
+// on mid-stream is refused with UNAVAILABLE and the worker pulls again), the outer momentum (updated in place) and the
+// round accumulator (handed to the step as the round's delta and taken back zeroed). The evaluator reads theta
+// without a copy. Asynchronous rounds keep theta_{t-1} as an immutable snapshot beside theta_t (pulls of older
+// versions are useful there and theta moves with every push), so they hold one copy more; Delayed Nesterov keeps
+// its own buffers (delayed_nesterov.h). Buffers are allocated and faulted in at Create (no cold first round).
 //
 // Thread-safety: every public method is thread-safe. The round's state lives under one absl::Mutex (mu_), annotated
 // (ABSL_GUARDED_BY) and checked by clang's -Wthread-safety (scripts/check-thread-safety); the outer step and the
@@ -87,7 +94,7 @@ class CoordinatorCore {
     std::string path;
     int64_t round = 0;
   };
-  // Blocking file I/O: call it off the gRPC threads.
+  // Blocking file I/O: call it off the gRPC threads. In synchronous rounds the next outer step waits for it.
   absl::StatusOr<WrittenCheckpoint> CheckpointNow() ABSL_LOCKS_EXCLUDED(mu_, checkpoint_mu_);
 
   StatusReply Status() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -133,16 +140,22 @@ class CoordinatorCore {
     double tokens = 0;
   };
   ClosingRound BeginClose() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FinishClose(ClosingRound closing, const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
-  // FinishClose under mu_: books the round, publishes `snapshot`, takes the zeroed sums back for the next round.
+  // On success, closing.delta has gone back to the accumulator; after a throw it is still in `closing`.
+  void FinishClose(ClosingRound& closing, const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
+  // theta_{t+1}: stepped in place (synchronous rounds) or into new tensors (asynchronous rounds).
+  std::shared_ptr<ParamSnapshot> StepTheta(const ParamSnapshot& base, const std::vector<at::Tensor>& delta,
+                                           std::vector<at::Tensor> recycle) ABSL_LOCKS_EXCLUDED(mu_);
+  // FinishClose under mu_: books the round, publishes `snapshot`, gives the zeroed sums back to the accumulator.
   void PublishRound(const ClosingRound& closing, std::shared_ptr<const ParamSnapshot> snapshot,
-                    std::vector<at::Tensor> spare_sums, double step_seconds, double now)
+                    std::vector<at::Tensor> zeroed_sums, double step_seconds, double now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AssignAdaptiveSteps() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // DyLU: next round's H of every active worker
   void EvaluateIfDue(const ParamSnapshot& snapshot, bool force) ABSL_LOCKS_EXCLUDED(mu_);
   void CheckpointIfDue(bool force) ABSL_LOCKS_EXCLUDED(mu_, checkpoint_mu_);
   // The published theta_t + its momentum; serialized by checkpoint_mu_.
   absl::StatusOr<WrittenCheckpoint> WriteCheckpoint() ABSL_LOCKS_EXCLUDED(mu_, checkpoint_mu_);
+  absl::StatusOr<WrittenCheckpoint> SaveCheckpointAndLog(const CheckpointData& data)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(checkpoint_mu_);
   bool async() const { return config_.outer.mode == OuterMode::kAsync; }
 
   // Fixed at creation.
@@ -161,11 +174,13 @@ class CoordinatorCore {
   std::atomic<int> push_port_{0};
   mutable absl::Mutex mu_;
   absl::CondVar cv_;  // signalled on membership changes, commits, completion and Stop
+  // Synchronous rounds: the round theta's tensors hold (they are stepped in place); null for asynchronous rounds.
+  // Set once in Create, before any other thread runs.
+  std::shared_ptr<ThetaGuard> guard_;
   std::shared_ptr<const ParamSnapshot> snapshot_ ABSL_GUARDED_BY(mu_);
-  // theta_{t-1}: its memory is reused when no pull holds it.
+  // Asynchronous rounds: theta_{t-1}, whose memory is reused when no pull holds it.
   std::shared_ptr<const ParamSnapshot> previous_snapshot_ ABSL_GUARDED_BY(mu_);
-  std::vector<at::Tensor> spare_sums_ ABSL_GUARDED_BY(mu_);  // zeroed accumulator for the next round
-  // Outer momentum after the step that produced snapshot_.
+  // Asynchronous rounds: the outer momentum after the step that produced snapshot_ (never modified in place there).
   std::vector<at::Tensor> momentum_snapshot_ ABSL_GUARDED_BY(mu_);
   RoundAccumulator accumulator_ ABSL_GUARDED_BY(mu_);
   Membership membership_ ABSL_GUARDED_BY(mu_);

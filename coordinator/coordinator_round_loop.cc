@@ -3,7 +3,9 @@
 // (outer_step.h) without it, publishes theta_{t+1}, then evaluates and checkpoints when due.
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <stdexcept>
 
@@ -48,13 +50,17 @@ void CoordinatorCore::RoundLoopPass() {
   mu_.Unlock();
   bool discarded = false;
   try {
-    FinishClose(std::move(closing), decision.reason);
+    FinishClose(closing, decision.reason);
   } catch (const std::exception& e) {  // a failed round is discarded, not fatal
     spdlog::error("round {} discarded: {}; its workers push again", closing_round, e.what());
     discarded = true;
+    for (at::Tensor& d : closing.delta) d.zero_();  // theta and the momentum are as they were (StepInPlace)
   }
   mu_.Lock();
-  if (discarded) round_.EndClose(RoundPhase::kTraining);
+  if (discarded && !closing.delta.empty()) {  // (empty: it failed after publishing, and the sums are back)
+    accumulator_.Restore(std::move(closing.delta));
+    round_.EndClose(RoundPhase::kTraining);
+  }
 }
 
 RoundDecision CoordinatorCore::DecideClose(double now) {
@@ -78,7 +84,7 @@ CoordinatorCore::ClosingRound CoordinatorCore::BeginClose() {
   ClosingRound c;
   c.base = snapshot_;
   c.tokens = accumulator_.total_weight();
-  c.delta = accumulator_.TakeAverage(std::move(spare_sums_));
+  c.delta = accumulator_.TakeAverage();    // no push folds while the round steps (phase stepping)
   c.contributors = round_.TakeForClose();  // phase stepping; their heartbeats still say "pushed"
   if (previous_snapshot_ && previous_snapshot_.use_count() == 1) {  // no pull reads theta_{t-1} any more
     for (const auto& [name, p] : previous_snapshot_->params) c.recycle.push_back(p);
@@ -87,21 +93,36 @@ CoordinatorCore::ClosingRound CoordinatorCore::BeginClose() {
   return c;
 }
 
-void CoordinatorCore::FinishClose(ClosingRound closing, const std::string& reason) {
+std::shared_ptr<ParamSnapshot> CoordinatorCore::StepTheta(const ParamSnapshot& base,
+                                                          const std::vector<at::Tensor>& delta,
+                                                          std::vector<at::Tensor> recycle) {
+  std::vector<at::Tensor> theta;
+  for (const auto& [name, p] : base.params) theta.push_back(p);
+  const std::vector<size_t>* only =
+      fragments() > 1 ? &fragment_plan_.members(fragment_plan_.FragmentOfRound(base.round)) : nullptr;
+  auto snapshot = std::make_shared<ParamSnapshot>();
+  snapshot->round = base.round + 1;
+  snapshot->complete = snapshot->round >= config_.SyncRounds();
+  snapshot->guard = guard_;
+  if (guard_ != nullptr) {  // pulls and checkpoints of theta_t wait, then find it moved on
+    absl::MutexLock stepping(&guard_->mu);
+    outer_step_->StepInPlace(theta, delta, only);
+    guard_->round = snapshot->round;
+    snapshot->params = base.params;
+    return snapshot;
+  }
+  std::vector<at::Tensor> next = outer_step_->Step(theta, delta, std::move(recycle), only);
+  for (size_t i = 0; i < next.size(); ++i) snapshot->params.emplace_back(base.params[i].first, next[i]);
+  return snapshot;
+}
+
+void CoordinatorCore::FinishClose(ClosingRound& closing, const std::string& reason) {
   const ParamSnapshot& base = *closing.base;
   for (const at::Tensor& d : closing.delta) {
     if (!AllFinite(d)) throw std::runtime_error("the averaged pseudo-gradient is not finite");
   }
   const double t0 = clock_();
-  std::vector<at::Tensor> theta;
-  for (const auto& [name, p] : base.params) theta.push_back(p);
-  const std::vector<size_t>* only =
-      fragments() > 1 ? &fragment_plan_.members(fragment_plan_.FragmentOfRound(base.round)) : nullptr;
-  std::vector<at::Tensor> next = outer_step_->Step(theta, closing.delta, std::move(closing.recycle), only);
-  auto snapshot = std::make_shared<ParamSnapshot>();
-  snapshot->round = base.round + 1;
-  snapshot->complete = snapshot->round >= config_.SyncRounds();
-  for (size_t i = 0; i < next.size(); ++i) snapshot->params.emplace_back(base.params[i].first, next[i]);
+  std::shared_ptr<ParamSnapshot> snapshot = StepTheta(base, closing.delta, std::move(closing.recycle));
   const double t1 = clock_();
   std::vector<at::Tensor> sums = std::move(closing.delta);
   for (at::Tensor& d : sums) d.zero_();  // the next round's accumulator
@@ -128,16 +149,18 @@ void CoordinatorCore::FinishClose(ClosingRound closing, const std::string& reaso
 }
 
 void CoordinatorCore::PublishRound(const ClosingRound& closing, std::shared_ptr<const ParamSnapshot> snapshot,
-                                   std::vector<at::Tensor> spare_sums, double step_seconds, double now) {
-  spare_sums_ = std::move(spare_sums);
+                                   std::vector<at::Tensor> zeroed_sums, double step_seconds, double now) {
+  accumulator_.Restore(std::move(zeroed_sums));
   stats_.CreditRound(closing.contributors, num_params_, membership_);
   if (config_.inner.adaptive_steps) AssignAdaptiveSteps();
   stats_.last_outer_step_seconds = step_seconds;
   stats_.last_round_seconds = now - round_.opened_at();
   round_.set_opened_at(now);
-  previous_snapshot_ = snapshot_;
+  if (guard_ == nullptr) {
+    previous_snapshot_ = snapshot_;
+    momentum_snapshot_ = outer_step_->momentum_buffers();
+  }
   snapshot_ = std::move(snapshot);
-  momentum_snapshot_ = outer_step_->momentum_buffers();
   round_.EndClose(snapshot_->complete ? RoundPhase::kFinishing : RoundPhase::kTraining);
   round_.set_phase_reason("");
 }
@@ -184,19 +207,38 @@ void CoordinatorCore::CheckpointIfDue(bool force) {
 absl::StatusOr<CoordinatorCore::WrittenCheckpoint> CoordinatorCore::WriteCheckpoint() {
   absl::MutexLock writing(&checkpoint_mu_);
   CheckpointData data;
-  {
+  data.fingerprint = fingerprint_;
+  auto collect = [&] {
     absl::MutexLock lock(&mu_);
     data.round = snapshot_->round;
     data.params = snapshot_->params;
     data.evals = evals_;
-    data.momentum = momentum_snapshot_;  // published together with theta_t; never modified in place
+    data.momentum = momentum_snapshot_;  // asynchronous rounds: published with theta_t, never modified in place
+  };
+  if (guard_ == nullptr) {
+    collect();
+    return SaveCheckpointAndLog(data);
   }
-  data.fingerprint = fingerprint_;
+  // Synchronous rounds step theta and the momentum in place: no step runs while they are written, and the round is
+  // the one the tensors hold (a step may have finished before its snapshot was published).
+  absl::ReaderMutexLock steady(&guard_->mu);
+  collect();
+  data.round = guard_->round;
+  data.momentum = outer_step_->momentum_buffers();  // the round thread is not stepping: we hold the guard
+  return SaveCheckpointAndLog(data);
+}
+
+absl::StatusOr<CoordinatorCore::WrittenCheckpoint> CoordinatorCore::SaveCheckpointAndLog(const CheckpointData& data) {
   const std::string path = CheckpointPath(config_.CheckpointDir(), data.round);
+  const auto t0 = std::chrono::steady_clock::now();
   absl::Status s = SaveCheckpoint(path, data);
   if (!s.ok()) return s;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::error_code ec;
+  const double mb = static_cast<double>(std::filesystem::file_size(path, ec)) / 1e6;
   PruneCheckpoints(config_.CheckpointDir(), config_.coordinator.keep_checkpoints);
-  spdlog::info("checkpoint: {} (round {})", path, data.round);
+  spdlog::info("checkpoint: {} (round {}, {:.0f} MB in {:.2f} s, {:.0f} MB/s)", path, data.round, ec ? 0.0 : mb,
+               seconds, seconds > 0 && !ec ? mb / seconds : 0.0);
   return WrittenCheckpoint{path, data.round};
 }
 

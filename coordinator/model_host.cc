@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/cuda.h>
 
+#include <stdexcept>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -17,16 +18,53 @@
 namespace diloco {
 namespace {
 
-// Holds a model instance and the validation split; evaluates a theta.
+// Points every parameter of `model` at the tensor of the same name in `theta` (no copy), or, with an empty `theta`,
+// at an empty tensor (so the model holds no parameter memory).
+void AliasParameters(torch::nn::Module& model, const NamedTensors& theta) {
+  torch::NoGradGuard no_grad;
+  auto params = model.named_parameters(true);
+  if (theta.empty()) {
+    for (auto& p : params) p.value().set_data(at::empty({0}, p.value().options()));
+    return;
+  }
+  if (params.size() != theta.size()) throw std::invalid_argument("evaluator: tensor count differs from the model's");
+  for (const auto& [name, value] : theta) {
+    torch::Tensor* p = params.find(name);
+    if (p == nullptr) throw std::invalid_argument("evaluator: the model has no parameter '" + name + "'");
+    if (p->sizes() != value.sizes() && p->numel() != 0) {
+      throw std::invalid_argument("evaluator: parameter '" + name + "' has another shape");
+    }
+    p->set_data(value);
+  }
+}
+
+// Holds a model instance (without parameter memory of its own on the CPU) and the validation split; evaluates a
+// theta. On the CPU the model's parameters are theta's own tensors for the duration of Evaluate (the core's round
+// thread, where nothing writes theta), so evaluation costs no copy of the model; on a GPU theta is copied there.
 class ModelEvaluator : public Evaluator {
  public:
   ModelEvaluator(LanguageModelPtr model, TokenData val, int64_t batches, int64_t batch_size, torch::Device device)
       : model_(std::move(model)), val_(std::move(val)), batches_(batches), batch_size_(batch_size), device_(device) {
-    model_->to(device_);
+    if (device_.is_cpu()) {
+      AliasParameters(*model_, {});
+    } else {
+      model_->to(device_);
+    }
   }
   double Evaluate(const NamedTensors& theta) override {
-    LoadParameters(*model_, theta);  // theta stays on the CPU; copied into the model on its device
-    return EvaluateLoss(model_, val_, batches_, batch_size_, device_);
+    if (!device_.is_cpu()) {
+      LoadParameters(*model_, theta);  // copied into the model on its device
+      return EvaluateLoss(model_, val_, batches_, batch_size_, device_);
+    }
+    AliasParameters(*model_, theta);
+    try {
+      const double loss = EvaluateLoss(model_, val_, batches_, batch_size_, device_);
+      AliasParameters(*model_, {});
+      return loss;
+    } catch (...) {
+      AliasParameters(*model_, {});
+      throw;
+    }
   }
 
  private:
@@ -51,7 +89,8 @@ absl::StatusOr<HostedModel> HostModel(const Config& config, const TokenCache& ca
     if (!s.ok()) return s;
     spdlog::info("theta_0 from {}", source);
   }
-  for (const auto& [name, p] : NamedParameters(*model)) hosted.theta_0.emplace_back(name, p.detach().clone());
+  // theta_0 takes the model's parameter memory (no copy); the evaluator's model then holds none (ModelEvaluator).
+  for (const auto& [name, p] : NamedParameters(*model)) hosted.theta_0.emplace_back(name, p.detach());
   auto val = TokenData::Load(cache.meta_path(), TokenSplit::kVal, config.model.seq_len);
   if (!val.ok()) return val.status();
   hosted.evaluator =

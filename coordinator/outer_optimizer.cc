@@ -43,6 +43,27 @@ void PlainKernel(const float* __restrict pt, const float* __restrict pd, float* 
   for (int64_t j = begin; j < end; ++j) po[j] = pt[j] + minus_lr * pd[j];
 }
 
+// StepInPlace's loops: the same operations as MomentumKernel and PlainKernel, written over theta and the buffer.
+template <bool kFirst, bool kNesterov>
+void InPlaceMomentumKernel(float* __restrict pt, const float* __restrict pd, float* __restrict pb, float mu,
+                           float minus_lr, int64_t begin, int64_t end) {
+  for (int64_t j = begin; j < end; ++j) {
+    const float b = kFirst ? pd[j] : mu * pb[j] + pd[j];
+    pb[j] = b;
+    const float update = kNesterov ? pd[j] + mu * b : b;
+    pt[j] = pt[j] + minus_lr * update;
+  }
+}
+
+void InPlacePlainKernel(float* __restrict pt, const float* __restrict pd, float minus_lr, int64_t begin, int64_t end) {
+  for (int64_t j = begin; j < end; ++j) pt[j] = pt[j] + minus_lr * pd[j];
+}
+
+bool SameShape(const std::vector<at::Tensor>& tensors, size_t i, const at::Tensor& like) {
+  return i < tensors.size() && tensors[i].defined() && tensors[i].sizes() == like.sizes() &&
+         tensors[i].scalar_type() == like.scalar_type() && tensors[i].is_contiguous();
+}
+
 }  // namespace
 
 std::vector<at::Tensor> OuterOptimizer::Step(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& delta,
@@ -105,6 +126,67 @@ std::vector<at::Tensor> OuterOptimizer::Step(const std::vector<at::Tensor>& thet
     buffers_ = std::move(next_buffers);
   }
   return next;
+}
+
+void OuterOptimizer::Reserve(const std::vector<at::Tensor>& theta) {
+  if (momentum_ == 0 || !buffers_.empty()) return;
+  spare_buffers_.clear();
+  for (const at::Tensor& t : theta) spare_buffers_.push_back(at::zeros_like(t));  // written: the pages are faulted in
+}
+
+void OuterOptimizer::StepInPlace(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& delta,
+                                 const std::vector<size_t>* only) {
+  if (theta.size() != delta.size()) throw std::invalid_argument("OuterOptimizer::StepInPlace: tensor counts differ");
+  const bool momentum = momentum_ != 0;
+  const bool first = buffers_.empty();
+  if (momentum && !first && buffers_.size() != theta.size()) {
+    throw std::invalid_argument("OuterOptimizer::StepInPlace: momentum buffer count differs from the parameter count");
+  }
+  std::vector<char> stepped(theta.size(), only == nullptr ? 1 : 0);
+  if (only != nullptr) {
+    for (size_t i : *only) stepped.at(i) = 1;
+  }
+  // Every check before the first write: a refusal leaves theta and the momentum as they were.
+  for (size_t i = 0; i < theta.size(); ++i) {
+    if (!stepped[i]) continue;
+    if (theta[i].scalar_type() != at::kFloat || delta[i].scalar_type() != at::kFloat ||
+        theta[i].sizes() != delta[i].sizes() || !theta[i].is_contiguous()) {
+      throw std::invalid_argument("OuterOptimizer::StepInPlace: tensors must be float32 of matching shapes");
+    }
+    if (momentum && !first && !SameShape(buffers_, i, theta[i])) {
+      throw std::invalid_argument("OuterOptimizer::StepInPlace: a momentum buffer's shape differs from its parameter");
+    }
+  }
+  if (momentum && first) {  // Reserve's buffers, else new ones; a tensor not stepped now keeps a zero buffer
+    std::vector<at::Tensor> buffers(theta.size());
+    for (size_t i = 0; i < theta.size(); ++i) {
+      buffers[i] = SameShape(spare_buffers_, i, theta[i]) ? spare_buffers_[i] : at::empty_like(theta[i]);
+      if (!stepped[i]) buffers[i].zero_();
+    }
+    buffers_ = std::move(buffers);
+    spare_buffers_.clear();
+  }
+  const bool nesterov = kind_ == Kind::kNesterov;
+  const float mu = static_cast<float>(momentum_);
+  const float minus_lr = static_cast<float>(-lr_);
+  for (size_t i = 0; i < theta.size(); ++i) {
+    if (!stepped[i]) continue;
+    const at::Tensor d = delta[i].contiguous();
+    float* pt = theta[i].data_ptr<float>();
+    const float* pd = d.data_ptr<float>();
+    float* pb = momentum ? buffers_[i].data_ptr<float>() : nullptr;
+    at::parallel_for(0, theta[i].numel(), 1 << 15, [&](int64_t begin, int64_t end) {
+      if (pb == nullptr) {
+        InPlacePlainKernel(pt, pd, minus_lr, begin, end);
+      } else if (first) {
+        nesterov ? InPlaceMomentumKernel<true, true>(pt, pd, pb, mu, minus_lr, begin, end)
+                 : InPlaceMomentumKernel<true, false>(pt, pd, pb, mu, minus_lr, begin, end);
+      } else {
+        nesterov ? InPlaceMomentumKernel<false, true>(pt, pd, pb, mu, minus_lr, begin, end)
+                 : InPlaceMomentumKernel<false, false>(pt, pd, pb, mu, minus_lr, begin, end);
+      }
+    });
+  }
 }
 
 }  // namespace diloco

@@ -34,9 +34,15 @@ class OuterOptimizer : public OuterStep {
                                std::vector<at::Tensor> recycle = {},
                                const std::vector<size_t>* only = nullptr) override;
 
+  // The same result as Step() (bit for bit), written over theta and the momentum buffers (OuterStep::StepInPlace).
+  void StepInPlace(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& delta,
+                   const std::vector<size_t>* only = nullptr) override;
+  // Zeroed momentum buffers shaped like theta (none with momentum 0), taken by the first step.
+  void Reserve(const std::vector<at::Tensor>& theta) override;
+
   // Momentum buffers (empty before the first step or when momentum is 0), for checkpoints. Step() writes the new
   // buffers into other tensors (the ones of two steps ago, when nobody holds them), never in place, so a copy of
-  // this vector stays valid and consistent.
+  // this vector stays valid and consistent; StepInPlace() overwrites them (its caller serializes readers).
   const std::vector<at::Tensor>& momentum_buffers() const override { return buffers_; }
   // Restores buffers from a checkpoint: empty, or one per parameter (checked by Step()).
   void set_momentum_buffers(std::vector<at::Tensor> buffers) override {
@@ -49,7 +55,7 @@ class OuterOptimizer : public OuterStep {
   double lr_;
   double momentum_;
   std::vector<at::Tensor> buffers_;
-  std::vector<at::Tensor> spare_buffers_;  // the previous step's buffers, for reuse
+  std::vector<at::Tensor> spare_buffers_;  // the previous step's buffers (or Reserve's zeros), for reuse
 };
 
 }  // namespace diloco

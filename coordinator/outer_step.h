@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "config/config.h"
@@ -27,6 +28,18 @@ class OuterStep {
   // that cannot honour `only` refuses it (std::invalid_argument).
   virtual std::vector<at::Tensor> Step(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& delta,
                                        std::vector<at::Tensor> recycle, const std::vector<size_t>* only) = 0;
+  // theta_t written over theta_{t-1} (and the momentum updated in place): the synchronous coordinator's step, which
+  // keeps one copy of theta and serves pulls from it under a ThetaGuard (evaluator.h). Checks every tensor before it
+  // writes any, so a refusal (std::invalid_argument) leaves theta and the momentum as they were. An implementation
+  // without an in-place form throws std::logic_error (the asynchronous Delayed Nesterov: the core uses Step there).
+  virtual void StepInPlace(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& delta,
+                           const std::vector<size_t>* only) {
+    (void)theta, (void)delta, (void)only;
+    throw std::logic_error("this outer step has no in-place form");
+  }
+  // Allocates and faults in the state the first step needs (momentum buffers shaped like theta), so the first
+  // round's step costs what later ones do. Does not change momentum_buffers(). Default: nothing to prepare.
+  virtual void Reserve(const std::vector<at::Tensor>& theta) { (void)theta; }
   // The momentum state, for checkpoints (empty before it exists). Never modified in place once returned, so a copy
   // of the vector stays valid while later steps run.
   virtual const std::vector<at::Tensor>& momentum_buffers() const = 0;

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 namespace diloco {
 
@@ -19,7 +20,7 @@ bool AllFinite(const at::Tensor& values) {
   return bad == 0;
 }
 
-RoundAccumulator::RoundAccumulator(const std::vector<TensorSpec>& specs) {
+RoundAccumulator::RoundAccumulator(const std::vector<TensorSpec>& specs) : count_(specs.size()) {
   for (const TensorSpec& s : specs) sums_.push_back(at::zeros(s.shape, at::kFloat));
 }
 
@@ -41,17 +42,19 @@ std::vector<at::Tensor> RoundAccumulator::Average() const {
   return out;
 }
 
-std::vector<at::Tensor> RoundAccumulator::TakeAverage(std::vector<at::Tensor> fresh) {
+std::vector<at::Tensor> RoundAccumulator::TakeAverage() {
   if (total_weight_ <= 0) throw std::logic_error("RoundAccumulator::TakeAverage with no contribution");
-  if (fresh.size() != sums_.size()) {
-    fresh.clear();
-    for (const at::Tensor& s : sums_) fresh.push_back(at::zeros_like(s));
-  }
   for (at::Tensor& s : sums_) s.div_(total_weight_);
-  std::swap(sums_, fresh);
   total_weight_ = 0;
   contributions_ = 0;
-  return fresh;
+  std::vector<at::Tensor> out;
+  out.swap(sums_);
+  return out;
+}
+
+void RoundAccumulator::Restore(std::vector<at::Tensor> zeroed) {
+  if (!sums_.empty() || zeroed.size() != count_) throw std::logic_error("RoundAccumulator::Restore: not taken out");
+  sums_ = std::move(zeroed);
 }
 
 void RoundAccumulator::Reset() {

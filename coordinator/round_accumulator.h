@@ -34,16 +34,21 @@ class RoundAccumulator {
   // sum / total_weight as new tensors shaped like the parameters. Requires total_weight() > 0.
   std::vector<at::Tensor> Average() const;
 
-  // Closes the round without allocating: divides the sums by total_weight() in place and returns them (the round's
-  // delta); the accumulator goes on with `fresh`, zeroed tensors shaped like the parameters (the delta of the round
-  // before, zeroed; allocated if empty), and zero counts. Requires total_weight() > 0.
-  std::vector<at::Tensor> TakeAverage(std::vector<at::Tensor> fresh);
+  // Closes the round without allocating: divides the sums by total_weight() in place and hands them out (the round's
+  // delta), with zero counts. Until Restore gives them back the accumulator holds no sums: the coordinator folds no
+  // chunk while it steps (Fold would throw std::out_of_range; Reset does nothing). So the sums are the one copy
+  // of the parameters this class needs. Requires total_weight() > 0.
+  std::vector<at::Tensor> TakeAverage();
+  // Gives back the tensors TakeAverage handed out, zeroed by the caller (outside the coordinator's lock: zeroing
+  // 4 bytes x params takes a while); the next round folds into them.
+  void Restore(std::vector<at::Tensor> zeroed);
 
   // Zeroes the sums and counts (start of a round, or a round whose aggregation had to restart).
   void Reset();
 
  private:
-  std::vector<at::Tensor> sums_;
+  std::vector<at::Tensor> sums_;  // empty between TakeAverage and Restore
+  size_t count_;                  // tensors in the model
   double total_weight_ = 0;
   int64_t contributions_ = 0;
 };

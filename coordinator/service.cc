@@ -39,7 +39,9 @@ std::vector<std::pair<std::string, at::Tensor>> FragmentOf(const CoordinatorCore
   return out;
 }
 
-// Streams one snapshot of theta (or one fragment of it): a header, then the chunks.
+// Streams one snapshot of theta (or one fragment of it): a header, then the chunks. Synchronous rounds step theta in
+// place: each chunk is read under the snapshot's guard, and a pull that finds theta moved on ends with UNAVAILABLE
+// (the worker retries and gets the new round; a pull of the old one would have been stale anyway).
 class PullReactor : public grpc::ServerWriteReactor<PullMessage> {
  public:
   PullReactor(CoordinatorCore* core, std::string worker_id, std::shared_ptr<const ParamSnapshot> snapshot, int fragment,
@@ -67,7 +69,14 @@ class PullReactor : public grpc::ServerWriteReactor<PullMessage> {
       return;
     }
     try {
-      if (chunker_.Next(message_.mutable_chunk())) {
+      bool more = false;
+      if (!ReadSnapshot(*snapshot_, [&] { more = chunker_.Next(message_.mutable_chunk()); })) {
+        Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                            absl::StrCat("the global parameters moved on from round ", snapshot_->round,
+                                         " while this pull streamed; pull again")));
+        return;
+      }
+      if (more) {
         StartWrite(&message_);
         return;
       }

@@ -9,7 +9,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -53,13 +54,15 @@ class HashingWriter {
   bool ok_ = true;
 };
 
-// Reads from an in-memory file image with bounds checks.
-class Reader {
+// Reads the file front to back through a bounded buffer (stdio's), hashing every byte it hands out, with bounds
+// checks against the body's size (the file less its checksum): a checkpoint is never held in memory whole.
+class HashingReader {
  public:
-  Reader(const std::string& buf, size_t end) : buf_(buf), end_(end) {}
+  HashingReader(FILE* f, uint64_t end) : f_(f), end_(end), state_(XXH64_createState()) { XXH64_reset(state_, 0); }
+  ~HashingReader() { XXH64_freeState(state_); }
   bool Bytes(void* p, size_t n) {
-    if (pos_ + n > end_) return false;
-    memcpy(p, buf_.data() + pos_, n);
+    if (n > end_ - pos_ || fread(p, 1, n, f_) != n) return false;
+    XXH64_update(state_, p, n);
     pos_ += n;
     return true;
   }
@@ -69,19 +72,24 @@ class Reader {
   }
   bool String(std::string* s) {
     uint32_t n = 0;
-    if (!Pod(&n) || pos_ + n > end_) return false;
-    s->assign(buf_.data() + pos_, n);
-    pos_ += n;
-    return true;
+    if (!Pod(&n) || n > remaining()) return false;
+    s->resize(n);
+    return Bytes(s->data(), n);
   }
   bool Floats(at::Tensor* t) { return Bytes(t->data_ptr(), t->numel() * sizeof(float)); }
   bool AtEnd() const { return pos_ == end_; }
-  size_t remaining() const { return end_ - pos_; }
+  uint64_t remaining() const { return end_ - pos_; }
+  // After the body: whether the stored checksum matches the bytes read.
+  bool ChecksumMatches() {
+    uint64_t stored = 0;
+    return AtEnd() && fread(&stored, 1, sizeof(stored), f_) == sizeof(stored) && XXH64_digest(state_) == stored;
+  }
 
  private:
-  const std::string& buf_;
-  size_t end_;
-  size_t pos_ = 0;
+  FILE* f_;
+  uint64_t end_;
+  uint64_t pos_ = 0;
+  XXH64_state_t* state_;
 };
 
 absl::Status Corrupt(const std::string& path, const std::string& what) {
@@ -102,6 +110,7 @@ absl::Status SaveCheckpoint(const std::string& path, const CheckpointData& data)
   const std::string tmp = path + ".tmp";
   FILE* f = fopen(tmp.c_str(), "wb");
   if (f == nullptr) return absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp, ": ", strerror(errno)));
+  setvbuf(f, nullptr, _IOFBF, 1 << 20);
   HashingWriter w(f);
   w.Bytes(kMagic, sizeof(kMagic));
   w.Pod<uint32_t>(kVersion);
@@ -141,25 +150,13 @@ absl::Status SaveCheckpoint(const std::string& path, const CheckpointData& data)
   return absl::OkStatus();
 }
 
-absl::StatusOr<CheckpointData> LoadCheckpoint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("checkpoint ", path, ": cannot open (", strerror(errno), ")"));
-  std::string buf((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (buf.size() < sizeof(kMagic) + sizeof(uint64_t) || memcmp(buf.data(), kMagic, sizeof(kMagic)) != 0) {
-    return Corrupt(path, "not a DiLoCo checkpoint (bad magic or too short)");
-  }
-  const size_t body = buf.size() - sizeof(uint64_t);
-  uint64_t stored = 0;
-  memcpy(&stored, buf.data() + body, sizeof(stored));
-  if (XXH64(buf.data(), body, 0) != stored) return Corrupt(path, "checksum mismatch (torn or corrupted file)");
-
-  Reader r(buf, body);
-  char magic[8];
+namespace {
+// The body of a checkpoint after its magic (up to its checksum) into *data, with bounds checks.
+absl::Status ParseBody(HashingReader& r, const std::string& path, CheckpointData* data) {
   uint32_t version = 0, count = 0;
-  CheckpointData data;
-  if (!r.Bytes(magic, 8) || !r.Pod(&version)) return Corrupt(path, "truncated header");
+  if (!r.Pod(&version)) return Corrupt(path, "truncated header");
   if (version != kVersion && version != 1) return Corrupt(path, absl::StrCat("unsupported version ", version));
-  if (!r.Pod(&data.round) || !r.String(&data.fingerprint) || !r.Pod(&count)) return Corrupt(path, "truncated header");
+  if (!r.Pod(&data->round) || !r.String(&data->fingerprint) || !r.Pod(&count)) return Corrupt(path, "truncated header");
   for (uint32_t i = 0; i < count; ++i) {
     std::string name;
     uint32_t ndim = 0;
@@ -173,16 +170,16 @@ absl::StatusOr<CheckpointData> LoadCheckpoint(const std::string& path) {
     }
     at::Tensor t = at::empty(dims, at::kFloat);
     if (!r.Floats(&t)) return Corrupt(path, absl::StrCat("tensor '", name, "' truncated"));
-    data.params.emplace_back(name, t);
+    data->params.emplace_back(name, t);
   }
   uint32_t momentum_count = 0;
   if (!r.Pod(&momentum_count) || (momentum_count != 0 && momentum_count != count)) {
     return Corrupt(path, "bad momentum section");
   }
   for (uint32_t i = 0; i < momentum_count; ++i) {
-    at::Tensor m = at::empty_like(data.params[i].second);
+    at::Tensor m = at::empty_like(data->params[i].second);
     if (!r.Floats(&m)) return Corrupt(path, "momentum truncated");
-    data.momentum.push_back(m);
+    data->momentum.push_back(m);
   }
   uint32_t eval_count = 0;
   if (!r.Pod(&eval_count)) return Corrupt(path, "bad eval section");
@@ -192,10 +189,51 @@ absl::StatusOr<CheckpointData> LoadCheckpoint(const std::string& path) {
     if (version >= 2 && (!r.Pod(&e.tokens) || !r.Pod(&e.bytes_pushed_committed))) {
       return Corrupt(path, "eval history truncated");
     }
-    data.evals.push_back(e);
+    data->evals.push_back(e);
   }
   if (!r.AtEnd()) return Corrupt(path, "trailing bytes before the checksum");
-  return data;
+  return absl::OkStatus();
+}
+
+// Whether the file's last 8 bytes are the xxHash64 of the bytes before them (read through a bounded buffer).
+bool FileChecksumMatches(const std::string& path, uint64_t size) {
+  FILE* f = size >= sizeof(uint64_t) ? fopen(path.c_str(), "rb") : nullptr;
+  if (f == nullptr) return false;
+  std::unique_ptr<FILE, int (*)(FILE*)> closer(f, fclose);
+  HashingReader r(f, size - sizeof(uint64_t));
+  std::vector<char> buf(1 << 20);
+  while (r.remaining() > 0) {
+    if (!r.Bytes(buf.data(), std::min<uint64_t>(buf.size(), r.remaining()))) return false;
+  }
+  return r.ChecksumMatches();
+}
+}  // namespace
+
+absl::StatusOr<CheckpointData> LoadCheckpoint(const std::string& path) {
+  std::error_code ec;
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  FILE* f = ec ? nullptr : fopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("checkpoint ", path, ": cannot open (", ec ? ec.message() : strerror(errno), ")"));
+  }
+  std::unique_ptr<FILE, int (*)(FILE*)> closer(f, fclose);
+  setvbuf(f, nullptr, _IOFBF, 1 << 20);
+  if (size < sizeof(kMagic) + sizeof(uint64_t))
+    return Corrupt(path, "not a DiLoCo checkpoint (bad magic or too short)");
+  HashingReader r(f, size - sizeof(uint64_t));
+  char magic[sizeof(kMagic)];
+  if (!r.Bytes(magic, sizeof(magic)) || memcmp(magic, kMagic, sizeof(kMagic)) != 0) {
+    return Corrupt(path, "not a DiLoCo checkpoint (bad magic or too short)");
+  }
+  CheckpointData data;
+  absl::Status parsed = ParseBody(r, path, &data);
+  if (parsed.ok() && r.ChecksumMatches()) return data;
+  // A corrupt file is reported as such, whichever check tripped first (a flipped header byte can read as a bad shape).
+  if (parsed.ok() || !FileChecksumMatches(path, size)) {
+    return Corrupt(path, "checksum mismatch (torn or corrupted file)");
+  }
+  return parsed;
 }
 
 namespace {

@@ -90,7 +90,11 @@ std::shared_ptr<const ParamSnapshot> Snapshot(CoordinatorCore& core) {
   r.mutable_meta()->set_fingerprint(core.fingerprint());
   auto snap = core.BeginPull(r);
   Check(snap.ok(), "pull");
-  return *snap;
+  // A copy, as a pull makes: synchronous rounds step the published tensors in place.
+  auto copy = std::make_shared<ParamSnapshot>();
+  copy->round = (*snap)->round;
+  for (const auto& [name, p] : (*snap)->params) copy->params.emplace_back(name, p.clone());
+  return copy;
 }
 
 bool CountedInRound(CoordinatorCore& core, const std::string& id) {

@@ -152,7 +152,7 @@ class CoordinatorCoreTest : public ScratchDirTest {
     Tensors out;
     if (!snap.ok()) return out;
     if (round != nullptr) *round = (*snap)->round;
-    for (const auto& [name, p] : (*snap)->params) out.push_back(p);
+    for (const auto& [name, p] : (*snap)->params) out.push_back(p.clone());  // a pull copies; theta steps in place
     return out;
   }
   // Token-weighted average of the pushes, DiLoCo Algorithm 1: delta = sum_i w_i delta_i / sum_i w_i.
@@ -220,6 +220,39 @@ TEST_F(CoordinatorCoreTest, OneRoundAppliesNesterovToTokenWeightedAverage) {
   EXPECT_EQ(Worker(s, "A").tokens(), 3000);
   EXPECT_EQ(Worker(s, "B").tokens(), 1000);
   EXPECT_EQ(Worker(s, "A").bytes_pushed(), 4 * s.params());
+}
+
+// Synchronous rounds keep one copy of theta: the close steps the published tensors in place, so a snapshot pulled
+// before it reads as stale afterwards (a pull in flight ends and the worker pulls again); asynchronous rounds publish
+// immutable snapshots that stay readable.
+TEST_F(CoordinatorCoreTest, SyncRoundsStepThetaInPlaceAndEarlierSnapshotsReadAsStale) {
+  for (const OuterMode mode : {OuterMode::kSync, OuterMode::kAsync}) {
+    config_.outer.mode = mode;
+    Start();
+    Join("A");
+    Join("B");
+    PullRequest r;
+    *r.mutable_meta() = Meta("A");
+    auto before = core_->BeginPull(r);
+    ASSERT_TRUE(before.ok()) << before.status();
+    int reads = 0;
+    EXPECT_TRUE(ReadSnapshot(**before, [&] { ++reads; }));
+    const at::Tensor theta0 = (*before)->params[0].second.clone();
+    ASSERT_TRUE(Push("A", 0, 1000, RandomDelta()).ok());
+    ASSERT_TRUE(Push("B", 0, 1000, RandomDelta()).ok());
+    core_->Poll();
+    if (mode == OuterMode::kAsync) core_->Poll();  // async: one version per push
+    auto after = core_->BeginPull(r);
+    ASSERT_TRUE(after.ok()) << after.status();
+    ASSERT_GE((*after)->round, 1);
+    EXPECT_TRUE(ReadSnapshot(**after, [&] { ++reads; }));
+    const bool in_place = mode == OuterMode::kSync;
+    EXPECT_EQ((*after)->params[0].second.data_ptr() == (*before)->params[0].second.data_ptr(), in_place);
+    EXPECT_EQ(ReadSnapshot(**before, [&] { ++reads; }), !in_place) << "round 0's snapshot after the close";
+    EXPECT_EQ(reads, in_place ? 2 : 3);
+    EXPECT_EQ((*before)->params[0].second.equal(theta0), !in_place);
+    core_.reset();
+  }
 }
 
 TEST_F(CoordinatorCoreTest, DuplicatePushIsRefusedAndCountedOnce) {

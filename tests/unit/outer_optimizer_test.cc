@@ -69,6 +69,65 @@ TEST(OuterOptimizerGoldenTest, NesterovMatchesTorch) { ExpectMatchesTorch(outer_
 TEST(OuterOptimizerGoldenTest, SgdMomentumMatchesTorch) { ExpectMatchesTorch(outer_golden::kCases[1]); }
 TEST(OuterOptimizerGoldenTest, FedAvgMatchesTorch) { ExpectMatchesTorch(outer_golden::kCases[2]); }
 
+// StepInPlace (the synchronous coordinator's step: one copy of theta) against the same torch.optim.SGD goldens, with
+// and without Reserve's buffers, writing over theta and the momentum and allocating nothing after the first step.
+void ExpectInPlaceMatchesTorch(const GoldenCase& c, bool reserve) {
+  const std::string what = std::string(c.name) + (reserve ? " (reserved)" : "");
+  OuterOptimizer opt(OuterOptimizer::KindFromName(c.optimizer), c.lr, c.momentum);
+  std::vector<at::Tensor> theta = {FromFloats(outer_golden::kTheta0A, {3}), FromFloats(outer_golden::kTheta0B, {2, 2})};
+  if (reserve) opt.Reserve(theta);
+  EXPECT_TRUE(opt.momentum_buffers().empty()) << what << ": Reserve does not make a momentum";
+  const void* theta_a = theta[0].data_ptr();
+  const void* buffer_a = nullptr;
+  for (int step = 0; step < kSteps; ++step) {
+    opt.StepInPlace(theta,
+                    {FromFloats(outer_golden::kDeltaA[step], {3}), FromFloats(outer_golden::kDeltaB[step], {2, 2})});
+    EXPECT_EQ(theta[0].data_ptr(), theta_a) << what;
+    ExpectClose(theta[0], c.theta_a[step], what + " theta_a after step " + std::to_string(step + 1));
+    ExpectClose(theta[1], c.theta_b[step], what + " theta_b after step " + std::to_string(step + 1));
+    if (!c.has_buffers) continue;
+    if (step == 0) buffer_a = opt.momentum_buffers()[0].data_ptr();
+    EXPECT_EQ(opt.momentum_buffers()[0].data_ptr(), buffer_a) << what << ": the momentum is updated in place";
+  }
+  if (c.has_buffers) {
+    ASSERT_EQ(opt.momentum_buffers().size(), 2u);
+    ExpectClose(opt.momentum_buffers()[0], c.buffer_a, what + " momentum buffer a");
+    ExpectClose(opt.momentum_buffers()[1], c.buffer_b, what + " momentum buffer b");
+  } else {
+    EXPECT_TRUE(opt.momentum_buffers().empty()) << what;
+  }
+}
+
+TEST(OuterOptimizerGoldenTest, InPlaceStepsMatchTorch) {
+  for (const GoldenCase& c : outer_golden::kCases) {
+    ExpectInPlaceMatchesTorch(c, /*reserve=*/false);
+    ExpectInPlaceMatchesTorch(c, /*reserve=*/true);
+  }
+}
+
+// In place and into new tensors give the same bits, fragment by fragment too; a refused step writes nothing.
+TEST(OuterOptimizerTest, InPlaceEqualsStepBitForBitAndARefusalWritesNothing) {
+  at::manual_seed(11);
+  std::vector<at::Tensor> a = {at::randn({1000}), at::randn({37, 5})};
+  std::vector<at::Tensor> b = {a[0].clone(), a[1].clone()};
+  OuterOptimizer stepping(OuterOptimizer::Kind::kNesterov, 0.7, 0.9),
+      in_place(OuterOptimizer::Kind::kNesterov, 0.7, 0.9);
+  in_place.Reserve(b);
+  const std::vector<size_t> first = {0}, second = {1};
+  for (int round = 0; round < 6; ++round) {
+    const std::vector<at::Tensor> delta = {at::randn({1000}) * 0.01, at::randn({37, 5}) * 0.01};
+    const std::vector<size_t>* only = round < 2 ? nullptr : (round % 2 == 0 ? &first : &second);
+    a = stepping.Step(a, delta, {}, only);
+    in_place.StepInPlace(b, delta, only);
+    EXPECT_TRUE(a[0].equal(b[0]) && a[1].equal(b[1])) << "round " << round;
+    EXPECT_TRUE(stepping.momentum_buffers()[1].equal(in_place.momentum_buffers()[1])) << "round " << round;
+  }
+  const at::Tensor before = b[0].clone(), momentum_before = in_place.momentum_buffers()[0].clone();
+  EXPECT_THROW(in_place.StepInPlace(b, {at::randn({1000}), at::randn({5, 37})}), std::invalid_argument);
+  EXPECT_TRUE(b[0].equal(before)) << "the first tensor was written before the second was refused";
+  EXPECT_TRUE(in_place.momentum_buffers()[0].equal(momentum_before));
+}
+
 TEST(OuterOptimizerGoldenTest, CasesAreTheOnesNamed) {
   ASSERT_EQ(std::size(outer_golden::kCases), 3u);
   EXPECT_STREQ(outer_golden::kCases[0].name, "kNesterov");

@@ -98,7 +98,7 @@ class PushSessionTest : public ScratchDirTest {
     std::vector<at::Tensor> out;
     if (!snap.ok()) return out;
     *round = (*snap)->round;
-    for (const auto& [name, p] : (*snap)->params) out.push_back(p);
+    for (const auto& [name, p] : (*snap)->params) out.push_back(p.clone());  // a pull copies; theta steps in place
     return out;
   }
   static bool Pushed(CoordinatorCore& core, const std::string& id) {

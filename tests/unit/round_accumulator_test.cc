@@ -123,25 +123,28 @@ TEST(RoundAccumulatorTest, AverageWithoutContributionThrows) {
   EXPECT_THROW(acc.Average(), std::logic_error);
 }
 
-// TakeAverage hands out the divided sums and continues with the given zeroed tensors: no allocation per round.
-TEST(RoundAccumulatorTest, TakeAverageSwapsInTheFreshSums) {
+// TakeAverage hands out the divided sums themselves and Restore takes them back: one copy, no allocation per round.
+TEST(RoundAccumulatorTest, TakeAverageHandsOutTheSumsAndRestoreTakesThemBack) {
   RoundAccumulator acc({TensorSpec{"w", {4}, at::kFloat}});
   acc.Fold(0, 0, at::tensor({1.0f, 2.0f, 3.0f, 4.0f}), 3.0);
   acc.AddContribution(3.0);
   acc.Fold(0, 0, at::tensor({5.0f, 6.0f, 7.0f, 8.0f}), 1.0);
   acc.AddContribution(1.0);
-  std::vector<at::Tensor> fresh = {at::zeros({4})};
-  void* fresh_ptr = fresh[0].data_ptr();
-  std::vector<at::Tensor> delta = acc.TakeAverage(std::move(fresh));
+  std::vector<at::Tensor> delta = acc.TakeAverage();
   EXPECT_TRUE(delta[0].allclose(at::tensor({2.0f, 3.0f, 4.0f, 5.0f})));
   EXPECT_EQ(acc.total_weight(), 0);
   EXPECT_EQ(acc.contributions(), 0);
+  EXPECT_THROW(acc.Fold(0, 0, at::ones({4}), 1.0), std::out_of_range) << "no sums while the round steps";
+  acc.Reset();  // does nothing without sums
+  void* sums_ptr = delta[0].data_ptr();
+  delta[0].zero_();
+  acc.Restore(std::move(delta));
+  EXPECT_THROW(acc.Restore({at::zeros({4})}), std::logic_error);
   acc.Fold(0, 0, at::ones({4}), 2.0);
   acc.AddContribution(2.0);
-  std::vector<at::Tensor> next = acc.Average();
-  EXPECT_TRUE(next[0].allclose(at::ones({4}))) << "the next round starts from the fresh zeros";
-  std::vector<at::Tensor> again = acc.TakeAverage(std::move(delta));
-  EXPECT_EQ(again[0].data_ptr(), fresh_ptr);
+  EXPECT_TRUE(acc.Average()[0].allclose(at::ones({4}))) << "the next round starts from the restored zeros";
+  std::vector<at::Tensor> again = acc.TakeAverage();
+  EXPECT_EQ(again[0].data_ptr(), sums_ptr);
 }
 
 TEST(AllFiniteTest, FindsEveryKindOfNonFiniteValueAnywhere) {
