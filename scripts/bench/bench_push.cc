@@ -294,6 +294,30 @@ void Bench::Worker(int w, const diloco::ModelSpec& spec, const std::vector<diloc
   }
   (void)client.Leave("benchmark done");
 }
+// The JSON line's measurements (the probe's latencies aside).
+nlohmann::json Summary(const Bench& bench, int64_t params) {
+  const double push_median = Median(bench.push_seconds);
+  const double per_round = static_cast<double>(bench.pushed) / bench.rounds;
+  const std::vector<double>& steps = bench.outer_step_seconds;
+  return {{"workers", bench.workers},
+          {"rounds", bench.rounds},
+          {"codec", std::string(diloco::EnumName(bench.config.comm.codec))},
+          {"pull_codec", std::string(diloco::EnumName(bench.config.comm.pull_codec))},
+          {"fragments", bench.config.comm.fragments},
+          {"transport", std::string(diloco::EnumName(bench.config.comm.transport))},
+          {"params", params},
+          {"bytes_per_round", per_round},
+          {"bytes_per_round_per_worker", per_round / bench.workers},
+          {"push_phase_s", push_median},
+          {"ingest_mb_per_s", per_round / push_median / 1e6},
+          {"pull_bytes_per_round", static_cast<double>(bench.pulled) / bench.rounds},
+          {"pull_phase_s", Median(bench.pull_seconds)},
+          {"pull_fanout_mb_per_s", Median(bench.pull_rates)},
+          {"outer_step_s", steps},
+          {"outer_step_first_s", steps.empty() ? 0.0 : steps.front()},
+          {"outer_step_median_s", Median(steps)},
+          {"ok", !bench.failed}};
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -347,27 +371,7 @@ int main(int argc, char** argv) {
   stop_probe = true;
   if (probe.joinable()) probe.join();
 
-  const double push_median = Median(bench.push_seconds);
-  const double per_round = static_cast<double>(bench.pushed) / rounds;
-  const std::vector<double>& steps = bench.outer_step_seconds;
-  nlohmann::json out = {{"workers", workers},
-                        {"rounds", rounds},
-                        {"codec", std::string(diloco::EnumName(config->comm.codec))},
-                        {"pull_codec", std::string(diloco::EnumName(config->comm.pull_codec))},
-                        {"fragments", config->comm.fragments},
-                        {"transport", std::string(diloco::EnumName(config->comm.transport))},
-                        {"params", diloco::TotalElements(specs)},
-                        {"bytes_per_round", per_round},
-                        {"bytes_per_round_per_worker", per_round / workers},
-                        {"push_phase_s", push_median},
-                        {"ingest_mb_per_s", per_round / push_median / 1e6},
-                        {"pull_bytes_per_round", static_cast<double>(bench.pulled) / rounds},
-                        {"pull_phase_s", Median(bench.pull_seconds)},
-                        {"pull_fanout_mb_per_s", Median(bench.pull_rates)},
-                        {"outer_step_s", steps},
-                        {"outer_step_first_s", steps.empty() ? 0.0 : steps.front()},
-                        {"outer_step_median_s", Median(steps)},
-                        {"ok", !bench.failed}};
+  nlohmann::json out = Summary(bench, diloco::TotalElements(specs));
   if (probe_ms > 0) {
     out["probe_ms"] = probe_ms;
     out["probe_errors"] = probed.errors;
