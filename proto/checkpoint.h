@@ -8,8 +8,9 @@
 // int64 tokens, int64 bytes_pushed_committed} (version 1: without the last two; still loaded), then an xxHash64
 // of every byte before it. Strings are uint32 length + bytes.
 // Writes go to "<path>.tmp", are fsynced, renamed over <path>, and the directory is fsynced: a crash leaves the old
-// file or the new one, never a torn one. Loading checks magic, version, sizes and the checksum. Both stream the file
-// through a 1 MiB buffer straight to or from the tensors: no whole-file image in memory.
+// file or the new one, never a torn one. Loading checks magic, version, sizes and the checksum. Neither holds a
+// whole-file image in memory: writes go through a 1 MiB buffer straight from the tensors; loads read the small fields
+// first, then the tensors' data with parallel preads straight into them, then verify the checksum.
 // Stateless functions; thread-safe for distinct paths.
 #pragma once
 

@@ -263,6 +263,10 @@ void Bench::Worker(int w, const diloco::ModelSpec& spec, const std::vector<diloc
   for (int r = 0; r < rounds; ++r) {
     pull_ready.arrive_and_wait();
     auto got = PullAndDiscard(*stub, id, fingerprint, timeout_s);
+    for (int retry = 0; retry < 50 && !got.ok() && absl::IsUnavailable(got.status()); ++retry) {  // as a worker does
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      got = PullAndDiscard(*stub, id, fingerprint, timeout_s);
+    }
     if (got.ok()) {
       round = got->round;
       pulled += got->bytes;
