@@ -28,7 +28,8 @@ constexpr double kMaxCopies = 3.5;  // issue 18: theta, momentum, accumulator, a
 // vocab 4096, seq 128, 8 layers, d_model 1024: 105,097,216 parameters (420 MB of fp32), checked against the params
 // the bench reports. Large enough that the half copy left for everything else (210 MB) holds what does not grow with
 // the model: gRPC's message buffers and what tcmalloc keeps of them, which varied by ~80 MB with the machine's load
-// (at 54.7M parameters a loaded run measured 3.60 copies where quiet runs measured 3.1-3.3). inner.batch_size 1: the evaluation batch (the coordinator evaluates inner.batch_size sequences).
+// (at 54.7M parameters a loaded run measured 3.60 copies where quiet runs measured 3.1-3.3). inner.batch_size 1: the
+// evaluation batch (the coordinator evaluates inner.batch_size sequences).
 const std::vector<std::string> kBigModel = {"model.vocab_size=4096", "model.seq_len=128", "model.n_layer=8",
                                             "model.n_head=8", "model.d_model=1024"};
 
