@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "proto/tensor_spec.h"
 #include "worker/lm/device_choice.h"
@@ -31,10 +32,7 @@ void AliasParameters(torch::nn::Module& model, const NamedTensors& theta) {
   for (const auto& [name, value] : theta) {
     torch::Tensor* p = params.find(name);
     if (p == nullptr) throw std::invalid_argument("evaluator: the model has no parameter '" + name + "'");
-    if (p->sizes() != value.sizes() && p->numel() != 0) {
-      throw std::invalid_argument("evaluator: parameter '" + name + "' has another shape");
-    }
-    p->set_data(value);
+    p->set_data(value);  // theta has theta_0's layout, i.e. this model's (the core refuses another fingerprint)
   }
 }
 
@@ -57,14 +55,8 @@ class ModelEvaluator : public Evaluator {
       return EvaluateLoss(model_, val_, batches_, batch_size_, device_);
     }
     AliasParameters(*model_, theta);
-    try {
-      const double loss = EvaluateLoss(model_, val_, batches_, batch_size_, device_);
-      AliasParameters(*model_, {});
-      return loss;
-    } catch (...) {
-      AliasParameters(*model_, {});
-      throw;
-    }
+    absl::Cleanup release = [this] { AliasParameters(*model_, {}); };  // keeps no reference to theta, even on a throw
+    return EvaluateLoss(model_, val_, batches_, batch_size_, device_);
   }
 
  private:

@@ -56,44 +56,6 @@ class HashingWriter {
   bool ok_ = true;
 };
 
-// Reads the file front to back through a bounded buffer (stdio's), hashing every byte it hands out, with bounds
-// checks against the body's size (the file less its checksum): a checkpoint is never held in memory whole.
-class HashingReader {
- public:
-  HashingReader(FILE* f, uint64_t end) : f_(f), end_(end), state_(XXH64_createState()) { XXH64_reset(state_, 0); }
-  ~HashingReader() { XXH64_freeState(state_); }
-  bool Bytes(void* p, size_t n) {
-    if (n > end_ - pos_ || fread(p, 1, n, f_) != n) return false;
-    XXH64_update(state_, p, n);
-    pos_ += n;
-    return true;
-  }
-  template <typename T>
-  bool Pod(T* v) {
-    return Bytes(v, sizeof(T));
-  }
-  bool String(std::string* s) {
-    uint32_t n = 0;
-    if (!Pod(&n) || n > remaining()) return false;
-    s->resize(n);
-    return Bytes(s->data(), n);
-  }
-  bool Floats(at::Tensor* t) { return Bytes(t->data_ptr(), t->numel() * sizeof(float)); }
-  bool AtEnd() const { return pos_ == end_; }
-  uint64_t remaining() const { return end_ - pos_; }
-  // After the body: whether the stored checksum matches the bytes read.
-  bool ChecksumMatches() {
-    uint64_t stored = 0;
-    return AtEnd() && fread(&stored, 1, sizeof(stored), f_) == sizeof(stored) && XXH64_digest(state_) == stored;
-  }
-
- private:
-  FILE* f_;
-  uint64_t end_;
-  uint64_t pos_ = 0;
-  XXH64_state_t* state_;
-};
-
 // A load in three passes, so that the bulk of it runs on several threads: (1) the parser reads the small fields
 // (headers, evals) through stdio and records where each tensor's data lies, seeking past it; (2) ReadData fills the
 // tensors with parallel preads of 16 MiB (reading into fresh memory is mostly the kernel's page faults and copies,
@@ -306,12 +268,17 @@ bool FileChecksumMatches(const std::string& path, uint64_t size) {
   FILE* f = size >= sizeof(uint64_t) ? fopen(path.c_str(), "rb") : nullptr;
   if (f == nullptr) return false;
   std::unique_ptr<FILE, int (*)(FILE*)> closer(f, fclose);
-  HashingReader r(f, size - sizeof(uint64_t));
+  std::unique_ptr<XXH64_state_t, XXH_errorcode (*)(XXH64_state_t*)> state(XXH64_createState(), XXH64_freeState);
+  XXH64_reset(state.get(), 0);
   std::vector<char> buf(1 << 20);
-  while (r.remaining() > 0) {
-    if (!r.Bytes(buf.data(), std::min<uint64_t>(buf.size(), r.remaining()))) return false;
+  for (uint64_t left = size - sizeof(uint64_t); left > 0;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), left));
+    if (fread(buf.data(), 1, n, f) != n) return false;
+    XXH64_update(state.get(), buf.data(), n);
+    left -= n;
   }
-  return r.ChecksumMatches();
+  uint64_t stored = 0;
+  return fread(&stored, 1, sizeof(stored), f) == sizeof(stored) && XXH64_digest(state.get()) == stored;
 }
 }  // namespace
 
