@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "proto/peer_text.h"
 #include "proto/transport_security.h"
 
 namespace diloco {
@@ -39,7 +40,7 @@ grpc::Status TokenAuthenticator::Check(const grpc::ServerContextBase& ctx, std::
     ++refused_;
     if (warned_peers_.size() < kMaxWarnedPeers && warned_peers_.insert(peer).second) {
       spdlog::warn("refused {} from {}{}{}: {}, UNAUTHENTICATED; further refusals from this peer are not logged",
-                   method, peer, who.empty() ? "" : " as worker ", who, why);
+                   method, peer, who.empty() ? "" : " as worker ", Truncated(who), why);
       if (warned_peers_.size() == kMaxWarnedPeers) {
         spdlog::warn("{} peers refused for their token; refusals from new peers are no longer logged", kMaxWarnedPeers);
       }

@@ -10,6 +10,7 @@
 #include "config/text_file.h"
 #include "coordinator/bootstrap.h"
 #include "coordinator/inner_steps.h"
+#include "proto/peer_text.h"
 #include "proto/status_json.h"
 
 namespace diloco {
@@ -139,10 +140,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const C
 }
 
 absl::Status CoordinatorCore::CheckMeta(const RequestMeta& meta, bool require_member) const {
-  if (meta.worker_id().empty()) return absl::InvalidArgumentError("request without a worker id");
+  if (absl::Status id = ValidateWorkerId(meta.worker_id()); !id.ok()) return id;
   if (meta.fingerprint() != fingerprint_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("model fingerprint ", meta.fingerprint(), " does not match the coordinator's ", fingerprint_));
+    return absl::FailedPreconditionError(absl::StrCat("model fingerprint ", Truncated(meta.fingerprint(), 64),
+                                                      " does not match the coordinator's ", fingerprint_));
   }
   if (require_member && !membership_.IsActive(meta.worker_id())) {
     return absl::NotFoundError(absl::StrCat("worker '", meta.worker_id(), "' is not an active member; Join again"));
@@ -162,12 +163,17 @@ absl::StatusOr<JoinReply> CoordinatorCore::Join(const JoinRequest& request) {
   absl::MutexLock lock(&mu_);
   absl::Status s = CheckMeta(request.meta(), /*require_member=*/false);
   if (!s.ok()) return s;
+  if (!membership_.IsActive(request.meta().worker_id()) &&
+      static_cast<int64_t>(membership_.active_count()) >= config_.coordinator.max_members) {
+    return absl::ResourceExhaustedError(absl::StrCat("the run has ", membership_.active_count(),
+                                                     " active members (coordinator.max_members); join later"));
+  }
   const bool known = membership_.Find(request.meta().worker_id()) != nullptr;
   const Member& m =
       membership_.Join(request.meta().worker_id(), clock_(), request.has_shard_hint() ? request.shard_hint() : -1);
   membership_.Find(m.id)->cluster_size = std::max(1, request.cluster_size());
   spdlog::info("{} worker {} (shard {}/{}, {} threads, {}{}) at round {}", known ? "rejoined:" : "joined:", m.id,
-               m.shard_index, membership_.shard_count(), request.threads(), request.device(),
+               m.shard_index, membership_.shard_count(), request.threads(), Truncated(request.device(), 64),
                m.cluster_size > 1 ? absl::StrCat(", a cluster of ", m.cluster_size) : std::string(), snapshot_->round);
   cv_.SignalAll();
   JoinReply reply;
@@ -186,8 +192,8 @@ absl::Status CoordinatorCore::Leave(const LeaveRequest& request) {
   absl::Status s = CheckMeta(request.meta(), /*require_member=*/false);
   if (!s.ok()) return s;
   if (membership_.IsActive(request.meta().worker_id())) {
-    membership_.Leave(request.meta().worker_id());
-    spdlog::info("left: worker {} ({})", request.meta().worker_id(), request.reason());
+    membership_.Leave(request.meta().worker_id(), clock_());
+    spdlog::info("left: worker {} ({})", request.meta().worker_id(), Truncated(request.reason(), 256));
     cv_.SignalAll();
   }
   return absl::OkStatus();
@@ -208,6 +214,7 @@ absl::StatusOr<HeartbeatReply> CoordinatorCore::Heartbeat(const HeartbeatRequest
 }
 
 absl::Status CoordinatorCore::Drain(const std::string& worker_id) {
+  if (absl::Status id = ValidateWorkerId(worker_id); !id.ok()) return id;
   absl::MutexLock lock(&mu_);
   Member* m = membership_.Find(worker_id);
   if (m == nullptr || m->state != MemberState::kActive) {

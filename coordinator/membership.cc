@@ -1,5 +1,6 @@
 #include "coordinator/membership.h"
 
+#include <algorithm>
 #include <set>
 
 namespace diloco {
@@ -36,6 +37,7 @@ const Member& Membership::Join(const std::string& id, double now, int shard_hint
     while (taken.count(shard) != 0 && shard < shard_count_) ++shard;
     shard %= shard_count_;  // more members than shards: shards are shared
   }
+  if (it->second.state != MemberState::kActive || it->second.state_since == 0) it->second.state_since = now;
   it->second.state = MemberState::kActive;
   it->second.last_seen = now;
   it->second.drain_requested = false;
@@ -49,9 +51,12 @@ bool Membership::Touch(const std::string& id, double now) {
   return true;
 }
 
-void Membership::Leave(const std::string& id) {
+void Membership::Leave(const std::string& id, double now) {
   auto it = members_.find(id);
-  if (it != members_.end()) it->second.state = MemberState::kLeft;
+  if (it == members_.end()) return;
+  it->second.state = MemberState::kLeft;
+  it->second.state_since = now;
+  ForgetBeyondBound();
 }
 
 std::vector<std::string> Membership::ExpireLeases(double now, double lease_s) {
@@ -59,9 +64,11 @@ std::vector<std::string> Membership::ExpireLeases(double now, double lease_s) {
   for (auto& [id, m] : members_) {
     if (m.state == MemberState::kActive && now - m.last_seen > lease_s) {
       m.state = MemberState::kLost;
+      m.state_since = now;
       lost.push_back(id);
     }
   }
+  if (!lost.empty()) ForgetBeyondBound();
   return lost;
 }
 
@@ -76,6 +83,33 @@ std::vector<std::string> Membership::ActiveIds() const {
     if (m.state == MemberState::kActive) ids.push_back(id);
   }
   return ids;
+}
+
+size_t Membership::active_count() const {
+  return static_cast<size_t>(std::count_if(members_.begin(), members_.end(),
+                                           [](const auto& kv) { return kv.second.state == MemberState::kActive; }));
+}
+
+std::vector<const Member*> Membership::RecentlyGone(size_t limit) const {
+  std::vector<const Member*> gone;
+  for (const auto& [id, m] : members_) {
+    if (m.state != MemberState::kActive) gone.push_back(&m);
+  }
+  std::sort(gone.begin(), gone.end(), [](const Member* a, const Member* b) {
+    return a->state_since != b->state_since ? a->state_since > b->state_since : a->id < b->id;
+  });
+  if (gone.size() > limit) gone.resize(limit);
+  return gone;
+}
+
+void Membership::ForgetBeyondBound() {
+  size_t gone = gone_count();
+  if (gone <= max_inactive_) return;
+  std::vector<const Member*> order = RecentlyGone(gone);  // most recent first: forget from the back
+  std::vector<std::string> forget;
+  for (size_t i = max_inactive_; i < order.size(); ++i) forget.push_back(order[i]->id);
+  for (const std::string& id : forget) members_.erase(id);
+  forgotten_ += static_cast<int64_t>(forget.size());
 }
 
 Member* Membership::Find(const std::string& id) {

@@ -3,6 +3,9 @@
 // left member that joins again with the same id becomes active again and keeps its shard. Each active member owns
 // one of `shard_count` disjoint data shards: the one it had or asked for if free, else the lowest free index
 // (with more active members than shards, they wrap around and share).
+// Bounded: at most `max_inactive` members that left or were lost are remembered (the longest gone are forgotten first
+// and only counted), so ids that come and go cannot grow memory or the status reply without bound; the number of
+// active members is bounded by the coordinator (coordinator.max_members, checked before Join).
 // Not thread-safe: the coordinator calls it under its own mutex.
 #pragma once
 
@@ -32,29 +35,41 @@ struct Member {
   double steps_per_s = 0;        // inner steps per second of its last committed push (0: not measured yet)
   int64_t inner_steps = 0;       // its H for the next round (inner.adaptive_steps); 0 = inner.steps
   double data_epochs = 0;        // passes over its data shard, as of its last counted push
+  double state_since = 0;        // when it last became active, left or was lost
 };
 
 class Membership {
  public:
-  explicit Membership(int shard_count) : shard_count_(shard_count) {}
+  static constexpr size_t kDefaultMaxInactive = 256;
+  explicit Membership(int shard_count, size_t max_inactive = kDefaultMaxInactive)
+      : shard_count_(shard_count), max_inactive_(max_inactive) {}
 
   // Adds or reactivates `id`; returns the member (with its shard index). A new member gets `shard_hint` if that
   // shard is valid and free (a worker rejoining a restarted coordinator keeps its data), else the lowest free one.
   const Member& Join(const std::string& id, double now, int shard_hint = -1);
   // Refreshes the lease. Returns false if `id` is unknown or not active (it must Join again).
   bool Touch(const std::string& id, double now);
-  void Leave(const std::string& id);
+  void Leave(const std::string& id, double now);
   // Marks active members silent for more than lease_s as lost; returns their ids.
   std::vector<std::string> ExpireLeases(double now, double lease_s);
 
   bool IsActive(const std::string& id) const;
   std::vector<std::string> ActiveIds() const;
+  size_t active_count() const;
+  // Members that left or were lost, the most recently gone first, at most `limit` of them.
+  std::vector<const Member*> RecentlyGone(size_t limit) const;
+  size_t gone_count() const { return members_.size() - active_count(); }  // remembered ones
+  int64_t forgotten() const { return forgotten_; }  // left or lost members dropped beyond max_inactive
   Member* Find(const std::string& id);
   const std::map<std::string, Member>& members() const { return members_; }
   int shard_count() const { return shard_count_; }
 
  private:
+  void ForgetBeyondBound();
+
   int shard_count_;
+  size_t max_inactive_;
+  int64_t forgotten_ = 0;
   std::map<std::string, Member> members_;
 };
 

@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "absl/strings/str_cat.h"
+#include "proto/peer_text.h"
 
 namespace diloco {
 
@@ -72,7 +73,8 @@ void PushSession::OnBroken(const std::string& why) {
 absl::Status PushSession::Refuse(absl::Status status) {
   refusal_ = status;
   const std::string& id = ticket_ ? ticket_->worker_id : header_worker_id_;
-  spdlog::warn("push from '{}' refused: {}: {}", id, absl::StatusCodeToString(status.code()),
+  status = WithBoundedMessage(status);
+  spdlog::warn("push from '{}' refused: {}: {}", Truncated(id), absl::StatusCodeToString(status.code()),
                std::string(status.message()));
   if (ticket_) core_->AbortPush(*ticket_, std::string(status.message()));
   return status;

@@ -21,8 +21,22 @@ void RunStats::CreditRound(const RoundState::Pushes& contributors, int64_t num_p
 
 namespace {
 
+// Left and lost members listed in status, the most recently gone first (the rest are only counted), so the reply
+// stays far below 1 MiB: active members are bounded by coordinator.max_members, ids by 128 characters.
+constexpr size_t kListedGoneMembers = 64;
+
 void AddWorkers(const StatusSources& in, double now, StatusReply& s) {
+  std::vector<const Member*> listed;
   for (const auto& [id, m] : in.membership.members()) {
+    if (m.state == MemberState::kActive) listed.push_back(&m);
+  }
+  const std::vector<const Member*> gone = in.membership.RecentlyGone(kListedGoneMembers);
+  listed.insert(listed.end(), gone.begin(), gone.end());
+  s.set_members_not_listed(static_cast<int64_t>(in.membership.gone_count() - gone.size()) +
+                           in.membership.forgotten());
+  for (const Member* member : listed) {
+    const Member& m = *member;
+    const std::string& id = m.id;
     WorkerStatus* w = s.add_workers();
     w->set_id(id);
     w->set_state(MemberStateName(m.state));

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/push_session.h"
 #include "proto/grpc_status.h"
+#include "proto/peer_text.h"
 #include "proto/tensor_chunks.h"
 
 namespace diloco {
@@ -216,7 +217,8 @@ grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* 
   return Unary(ctx, [&]() -> absl::Status {
     auto r = coordinator_->Join(*request);
     if (!r.ok()) {
-      spdlog::warn("join refused for '{}': {}", request->meta().worker_id(), std::string(r.status().message()));
+      spdlog::warn("join refused for '{}': {}", Truncated(request->meta().worker_id()),
+                   Truncated(r.status().message(), kMaxRefusalBytes));
       return r.status();
     }
     *reply = std::move(*r);

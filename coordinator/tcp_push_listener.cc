@@ -19,6 +19,7 @@
 #include "coordinator/push_session.h"
 #include "proto/push_frames.h"
 #include "proto/transport_security.h"
+#include "proto/peer_text.h"
 
 namespace diloco {
 namespace {
@@ -172,14 +173,14 @@ void TcpPushListener::Serve(int fd, const std::string& peer) {
   auto token = ReadHello(fd);
   if (!token.ok()) {
     if (!stopping_)
-      spdlog::warn("tcp push connection from {} refused: {}", peer, std::string(token.status().message()));
+      spdlog::warn("tcp push connection from {} refused: {}", peer, Truncated(token.status().message(), kMaxRefusalBytes));
     Forget(fd);
     return;
   }
   if (!token_.empty() && !ConstantTimeEquals(*token, token_)) {
     const absl::Status refused = absl::UnauthenticatedError(token->empty() ? "missing token (security.token_file)"
                                                                            : "wrong token (security.token_file)");
-    spdlog::warn("tcp push connection from {} refused: {}", peer, std::string(refused.message()));
+    spdlog::warn("tcp push connection from {} refused: {}", peer, Truncated(refused.message(), kMaxRefusalBytes));
     (void)WritePushResult(fd, refused, PushReply());
     Forget(fd);
     return;
@@ -201,7 +202,7 @@ void TcpPushListener::Serve(int fd, const std::string& peer) {
     if (!more.ok()) {
       // A close between pushes is how a worker says goodbye; anything else breaks the push off.
       if (!(first && absl::IsNotFound(more.status())) && !stopping_) {
-        spdlog::warn("tcp push connection from {} closed: {}", peer, std::string(more.status().message()));
+        spdlog::warn("tcp push connection from {} closed: {}", peer, Truncated(more.status().message(), kMaxRefusalBytes));
       }
       session.OnBroken(std::string(more.status().message()));
       break;

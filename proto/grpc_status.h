@@ -7,12 +7,14 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "proto/peer_text.h"
 
 namespace diloco {
 
 inline grpc::Status ToGrpc(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+  // A refusal may quote peer input: never more than kMaxRefusalBytes (proto/peer_text.h) leave the process.
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), Truncated(s.message(), kMaxRefusalBytes));
 }
 
 inline absl::Status FromGrpc(const grpc::Status& s) {

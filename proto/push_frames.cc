@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "proto/peer_text.h"
 
 namespace diloco {
 namespace {
@@ -152,7 +153,7 @@ absl::StatusOr<bool> ReadPushFrame(int fd, PushMessage* message, uint64_t max_pa
 absl::Status WritePushResult(int fd, const absl::Status& status, const PushReply& reply) {
   std::string out;
   PutU32(&out, static_cast<uint32_t>(status.code()));
-  const std::string text(status.message());
+  const std::string text = Truncated(status.message(), kMaxRefusalBytes);
   PutU32(&out, static_cast<uint32_t>(text.size()));
   out += text;
   const std::string body = status.ok() ? reply.SerializeAsString() : std::string();

@@ -4,8 +4,20 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "proto/peer_text.h"
 
 namespace diloco {
+namespace {
+
+// A peer's shape in a refusal: at most 8 dimensions are printed (a chunk may claim 200,000).
+std::string ShapeForMessage(const google::protobuf::RepeatedField<int64_t>& shape) {
+  constexpr int kShown = 8;
+  if (shape.size() <= kShown) return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+  return absl::StrCat("[", absl::StrJoin(shape.begin(), shape.begin() + kShown, ","), ",... (", shape.size(),
+                      " dimensions)]");
+}
+
+}  // namespace
 
 TensorChunker::TensorChunker(std::vector<std::pair<std::string, at::Tensor>> tensors, int64_t chunk_bytes, Codec codec)
     : tensors_(std::move(tensors)), chunk_bytes_(std::max<int64_t>(chunk_bytes, kMinChunkBytes)), codec_(codec) {
@@ -55,11 +67,11 @@ std::string ChunkStreamReader::Position() const {
 
 absl::StatusOr<at::Tensor> ChunkStreamReader::Next(const TensorChunk& chunk) {
   if (Done()) {
-    return absl::InvalidArgumentError(absl::StrCat("unexpected chunk '", chunk.name(), "' after the last tensor"));
+    return absl::InvalidArgumentError(absl::StrCat("unexpected chunk '", Truncated(chunk.name()), "' after the last tensor"));
   }
   const TensorSpec& spec = specs_[index_];
   if (chunk.name() != spec.name) {
-    return absl::InvalidArgumentError(absl::StrCat("expected ", Position(), ", got a chunk of '", chunk.name(), "'"));
+    return absl::InvalidArgumentError(absl::StrCat("expected ", Position(), ", got a chunk of '", Truncated(chunk.name()), "'"));
   }
   auto dtype = FromWireDType(chunk.dtype());
   if (!dtype.ok()) return dtype.status();
@@ -68,8 +80,8 @@ absl::StatusOr<at::Tensor> ChunkStreamReader::Next(const TensorChunk& chunk) {
                                                    ", expected ", c10::toString(spec.dtype)));
   }
   if (std::vector<int64_t>(chunk.shape().begin(), chunk.shape().end()) != spec.shape) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "': shape [",
-                                                   absl::StrJoin(chunk.shape(), ","), "], expected [",
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "': shape ",
+                                                   ShapeForMessage(chunk.shape()), ", expected [",
                                                    absl::StrJoin(spec.shape, ","), "]"));
   }
   if (chunk.offset() != offset_) {

@@ -13,6 +13,7 @@
 #include "config/data_cache.h"
 #include "config/subprocess.h"
 #include "proto/compute_threads.h"
+#include "proto/peer_text.h"
 #include "worker/data_parallel.h"
 #include "worker/lm/device_choice.h"
 #include "worker/lm/torch_compat.h"
@@ -50,6 +51,10 @@ int main(int argc, char** argv) {
   const bool ddp = mode == "ddp";
   if (!ddp && (options.coordinator.empty() || options.id.empty())) {
     std::cerr << "diloco-worker: --coordinator and --id are required (or --mode ddp)\n";
+    return diloco::kWorkerConfigError;
+  }
+  if (absl::Status id = diloco::ValidateWorkerId(options.id); !ddp && !id.ok()) {
+    std::cerr << "diloco-worker: --id: " << id.message() << "\n";
     return diloco::kWorkerConfigError;
   }
   const std::string who = ddp                             ? "rank-" + std::to_string(options.rank)

@@ -17,7 +17,7 @@ TEST(MembershipTest, JoinAssignsLowestFreeShard) {
   EXPECT_EQ(m.Join("a", 0).shard_index, 0);
   EXPECT_EQ(m.Join("b", 0).shard_index, 1);
   EXPECT_EQ(m.Join("c", 0).shard_index, 2);
-  m.Leave("b");
+  m.Leave("b", 1);
   EXPECT_EQ(m.Join("d", 1).shard_index, 1) << "b's shard is free again";
   EXPECT_EQ(m.Join("e", 1).shard_index, 3);
   EXPECT_EQ(m.ActiveIds(), (Ids{"a", "c", "d", "e"}));
@@ -81,12 +81,12 @@ TEST(MembershipTest, RejoinReactivatesWithSameShard) {
 TEST(MembershipTest, LeaveMarksLeft) {
   Membership m(2);
   m.Join("a", 0);
-  m.Leave("a");
+  m.Leave("a", 1);
   EXPECT_EQ(m.Find("a")->state, MemberState::kLeft);
   EXPECT_STREQ(MemberStateName(m.Find("a")->state), "left");
   EXPECT_FALSE(m.IsActive("a"));
   EXPECT_TRUE(m.ExpireLeases(1000, 1).empty()) << "a member that left is not also lost";
-  m.Leave("unknown");  // no effect, no crash
+  m.Leave("unknown", 1);  // no effect, no crash
   EXPECT_EQ(m.members().size(), 1u);
   EXPECT_EQ(m.Join("a", 5).shard_index, 0);
   EXPECT_TRUE(m.IsActive("a"));
@@ -110,6 +110,32 @@ TEST(MembershipTest, StateNames) {
   EXPECT_STREQ(MemberStateName(MemberState::kActive), "active");
   EXPECT_STREQ(MemberStateName(MemberState::kLost), "lost");
   EXPECT_STREQ(MemberStateName(MemberState::kLeft), "left");
+}
+
+TEST(MembershipTest, OnlyTheMostRecentlyGoneAreRememberedBeyondTheBound) {
+  Membership m(2, /*max_inactive=*/3);
+  for (int i = 0; i < 10; ++i) {
+    const std::string id = "w" + std::to_string(i);
+    m.Join(id, i);
+    m.Leave(id, i + 0.5);
+  }
+  m.Join("active", 20);
+  EXPECT_EQ(m.members().size(), 4u) << "3 gone + 1 active";
+  EXPECT_EQ(m.gone_count(), 3u);
+  EXPECT_EQ(m.forgotten(), 7);
+  std::vector<std::string> gone;
+  for (const Member* g : m.RecentlyGone(10)) gone.push_back(g->id);
+  EXPECT_EQ(gone, (Ids{"w9", "w8", "w7"})) << "newest first; the longest gone were forgotten";
+  EXPECT_EQ(m.RecentlyGone(2).size(), 2u);
+  EXPECT_EQ(m.active_count(), 1u);
+  // A forgotten member may join again as a new member; lost members count against the bound too.
+  EXPECT_EQ(m.Join("w0", 30).state, MemberState::kActive);
+  EXPECT_EQ(m.ExpireLeases(100, 10).size(), 2u);  // active and w0 lost
+  EXPECT_EQ(m.gone_count(), 3u);
+  EXPECT_EQ(m.forgotten(), 9);
+  gone.clear();
+  for (const Member* g : m.RecentlyGone(10)) gone.push_back(g->id);
+  EXPECT_EQ(gone, (Ids{"active", "w0", "w9"})) << "same time: by id";
 }
 
 }  // namespace
