@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "config/config_loader.h"
 #include "proto/diloco.grpc.pb.h"
 #include "tests/process_harness.h"
@@ -257,6 +258,13 @@ TEST(HostileInput, EveryBadPushGetsItsOwnErrorWhileTheGoodWorkersFinishTheRun) {
     });
     add("fragment", grpc::StatusCode::INVALID_ARGUMENT, "push of fragment 3 refused",
         [](auto& m) { m[0].mutable_header()->set_fragment(3); });
+    // Peer input echoed back is cut (proto/peer_text.h): a 200,000-dimension shape, a 300 KB tensor name.
+    add("huge shape", grpc::StatusCode::INVALID_ARGUMENT, ",... (200000 dimensions)], expected [", [](auto& m) {
+      m[1].mutable_chunk()->clear_shape();
+      for (int i = 0; i < 200000; ++i) m[1].mutable_chunk()->add_shape(1);
+    });
+    add("huge name", grpc::StatusCode::INVALID_ARGUMENT, " bytes cut)'",
+        [](auto& m) { m[1].mutable_chunk()->set_name(std::string(300000, 'n')); });
 
     for (const BadPush& c : cases) {
       ASSERT_TRUE(client.Heartbeat(r, fp).ok()) << "the coordinator stopped serving before: " << c.name;
@@ -270,6 +278,7 @@ TEST(HostileInput, EveryBadPushGetsItsOwnErrorWhileTheGoodWorkersFinishTheRun) {
         got = client.Push(c.messages);
       }
       EXPECT_EQ(got.error_code(), c.code) << c.name << ": " << got.error_message();
+      EXPECT_LE(got.error_message().size(), 1024u) << c.name << ": a refusal is at most 1 KB";
       EXPECT_NE(got.error_message().find(c.message), std::string::npos)
           << c.name << ": '" << got.error_message() << "' does not contain '" << c.message << "'";
       std::cout << "[refused] " << c.name << ": " << got.error_code() << " " << got.error_message() << "\n";
@@ -285,8 +294,8 @@ TEST(HostileInput, EveryBadPushGetsItsOwnErrorWhileTheGoodWorkersFinishTheRun) {
   };
 
   const RunResult attacked = TinyRun("hostile_input", hostile);
-  EXPECT_EQ(refused, 12);
-  EXPECT_EQ(seen_messages.size(), 12u) << "two kinds of bad push got the same message";
+  EXPECT_EQ(refused, 14);
+  EXPECT_EQ(seen_messages.size(), 14u) << "two kinds of bad push got the same message";
   const nlohmann::json& summary = attacked.summary;
   ASSERT_TRUE(summary.is_object());
   EXPECT_EQ(summary["round"].get<int64_t>(), kRounds);
@@ -304,6 +313,9 @@ TEST(HostileInput, EveryBadPushGetsItsOwnErrorWhileTheGoodWorkersFinishTheRun) {
   EXPECT_NE(attacked.coordinator_log.find("push from 'hostile' refused: INVALID_ARGUMENT: pseudo-gradient of"),
             std::string::npos)
       << "a refusal is logged with its reason";
+  for (absl::string_view line : absl::StrSplit(attacked.coordinator_log, '\n')) {
+    EXPECT_LE(line.size(), 2048u) << "a log line over 2 KB: " << std::string(line.substr(0, 200)) << "...";
+  }
 
   // The same run without the hostile client ends at the same validation loss: nothing refused was applied (a 0.5
   // pseudo-gradient on every parameter would move the loss by whole nats).
@@ -314,6 +326,82 @@ TEST(HostileInput, EveryBadPushGetsItsOwnErrorWhileTheGoodWorkersFinishTheRun) {
   EXPECT_EQ(summary["evals"].back()["round"].get<int64_t>(), kRounds);
   std::cout << "[loss] attacked run " << loss << ", clean run " << reference << "\n";
   EXPECT_NEAR(loss, reference, 1e-4) << "attacked run " << loss << ", clean run " << reference;
+}
+
+// Worker ids (proto/peer_text.h): 1..128 characters of [A-Za-z0-9._:-], refused at Join by the coordinator itself;
+// members that left are remembered only up to a bound, so 10,000 joins and leaves with the longest ids leave the
+// status reply under 1 MiB and `diloco-ctl status` working.
+TEST(HostileInput, WorkerIdsAreBoundedAndTenThousandJoinsAndLeavesKeepStatusSmall) {
+  auto config = LoadConfig(SourceDir() + "/config/tiny.yaml", {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  const std::string dir = ScratchDir("hostile_ids");
+  RunningProcess coordinator("diloco-coordinator", With(TinyArgs(dir, {}), {"--port-file", dir + "/addr"}));
+  const std::string address = WaitForAddress(coordinator, dir + "/addr");
+  ASSERT_FALSE(address.empty()) << coordinator.output();
+  auto stub = Coordinator::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  auto status = [&] {
+    grpc::ClientContext ctx;
+    StatusReply reply;
+    grpc::Status s = stub->GetStatus(&ctx, StatusRequest(), &reply);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return reply;
+  };
+  const std::string fp = status().fingerprint();
+  auto join = [&](const std::string& id) {
+    JoinRequest r;
+    r.mutable_meta()->set_worker_id(id);
+    r.mutable_meta()->set_fingerprint(fp);
+    r.mutable_model()->set_vocab_size(config->model.vocab_size);
+    r.mutable_model()->set_seq_len(config->model.seq_len);
+    r.mutable_model()->set_n_layer(config->model.n_layer);
+    r.mutable_model()->set_n_head(config->model.n_head);
+    r.mutable_model()->set_d_model(config->model.d_model);
+    r.set_fragments(static_cast<int32_t>(config->comm.fragments));
+    grpc::ClientContext ctx;
+    JoinReply reply;
+    return stub->Join(&ctx, r, &reply);
+  };
+  auto leave = [&](const std::string& id) {
+    LeaveRequest r;
+    r.mutable_meta()->set_worker_id(id);
+    r.mutable_meta()->set_fingerprint(fp);
+    r.set_reason(std::string(100000, 'r'));  // echoed in the log, cut
+    grpc::ClientContext ctx;
+    LeaveReply reply;
+    return stub->Leave(&ctx, r, &reply);
+  };
+  for (const std::string& bad : {std::string(129, 'a'), std::string("a/b"), std::string("tab\there"),
+                                 std::string(1 << 20, 'x')}) {
+    grpc::Status s = join(bad);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad.size() << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find("worker id"), std::string::npos) << s.error_message();
+    EXPECT_LE(s.error_message().size(), 1024u);
+  }
+  const auto id_of = [](int i) {
+    std::string n = std::to_string(i);
+    return std::string(128 - n.size(), 'w') + n;  // the longest allowed
+  };
+  constexpr int kMembers = 10000;
+  for (int i = 0; i < kMembers; ++i) {
+    grpc::Status s = join(id_of(i));
+    ASSERT_TRUE(s.ok()) << "join " << i << ": " << s.error_message();
+    s = leave(id_of(i));
+    ASSERT_TRUE(s.ok()) << "leave " << i << ": " << s.error_message();
+  }
+  const StatusReply after = status();
+  std::cout << "[status] " << after.ByteSizeLong() << " bytes, " << after.workers_size() << " listed, "
+            << after.members_not_listed() << " not listed\n";
+  EXPECT_LT(after.ByteSizeLong(), size_t{1} << 20);
+  ASSERT_EQ(after.workers_size(), 64);
+  EXPECT_EQ(after.members_not_listed(), kMembers - 64);
+  EXPECT_EQ(after.workers(0).id(), id_of(kMembers - 1)) << "the most recently gone first";
+  EXPECT_EQ(after.workers(0).state(), "left");
+  RunningProcess ctl("diloco-ctl", {"status", "--addr", address});
+  EXPECT_EQ(ctl.Wait(60), 0) << ctl.output();
+  EXPECT_NE(ctl.output().find(id_of(kMembers - 1)), std::string::npos) << ctl.output();
+  for (absl::string_view line : absl::StrSplit(coordinator.output(), '\n')) {
+    ASSERT_LE(line.size(), 2048u) << "a log line over 2 KB: " << std::string(line.substr(0, 200)) << "...";
+  }
 }
 
 }  // namespace
