@@ -32,8 +32,7 @@ void AddWorkers(const StatusSources& in, double now, StatusReply& s) {
   }
   const std::vector<const Member*> gone = in.membership.RecentlyGone(kListedGoneMembers);
   listed.insert(listed.end(), gone.begin(), gone.end());
-  s.set_members_not_listed(static_cast<int64_t>(in.membership.gone_count() - gone.size()) +
-                           in.membership.forgotten());
+  s.set_members_not_listed(static_cast<int64_t>(in.membership.gone_count() - gone.size()) + in.membership.forgotten());
   for (const Member* member : listed) {
     const Member& m = *member;
     const std::string& id = m.id;
@@ -52,6 +51,8 @@ void AddWorkers(const StatusSources& in, double now, StatusReply& s) {
     w->set_cluster_size(m.cluster_size);
     w->set_inner_steps(m.inner_steps > 0 ? m.inner_steps : in.config.inner.steps);
     w->set_data_epochs(m.data_epochs);
+    w->set_broken_pushes(m.broken_pushes);
+    if (m.quarantined_until_round > in.round) w->set_quarantined_until_round(m.quarantined_until_round);
   }
 }
 

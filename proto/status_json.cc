@@ -18,7 +18,9 @@ nlohmann::json StatusToJson(const StatusReply& s) {
                        {"pushed_this_round", w.pushed_this_round()},
                        {"cluster_size", w.cluster_size()},
                        {"inner_steps", w.inner_steps()},
-                       {"data_epochs", w.data_epochs()}});
+                       {"data_epochs", w.data_epochs()},
+                       {"broken_pushes", w.broken_pushes()},
+                       {"quarantined_until_round", w.quarantined_until_round()}});
   }
   nlohmann::json evals = nlohmann::json::array();
   for (const EvalPoint& e : s.evals()) {
@@ -46,6 +48,7 @@ nlohmann::json StatusToJson(const StatusReply& s) {
                            ? static_cast<double>(s.dp_equivalent_bytes()) / s.bytes_pushed_committed()
                            : 0.0},
           {"workers", workers},
+          {"members_not_listed", s.members_not_listed()},
           {"evals", evals}};
 }
 

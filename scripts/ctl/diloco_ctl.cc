@@ -47,6 +47,16 @@ void PrintHuman(const diloco::StatusReply& s) {
            static_cast<long long>(w.rounds_contributed()), static_cast<long long>(w.tokens()), w.tokens_per_s(),
            w.last_loss(), w.data_epochs(), w.heartbeat_age_s());
   }
+  if (s.members_not_listed() > 0) {
+    printf("(%lld more members that left or were lost are not listed)\n",
+           static_cast<long long>(s.members_not_listed()));
+  }
+  for (const auto& w : s.workers()) {
+    if (w.quarantined_until_round() > 0) {
+      printf("quarantined: %s until round %lld (%lld broken pushes)\n", w.id().c_str(),
+             static_cast<long long>(w.quarantined_until_round()), static_cast<long long>(w.broken_pushes()));
+    }
+  }
   if (s.evals_size() > 0) {
     printf("val_loss:");
     for (const auto& e : s.evals()) printf(" r%lld=%.4f", static_cast<long long>(e.round()), e.val_loss());

@@ -370,8 +370,8 @@ TEST(HostileInput, WorkerIdsAreBoundedAndTenThousandJoinsAndLeavesKeepStatusSmal
     LeaveReply reply;
     return stub->Leave(&ctx, r, &reply);
   };
-  for (const std::string& bad : {std::string(129, 'a'), std::string("a/b"), std::string("tab\there"),
-                                 std::string(1 << 20, 'x')}) {
+  for (const std::string& bad :
+       {std::string(129, 'a'), std::string("a/b"), std::string("tab\there"), std::string(1 << 20, 'x')}) {
     grpc::Status s = join(bad);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad.size() << ": " << s.error_message();
     EXPECT_NE(s.error_message().find("worker id"), std::string::npos) << s.error_message();
