@@ -14,6 +14,7 @@
 
 #include "config/config_loader.h"
 #include "config/data_cache.h"
+#include "config/model_spec.h"
 #include "config/subprocess.h"
 #include "config/text_file.h"
 #include "coordinator/coordinator.h"
@@ -115,7 +116,7 @@ std::string StartHttp(Process& p) {
 std::string StartPushListener(Process& p) {
   if (p.config.comm.transport != diloco::PushTransport::kTcp) return "";
   p.push_listener = std::make_unique<diloco::TcpPushListener>(
-      p.core.get(), p.security.token, static_cast<uint64_t>(p.config.comm.chunk_bytes) + (1 << 20));
+      p.core.get(), p.security.token, static_cast<uint64_t>(diloco::MaxMessageBytes(p.config.comm.chunk_bytes)));
   auto push_port = p.push_listener->Start(p.host, static_cast<int>(p.config.comm.tcp_port));
   if (!push_port.ok()) return std::string(push_port.status().message());
   p.core->set_push_port(*push_port);
@@ -123,7 +124,8 @@ std::string StartPushListener(Process& p) {
   return "";
 }
 
-// The gRPC service with health and reflection; keepalive pings allowed; messages up to a chunk plus 1 MiB.
+// The gRPC service with health and reflection; keepalive pings allowed; messages up to MaxMessageBytes (a chunk plus 1
+// MiB).
 std::string StartGrpc(Process& p) {
   const diloco::Config& c = p.config;
   p.service = std::make_unique<diloco::CoordinatorService>(p.core.get(), c.comm.chunk_bytes,
@@ -135,7 +137,7 @@ std::string StartGrpc(Process& p) {
   int port = 0;
   builder.AddListeningPort(c.coordinator.listen, p.credentials, &port);
   builder.RegisterService(p.service.get());
-  builder.SetMaxReceiveMessageSize(static_cast<int>(c.comm.chunk_bytes) + (1 << 20));
+  builder.SetMaxReceiveMessageSize(static_cast<int>(diloco::MaxMessageBytes(c.comm.chunk_bytes)));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   if (std::string e = StartPushListener(p); !e.empty()) return e;

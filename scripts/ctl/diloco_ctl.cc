@@ -32,6 +32,16 @@ void PrintHuman(const diloco::StatusReply& s) {
          static_cast<long long>(s.rounds_total()), s.phase().c_str(), s.phase_reason().empty() ? "" : ": ",
          s.phase_reason().c_str());
   printf("model: %lld parameters, fingerprint %s\n", static_cast<long long>(s.params()), s.fingerprint().c_str());
+  const diloco::ModelSpec& m = s.model();
+  printf(
+      "model settings: arch %s, vocab %lld, seq_len %lld, layers %lld, heads %lld (kv %lld), d_model %lld, ffn %lld\n",
+      m.arch().c_str(), static_cast<long long>(m.vocab_size()), static_cast<long long>(m.seq_len()),
+      static_cast<long long>(m.n_layer()), static_cast<long long>(m.n_head()), static_cast<long long>(m.n_kv_head()),
+      static_cast<long long>(m.d_model()), static_cast<long long>(m.ffn_hidden()));
+  printf("protocol: H %lld, fragments %d, chunk %lld B, max message %lld B, lease %lld ms, heartbeat %lld ms\n",
+         static_cast<long long>(s.inner_steps()), std::max(1, s.fragments()), static_cast<long long>(s.chunk_bytes()),
+         static_cast<long long>(s.max_message_bytes()), static_cast<long long>(s.lease_ms()),
+         static_cast<long long>(s.heartbeat_interval_ms()));
   printf("traffic: %.2f MB received, %.2f MB sent; last round %.2f s (outer step %.3f s)\n", s.bytes_received() / 1e6,
          s.bytes_sent() / 1e6, s.last_round_seconds(), s.last_outer_step_seconds());
   if (s.bytes_pushed_committed() > 0 && s.dp_equivalent_bytes() > 0) {

@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -499,6 +500,49 @@ TEST_F(CoordinatorCoreTest, RefusesWrongFingerprintModelAndUnknownWorker) {
   *beat.mutable_meta() = Meta("nobody");
   EXPECT_EQ(core_->Heartbeat(beat).status().code(), absl::StatusCode::kNotFound);
   Beat("A");  // the same heartbeat with the right fingerprint is accepted (Beat expects OK)
+}
+
+// The Join reply and the status carry the run settings a foreign client needs (proto/PROTOCOL.md "Run settings"),
+// taken from the config: values set away from their defaults here, so a reply left at defaults fails.
+TEST_F(CoordinatorCoreTest, JoinReplyAndStatusCarryRunSettings) {
+  config_.coordinator.lease_s = 7.5;
+  config_.coordinator.heartbeat_interval_s = 0.25;
+  config_.comm.chunk_bytes = 4096;
+  config_.inner.steps = 12;
+  Start();
+  auto reply = core_->Join(JoinReq("A"));
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  const StatusReply status = core_->Status();
+  for (const auto& [what, lease, max_message, chunk, inner, model] :
+       {std::make_tuple("join", reply->lease_ms(), reply->max_message_bytes(), reply->chunk_bytes(),
+                        reply->inner_steps(), reply->model()),
+        std::make_tuple("status", status.lease_ms(), status.max_message_bytes(), status.chunk_bytes(),
+                        status.inner_steps(), status.model())}) {
+    SCOPED_TRACE(what);
+    EXPECT_EQ(lease, 7500);
+    EXPECT_EQ(max_message, 4096 + (1 << 20));
+    EXPECT_EQ(chunk, 4096);
+    EXPECT_EQ(inner, 12);
+    EXPECT_EQ(model.vocab_size(), 64);
+    EXPECT_EQ(model.seq_len(), 16);
+    EXPECT_EQ(model.n_layer(), 1);
+    EXPECT_EQ(model.n_head(), 2);
+    EXPECT_EQ(model.d_model(), 16);
+    EXPECT_EQ(model.arch(), "gpt");
+    EXPECT_EQ(model.n_kv_head(), 2);       // defaults resolved: n_head
+    EXPECT_EQ(model.ffn_hidden(), 64);     // 4 x d_model
+    EXPECT_EQ(model.max_positions(), 16);  // seq_len
+    EXPECT_EQ(model.rope_theta(), config_.model.rope_theta);
+    EXPECT_EQ(model.norm_eps(), config_.model.norm_eps);
+    EXPECT_FALSE(model.untied_head());
+  }
+  EXPECT_EQ(reply->fragments(), 1);
+  EXPECT_EQ(reply->heartbeat_interval_ms(), 250);
+  EXPECT_EQ(status.heartbeat_interval_ms(), 250);
+  // The declared model a client copies from the reply is accepted as is.
+  JoinRequest again = JoinReq("B");
+  *again.mutable_model() = reply->model();
+  EXPECT_TRUE(core_->Join(again).ok());
 }
 
 TEST_F(CoordinatorCoreTest, LeaseExpiryMarksSilentMemberLostAndClosesRound) {
