@@ -4,9 +4,11 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <fstream>
@@ -124,6 +126,13 @@ std::string StartPushListener(Process& p) {
   return "";
 }
 
+// gRPC's memory quota: 16 messages at the receive limit (MaxMessageBytes: a chunk plus 1 MiB), at least 32 MiB.
+size_t GrpcMemoryQuotaBytes(int64_t chunk_bytes) {
+  const size_t message_limit = static_cast<size_t>(diloco::MaxMessageBytes(chunk_bytes));
+  return std::max<size_t>(size_t{32} << 20, 16 * message_limit);
+}
+constexpr int kGrpcMaxThreads = 64;  // gRPC's own threads (the callback API needs few)
+
 // The gRPC service with health and reflection; keepalive pings allowed; messages up to MaxMessageBytes (a chunk plus 1
 // MiB).
 std::string StartGrpc(Process& p) {
@@ -140,6 +149,17 @@ std::string StartGrpc(Process& p) {
   builder.SetMaxReceiveMessageSize(static_cast<int>(diloco::MaxMessageBytes(c.comm.chunk_bytes)));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  // gRPC 1.51 buffers a whole message before the size limit refuses it, and widens a stream's flow-control window
+  // to the size of the message being read; what bounds the memory an unauthenticated peer can make it hold is the
+  // resource quota: incoming bytes are charged to it, the transport shrinks its windows under pressure, and once it
+  // is spent the destructive reclaimer resets a stream (RST_STREAM ENHANCE_YOUR_CALM, the client sees
+  // RESOURCE_EXHAUSTED). Sized for 16 messages at the limit (8 workers pushing and pulling at once), at least 32 MiB.
+  // Measured (tests/integration/limits_test.cc): a 256 MiB message or 8 concurrent 64 MiB messages grow the peak RSS
+  // by 30-73 MiB (README "Limits").
+  static grpc::ResourceQuota quota("diloco-coordinator");
+  quota.Resize(GrpcMemoryQuotaBytes(c.comm.chunk_bytes));
+  quota.SetMaxThreads(kGrpcMaxThreads);
+  builder.SetResourceQuota(quota);
   if (std::string e = StartPushListener(p); !e.empty()) return e;
   p.server = builder.BuildAndStart();
   if (!p.server || port == 0) {
