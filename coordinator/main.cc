@@ -126,10 +126,10 @@ std::string StartPushListener(Process& p) {
   return "";
 }
 
-// gRPC's memory quota: 16 messages at the receive limit (MaxMessageBytes: a chunk plus 1 MiB), at least 32 MiB.
+// gRPC's memory quota: 8 messages at the receive limit (MaxMessageBytes: a chunk plus 1 MiB), at least 16 MiB.
 size_t GrpcMemoryQuotaBytes(int64_t chunk_bytes) {
   const size_t message_limit = static_cast<size_t>(diloco::MaxMessageBytes(chunk_bytes));
-  return std::max<size_t>(size_t{32} << 20, 16 * message_limit);
+  return std::max<size_t>(size_t{16} << 20, 8 * message_limit);
 }
 constexpr int kGrpcMaxThreads = 64;  // gRPC's own threads (the callback API needs few)
 
