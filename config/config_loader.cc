@@ -185,6 +185,7 @@ const std::vector<Field>& Fields() {
       MakeField("coordinator.heartbeat_interval_s", &Config::coordinator, &CoordinatorConfig::heartbeat_interval_s),
       MakeField("coordinator.lease_s", &Config::coordinator, &CoordinatorConfig::lease_s),
       MakeField("coordinator.max_members", &Config::coordinator, &CoordinatorConfig::max_members),
+      MakeField("coordinator.grpc_memory_quota_mb", &Config::coordinator, &CoordinatorConfig::grpc_memory_quota_mb),
       MakeField("coordinator.metrics_listen", &Config::coordinator, &CoordinatorConfig::metrics_listen),
       MakeField("coordinator.device", &Config::coordinator, &CoordinatorConfig::device),
       MakeField("workers.count", &Config::workers, &WorkersConfig::count),
@@ -460,6 +461,10 @@ absl::Status ValidateConfig(const Config& c) {
            {"workers.cluster_timeout_s", c.workers.cluster_timeout_s}}) {
     absl::Status s = positive(key, v);
     if (!s.ok()) return s;
+  }
+  if (c.coordinator.grpc_memory_quota_mb < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("coordinator.grpc_memory_quota_mb (",
+                                                   c.coordinator.grpc_memory_quota_mb, ") must be >= 0 (0 = off)"));
   }
   if (c.inner.micro_batch_size < 0 ||
       (c.inner.micro_batch_size > 0 && c.inner.batch_size % c.inner.micro_batch_size != 0)) {

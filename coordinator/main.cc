@@ -126,13 +126,6 @@ std::string StartPushListener(Process& p) {
   return "";
 }
 
-// gRPC's memory quota: 8 messages at the receive limit (MaxMessageBytes: a chunk plus 1 MiB), at least 16 MiB.
-size_t GrpcMemoryQuotaBytes(int64_t chunk_bytes) {
-  const size_t message_limit = static_cast<size_t>(diloco::MaxMessageBytes(chunk_bytes));
-  return std::max<size_t>(size_t{16} << 20, 8 * message_limit);
-}
-constexpr int kGrpcMaxThreads = 64;  // gRPC's own threads (the callback API needs few)
-
 // The gRPC service with health and reflection; keepalive pings allowed; messages up to MaxMessageBytes (a chunk plus 1
 // MiB).
 std::string StartGrpc(Process& p) {
@@ -149,17 +142,17 @@ std::string StartGrpc(Process& p) {
   builder.SetMaxReceiveMessageSize(static_cast<int>(diloco::MaxMessageBytes(c.comm.chunk_bytes)));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
-  // gRPC 1.51 buffers a whole message before the size limit refuses it, and widens a stream's flow-control window
-  // to the size of the message being read; what bounds the memory an unauthenticated peer can make it hold is the
-  // resource quota: incoming bytes are charged to it, the transport shrinks its windows under pressure, and once it
-  // is spent the destructive reclaimer resets a stream (RST_STREAM ENHANCE_YOUR_CALM, the client sees
-  // RESOURCE_EXHAUSTED). Sized for 16 messages at the limit (8 workers pushing and pulling at once), at least 32 MiB.
-  // Measured (tests/integration/limits_test.cc): a 256 MiB message or 8 concurrent 64 MiB messages grow the peak RSS
-  // by 30-73 MiB (README "Limits").
-  static grpc::ResourceQuota quota("diloco-coordinator");
-  quota.Resize(GrpcMemoryQuotaBytes(c.comm.chunk_bytes));
-  quota.SetMaxThreads(kGrpcMaxThreads);
-  builder.SetResourceQuota(quota);
+  // gRPC 1.51 buffers a whole message before the size limit refuses it (and widens the stream's flow-control window
+  // to the message's size), so without a token a peer can make the coordinator hold a message of any size for a
+  // moment. coordinator.grpc_memory_quota_mb bounds that: gRPC charges incoming bytes to the quota, shrinks its
+  // windows under pressure and, once it is spent, resets a stream (the client sees RESOURCE_EXHAUSTED). Off by
+  // default: measured, a 32 MiB quota also resets honest streams when 8 workers push at once (scripts/bench/comm
+  // latency), and 16 MiB already with 2 (comm ingest); README "Limits".
+  if (c.coordinator.grpc_memory_quota_mb > 0) {
+    static grpc::ResourceQuota quota("diloco-coordinator");
+    quota.Resize(static_cast<size_t>(c.coordinator.grpc_memory_quota_mb) << 20);
+    builder.SetResourceQuota(quota);
+  }
   if (std::string e = StartPushListener(p); !e.empty()) return e;
   p.server = builder.BuildAndStart();
   if (!p.server || port == 0) {
