@@ -40,7 +40,8 @@ grpc::Status TokenAuthenticator::Check(const grpc::ServerContextBase& ctx, std::
     ++refused_;
     if (warned_peers_.size() < kMaxWarnedPeers && warned_peers_.insert(peer).second) {
       spdlog::warn("refused {} from {}{}{}: {}, UNAUTHENTICATED; further refusals from this peer are not logged",
-                   method, peer, who.empty() ? "" : " as worker ", Truncated(absl::string_view(who.data(), who.size())), why);
+                   method, peer, who.empty() ? "" : " as worker ", Truncated(absl::string_view(who.data(), who.size())),
+                   why);
       if (warned_peers_.size() == kMaxWarnedPeers) {
         spdlog::warn("{} peers refused for their token; refusals from new peers are no longer logged", kMaxWarnedPeers);
       }

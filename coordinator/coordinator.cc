@@ -7,6 +7,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "config/model_spec.h"
 #include "config/text_file.h"
 #include "coordinator/bootstrap.h"
 #include "coordinator/inner_steps.h"
@@ -189,6 +190,12 @@ absl::StatusOr<JoinReply> CoordinatorCore::Join(const JoinRequest& request) {
   reply.set_heartbeat_interval_ms(static_cast<int64_t>(config_.coordinator.heartbeat_interval_s * 1000));
   reply.set_run_complete(complete_);
   reply.set_push_port(push_port_);
+  reply.set_lease_ms(static_cast<int64_t>(config_.coordinator.lease_s * 1000));
+  reply.set_max_message_bytes(MaxMessageBytes(config_.comm.chunk_bytes));
+  reply.set_chunk_bytes(config_.comm.chunk_bytes);
+  reply.set_inner_steps(config_.inner.steps);
+  reply.set_fragments(static_cast<int32_t>(config_.comm.fragments));
+  *reply.mutable_model() = ModelSpecOf(config_.model);
   return reply;
 }
 

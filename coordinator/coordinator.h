@@ -127,6 +127,16 @@ class CoordinatorCore {
   // Whether a push with this header may start now (lease, round and staleness, duplicates, header values).
   absl::Status CheckPushHeader(const PushHeader& header) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   RoundDecision DecideClose(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The close rule over counted pushes and members (sync) or pushes and open streams (async), before any hold.
+  RoundDecision DecideCloseIgnoringStreams(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A push of `id` broke off after folding chunks (or was cut as stalled): counts the strike and quarantines the
+  // member per round_policy.h's QuarantineRounds.
+  void RecordBrokenPush(const std::string& id, bool cut_as_stalled) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A close is due: cuts the push streams that stalled (round_policy.h "Broken pushes"); restarts the aggregation
+  // if any of them had chunks in the sums.
+  void CutStalledPushes(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<std::string> UnquarantinedActiveIds() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CutRefusal(const PushTicket& ticket) const;  // FAILED_PRECONDITION for a push cut as stalled
   // Releases mu_ while the outer step runs; holds it again on return.
   void RoundLoopPass() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Closing a round: BeginClose (mu_ held, same critical section as the decision) takes the averaged

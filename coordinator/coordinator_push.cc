@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator.h"
+#include "proto/peer_text.h"
 
 namespace diloco {
 
@@ -18,6 +19,11 @@ absl::Status CoordinatorCore::CheckPushHeader(const PushHeader& header) {
                                             " s > coordinator.lease_s ", config_.coordinator.lease_s, "); Join again"));
   }
   if (complete_) return absl::FailedPreconditionError("the run is complete");
+  if (const Member* m = membership_.Find(id); m != nullptr && m->quarantined_until_round > snapshot_->round) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker '", id, "' is quarantined until round ", m->quarantined_until_round, " after ", m->strikes,
+                     " broken pushes in a row; pull the current parameters and push from that round on"));
+  }
   absl::Status s = DecidePushRound({snapshot_->round, header.meta().round(), round_.phase()},
                                    {async(), config_.outer.max_staleness});
   if (!s.ok()) return s;
@@ -58,8 +64,8 @@ absl::StatusOr<PushTicket> CoordinatorCore::BeginPush(const PushHeader& header) 
   if (!s.ok()) return s;
   const std::string& id = header.meta().worker_id();
   membership_.Touch(id, clock_());
-  round_.StartStream(id);
   PushTicket t;
+  t.stream = round_.StartStream(id, clock_());
   t.worker_id = id;
   t.round = snapshot_->round;
   t.fragment = static_cast<int>(snapshot_->round % fragments());
@@ -88,12 +94,13 @@ absl::Status CoordinatorCore::FoldChunk(PushTicket& ticket, size_t index, int64_
   if (ticket.round != snapshot_->round || round_.phase() != RoundPhase::kTraining) {
     return absl::FailedPreconditionError(absl::StrCat("round ", ticket.round, " closed while the push was streaming"));
   }
+  if (!round_.IsCurrent(ticket.worker_id, ticket.stream)) return CutRefusal(ticket);
   if (ticket.epoch != round_.epoch()) {
     return absl::AbortedError("the round's aggregation restarted after a broken push; push again");
   }
   accumulator_.Fold(index, offset, values, ticket.weight);
   ticket.folded_any = true;
-  round_.MarkFolded(ticket.worker_id);
+  round_.MarkFolded(ticket.worker_id, clock_());
   ticket.bytes += wire_bytes;
   stats_.bytes_received += wire_bytes;
   return absl::OkStatus();
@@ -101,15 +108,18 @@ absl::Status CoordinatorCore::FoldChunk(PushTicket& ticket, size_t index, int64_
 
 absl::Status CoordinatorCore::CommitPush(PushTicket& ticket) {
   absl::MutexLock lock(&mu_);
-  if (!ticket.finished) round_.EndStream(ticket.worker_id);
+  const bool current = round_.IsCurrent(ticket.worker_id, ticket.stream);
+  if (!ticket.finished) round_.EndStream(ticket.worker_id, ticket.stream);
   ticket.finished = true;
   if (ticket.round != snapshot_->round || round_.phase() != RoundPhase::kTraining) {
     return absl::FailedPreconditionError(absl::StrCat("round ", ticket.round, " closed before the push completed"));
   }
+  if (!current) return CutRefusal(ticket);
   if (ticket.epoch != round_.epoch()) return absl::AbortedError("the round's aggregation restarted; push again");
   accumulator_.AddContribution(ticket.weight);
   round_.Count(ticket);
   if (Member* m = membership_.Find(ticket.worker_id)) {
+    m->strikes = 0;
     m->last_loss = ticket.loss;
     m->last_tokens_per_s = ticket.seconds > 0 ? ticket.tokens / ticket.seconds : 0;
     m->data_epochs = ticket.data_epochs;
@@ -122,13 +132,67 @@ void CoordinatorCore::AbortPush(PushTicket& ticket, const std::string& why) {
   absl::MutexLock lock(&mu_);
   if (ticket.finished) return;
   ticket.finished = true;
-  round_.EndStream(ticket.worker_id);
-  if (!ticket.folded_any || ticket.epoch != round_.epoch() || ticket.round != snapshot_->round) return;
+  const bool current = round_.IsCurrent(ticket.worker_id, ticket.stream);
+  round_.EndStream(ticket.worker_id, ticket.stream);
+  if (!current || !ticket.folded_any || ticket.epoch != round_.epoch() || ticket.round != snapshot_->round) return;
   // Some of this push is in the sums and the rest never came: discard the round's aggregation so far.
   accumulator_.Reset();
   const size_t dropped = round_.RestartAggregation();
   spdlog::warn("push from {} for round {} broke off ({}); restarting the round's aggregation, {} worker(s) push again",
-               ticket.worker_id, ticket.round, why, dropped);
+               ticket.worker_id, ticket.round, Truncated(why, 512), dropped);
+  RecordBrokenPush(ticket.worker_id, /*cut_as_stalled=*/false);
+  cv_.SignalAll();
+}
+
+void CoordinatorCore::RecordBrokenPush(const std::string& id, bool cut_as_stalled) {
+  Member* m = membership_.Find(id);
+  if (m == nullptr) return;
+  ++m->broken_pushes;
+  ++m->strikes;
+  const int64_t rounds = QuarantineRounds(m->strikes, cut_as_stalled);
+  if (rounds == 0) return;
+  m->quarantined_until_round = snapshot_->round + rounds;
+  spdlog::warn(
+      "quarantined: worker {} until round {} ({} broken pushes in a row{}); its pushes are refused and no "
+      "round waits for it",
+      id, m->quarantined_until_round, m->strikes, cut_as_stalled ? ", the last one stalled" : "");
+}
+
+void CoordinatorCore::CutStalledPushes(double now) {
+  bool restart = false;
+  for (const std::string& id :
+       round_.StalledStreams(now, config_.coordinator.lease_s, config_.coordinator.round_timeout_s)) {
+    const bool folded = round_.CutStream(id);
+    spdlog::warn(
+        "push from {} for round {} cut as late: the round is due to close and the stream made no progress "
+        "for coordinator.lease_s {} s (or was open longer than round_timeout_s){}",
+        id, snapshot_->round + 1, config_.coordinator.lease_s, folded ? "; it had chunks in the sums" : "");
+    if (folded) {
+      restart = true;
+      RecordBrokenPush(id, /*cut_as_stalled=*/true);
+    }
+  }
+  if (!restart) return;
+  accumulator_.Reset();
+  const size_t dropped = round_.RestartAggregation();
+  spdlog::warn("round {}: restarting the aggregation after a stalled push was cut; {} worker(s) push again",
+               snapshot_->round + 1, dropped);
+}
+
+std::vector<std::string> CoordinatorCore::UnquarantinedActiveIds() const {
+  std::vector<std::string> ids;
+  for (const std::string& id : membership_.ActiveIds()) {
+    const Member* m = membership_.Find(id);
+    if (m == nullptr || m->quarantined_until_round <= snapshot_->round) ids.push_back(id);
+  }
+  return ids;
+}
+
+absl::Status CoordinatorCore::CutRefusal(const PushTicket& ticket) const {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "push from worker '", ticket.worker_id, "' for round ", ticket.round,
+      " cut as late: the round was due to close and this stream made no progress for coordinator.lease_s (",
+      config_.coordinator.lease_s, " s); pull the current parameters"));
 }
 
 }  // namespace diloco

@@ -64,15 +64,23 @@ void CoordinatorCore::RoundLoopPass() {
   }
 }
 
-RoundDecision CoordinatorCore::DecideClose(double now) {
-  RoundDecision decision;
+RoundDecision CoordinatorCore::DecideCloseIgnoringStreams(double now) {
   if (async()) {  // apply what has arrived, once no other push is half in the sums
-    decision = DecideAsyncClose({round_.pushed().size(), round_.streaming_count()});
-    round_.set_phase_reason(decision.reason);  // changes with every push: not logged
-  } else {
-    const RoundPolicyOptions options{config_.coordinator.min_workers, config_.coordinator.round_timeout_s};
-    decision = DecideRoundClose({membership_.ActiveIds(), round_.PushedIds(), round_.opened_at()}, now, options);
+    return DecideAsyncClose({round_.pushed().size(), round_.streaming_count()});
   }
+  const RoundPolicyOptions options{config_.coordinator.min_workers, config_.coordinator.round_timeout_s};
+  return DecideRoundClose({UnquarantinedActiveIds(), round_.PushedIds(), round_.opened_at()}, now, options);
+}
+
+RoundDecision CoordinatorCore::DecideClose(double now) {
+  RoundDecision decision = DecideCloseIgnoringStreams(now);
+  const bool held = async() ? round_.streaming_count() > 0 && round_.pushed().size() > 0
+                            : decision.close && round_.partial_count() > 0;
+  if (held) {  // a close is due but streams hold it: cut those that stalled (round_policy.h "Broken pushes")
+    CutStalledPushes(now);
+    decision = DecideCloseIgnoringStreams(now);
+  }
+  if (async()) round_.set_phase_reason(decision.reason);  // changes with every push: not logged
   decision = HoldForPartialPushes(decision, round_.partial_count());
   if (decision.reason != round_.phase_reason()) {
     round_.set_phase_reason(decision.reason);

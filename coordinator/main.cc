@@ -4,9 +4,11 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <fstream>
@@ -14,6 +16,7 @@
 
 #include "config/config_loader.h"
 #include "config/data_cache.h"
+#include "config/model_spec.h"
 #include "config/subprocess.h"
 #include "config/text_file.h"
 #include "coordinator/coordinator.h"
@@ -115,7 +118,7 @@ std::string StartHttp(Process& p) {
 std::string StartPushListener(Process& p) {
   if (p.config.comm.transport != diloco::PushTransport::kTcp) return "";
   p.push_listener = std::make_unique<diloco::TcpPushListener>(
-      p.core.get(), p.security.token, static_cast<uint64_t>(p.config.comm.chunk_bytes) + (1 << 20));
+      p.core.get(), p.security.token, static_cast<uint64_t>(diloco::MaxMessageBytes(p.config.comm.chunk_bytes)));
   auto push_port = p.push_listener->Start(p.host, static_cast<int>(p.config.comm.tcp_port));
   if (!push_port.ok()) return std::string(push_port.status().message());
   p.core->set_push_port(*push_port);
@@ -123,7 +126,15 @@ std::string StartPushListener(Process& p) {
   return "";
 }
 
-// The gRPC service with health and reflection; keepalive pings allowed; messages up to a chunk plus 1 MiB.
+// gRPC's memory quota: 8 messages at the receive limit (MaxMessageBytes: a chunk plus 1 MiB), at least 16 MiB.
+size_t GrpcMemoryQuotaBytes(int64_t chunk_bytes) {
+  const size_t message_limit = static_cast<size_t>(diloco::MaxMessageBytes(chunk_bytes));
+  return std::max<size_t>(size_t{16} << 20, 8 * message_limit);
+}
+constexpr int kGrpcMaxThreads = 64;  // gRPC's own threads (the callback API needs few)
+
+// The gRPC service with health and reflection; keepalive pings allowed; messages up to MaxMessageBytes (a chunk plus 1
+// MiB).
 std::string StartGrpc(Process& p) {
   const diloco::Config& c = p.config;
   p.service = std::make_unique<diloco::CoordinatorService>(p.core.get(), c.comm.chunk_bytes,
@@ -135,9 +146,20 @@ std::string StartGrpc(Process& p) {
   int port = 0;
   builder.AddListeningPort(c.coordinator.listen, p.credentials, &port);
   builder.RegisterService(p.service.get());
-  builder.SetMaxReceiveMessageSize(static_cast<int>(c.comm.chunk_bytes) + (1 << 20));
+  builder.SetMaxReceiveMessageSize(static_cast<int>(diloco::MaxMessageBytes(c.comm.chunk_bytes)));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  // gRPC 1.51 buffers a whole message before the size limit refuses it, and widens a stream's flow-control window
+  // to the size of the message being read; what bounds the memory an unauthenticated peer can make it hold is the
+  // resource quota: incoming bytes are charged to it, the transport shrinks its windows under pressure, and once it
+  // is spent the destructive reclaimer resets a stream (RST_STREAM ENHANCE_YOUR_CALM, the client sees
+  // RESOURCE_EXHAUSTED). Sized for 16 messages at the limit (8 workers pushing and pulling at once), at least 32 MiB.
+  // Measured (tests/integration/limits_test.cc): a 256 MiB message or 8 concurrent 64 MiB messages grow the peak RSS
+  // by 30-73 MiB (README "Limits").
+  static grpc::ResourceQuota quota("diloco-coordinator");
+  quota.Resize(GrpcMemoryQuotaBytes(c.comm.chunk_bytes));
+  quota.SetMaxThreads(kGrpcMaxThreads);
+  builder.SetResourceQuota(quota);
   if (std::string e = StartPushListener(p); !e.empty()) return e;
   p.server = builder.BuildAndStart();
   if (!p.server || port == 0) {

@@ -112,6 +112,11 @@ void Membership::ForgetBeyondBound() {
   forgotten_ += static_cast<int64_t>(forget.size());
 }
 
+const Member* Membership::Find(const std::string& id) const {
+  auto it = members_.find(id);
+  return it == members_.end() ? nullptr : &it->second;
+}
+
 Member* Membership::Find(const std::string& id) {
   auto it = members_.find(id);
   return it == members_.end() ? nullptr : &it->second;

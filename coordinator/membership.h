@@ -36,6 +36,9 @@ struct Member {
   int64_t inner_steps = 0;       // its H for the next round (inner.adaptive_steps); 0 = inner.steps
   double data_epochs = 0;        // passes over its data shard, as of its last counted push
   double state_since = 0;        // when it last became active, left or was lost
+  int64_t broken_pushes = 0;     // its pushes that broke off after folding chunks (round_policy.h "Broken pushes")
+  int64_t strikes = 0;           // ... since its last counted push
+  int64_t quarantined_until_round = 0;  // its pushes are refused while fewer outer steps than this are done
 };
 
 class Membership {
@@ -61,6 +64,7 @@ class Membership {
   size_t gone_count() const { return members_.size() - active_count(); }  // remembered ones
   int64_t forgotten() const { return forgotten_; }  // left or lost members dropped beyond max_inactive
   Member* Find(const std::string& id);
+  const Member* Find(const std::string& id) const;
   const std::map<std::string, Member>& members() const { return members_; }
   int shard_count() const { return shard_count_; }
 

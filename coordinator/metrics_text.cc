@@ -130,6 +130,16 @@ void WorkerMetrics(const StatusReply& s, Exposition& e) {
   for (const WorkerStatus& w : s.workers()) {
     e.Sample("diloco_worker_bytes_pushed_total", {{"worker", w.id()}}, Int(w.bytes_pushed()));
   }
+  e.Family("diloco_worker_broken_pushes_total", "counter",
+           "Pushes of the worker that broke off after folding chunks (each restarted its round's aggregation).");
+  for (const WorkerStatus& w : s.workers()) {
+    e.Sample("diloco_worker_broken_pushes_total", {{"worker", w.id()}}, Int(w.broken_pushes()));
+  }
+  e.Family("diloco_worker_quarantined", "gauge",
+           "1 while the worker's pushes are refused after repeated broken pushes (until quarantined_until_round).");
+  for (const WorkerStatus& w : s.workers()) {
+    e.Sample("diloco_worker_quarantined", {{"worker", w.id()}}, w.quarantined_until_round() > 0 ? "1" : "0");
+  }
   e.Family("diloco_worker_heartbeat_age_seconds", "gauge", "Seconds since the worker was last heard from.");
   for (const WorkerStatus& w : s.workers()) {
     e.Sample("diloco_worker_heartbeat_age_seconds", {{"worker", w.id()}}, Real(w.heartbeat_age_s()));

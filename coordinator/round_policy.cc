@@ -1,7 +1,10 @@
 #include "coordinator/round_policy.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "proto/peer_text.h"
 
 namespace diloco {
 
@@ -21,10 +24,16 @@ RoundDecision DecideRoundClose(const RoundView& round, double now, const RoundPo
   }
   if (age >= options.round_timeout_s) {
     return {true, absl::StrCat("round_timeout_s ", options.round_timeout_s, " reached with ", pushed,
-                               " pushes; not waiting for ", absl::StrJoin(missing, ", "))};
+                               " pushes; not waiting for ", Truncated(absl::StrJoin(missing, ", "), 512))};
   }
-  return {false, absl::StrCat("waiting for ", absl::StrJoin(missing, ", "), " (", pushed, " pushed, timeout in ",
-                              static_cast<int64_t>(options.round_timeout_s - age), " s)")};
+  return {false, absl::StrCat("waiting for ", Truncated(absl::StrJoin(missing, ", "), 512), " (", pushed,
+                              " pushed, timeout in ", static_cast<int64_t>(options.round_timeout_s - age), " s)")};
+}
+
+int64_t QuarantineRounds(int64_t strikes, bool cut_as_stalled) {
+  if (strikes <= 0 || (strikes == 1 && !cut_as_stalled)) return 0;
+  const int64_t doublings = std::min<int64_t>(cut_as_stalled ? strikes - 1 : strikes - 2, 4);
+  return std::min<int64_t>(int64_t{1} << doublings, kMaxQuarantineRounds);
 }
 
 RoundDecision DecideAsyncClose(const AsyncRoundView& round) {

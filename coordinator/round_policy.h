@@ -6,7 +6,18 @@
 // Beside it, the other pure rules of the round, each (state[, now], options) -> decision + reason:
 //   DecideAsyncClose: outer.mode async closes a version as soon as a push has committed and none is streaming;
 //   HoldForPartialPushes: a close waits while a push is part-folded into the sums (never step on half a push);
-//   DecidePushRound: which round a push may be for (sync: the open one; async: at most outer.max_staleness behind).
+//   DecidePushRound: which round a push may be for (sync: the open one; async: at most outer.max_staleness behind);
+//   QuarantineRounds: how long a member whose pushes keep breaking off is refused.
+//
+// Broken pushes. Chunks are folded into the one round accumulator as they arrive (no per-worker copy: the coordinator
+// holds at most 3.5 model copies, coordinator.h "Memory"), so a push that breaks off after folding cannot be taken
+// out exactly (that would need a copy of its part or a second accumulator): the round's aggregation restarts and the
+// counted workers push again (their heartbeats say pushed=false). To keep one broken or hostile member from making
+// that happen forever, a member's broken pushes are counted (strikes, reset by a counted push) and it is quarantined:
+// its pushes are refused (FAILED_PRECONDITION) and no close waits for it. And no open stream holds a close forever:
+// when a close is due, a push stream that made no progress for coordinator.lease_s or has been open longer than
+// coordinator.round_timeout_s is cut as late (if it had folded chunks, the aggregation restarts once and its member
+// is quarantined at once); a stream that folded nothing never holds a close.
 // Thread-safe (no state).
 #pragma once
 
@@ -62,5 +73,12 @@ struct PushRoundOptions {
   int64_t max_staleness = 0;  // outer.max_staleness (async only)
 };
 absl::Status DecidePushRound(const PushRoundView& push, const PushRoundOptions& options);
+
+// Rounds a member is quarantined for after a broken push, given its strikes (broken pushes since its last counted
+// one, this one included) and whether the coordinator cut the push as stalled. A first break is forgiven (a network
+// blip: the worker pushes again), except a stall, which held a due close; then 1, 2, 4, ... rounds, at most
+// kMaxQuarantineRounds. 0: not quarantined.
+inline constexpr int64_t kMaxQuarantineRounds = 16;
+int64_t QuarantineRounds(int64_t strikes, bool cut_as_stalled);
 
 }  // namespace diloco

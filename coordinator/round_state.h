@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "proto/round_phase.h"
 
@@ -21,6 +22,7 @@ struct PushTicket {
   int64_t round = 0;
   int fragment = 0;  // round mod comm.fragments
   int64_t epoch = 0;
+  int64_t stream = 0;  // RoundState's serial of this push stream: a stream cut as stalled is no longer current
   double weight = 0;
   int64_t tokens = 0;
   int64_t inner_steps = 0;
@@ -50,13 +52,20 @@ class RoundState {
   bool HasPushed(const std::string& id) const { return pushed_.count(id) != 0; }
   // Counted in the open round or among the contributors being stepped (a heartbeat's `pushed`).
   bool CountsAsPushed(const std::string& id) const { return HasPushed(id) || closing_.count(id) != 0; }
-  bool IsStreaming(const std::string& id) const { return streaming_.count(id) != 0; }
-  size_t streaming_count() const { return streaming_.size(); }
-  size_t partial_count() const { return partial_.size(); }
+  bool IsStreaming(const std::string& id) const { return streams_.count(id) != 0; }
+  size_t streaming_count() const { return streams_.size(); }
+  size_t partial_count() const;
 
-  void StartStream(const std::string& id) { streaming_.insert(id); }
-  void MarkFolded(const std::string& id) { partial_.insert(id); }  // some of its chunks are in the sums
-  void EndStream(const std::string& id);                           // committed or broken off
+  // A push stream opens at `now`; returns its serial (PushTicket::stream).
+  int64_t StartStream(const std::string& id, double now);
+  // Whether `serial` is still the open stream of `id` (not ended, not cut).
+  bool IsCurrent(const std::string& id, int64_t serial) const;
+  void MarkFolded(const std::string& id, double now);     // some of its chunks are in the sums; it made progress
+  void EndStream(const std::string& id, int64_t serial);  // committed or broken off (no-op if no longer current)
+  // Open streams that stalled: no progress (opened or folded a chunk) for stall_s, or open for longer than max_age_s.
+  std::vector<std::string> StalledStreams(double now, double stall_s, double max_age_s) const;
+  // Ends `id`'s stream from the coordinator's side; returns whether it had chunks in the sums.
+  bool CutStream(const std::string& id);
   void Count(const PushTicket& ticket) { pushed_[ticket.worker_id] = ticket; }
   // A push broke off after folding: every counted push and every part-folded one must start over (new epoch).
   // Returns how many counted pushes were dropped.
@@ -68,10 +77,16 @@ class RoundState {
   void EndClose(RoundPhase next);
 
  private:
-  Pushes pushed_;                    // pushes counted in the open round
-  std::set<std::string> streaming_;  // workers with a push stream open (one at a time each)
-  std::set<std::string> partial_;    // ... of which some chunks are already in the sums: blocks closing
-  std::set<std::string> closing_;    // contributors of the round being stepped (heartbeats: pushed)
+  struct OpenStream {
+    int64_t serial = 0;
+    double opened_at = 0;
+    double progress_at = 0;  // opened or last chunk folded
+    bool folded = false;     // some of its chunks are in the sums (of this epoch): blocks closing
+  };
+  Pushes pushed_;                              // pushes counted in the open round
+  std::map<std::string, OpenStream> streams_;  // workers with a push stream open (one at a time each)
+  std::set<std::string> closing_;              // contributors of the round being stepped (heartbeats: pushed)
+  int64_t next_stream_ = 0;
   int64_t epoch_ = 0;
   double opened_at_ = 0;
   RoundPhase phase_ = RoundPhase::kTraining;

@@ -1,5 +1,7 @@
 #include "coordinator/run_stats.h"
 
+#include "config/model_spec.h"
+
 namespace diloco {
 
 void RunStats::CreditRound(const RoundState::Pushes& contributors, int64_t num_params, Membership& membership) {
@@ -32,8 +34,7 @@ void AddWorkers(const StatusSources& in, double now, StatusReply& s) {
   }
   const std::vector<const Member*> gone = in.membership.RecentlyGone(kListedGoneMembers);
   listed.insert(listed.end(), gone.begin(), gone.end());
-  s.set_members_not_listed(static_cast<int64_t>(in.membership.gone_count() - gone.size()) +
-                           in.membership.forgotten());
+  s.set_members_not_listed(static_cast<int64_t>(in.membership.gone_count() - gone.size()) + in.membership.forgotten());
   for (const Member* member : listed) {
     const Member& m = *member;
     const std::string& id = m.id;
@@ -52,6 +53,8 @@ void AddWorkers(const StatusSources& in, double now, StatusReply& s) {
     w->set_cluster_size(m.cluster_size);
     w->set_inner_steps(m.inner_steps > 0 ? m.inner_steps : in.config.inner.steps);
     w->set_data_epochs(m.data_epochs);
+    w->set_broken_pushes(m.broken_pushes);
+    if (m.quarantined_until_round > in.round) w->set_quarantined_until_round(m.quarantined_until_round);
   }
 }
 
@@ -74,6 +77,13 @@ StatusReply BuildStatusReply(const StatusSources& in, double now) {
   s.set_bytes_pushed_committed(in.stats.bytes_pushed_committed);
   s.set_dp_equivalent_bytes(in.stats.dp_equivalent_bytes);
   s.set_last_round_bytes_pushed(in.stats.last_round_bytes_pushed);
+  const Config& c = in.config;
+  *s.mutable_model() = ModelSpecOf(c.model);
+  s.set_lease_ms(static_cast<int64_t>(c.coordinator.lease_s * 1000));
+  s.set_heartbeat_interval_ms(static_cast<int64_t>(c.coordinator.heartbeat_interval_s * 1000));
+  s.set_max_message_bytes(MaxMessageBytes(c.comm.chunk_bytes));
+  s.set_chunk_bytes(c.comm.chunk_bytes);
+  s.set_inner_steps(c.inner.steps);
   AddWorkers(in, now, s);
   for (const EvalRecord& e : in.evals) {
     EvalPoint* p = s.add_evals();

@@ -17,9 +17,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/push_session.h"
+#include "proto/peer_text.h"
 #include "proto/push_frames.h"
 #include "proto/transport_security.h"
-#include "proto/peer_text.h"
 
 namespace diloco {
 namespace {
@@ -173,7 +173,8 @@ void TcpPushListener::Serve(int fd, const std::string& peer) {
   auto token = ReadHello(fd);
   if (!token.ok()) {
     if (!stopping_)
-      spdlog::warn("tcp push connection from {} refused: {}", peer, Truncated(token.status().message(), kMaxRefusalBytes));
+      spdlog::warn("tcp push connection from {} refused: {}", peer,
+                   Truncated(token.status().message(), kMaxRefusalBytes));
     Forget(fd);
     return;
   }
@@ -202,7 +203,8 @@ void TcpPushListener::Serve(int fd, const std::string& peer) {
     if (!more.ok()) {
       // A close between pushes is how a worker says goodbye; anything else breaks the push off.
       if (!(first && absl::IsNotFound(more.status())) && !stopping_) {
-        spdlog::warn("tcp push connection from {} closed: {}", peer, Truncated(more.status().message(), kMaxRefusalBytes));
+        spdlog::warn("tcp push connection from {} closed: {}", peer,
+                     Truncated(more.status().message(), kMaxRefusalBytes));
       }
       session.OnBroken(std::string(more.status().message()));
       break;

@@ -15,10 +15,9 @@ absl::Status ValidateWorkerId(absl::string_view id) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
                     c == '_' || c == ':' || c == '-';
     if (!ok) {
-      return absl::InvalidArgumentError(absl::StrCat("worker id has byte 0x", absl::Hex(c, absl::kZeroPad2),
-                                                     " at position ", i,
-                                                     "; allowed: letters, digits and . _ : - (at most ",
-                                                     kMaxWorkerIdLength, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("worker id has byte 0x", absl::Hex(c, absl::kZeroPad2), " at position ", i,
+                       "; allowed: letters, digits and . _ : - (at most ", kMaxWorkerIdLength, ")"));
     }
   }
   return absl::OkStatus();

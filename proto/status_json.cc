@@ -18,7 +18,9 @@ nlohmann::json StatusToJson(const StatusReply& s) {
                        {"pushed_this_round", w.pushed_this_round()},
                        {"cluster_size", w.cluster_size()},
                        {"inner_steps", w.inner_steps()},
-                       {"data_epochs", w.data_epochs()}});
+                       {"data_epochs", w.data_epochs()},
+                       {"broken_pushes", w.broken_pushes()},
+                       {"quarantined_until_round", w.quarantined_until_round()}});
   }
   nlohmann::json evals = nlohmann::json::array();
   for (const EvalPoint& e : s.evals()) {
@@ -27,6 +29,19 @@ nlohmann::json StatusToJson(const StatusReply& s) {
                      {"tokens", e.tokens()},
                      {"bytes_pushed_committed", e.bytes_pushed_committed()}});
   }
+  const ModelSpec& m = s.model();
+  nlohmann::json model = {{"arch", m.arch()},
+                          {"vocab_size", m.vocab_size()},
+                          {"seq_len", m.seq_len()},
+                          {"n_layer", m.n_layer()},
+                          {"n_head", m.n_head()},
+                          {"n_kv_head", m.n_kv_head()},
+                          {"d_model", m.d_model()},
+                          {"ffn_hidden", m.ffn_hidden()},
+                          {"max_positions", m.max_positions()},
+                          {"rope_theta", m.rope_theta()},
+                          {"norm_eps", m.norm_eps()},
+                          {"untied_head", m.untied_head()}};
   return {{"run_name", s.run_name()},
           {"round", s.round()},
           {"rounds_total", s.rounds_total()},
@@ -45,7 +60,14 @@ nlohmann::json StatusToJson(const StatusReply& s) {
           {"dp_ratio", s.bytes_pushed_committed() > 0
                            ? static_cast<double>(s.dp_equivalent_bytes()) / s.bytes_pushed_committed()
                            : 0.0},
+          {"model", model},
+          {"lease_ms", s.lease_ms()},
+          {"heartbeat_interval_ms", s.heartbeat_interval_ms()},
+          {"max_message_bytes", s.max_message_bytes()},
+          {"chunk_bytes", s.chunk_bytes()},
+          {"inner_steps", s.inner_steps()},
           {"workers", workers},
+          {"members_not_listed", s.members_not_listed()},
           {"evals", evals}};
 }
 

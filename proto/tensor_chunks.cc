@@ -67,11 +67,13 @@ std::string ChunkStreamReader::Position() const {
 
 absl::StatusOr<at::Tensor> ChunkStreamReader::Next(const TensorChunk& chunk) {
   if (Done()) {
-    return absl::InvalidArgumentError(absl::StrCat("unexpected chunk '", Truncated(chunk.name()), "' after the last tensor"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected chunk '", Truncated(chunk.name()), "' after the last tensor"));
   }
   const TensorSpec& spec = specs_[index_];
   if (chunk.name() != spec.name) {
-    return absl::InvalidArgumentError(absl::StrCat("expected ", Position(), ", got a chunk of '", Truncated(chunk.name()), "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected ", Position(), ", got a chunk of '", Truncated(chunk.name()), "'"));
   }
   auto dtype = FromWireDType(chunk.dtype());
   if (!dtype.ok()) return dtype.status();
@@ -80,9 +82,8 @@ absl::StatusOr<at::Tensor> ChunkStreamReader::Next(const TensorChunk& chunk) {
                                                    ", expected ", c10::toString(spec.dtype)));
   }
   if (std::vector<int64_t>(chunk.shape().begin(), chunk.shape().end()) != spec.shape) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "': shape ",
-                                                   ShapeForMessage(chunk.shape()), ", expected [",
-                                                   absl::StrJoin(spec.shape, ","), "]"));
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "': shape ", ShapeForMessage(chunk.shape()),
+                                                   ", expected [", absl::StrJoin(spec.shape, ","), "]"));
   }
   if (chunk.offset() != offset_) {
     return absl::InvalidArgumentError(

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "config/model_spec.h"
 #include "proto/tensor_spec.h"
 #include "worker/worker.h"
 
@@ -13,23 +14,6 @@ namespace {
 
 double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-ModelSpec SpecOf(const ModelConfig& m) {
-  ModelSpec spec;
-  spec.set_vocab_size(m.vocab_size);
-  spec.set_seq_len(m.seq_len);
-  spec.set_n_layer(m.n_layer);
-  spec.set_n_head(m.n_head);
-  spec.set_d_model(m.d_model);
-  spec.set_arch(std::string(EnumName(m.arch)));
-  spec.set_n_kv_head(m.KvHeads());
-  spec.set_ffn_hidden(m.FfnHidden());
-  spec.set_max_positions(m.MaxPositions());
-  spec.set_rope_theta(m.rope_theta);
-  spec.set_norm_eps(m.norm_eps);
-  spec.set_untied_head(!m.tie_embeddings);
-  return spec;
-}
-
 }  // namespace
 
 int Worker::JoinWithRetry() {
@@ -37,7 +21,7 @@ int Worker::JoinWithRetry() {
   bool warned = false, hinted = false;
   backoff_.Reset();
   while (!Stopping()) {
-    auto reply = client_->Join(SpecOf(config_.model), static_cast<int32_t>(config_.workers.threads),
+    auto reply = client_->Join(ModelSpecOf(config_.model), static_cast<int32_t>(config_.workers.threads),
                                config_.workers.device, trainer_ ? join_.shard_index() : -1,
                                static_cast<int32_t>(config_.comm.fragments), cluster_ ? cluster_->size() : 1);
     ProtocolState state = protocol_;

@@ -32,6 +32,16 @@ void PrintHuman(const diloco::StatusReply& s) {
          static_cast<long long>(s.rounds_total()), s.phase().c_str(), s.phase_reason().empty() ? "" : ": ",
          s.phase_reason().c_str());
   printf("model: %lld parameters, fingerprint %s\n", static_cast<long long>(s.params()), s.fingerprint().c_str());
+  const diloco::ModelSpec& m = s.model();
+  printf(
+      "model settings: arch %s, vocab %lld, seq_len %lld, layers %lld, heads %lld (kv %lld), d_model %lld, ffn %lld\n",
+      m.arch().c_str(), static_cast<long long>(m.vocab_size()), static_cast<long long>(m.seq_len()),
+      static_cast<long long>(m.n_layer()), static_cast<long long>(m.n_head()), static_cast<long long>(m.n_kv_head()),
+      static_cast<long long>(m.d_model()), static_cast<long long>(m.ffn_hidden()));
+  printf("protocol: H %lld, fragments %d, chunk %lld B, max message %lld B, lease %lld ms, heartbeat %lld ms\n",
+         static_cast<long long>(s.inner_steps()), std::max(1, s.fragments()), static_cast<long long>(s.chunk_bytes()),
+         static_cast<long long>(s.max_message_bytes()), static_cast<long long>(s.lease_ms()),
+         static_cast<long long>(s.heartbeat_interval_ms()));
   printf("traffic: %.2f MB received, %.2f MB sent; last round %.2f s (outer step %.3f s)\n", s.bytes_received() / 1e6,
          s.bytes_sent() / 1e6, s.last_round_seconds(), s.last_outer_step_seconds());
   if (s.bytes_pushed_committed() > 0 && s.dp_equivalent_bytes() > 0) {
@@ -46,6 +56,16 @@ void PrintHuman(const diloco::StatusReply& s) {
            w.shard_index(), std::max(1, w.cluster_size()), static_cast<long long>(w.inner_steps()),
            static_cast<long long>(w.rounds_contributed()), static_cast<long long>(w.tokens()), w.tokens_per_s(),
            w.last_loss(), w.data_epochs(), w.heartbeat_age_s());
+  }
+  if (s.members_not_listed() > 0) {
+    printf("(%lld more members that left or were lost are not listed)\n",
+           static_cast<long long>(s.members_not_listed()));
+  }
+  for (const auto& w : s.workers()) {
+    if (w.quarantined_until_round() > 0) {
+      printf("quarantined: %s until round %lld (%lld broken pushes)\n", w.id().c_str(),
+             static_cast<long long>(w.quarantined_until_round()), static_cast<long long>(w.broken_pushes()));
+    }
   }
   if (s.evals_size() > 0) {
     printf("val_loss:");

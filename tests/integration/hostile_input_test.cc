@@ -8,6 +8,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -112,9 +113,12 @@ class RawClient {
     writer->WritesDone();
     return writer->Finish();
   }
+  // Each bad push comes from a member of its own (hostile<i>): a member whose pushes break off after folding twice in
+  // a row is quarantined (coordinator/round_policy.h) and would get that refusal instead of its case's.
+  void set_id(const std::string& id) { id_ = id; }
   RequestMeta Meta(int64_t round, const std::string& fingerprint) const {
     RequestMeta meta;
-    meta.set_worker_id("hostile");
+    meta.set_worker_id(id_);
     meta.set_round(round);
     meta.set_fingerprint(fingerprint);
     return meta;
@@ -125,6 +129,7 @@ class RawClient {
     ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   }
   std::unique_ptr<Coordinator::Stub> stub_;
+  std::string id_ = "hostile";
 };
 
 // A well-formed push of 0.5 everywhere (one chunk per tensor): were any of it applied, the loss would jump.
@@ -160,9 +165,11 @@ struct RunResult {
 
 // Runs the tiny config for kRounds rounds with workers w0 and w1 (w0 joins first, so shards are the same in every
 // run). `hostile`, if set, is called once round 1 has closed, with the coordinator's address.
-RunResult TinyRun(const std::string& name, const std::function<void(const std::string&)>& hostile) {
+RunResult TinyRun(const std::string& name, const std::function<void(const std::string&)>& hostile,
+                  std::vector<std::string> overrides = {}) {
   const std::string dir = ScratchDir(name);
-  const std::vector<std::string> args = TinyArgs(dir, {"outer.rounds=" + std::to_string(kRounds)});
+  overrides.push_back("outer.rounds=" + std::to_string(kRounds));
+  const std::vector<std::string> args = TinyArgs(dir, overrides);
   RunningProcess coordinator("diloco-coordinator", With(args, {"--port-file", dir + "/addr"}));
   const std::string address = WaitForAddress(coordinator, dir + "/addr");
   EXPECT_FALSE(address.empty()) << coordinator.output();
@@ -266,16 +273,24 @@ TEST(HostileInput, EveryBadPushGetsItsOwnErrorWhileTheGoodWorkersFinishTheRun) {
     add("huge name", grpc::StatusCode::INVALID_ARGUMENT, " bytes cut)'",
         [](auto& m) { m[1].mutable_chunk()->set_name(std::string(300000, 'n')); });
 
+    std::vector<std::string> ids = {"hostile"};
     for (const BadPush& c : cases) {
+      ids.push_back("hostile" + std::to_string(ids.size()));
+      client.set_id(ids.back());
+      JoinReply also_joined;
+      ASSERT_TRUE(client.Join(*config, fp, &also_joined).ok()) << c.name;
       ASSERT_TRUE(client.Heartbeat(r, fp).ok()) << "the coordinator stopped serving before: " << c.name;
-      grpc::Status got = client.Push(c.messages);
+      std::vector<PushMessage> messages = c.messages;
+      RequestMeta* meta = messages[0].mutable_header()->mutable_meta();
+      if (meta->worker_id() == "hostile") meta->set_worker_id(ids.back());
+      grpc::Status got = client.Push(messages);
       // A stream that gRPC itself cut off (the oversized chunk) is cleaned up on the coordinator a moment after the
       // client sees its status; until then a new push is UNAVAILABLE "still streaming", and a worker retries.
       for (int retry = 0; retry < 200 && got.error_code() == grpc::StatusCode::UNAVAILABLE &&
                           got.error_message().find("is still streaming") != std::string::npos;
            ++retry) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        got = client.Push(c.messages);
+        got = client.Push(messages);
       }
       EXPECT_EQ(got.error_code(), c.code) << c.name << ": " << got.error_message();
       EXPECT_LE(got.error_message().size(), 1024u) << c.name << ": a refusal is at most 1 KB";
@@ -288,9 +303,12 @@ TEST(HostileInput, EveryBadPushGetsItsOwnErrorWhileTheGoodWorkersFinishTheRun) {
     const StatusReply during = client.Status();
     EXPECT_EQ(during.round(), r) << "the open round moved on while a member had not pushed";
     for (const WorkerStatus& w : during.workers()) {
-      if (w.id() == "hostile") EXPECT_FALSE(w.pushed_this_round());
+      if (w.id().rfind("hostile", 0) == 0) EXPECT_FALSE(w.pushed_this_round());
     }
-    ASSERT_TRUE(client.Leave(r, fp).ok());
+    for (const std::string& id : ids) {
+      client.set_id(id);
+      ASSERT_TRUE(client.Leave(r, fp).ok());
+    }
   };
 
   const RunResult attacked = TinyRun("hostile_input", hostile);
@@ -300,18 +318,18 @@ TEST(HostileInput, EveryBadPushGetsItsOwnErrorWhileTheGoodWorkersFinishTheRun) {
   ASSERT_TRUE(summary.is_object());
   EXPECT_EQ(summary["round"].get<int64_t>(), kRounds);
   EXPECT_EQ(summary["phase"].get<std::string>(), "complete");
-  ASSERT_EQ(summary["workers"].size(), 3u) << summary.dump();
+  ASSERT_EQ(summary["workers"].size(), 2u + 1u + 14u) << summary.dump();
   for (const auto& w : summary["workers"]) {
     const std::string id = w["id"].get<std::string>();
+    const bool hostile = id.rfind("hostile", 0) == 0;
     EXPECT_EQ(w["state"].get<std::string>(), "left") << w.dump();
-    EXPECT_EQ(w["rounds_contributed"].get<int64_t>(), id == "hostile" ? 0 : kRounds) << w.dump();
-    if (id == "hostile") {
+    EXPECT_EQ(w["rounds_contributed"].get<int64_t>(), hostile ? 0 : kRounds) << w.dump();
+    if (hostile) {
       EXPECT_EQ(w["tokens"].get<int64_t>(), 0);
       EXPECT_EQ(w["bytes_pushed"].get<int64_t>(), 0);
     }
   }
-  EXPECT_NE(attacked.coordinator_log.find("push from 'hostile' refused: INVALID_ARGUMENT: pseudo-gradient of"),
-            std::string::npos)
+  EXPECT_NE(attacked.coordinator_log.find("' refused: INVALID_ARGUMENT: pseudo-gradient of"), std::string::npos)
       << "a refusal is logged with its reason";
   for (absl::string_view line : absl::StrSplit(attacked.coordinator_log, '\n')) {
     EXPECT_LE(line.size(), 2048u) << "a log line over 2 KB: " << std::string(line.substr(0, 200)) << "...";
@@ -327,6 +345,165 @@ TEST(HostileInput, EveryBadPushGetsItsOwnErrorWhileTheGoodWorkersFinishTheRun) {
   std::cout << "[loss] attacked run " << loss << ", clean run " << reference << "\n";
   EXPECT_NEAR(loss, reference, 1e-4) << "attacked run " << loss << ", clean run " << reference;
 }
+
+// A member whose pushes break off in every round (coordinator/round_policy.h "Broken pushes"): it joins, and once per
+// round pushes a header and its first tensor, then either cancels the stream or holds it open without a word until
+// the round moves on. Every such push restarts the round's aggregation (the good workers push again) or is cut as
+// late when the round is due to close; the member is quarantined, and the good workers complete every round.
+enum class Misbehaviour { kCancel, kHoldOpen };
+
+struct BrokenPushRecord {
+  int attempts = 0;               // pushes it started (header accepted or not)
+  int quarantine_refusals = 0;    // pushes refused at the header because it was quarantined
+  int64_t max_broken_pushes = 0;  // from GetStatus while the run went on
+  bool seen_quarantined = false;
+};
+
+void BreakPushesUntilTheRunEnds(const std::string& address, const Config& config, Misbehaviour how,
+                                BrokenPushRecord* record) {
+  auto stub = Coordinator::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  auto status = [&](StatusReply* reply) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return stub->GetStatus(&ctx, StatusRequest(), reply).ok();
+  };
+  StatusReply s;
+  ASSERT_TRUE(status(&s));
+  const std::string fp = s.fingerprint();
+  auto meta = [&](int64_t round) {
+    RequestMeta m;
+    m.set_worker_id("breaker");
+    m.set_round(round);
+    m.set_fingerprint(fp);
+    return m;
+  };
+  auto join = [&] {
+    JoinRequest r;
+    *r.mutable_meta() = meta(0);
+    r.mutable_model()->set_vocab_size(config.model.vocab_size);
+    r.mutable_model()->set_seq_len(config.model.seq_len);
+    r.mutable_model()->set_n_layer(config.model.n_layer);
+    r.mutable_model()->set_n_head(config.model.n_head);
+    r.mutable_model()->set_d_model(config.model.d_model);
+    r.set_fragments(1);
+    grpc::ClientContext ctx;
+    JoinReply reply;
+    return stub->Join(&ctx, r, &reply).ok();
+  };
+  auto beat = [&](int64_t round) {
+    HeartbeatRequest r;
+    *r.mutable_meta() = meta(round);
+    grpc::ClientContext ctx;
+    HeartbeatReply reply;
+    if (stub->Heartbeat(&ctx, r, &reply).error_code() == grpc::StatusCode::NOT_FOUND) join();
+  };
+  ASSERT_TRUE(join());
+  // The first tensor of the model, from a pull: the part of the push that is sent before it breaks off.
+  TensorChunk first;
+  {
+    PullRequest r;
+    *r.mutable_meta() = meta(s.round());
+    grpc::ClientContext ctx;
+    auto reader = stub->PullParameters(&ctx, r);
+    PullMessage m;
+    while (reader->Read(&m)) {
+      if (m.has_chunk() && first.name().empty()) first = m.chunk();
+    }
+    reader->Finish();
+  }
+  ASSERT_FALSE(first.name().empty());
+  std::vector<float> values(static_cast<size_t>(first.count()), 0.5f);
+  first.set_data(values.data(), values.size() * sizeof(float));
+
+  int64_t last_round = -1;
+  for (int pass = 0; pass < 3000; ++pass) {  // at most ~10 minutes
+    if (!status(&s) || s.phase() == "complete") break;
+    for (const WorkerStatus& w : s.workers()) {
+      if (w.id() != "breaker") continue;
+      record->max_broken_pushes = std::max(record->max_broken_pushes, w.broken_pushes());
+      record->seen_quarantined |= w.quarantined_until_round() > 0;
+    }
+    beat(s.round());
+    if (s.round() != last_round && s.phase() == "training") {
+      last_round = s.round();
+      ++record->attempts;
+      grpc::ClientContext ctx;
+      PushReply reply;
+      auto writer = stub->PushPseudoGradient(&ctx, &reply);
+      PushMessage header;
+      *header.mutable_header()->mutable_meta() = meta(s.round());
+      header.mutable_header()->set_tokens(1000);
+      header.mutable_header()->set_inner_steps(10);
+      header.mutable_header()->set_loss(3.0);
+      header.mutable_header()->set_seconds(1.0);
+      PushMessage chunk;
+      *chunk.mutable_chunk() = first;
+      writer->Write(header);
+      writer->Write(chunk);
+      if (how == Misbehaviour::kCancel) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the chunk is folded by then
+      } else {  // silent while the round is open, heartbeats going on (it is an active member)
+        StatusReply now;
+        for (int i = 0; i < 600 && status(&now) && now.round() == s.round() && now.phase() != "complete"; ++i) {
+          beat(now.round());
+          for (const WorkerStatus& w : now.workers()) {
+            if (w.id() == "breaker") record->seen_quarantined |= w.quarantined_until_round() > 0;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+      }
+      ctx.TryCancel();
+      grpc::Status got = writer->Finish();
+      if (got.error_message().find("quarantined") != std::string::npos) ++record->quarantine_refusals;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  LeaveRequest leave;
+  *leave.mutable_meta() = meta(s.round());
+  grpc::ClientContext ctx;
+  LeaveReply left;
+  stub->Leave(&ctx, leave, &left);
+}
+
+class BrokenPushes : public ::testing::TestWithParam<Misbehaviour> {};
+
+TEST_P(BrokenPushes, AMemberWhosePushesBreakOffEveryRoundIsQuarantinedAndTheOthersCompleteTheRun) {
+  auto config = LoadConfig(SourceDir() + "/config/tiny.yaml", {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  BrokenPushRecord record;
+  const RunResult run =
+      TinyRun(GetParam() == Misbehaviour::kCancel ? "broken_push_cancel" : "broken_push_hold",
+              [&](const std::string& address) { BreakPushesUntilTheRunEnds(address, *config, GetParam(), &record); },
+              {"coordinator.round_timeout_s=4", "coordinator.lease_s=3"});
+  std::cout << "[breaker] attempts " << record.attempts << ", refused as quarantined " << record.quarantine_refusals
+            << ", broken pushes " << record.max_broken_pushes << ", seen quarantined " << record.seen_quarantined
+            << "\n";
+  const nlohmann::json& summary = run.summary;
+  ASSERT_TRUE(summary.is_object()) << run.coordinator_log;
+  EXPECT_EQ(summary["round"].get<int64_t>(), kRounds);
+  EXPECT_EQ(summary["phase"].get<std::string>(), "complete");
+  for (const auto& w : summary["workers"]) {
+    const std::string id = w["id"].get<std::string>();
+    EXPECT_EQ(w["rounds_contributed"].get<int64_t>(), id == "breaker" ? 0 : kRounds) << w.dump();
+    if (id == "breaker") EXPECT_GE(w["broken_pushes"].get<int64_t>(), 2) << w.dump();
+  }
+  EXPECT_GE(record.attempts, 2);
+  EXPECT_TRUE(record.seen_quarantined) << "the member was never quarantined";
+  EXPECT_NE(run.coordinator_log.find("quarantined: worker breaker until round"), std::string::npos);
+  if (GetParam() == Misbehaviour::kHoldOpen) {
+    EXPECT_NE(run.coordinator_log.find("push from breaker for round"), std::string::npos);
+    EXPECT_NE(run.coordinator_log.find("cut as late"), std::string::npos) << "the held stream was never cut";
+  }
+  const double first = summary["evals"].front()["val_loss"].get<double>();
+  const double last = summary["evals"].back()["val_loss"].get<double>();
+  EXPECT_LT(last, first) << "the good workers' rounds did not train the model";
+}
+
+INSTANTIATE_TEST_SUITE_P(HostileInput, BrokenPushes, ::testing::Values(Misbehaviour::kCancel, Misbehaviour::kHoldOpen),
+                         [](const ::testing::TestParamInfo<Misbehaviour>& info) {
+                           return info.param == Misbehaviour::kCancel ? std::string("CancelEveryRound")
+                                                                      : std::string("HoldOpenEveryRound");
+                         });
 
 // Worker ids (proto/peer_text.h): 1..128 characters of [A-Za-z0-9._:-], refused at Join by the coordinator itself;
 // members that left are remembered only up to a bound, so 10,000 joins and leaves with the longest ids leave the
@@ -370,8 +547,8 @@ TEST(HostileInput, WorkerIdsAreBoundedAndTenThousandJoinsAndLeavesKeepStatusSmal
     LeaveReply reply;
     return stub->Leave(&ctx, r, &reply);
   };
-  for (const std::string& bad : {std::string(129, 'a'), std::string("a/b"), std::string("tab\there"),
-                                 std::string(1 << 20, 'x')}) {
+  for (const std::string& bad :
+       {std::string(129, 'a'), std::string("a/b"), std::string("tab\there"), std::string(1 << 20, 'x')}) {
     grpc::Status s = join(bad);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad.size() << ": " << s.error_message();
     EXPECT_NE(s.error_message().find("worker id"), std::string::npos) << s.error_message();

@@ -269,10 +269,38 @@ TEST(Observability, MetricsStatusPageHealthAndReflectionDuringARun) {
   const nlohmann::json status = nlohmann::json::parse(ctl.output());
   EXPECT_EQ(status["params"].get<double>(), params);
   EXPECT_GE(status["round"].get<double>(), round);
+  // The run settings a foreign client reads (proto/PROTOCOL.md "Run settings"): tiny.yaml's, defaults resolved.
+  const nlohmann::json& model = status["model"];
+  EXPECT_EQ(model["arch"], "gpt");
+  EXPECT_EQ(model["vocab_size"].get<int64_t>(), 128);
+  EXPECT_EQ(model["seq_len"].get<int64_t>(), 32);
+  EXPECT_EQ(model["n_layer"].get<int64_t>(), 1);
+  EXPECT_EQ(model["n_head"].get<int64_t>(), 2);
+  EXPECT_EQ(model["n_kv_head"].get<int64_t>(), 2);
+  EXPECT_EQ(model["d_model"].get<int64_t>(), 32);
+  EXPECT_EQ(model["ffn_hidden"].get<int64_t>(), 128);
+  EXPECT_EQ(status["inner_steps"].get<int64_t>(), 10);
+  EXPECT_EQ(status["lease_ms"].get<int64_t>(), 10000);
+  EXPECT_EQ(status["heartbeat_interval_ms"].get<int64_t>(), 500);
+  EXPECT_EQ(status["chunk_bytes"].get<int64_t>(), 1 << 20);
+  EXPECT_EQ(status["max_message_bytes"].get<int64_t>(), 2 << 20);
+  RunningProcess human("diloco-ctl", {"status", "--addr", address});
+  ASSERT_EQ(human.Wait(30), 0) << human.output();
+  EXPECT_NE(
+      human.output().find("model settings: arch gpt, vocab 128, seq_len 32, layers 1, heads 2 (kv 2), d_model 32, "
+                          "ffn 128"),
+      std::string::npos)
+      << human.output();
+  EXPECT_NE(human.output().find("protocol: H 10, fragments 1, chunk 1048576 B, max message 2097152 B, lease 10000 ms, "
+                                "heartbeat 500 ms"),
+            std::string::npos)
+      << human.output();
   std::string content_type;
   const nlohmann::json json = nlohmann::json::parse(http.Get("/status.json", &content_type));
   EXPECT_EQ(content_type, "application/json");
   EXPECT_EQ(json["params"].get<double>(), params);
+  EXPECT_EQ(json["model"]["d_model"].get<int64_t>(), 32);
+  EXPECT_EQ(json["lease_ms"].get<int64_t>(), 10000);
   EXPECT_GE(json["round"].get<double>(), status["round"].get<double>());
   ASSERT_EQ(json["workers"].size(), 2u);
   http.Get("/metrics", &content_type);

@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -298,11 +299,52 @@ TEST_F(CoordinatorCoreTest, ConcurrentDuplicatePushIsCountedOnce) {
   ExpectAllClose(Theta(), Step(theta0, Average({d1, d2}, {3000, 1000})));
 }
 
-// A round that times out while B's push has folded some chunks must not close over them: it waits for B's stream,
-// and when that stream breaks, the aggregation restarts and the round closes on complete pushes only.
-TEST_F(CoordinatorCoreTest, RoundNeverClosesOverAPartiallyFoldedPush) {
+// A round that times out while B's push has folded some chunks and is still making progress must not close over
+// them: it waits for B's stream, and when that stream breaks, the aggregation restarts and the round closes on
+// complete pushes only. A first break is forgiven: B is not quarantined.
+TEST_F(CoordinatorCoreTest, RoundNeverClosesOverAPartiallyFoldedPushThatIsStillProgressing) {
   config_.coordinator.min_workers = 1;
   config_.coordinator.round_timeout_s = 100;
+  config_.coordinator.lease_s = 10;
+  Start();
+  Join("A");
+  Join("B");
+  const Tensors theta0 = Theta();
+  const Tensors d1 = RandomDelta(), partial = RandomDelta();
+  ASSERT_TRUE(Push("A", 0, 3000, d1).ok());
+  now_ = 120;
+  Beat("A");
+  Beat("B");
+  auto b = core_->BeginPush(Header("B", 0, 1000));
+  ASSERT_TRUE(b.ok()) << b.status();
+  now_ = 145;
+  ASSERT_TRUE(FoldTensor(*b, 0, partial[0]).ok());  // half of B's push is in the sums, 5 s ago at the check
+  Beat("A");
+  Beat("B");
+  now_ = 150;  // past round_timeout_s with min_workers pushes; B folded 5 s ago < lease_s
+  StartRun();
+  ASSERT_TRUE(WaitFor(
+      [](const StatusReply& s) { return s.phase_reason().find("push stream(s) in flight") != std::string::npos; }));
+  EXPECT_EQ(core_->Status().round(), 0) << "closed over a partial push";
+  core_->AbortPush(*b, "stream broke");
+  EXPECT_FALSE(Beat("A").pushed()) << "A's push was discarded with the sums: it must push again";
+  const StatusReply after_break = core_->Status();
+  for (const WorkerStatus& w : after_break.workers()) {
+    if (w.id() == "B") EXPECT_EQ(w.broken_pushes(), 1);
+    if (w.id() == "B") EXPECT_EQ(w.quarantined_until_round(), 0) << "a first break is forgiven";
+  }
+  ASSERT_TRUE(Push("A", 0, 3000, d1).ok());
+  ASSERT_TRUE(WaitForRound(1));
+  ExpectAllClose(Theta(), Step(theta0, d1));
+}
+
+// A push that folded some chunks and then went silent cannot hold a round past its timeout: the stream is cut as
+// late (its next chunk is refused), the aggregation restarts once, its member is quarantined at once (its pushes
+// are refused and no close waits for it), and the round closes on A's complete push.
+TEST_F(CoordinatorCoreTest, AStalledPartialPushIsCutAtTheTimeoutAndItsMemberQuarantined) {
+  config_.coordinator.min_workers = 1;
+  config_.coordinator.round_timeout_s = 100;
+  config_.coordinator.lease_s = 10;
   Start();
   Join("A");
   Join("B");
@@ -311,17 +353,34 @@ TEST_F(CoordinatorCoreTest, RoundNeverClosesOverAPartiallyFoldedPush) {
   ASSERT_TRUE(Push("A", 0, 3000, d1).ok());
   auto b = core_->BeginPush(Header("B", 0, 1000));
   ASSERT_TRUE(b.ok()) << b.status();
-  ASSERT_TRUE(FoldTensor(*b, 0, partial[0]).ok());  // half of B's push is in the sums
-  StartRun();
-  now_ = 150;  // past round_timeout_s with min_workers pushes
-  ASSERT_TRUE(WaitFor(
-      [](const StatusReply& s) { return s.phase_reason().find("push stream(s) in flight") != std::string::npos; }));
-  EXPECT_EQ(core_->Status().round(), 0) << "closed over a partial push";
-  core_->AbortPush(*b, "stream broke");
-  EXPECT_FALSE(Beat("A").pushed()) << "A's push was discarded with the sums: it must push again";
+  ASSERT_TRUE(FoldTensor(*b, 0, partial[0]).ok());  // then B's stream goes silent
+  now_ = 150;
+  Beat("A");
+  Beat("B");  // B heartbeats: it is active, only its push stream stalls
+  core_->Poll();
+  EXPECT_EQ(core_->Status().round(), 0);
+  EXPECT_FALSE(Beat("A").pushed()) << "the cut push had chunks in the sums: A pushes again";
+  bool seen = false;
+  const StatusReply after_cut = core_->Status();
+  for (const WorkerStatus& w : after_cut.workers()) {
+    if (w.id() != "B") continue;
+    seen = true;
+    EXPECT_EQ(w.broken_pushes(), 1);
+    EXPECT_EQ(w.quarantined_until_round(), 1);
+  }
+  EXPECT_TRUE(seen);
+  absl::Status late = FoldTensor(*b, 1, partial[1]);
+  EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition) << late;
+  EXPECT_THAT(std::string(late.message()), HasSubstr("cut as late"));
+  core_->AbortPush(*b, "refused");  // what the session does with a refused stream: no second restart
+  absl::Status quarantined = Push("B", 0, 1000, partial);
+  EXPECT_EQ(quarantined.code(), absl::StatusCode::kFailedPrecondition) << quarantined;
+  EXPECT_THAT(std::string(quarantined.message()), HasSubstr("worker 'B' is quarantined until round 1"));
   ASSERT_TRUE(Push("A", 0, 3000, d1).ok());
-  ASSERT_TRUE(WaitForRound(1));
+  core_->Poll();  // all unquarantined active members pushed
+  EXPECT_EQ(core_->Status().round(), 1);
   ExpectAllClose(Theta(), Step(theta0, d1));
+  ASSERT_TRUE(Push("B", 1, 1000, partial).ok()) << "the quarantine ends at round 1";
 }
 
 TEST_F(CoordinatorCoreTest, LatePushIsRefusedAndLeavesNoTrace) {
@@ -410,8 +469,12 @@ TEST_F(CoordinatorCoreTest, NonFinitePseudoGradientIsRefused) {
     EXPECT_THAT(std::string(s.message()), HasSubstr(core_->specs()[1].name));
     core_->AbortPush(*t, "refused");
   }
+  // Two refusals after folding in a row: A is quarantined for a round (round_policy.h QuarantineRounds).
   const Tensors clean = RandomDelta();
-  ASSERT_TRUE(Push("A", 0, 1000, clean).ok());
+  absl::Status quarantined = Push("A", 0, 1000, clean);
+  EXPECT_EQ(quarantined.code(), absl::StatusCode::kFailedPrecondition) << quarantined;
+  Join("C");
+  ASSERT_TRUE(Push("C", 0, 1000, clean).ok());
   StartRun();
   ASSERT_TRUE(WaitForRound(1));
   ExpectAllClose(Theta(), Step(theta0, clean));
@@ -437,6 +500,49 @@ TEST_F(CoordinatorCoreTest, RefusesWrongFingerprintModelAndUnknownWorker) {
   *beat.mutable_meta() = Meta("nobody");
   EXPECT_EQ(core_->Heartbeat(beat).status().code(), absl::StatusCode::kNotFound);
   Beat("A");  // the same heartbeat with the right fingerprint is accepted (Beat expects OK)
+}
+
+// The Join reply and the status carry the run settings a foreign client needs (proto/PROTOCOL.md "Run settings"),
+// taken from the config: values set away from their defaults here, so a reply left at defaults fails.
+TEST_F(CoordinatorCoreTest, JoinReplyAndStatusCarryRunSettings) {
+  config_.coordinator.lease_s = 7.5;
+  config_.coordinator.heartbeat_interval_s = 0.25;
+  config_.comm.chunk_bytes = 4096;
+  config_.inner.steps = 12;
+  Start();
+  auto reply = core_->Join(JoinReq("A"));
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  const StatusReply status = core_->Status();
+  for (const auto& [what, lease, max_message, chunk, inner, model] :
+       {std::make_tuple("join", reply->lease_ms(), reply->max_message_bytes(), reply->chunk_bytes(),
+                        reply->inner_steps(), reply->model()),
+        std::make_tuple("status", status.lease_ms(), status.max_message_bytes(), status.chunk_bytes(),
+                        status.inner_steps(), status.model())}) {
+    SCOPED_TRACE(what);
+    EXPECT_EQ(lease, 7500);
+    EXPECT_EQ(max_message, 4096 + (1 << 20));
+    EXPECT_EQ(chunk, 4096);
+    EXPECT_EQ(inner, 12);
+    EXPECT_EQ(model.vocab_size(), 64);
+    EXPECT_EQ(model.seq_len(), 16);
+    EXPECT_EQ(model.n_layer(), 1);
+    EXPECT_EQ(model.n_head(), 2);
+    EXPECT_EQ(model.d_model(), 16);
+    EXPECT_EQ(model.arch(), "gpt");
+    EXPECT_EQ(model.n_kv_head(), 2);       // defaults resolved: n_head
+    EXPECT_EQ(model.ffn_hidden(), 64);     // 4 x d_model
+    EXPECT_EQ(model.max_positions(), 16);  // seq_len
+    EXPECT_EQ(model.rope_theta(), config_.model.rope_theta);
+    EXPECT_EQ(model.norm_eps(), config_.model.norm_eps);
+    EXPECT_FALSE(model.untied_head());
+  }
+  EXPECT_EQ(reply->fragments(), 1);
+  EXPECT_EQ(reply->heartbeat_interval_ms(), 250);
+  EXPECT_EQ(status.heartbeat_interval_ms(), 250);
+  // The declared model a client copies from the reply is accepted as is.
+  JoinRequest again = JoinReq("B");
+  *again.mutable_model() = reply->model();
+  EXPECT_TRUE(core_->Join(again).ok());
 }
 
 TEST_F(CoordinatorCoreTest, LeaseExpiryMarksSilentMemberLostAndClosesRound) {

@@ -45,6 +45,8 @@ StatusReply TwoWorkers() {
   a->set_heartbeat_age_s(0.5);
   WorkerStatus* b = s.add_workers();  // joined, never pushed, then went silent
   b->set_id("w1");
+  b->set_broken_pushes(3);  // its pushes broke off three times in a row: quarantined
+  b->set_quarantined_until_round(4);
   b->set_state("lost");
   b->set_heartbeat_age_s(12);
   for (auto [round, loss] : {std::pair<int, double>{0, 4.5}, {1, 4.0}, {2, 3.75}}) {
@@ -122,6 +124,14 @@ diloco_worker_rounds_contributed_total{worker="w1"} 0
 # TYPE diloco_worker_bytes_pushed_total counter
 diloco_worker_bytes_pushed_total{worker="w0"} 8000
 diloco_worker_bytes_pushed_total{worker="w1"} 0
+# HELP diloco_worker_broken_pushes_total Pushes of the worker that broke off after folding chunks (each restarted its round's aggregation).
+# TYPE diloco_worker_broken_pushes_total counter
+diloco_worker_broken_pushes_total{worker="w0"} 0
+diloco_worker_broken_pushes_total{worker="w1"} 3
+# HELP diloco_worker_quarantined 1 while the worker's pushes are refused after repeated broken pushes (until quarantined_until_round).
+# TYPE diloco_worker_quarantined gauge
+diloco_worker_quarantined{worker="w0"} 0
+diloco_worker_quarantined{worker="w1"} 1
 # HELP diloco_worker_heartbeat_age_seconds Seconds since the worker was last heard from.
 # TYPE diloco_worker_heartbeat_age_seconds gauge
 diloco_worker_heartbeat_age_seconds{worker="w0"} 0.5

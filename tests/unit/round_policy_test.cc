@@ -134,5 +134,18 @@ TEST(PushRoundPolicyTest, AsyncAcceptsUpToMaxStalenessAndAsksToRetryWhileSteppin
   EXPECT_EQ(stepping.message(), "the global model is being stepped to version 6; retry");
 }
 
+TEST(QuarantineTest, AFirstBreakIsForgivenThenTheQuarantineDoublesUpToItsBound) {
+  EXPECT_EQ(QuarantineRounds(0, false), 0);
+  EXPECT_EQ(QuarantineRounds(1, false), 0) << "one broken push: a network blip, the worker pushes again";
+  EXPECT_EQ(QuarantineRounds(2, false), 1);
+  EXPECT_EQ(QuarantineRounds(3, false), 2);
+  EXPECT_EQ(QuarantineRounds(4, false), 4);
+  EXPECT_EQ(QuarantineRounds(6, false), 16);
+  EXPECT_EQ(QuarantineRounds(100, false), kMaxQuarantineRounds);
+  EXPECT_EQ(QuarantineRounds(1, true), 1) << "a stall held a due close: quarantined at once";
+  EXPECT_EQ(QuarantineRounds(2, true), 2);
+  EXPECT_EQ(QuarantineRounds(50, true), kMaxQuarantineRounds);
+}
+
 }  // namespace
 }  // namespace diloco

@@ -239,6 +239,17 @@ TEST(TensorSpecTest, FingerprintIsStableAndSeesNamesShapesDTypesOrder) {
   EXPECT_EQ(TotalElements(base), 128 * 32 + 128);
 }
 
+// The test vector of proto/PROTOCOL.md "Fingerprint", computed independently with Python's xxhash package:
+// xxh64(b"tok_emb.weight:Float:16x8;blocks.0.ln1.bias:Float:8;step:Long:;head.scale:BFloat16:2x3x4;",
+//       seed=0x44694c6f436f) = 0xcd9ac65356bea607.
+TEST(TensorSpecTest, FingerprintMatchesProtocolTestVector) {
+  const std::vector<TensorSpec> specs = {{"tok_emb.weight", {16, 8}, at::kFloat},
+                                         {"blocks.0.ln1.bias", {8}, at::kFloat},
+                                         {"step", {}, at::kLong},
+                                         {"head.scale", {2, 3, 4}, at::kBFloat16}};
+  EXPECT_EQ(Fingerprint(specs), "cd9ac65356bea607");
+}
+
 TEST(TensorSpecTest, SpecsOfCopiesNamesShapesAndDTypes) {
   Named tensors = {{"a", at::zeros({2, 3}, at::kHalf)}, {"b", at::zeros({0}, at::kLong)}};
   std::vector<TensorSpec> specs = SpecsOf(tensors);

@@ -1,0 +1,29 @@
+// ModelSpecOf and MaxMessageBytes (config/model_spec.h).
+#include "config/model_spec.h"
+
+#include <string>
+
+#include "config/config_enums.h"
+
+namespace diloco {
+
+ModelSpec ModelSpecOf(const ModelConfig& m) {
+  ModelSpec spec;
+  spec.set_vocab_size(m.vocab_size);
+  spec.set_seq_len(m.seq_len);
+  spec.set_n_layer(m.n_layer);
+  spec.set_n_head(m.n_head);
+  spec.set_d_model(m.d_model);
+  spec.set_arch(std::string(EnumName(m.arch)));
+  spec.set_n_kv_head(m.KvHeads());
+  spec.set_ffn_hidden(m.FfnHidden());
+  spec.set_max_positions(m.MaxPositions());
+  spec.set_rope_theta(m.rope_theta);
+  spec.set_norm_eps(m.norm_eps);
+  spec.set_untied_head(!m.tie_embeddings);
+  return spec;
+}
+
+int64_t MaxMessageBytes(int64_t chunk_bytes) { return chunk_bytes + (int64_t{1} << 20); }
+
+}  // namespace diloco

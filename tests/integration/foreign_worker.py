@@ -1,0 +1,300 @@
+#!/usr/bin/python3
+"""A foreign worker: a client written only from proto/diloco.proto and proto/PROTOCOL.md, no code of this repo.
+
+It generates the Python messages and stubs from the proto into a temporary directory (protoc + grpc_python_plugin),
+starts a real coordinator on config/tiny.yaml (min_workers 1, so it is the only member), and then, as PROTOCOL.md
+describes: GetStatus (run settings and fingerprint), Join with the ModelSpec, Pull the whole model and recompute the
+fingerprint from the pulled names, shapes and dtypes, push a pseudo-gradient in chunks of at most chunk_bytes (round 1
+raw fp32, round 2 bf16 encoded here), wait for each round to close, pull again and check the new parameters equal the
+outer step (Nesterov SGD with the config's outer lr and momentum) computed here to 1e-6, then Leave.
+
+Usage: foreign_worker.py --coordinator BIN --source-dir DIR --scratch DIR [--cache-dir DIR]
+Exit status 0 when every check holds; any failed check raises (non-zero exit) with what differed.
+Needs python3-grpcio, python3-protobuf, python3-xxhash and numpy (scripts/setup); torch is used if importable.
+"""
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+try:
+    import numpy as np
+    import xxhash
+    import grpc  # noqa: F401 (imported again where the generated stubs need it)
+    import google.protobuf  # noqa: F401
+except ImportError as e:
+    sys.exit(f"foreign_worker.py: {e}: install python3-grpcio python3-protobuf python3-xxhash (scripts/setup)")
+
+# PROTOCOL.md "Fingerprint": the dtype names and the seed.
+FINGERPRINT_SEED = 0x44694C6F436F
+DTYPE_NAMES = {1: "Float", 2: "Half", 3: "BFloat16", 4: "Double", 5: "Long", 6: "Int", 7: "Char", 8: "Byte"}
+DTYPE_NUMPY = {1: "<f4", 2: "<f2", 4: "<f8", 5: "<i8", 6: "<i4", 7: "i1", 8: "u1"}
+
+WORKER_ID = "py-foreign.1"
+OUTER_LR, OUTER_MOMENTUM = 0.7, 0.9  # config/tiny.yaml outer.lr, outer.momentum
+CHUNK_BYTES = 4096  # set below with --set comm.chunk_bytes, so a tensor spans several chunks
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def generate_stubs(source_dir, out_dir):
+    subprocess.run(["protoc", "-I", os.path.join(source_dir, "proto"), "--python_out", out_dir, "--grpc_python_out",
+                    out_dir, "--plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin",
+                    os.path.join(source_dir, "proto", "diloco.proto")], check=True)
+    sys.path.insert(0, out_dir)
+
+
+def fingerprint(specs):
+    text = "".join(f"{name}:{DTYPE_NAMES[dtype]}:{'x'.join(str(d) for d in shape)};" for name, dtype, shape in specs)
+    return "%016x" % xxhash.xxh64_intdigest(text.encode(), seed=FINGERPRINT_SEED)
+
+
+def decode(chunk, pb):
+    """A chunk's values as a float32 (or its own dtype) numpy array, per PROTOCOL.md "Codecs"."""
+    data, n = chunk.data, chunk.count
+    if chunk.codec == pb.CODEC_RAW:
+        check(chunk.dtype in DTYPE_NUMPY, f"dtype {chunk.dtype} has no numpy type here")
+        return np.frombuffer(data, dtype=DTYPE_NUMPY[chunk.dtype], count=n)
+    if chunk.codec == pb.CODEC_BF16:
+        return (np.frombuffer(data, dtype="<u2", count=n).astype(np.uint32) << 16).view(np.float32)
+    if chunk.codec == pb.CODEC_FP16:
+        return np.frombuffer(data, dtype="<f2", count=n).astype(np.float32)
+    q = np.frombuffer(data, dtype=np.uint8)
+    if chunk.codec == pb.CODEC_INT4:
+        q = np.stack([q & 15, q >> 4], axis=1).reshape(-1)[:n]
+    return q.astype(np.float32) * np.float32(chunk.scale) + np.float32(chunk.lo)
+
+
+def encode_bf16(values):
+    """float32 -> bfloat16 bits, round to nearest even (PROTOCOL.md "Codecs")."""
+    bits = values.astype("<f4").view(np.uint32)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return rounded.astype("<u2")
+
+
+def pull(stub, pb, meta):
+    """The whole model: [(name, dtype, shape, values)] in parameter order, and the header."""
+    header, tensors = None, []
+    for message in stub.PullParameters(pb.PullRequest(meta=meta), timeout=60):
+        if message.HasField("header"):
+            check(header is None, "a second pull header")
+            header = message.header
+            continue
+        c = message.chunk
+        if not tensors or tensors[-1][0] != c.name:
+            check(c.offset == 0, f"tensor {c.name} starts at offset {c.offset}")
+            tensors.append((c.name, c.dtype, tuple(c.shape), []))
+        check(c.offset == sum(len(v) for v in tensors[-1][3]), f"chunk of {c.name} at {c.offset} is not contiguous")
+        tensors[-1][3].append(decode(c, pb))
+    check(header is not None, "pull stream without a header")
+    out = []
+    for name, dtype, shape, parts in tensors:
+        values = np.concatenate(parts)
+        check(values.size == int(np.prod(shape)), f"{name}: {values.size} elements for shape {shape}")
+        out.append((name, dtype, shape, values.reshape(shape).astype(np.float32)))
+    check(header.num_tensors == len(out), f"header says {header.num_tensors} tensors, got {len(out)}")
+    check(header.num_elements == sum(v.size for *_, v in out), "header num_elements differs from the chunks'")
+    return header, out
+
+
+def push(stub, pb, meta, delta, codec):
+    """One pseudo-gradient push: a header, then chunks of at most CHUNK_BYTES of payload, in parameter order."""
+    def messages():
+        yield pb.PushMessage(header=pb.PushHeader(meta=meta, tokens=2560, inner_steps=10, loss=4.0, seconds=1.0))
+        for name, dtype, shape, values in delta:
+            flat = values.reshape(-1).astype(np.float32)
+            per_chunk = CHUNK_BYTES // (2 if codec == pb.CODEC_BF16 else 4)
+            for offset in range(0, flat.size, per_chunk):
+                part = flat[offset:offset + per_chunk]
+                data = encode_bf16(part).tobytes() if codec == pb.CODEC_BF16 else part.astype("<f4").tobytes()
+                check(len(data) <= CHUNK_BYTES, "chunk larger than chunk_bytes")
+                yield pb.PushMessage(chunk=pb.TensorChunk(name=name, dtype=dtype, shape=shape, offset=offset,
+                                                          count=part.size, codec=codec, data=data))
+    return stub.PushPseudoGradient(messages(), timeout=60)
+
+
+def as_received(delta, codec, pb):
+    """What the coordinator decodes from our push (bf16 loses bits; raw is exact)."""
+    if codec != pb.CODEC_BF16:
+        return delta
+    return [(n, d, s, (encode_bf16(v.reshape(-1)).astype(np.uint32) << 16).view(np.float32).reshape(s))
+            for n, d, s, v in delta]
+
+
+class OuterNesterov:
+    """The outer step (PROTOCOL.md "Outer step"): torch.optim.SGD(lr, momentum, nesterov=True) on delta as gradient."""
+
+    def __init__(self, theta):
+        self.buf = None
+        try:
+            import torch
+            self.torch = torch
+            self.params = [torch.tensor(v.copy()) for *_, v in theta]
+            self.opt = torch.optim.SGD(self.params, lr=OUTER_LR, momentum=OUTER_MOMENTUM, nesterov=True)
+        except ImportError:
+            self.torch = None
+            self.theta = [v.copy() for *_, v in theta]
+
+    def step(self, delta):
+        if self.torch is not None:
+            for p, (*_, d) in zip(self.params, delta):
+                p.grad = self.torch.tensor(d.copy())
+            self.opt.step()
+            return [p.detach().numpy().copy() for p in self.params]
+        lr, mu = np.float32(OUTER_LR), np.float32(OUTER_MOMENTUM)
+        grads = [d for *_, d in delta]
+        self.buf = [g.copy() for g in grads] if self.buf is None else [mu * b + g for b, g in zip(self.buf, grads)]
+        self.theta = [t - lr * (g + mu * b) for t, g, b in zip(self.theta, grads, self.buf)]
+        return [t.copy() for t in self.theta]
+
+
+def wait_for_round(stub, pb, round_, deadline_s=120):
+    """Polls GetStatus until `round_` outer steps are done (a safety net, not a timing check)."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        status = stub.GetStatus(pb.StatusRequest(), timeout=10)
+        if status.round >= round_:
+            return status
+        time.sleep(0.05)
+    raise AssertionError(f"round {round_} did not close within {deadline_s} s")
+
+
+def run(args, pb, pb_grpc, grpc, work):
+    port_file = os.path.join(work, "addr")
+    sets = [f"run.output_dir={work}/run", f"data.text={args.source_dir}/tests/data/tinyshakespeare.txt",
+            "coordinator.min_workers=1", "coordinator.eval_every=0", "coordinator.checkpoint_every=0",
+            "outer.rounds=3", f"comm.chunk_bytes={CHUNK_BYTES}"]
+    if args.cache_dir:
+        sets.append(f"data.cache_dir={args.cache_dir}")
+    cmd = [args.coordinator, "--config", f"{args.source_dir}/config/tiny.yaml", "--port-file", port_file]
+    for s in sets:
+        cmd += ["--set", s]
+    log = open(os.path.join(work, "coordinator.log"), "w")
+    coordinator = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        for _ in range(1200):
+            if os.path.exists(port_file) and open(port_file).read().strip():
+                break
+            check(coordinator.poll() is None, "the coordinator exited before listening")
+            time.sleep(0.05)
+        address = open(port_file).read().split("\n")[0]
+        exercise(address, pb, pb_grpc, grpc)
+    except BaseException:
+        log.flush()
+        sys.stderr.write(open(os.path.join(work, "coordinator.log")).read()[-6000:])
+        raise
+    finally:
+        if coordinator.poll() is None:
+            coordinator.send_signal(signal.SIGINT)
+            try:
+                coordinator.wait(60)
+            except subprocess.TimeoutExpired:
+                coordinator.kill()
+                coordinator.wait()
+
+
+def exercise(address, pb, pb_grpc, grpc):
+    channel = grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", 64 << 20)])
+    stub = pb_grpc.CoordinatorStub(channel)
+
+    # 1. GetStatus: the run settings and the fingerprint.
+    status = stub.GetStatus(pb.StatusRequest(), timeout=30)
+    m = status.model
+    check((m.vocab_size, m.seq_len, m.n_layer, m.n_head, m.d_model) == (128, 32, 1, 2, 32), f"model {m}")
+    check((m.arch, m.n_kv_head, m.ffn_hidden, m.max_positions, m.untied_head) == ("gpt", 2, 128, 32, False),
+          f"model defaults not resolved: {m}")
+    check(status.lease_ms == 10000 and status.heartbeat_interval_ms == 500, "lease / heartbeat")
+    check(status.chunk_bytes == CHUNK_BYTES and status.max_message_bytes == CHUNK_BYTES + (1 << 20), "limits")
+    check(status.inner_steps == 10 and status.round == 0 and status.rounds_total == 3, "rounds")
+    check(len(status.fingerprint) == 16, f"fingerprint {status.fingerprint!r}")
+
+    # 2. Join with the ModelSpec the status shows; the reply repeats the settings.
+    meta = pb.RequestMeta(worker_id=WORKER_ID, round=0, fingerprint=status.fingerprint)
+    join = stub.Join(pb.JoinRequest(meta=meta, model=status.model, threads=1, device="cpu", fragments=1), timeout=30)
+    check(join.lease_ms == 10000 and join.chunk_bytes == CHUNK_BYTES and join.inner_steps == 10, f"join {join}")
+    check(join.max_message_bytes == status.max_message_bytes and join.fragments == 1, f"join {join}")
+    check(join.model == status.model and join.round == 0 and 0 <= join.shard_index < join.shard_count, f"join {join}")
+
+    stop = threading.Event()
+
+    def heartbeats():  # PROTOCOL.md "Lease and heartbeat": every heartbeat_interval_ms while a member
+        while not stop.wait(join.heartbeat_interval_ms / 1000):
+            try:
+                stub.Heartbeat(pb.HeartbeatRequest(meta=meta), timeout=10)
+            except grpc.RpcError:
+                pass
+    beat = threading.Thread(target=heartbeats, daemon=True)
+    beat.start()
+    try:
+        # 3. Pull theta_0; recompute the fingerprint from what came.
+        header, theta = pull(stub, pb, meta)
+        check(header.round == 0 and header.fragment == -1, f"pull header {header}")
+        got = fingerprint([(n, d, s) for n, d, s, _ in theta])
+        check(got == status.fingerprint, f"fingerprint computed here {got} != coordinator's {status.fingerprint}")
+        check(theta[0][0] == "tok_emb.weight" and theta[0][2] == (128, 32), f"first tensor {theta[0][:3]}")
+        print(f"foreign worker: {len(theta)} tensors, {header.num_elements} parameters, fingerprint {got} matches")
+
+        outer = OuterNesterov(theta)
+        rng = np.random.default_rng(19)
+        for round_, codec in ((0, pb.CODEC_RAW), (1, pb.CODEC_BF16)):
+            # 4. "Train": theta_local = theta + noise; the pseudo-gradient is theta - theta_local.
+            delta = [(n, d, s, (-0.01 * rng.standard_normal(s)).astype(np.float32)) for n, d, s, _ in theta]
+            meta.round = round_
+            reply = push(stub, pb, meta, delta, codec)
+            check(reply.round == round_, f"push reply round {reply.round}")
+            expected = outer.step(as_received(delta, codec, pb))
+            # 5. The round closes (the only member pushed); pull theta_{t+1} and compare with the outer step here.
+            wait_for_round(stub, pb, round_ + 1)
+            meta.round = round_ + 1
+            previous = theta
+            header, theta = pull(stub, pb, meta)
+            check(header.round == round_ + 1, f"pull header round {header.round}")
+            worst = max(float(np.max(np.abs(v - e))) for (*_, v), e in zip(theta, expected))
+            moved = max(float(np.max(np.abs(v - p))) for (*_, v), (*_, p) in zip(theta, previous))
+            print(f"round {round_ + 1} ({'bf16' if codec == pb.CODEC_BF16 else 'fp32'} push): max |coordinator - "
+                  f"python outer step| = {worst:.3g}")
+            check(worst <= 1e-6, f"round {round_ + 1}: parameters differ from the outer step by {worst}")
+            check(moved > 1e-3, f"round {round_ + 1}: the parameters barely moved ({moved}): nothing was checked")
+        # A second push for a closed round is refused as stale (FAILED_PRECONDITION, PROTOCOL.md "Status codes").
+        meta.round = 0
+        try:
+            push(stub, pb, meta, delta, pb.CODEC_RAW)
+            raise AssertionError("a push for a closed round was accepted")
+        except grpc.RpcError as e:
+            check(e.code() == grpc.StatusCode.FAILED_PRECONDITION, f"stale push: {e.code()} {e.details()}")
+    finally:
+        stop.set()
+        beat.join()
+    # 6. Leave; the status lists the member as left.
+    meta.round = 2
+    stub.Leave(pb.LeaveRequest(meta=meta, reason="foreign worker test done"), timeout=30)
+    states = {w.id: w.state for w in stub.GetStatus(pb.StatusRequest(), timeout=30).workers}
+    check(states.get(WORKER_ID) == "left", f"after Leave: {states}")
+    print("foreign worker: joined, pulled, pushed 2 rounds, outer steps match, left")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--coordinator", required=True)
+    parser.add_argument("--source-dir", required=True)
+    parser.add_argument("--scratch", required=True)
+    parser.add_argument("--cache-dir", default="")
+    args = parser.parse_args()
+    os.makedirs(args.scratch, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=args.scratch, prefix="foreign-worker-") as work:
+        generate_stubs(args.source_dir, work)
+        import grpc
+        import diloco_pb2 as pb
+        import diloco_pb2_grpc as pb_grpc
+        run(args, pb, pb_grpc, grpc, work)
+
+
+if __name__ == "__main__":
+    main()
