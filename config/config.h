@@ -112,7 +112,8 @@ struct CoordinatorConfig {
   int64_t checkpoint_every = 5;            // rounds; 0 = only the final checkpoint
   std::string checkpoint_dir;              // default <run.output_dir>/checkpoints
   int64_t keep_checkpoints = 3;
-  int64_t eval_every = 1;  // rounds; also once before round 1; 0 = never
+  std::string replay_log_dir;  // "" = off; else theta_0 and every round's averaged pseudo-gradient (replay_log.h)
+  int64_t eval_every = 1;      // rounds; also once before round 1; 0 = never
   int64_t eval_batches = 8;
   int64_t threads = 1;  // intra-op threads for the outer step and evaluation
   double heartbeat_interval_s = 1.0;

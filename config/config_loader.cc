@@ -179,6 +179,7 @@ const std::vector<Field>& Fields() {
       MakeField("coordinator.checkpoint_every", &Config::coordinator, &CoordinatorConfig::checkpoint_every),
       MakeField("coordinator.checkpoint_dir", &Config::coordinator, &CoordinatorConfig::checkpoint_dir),
       MakeField("coordinator.keep_checkpoints", &Config::coordinator, &CoordinatorConfig::keep_checkpoints),
+      MakeField("coordinator.replay_log_dir", &Config::coordinator, &CoordinatorConfig::replay_log_dir),
       MakeField("coordinator.eval_every", &Config::coordinator, &CoordinatorConfig::eval_every),
       MakeField("coordinator.eval_batches", &Config::coordinator, &CoordinatorConfig::eval_batches),
       MakeField("coordinator.threads", &Config::coordinator, &CoordinatorConfig::threads),

@@ -11,6 +11,7 @@
 #include "config/text_file.h"
 #include "coordinator/bootstrap.h"
 #include "coordinator/inner_steps.h"
+#include "coordinator/replay_log.h"
 #include "proto/peer_text.h"
 #include "proto/status_json.h"
 
@@ -119,6 +120,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const C
     boot->snapshot->guard = c->guard_;
   }
   const std::shared_ptr<const ParamSnapshot> snapshot = boot->snapshot;
+  if (const std::string& dir = config.coordinator.replay_log_dir; !dir.empty() && snapshot->round == 0) {
+    absl::Status written = WriteReplayTheta0(dir, c->fingerprint_, snapshot->params);
+    if (!written.ok()) return written;  // asked for and impossible: a start-up error
+  }
   std::vector<at::Tensor> theta;
   for (const auto& [name, p] : snapshot->params) theta.push_back(p);
   bool evaluate = false;

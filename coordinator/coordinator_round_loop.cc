@@ -13,6 +13,7 @@
 #include "config/text_file.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/inner_steps.h"
+#include "coordinator/replay_log.h"
 #include "proto/status_json.h"
 
 namespace diloco {
@@ -132,6 +133,12 @@ void CoordinatorCore::FinishClose(ClosingRound& closing, const std::string& reas
   const double t0 = clock_();
   std::shared_ptr<ParamSnapshot> snapshot = StepTheta(base, closing.delta, std::move(closing.recycle));
   const double t1 = clock_();
+  if (const std::string& dir = config_.coordinator.replay_log_dir; !dir.empty()) {
+    std::vector<std::string> names;
+    for (const TensorSpec& spec : specs_) names.push_back(spec.name);
+    const absl::Status s = WriteReplayDelta(dir, snapshot->round, fingerprint_, names, closing.delta);
+    if (!s.ok()) spdlog::error("replay log of round {}: {}", snapshot->round, std::string(s.message()));
+  }
   std::vector<at::Tensor> sums = std::move(closing.delta);
   for (at::Tensor& d : sums) d.zero_();  // the next round's accumulator
   double round_seconds = 0;
