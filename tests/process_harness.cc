@@ -134,4 +134,14 @@ std::string WaitForAddress(RunningProcess& coordinator, const std::string& port_
   return "";
 }
 
+// VmHWM of a live process in kB; -1 once it has exited (a zombie's status has no VmHWM) or is gone.
+int64_t VmHwmKb(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6));
+  }
+  return -1;
+}
+
 }  // namespace diloco::testing

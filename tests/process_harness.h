@@ -46,6 +46,8 @@ class RunningProcess {
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int FreePort();
+// VmHWM (peak RSS) of a live process in kB, from /proc/PID/status; -1 once it has exited or is gone.
+int64_t VmHwmKb(pid_t pid);
 
 // A fresh directory under the build tree, removed first if it exists.
 std::string ScratchDir(const std::string& name);

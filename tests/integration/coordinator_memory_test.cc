@@ -33,16 +33,6 @@ constexpr double kMaxCopies = 3.5;  // issue 18: theta, momentum, accumulator, a
 const std::vector<std::string> kBigModel = {"model.vocab_size=4096", "model.seq_len=128", "model.n_layer=8",
                                             "model.n_head=8", "model.d_model=1024"};
 
-// VmHWM of a live process in kB; -1 once it has exited (a zombie's status has no VmHWM) or is gone.
-int64_t VmHwmKb(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6));
-  }
-  return -1;
-}
-
 struct Driven {
   int64_t hwm_kb = -1;  // the coordinator's last VmHWM reading before it exited
   int64_t params = 0;   // as diloco-bench-push counted them

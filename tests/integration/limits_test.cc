@@ -22,16 +22,6 @@ namespace {
 
 constexpr int64_t kMiB = 1 << 20;
 
-// VmHWM of a live process in kB; -1 if it is gone.
-int64_t VmHwmKb(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6));
-  }
-  return -1;
-}
-
 std::unique_ptr<Coordinator::Stub> RawStub(const std::string& address) {
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(-1);
