@@ -117,10 +117,10 @@ struct CoordinatorConfig {
   int64_t eval_batches = 8;
   int64_t threads = 1;  // intra-op threads for the outer step and evaluation
   double heartbeat_interval_s = 1.0;
-  double lease_s = 10.0;             // a member silent this long is marked lost
-  int64_t max_members = 1024;        // active members at most; a Join beyond gets RESOURCE_EXHAUSTED
-  int64_t grpc_memory_quota_mb = 0;  // gRPC's memory quota (ResourceQuota); 0 = gRPC's default (unbounded)
-  std::string metrics_listen;        // HOST:PORT of the HTTP /metrics, /status.json and / page; "" = off
+  double lease_s = 10.0;              // a member silent this long is marked lost
+  int64_t max_members = 1024;         // active members at most; a Join beyond gets RESOURCE_EXHAUSTED
+  int64_t grpc_memory_quota_mb = 32;  // gRPC's memory quota (ResourceQuota) and fixed receive windows; 0 = off
+  std::string metrics_listen;         // HOST:PORT of the HTTP /metrics, /status.json and / page; "" = off
   std::string device = "cpu";  // cpu | cuda | cuda:N: where evaluation runs (theta and the outer step stay on the CPU)
 };
 

@@ -482,6 +482,15 @@ absl::Status ValidateConfig(const Config& c) {
     return absl::InvalidArgumentError(
         absl::StrCat("comm.chunk_bytes: at most 268435456 (256 MiB), got ", c.comm.chunk_bytes));
   }
+  // The gRPC memory quota must hold two messages of the largest size (chunk_bytes + 1 MiB, config/model_spec.h's
+  // MaxMessageBytes) or honest pushes would be reset (coordinator/main.cc).
+  const int64_t quota_mb = c.coordinator.grpc_memory_quota_mb;
+  const int64_t message_mb = (c.comm.chunk_bytes + (int64_t{1} << 20) + (int64_t{1} << 20) - 1) >> 20;
+  if (quota_mb > 0 && quota_mb < 2 * message_mb) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "coordinator.grpc_memory_quota_mb: ", quota_mb, " MiB cannot hold two messages of comm.chunk_bytes + 1 MiB (",
+        message_mb, " MiB each); set at least ", 2 * message_mb, ", lower comm.chunk_bytes, or 0 (off)"));
+  }
   if (!c.data.tokenizer.empty() && !std::filesystem::is_regular_file(c.data.tokenizer, ec)) {
     return absl::InvalidArgumentError(absl::StrCat("data.tokenizer: '", c.data.tokenizer,
                                                    "' is not a file (a SentencePiece model; \"\" to train one)"));

@@ -126,6 +126,12 @@ std::string StartPushListener(Process& p) {
   return "";
 }
 
+// While coordinator.grpc_memory_quota_mb is on (see StartGrpc): each stream's receive window, and the threads gRPC
+// may start for synchronous services (server reflection; ours and health use the callback API on gRPC's own fixed
+// threads), so that calls to those cannot start threads without bound (beyond it: RESOURCE_EXHAUSTED).
+constexpr int kStreamWindowBytes = 4 << 20;
+constexpr int kMaxSyncThreads = 16;
+
 // The gRPC service with health and reflection; keepalive pings allowed; messages up to MaxMessageBytes (a chunk plus 1
 // MiB).
 std::string StartGrpc(Process& p) {
@@ -142,16 +148,22 @@ std::string StartGrpc(Process& p) {
   builder.SetMaxReceiveMessageSize(static_cast<int>(diloco::MaxMessageBytes(c.comm.chunk_bytes)));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
-  // gRPC 1.51 buffers a whole message before the size limit refuses it (and widens the stream's flow-control window
-  // to the message's size), so without a token a peer can make the coordinator hold a message of any size for a
-  // moment. coordinator.grpc_memory_quota_mb bounds that: gRPC charges incoming bytes to the quota, shrinks its
-  // windows under pressure and, once it is spent, resets a stream (the client sees RESOURCE_EXHAUSTED). Off by
-  // default: measured, a 32 MiB quota also resets honest streams when 8 workers push at once (scripts/bench/comm
-  // latency), and 16 MiB already with 2 (comm ingest); README "Limits".
+  // Memory before parsing (README "Security"): gRPC 1.51 buffers a whole message before its size limit refuses it
+  // (it widens the stream's flow-control window to the message's size), and a unary request is read before the
+  // handler checks the token, so a peer could make the coordinator hold a message of any size. A gRPC resource quota
+  // (coordinator.grpc_memory_quota_mb, default 32) bounds it: incoming bytes are charged to the quota and, once it is
+  // spent, gRPC resets the stream or closes the connection. With the quota on, BDP probing is off and each stream's
+  // receive window is fixed at kStreamWindowBytes (a message being read still gets a window of its size): with BDP
+  // probing the windows grow with the bandwidth until honest pushes alone spend the quota (measured on loopback: 8
+  // workers pushing a 27M model through a 32 MiB quota lost their connections; with fixed windows 32 workers did
+  // not). The cost is a ceiling per push stream of about (kStreamWindowBytes + comm.chunk_bytes) per round trip.
   if (c.coordinator.grpc_memory_quota_mb > 0) {
     static grpc::ResourceQuota quota("diloco-coordinator");
     quota.Resize(static_cast<size_t>(c.coordinator.grpc_memory_quota_mb) << 20);
+    quota.SetMaxThreads(kMaxSyncThreads);
     builder.SetResourceQuota(quota);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kStreamWindowBytes);
   }
   if (std::string e = StartPushListener(p); !e.empty()) return e;
   p.server = builder.BuildAndStart();

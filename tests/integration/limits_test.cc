@@ -1,7 +1,8 @@
-// Memory under hostile traffic (issue 19), end to end against a real diloco-coordinator (config/tiny.yaml on
-// 127.0.0.1, no token, coordinator.grpc_memory_quota_mb 16): oversize push messages from a raw gRPC client (no Join)
-// grow the coordinator's peak RSS (VmHWM, /proc/PID/status) by at most 64 MiB and are refused, and the coordinator
-// still answers GetStatus. Without the quota (the default) the same messages grew it by +275 / +325 MiB.
+// Memory under hostile traffic (issue 19), end to end against a real diloco-coordinator with the defaults
+// (config/tiny.yaml on 127.0.0.1, no token; coordinator.grpc_memory_quota_mb 32): oversize push messages from a raw
+// gRPC client (no Join) grow the coordinator's peak RSS (VmHWM, /proc/PID/status) by at most 64 MiB and are refused,
+// and the coordinator still answers GetStatus with the same model. With the quota off
+// (coordinator.grpc_memory_quota_mb=0) the same messages grew it by +275 / +325 MiB, so these tests fail there.
 // (Bounded ids, status size and echo: hostile_input_test.cc.)
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -85,7 +86,7 @@ struct CoordinatorProcess {
 
 // Grows the coordinator's VmHWM by at most 64 MiB: `streams` concurrent pushes of one `bytes` message each.
 void ExpectBoundedGrowth(int streams, int64_t bytes) {
-  CoordinatorProcess c("limits_memory_" + std::to_string(streams), {"coordinator.grpc_memory_quota_mb=16"});
+  CoordinatorProcess c("limits_memory_" + std::to_string(streams));
   ASSERT_FALSE(c.address.empty()) << c.process.output();
   auto stub = RawStub(c.address);
   StatusReply status;

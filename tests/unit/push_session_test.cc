@@ -393,11 +393,23 @@ TEST_F(PushSessionTest, ChunkBeforeAnyHeaderIsRefusedAndTheSessionStaysRefused) 
 // The gRPC message limits are comm.chunk_bytes + 1 MiB as an int (coordinator/main.cc, worker/client.cc): the loader
 // keeps chunk_bytes where that cannot overflow.
 TEST(PushMessageLimitTest, ChunkBytesAbove256MiBIsAConfigError) {
-  absl::StatusOr<Config> most = ParseConfig("", "my.yaml", {"comm.chunk_bytes=268435456"});
+  absl::StatusOr<Config> most =
+      ParseConfig("", "my.yaml", {"comm.chunk_bytes=268435456", "coordinator.grpc_memory_quota_mb=514"});
   ASSERT_TRUE(most.ok()) << most.status();
   absl::StatusOr<Config> over = ParseConfig("", "my.yaml", {"comm.chunk_bytes=268435457"});
   ASSERT_FALSE(over.ok());
   EXPECT_THAT(std::string(over.status().message()), HasSubstr("comm.chunk_bytes: at most 268435456"));
+}
+
+// The gRPC memory quota (default 32 MiB) must hold two of the largest messages, else every push would be reset.
+TEST(PushMessageLimitTest, AQuotaBelowTwoMessagesIsAConfigError) {
+  ASSERT_TRUE(ParseConfig("", "my.yaml", {"comm.chunk_bytes=15728640"}).ok());  // 15 MiB + 1 MiB: 2 x 16 fits 32
+  absl::StatusOr<Config> big = ParseConfig("", "my.yaml", {"comm.chunk_bytes=16777216"});
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(std::string(big.status().message()),
+            "my.yaml: coordinator.grpc_memory_quota_mb: 32 MiB cannot hold two messages of comm.chunk_bytes + 1 MiB "
+            "(17 MiB each); set at least 34, lower comm.chunk_bytes, or 0 (off)");
+  EXPECT_TRUE(ParseConfig("", "my.yaml", {"comm.chunk_bytes=16777216", "coordinator.grpc_memory_quota_mb=0"}).ok());
 }
 
 }  // namespace
