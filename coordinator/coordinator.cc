@@ -221,7 +221,10 @@ absl::StatusOr<HeartbeatReply> CoordinatorCore::Heartbeat(const HeartbeatRequest
   reply.set_run_complete(complete_);
   reply.set_pushed(round_.CountsAsPushed(request.meta().worker_id()));
   reply.set_phase(PhaseName(round_.phase()));
-  if (const Member* m = membership_.Find(request.meta().worker_id())) reply.set_drain(m->drain_requested);
+  if (const Member* m = membership_.Find(request.meta().worker_id())) {
+    reply.set_drain(m->drain_requested);
+    if (m->quarantined_until_round > snapshot_->round) reply.set_quarantined_until_round(m->quarantined_until_round);
+  }
   return reply;
 }
 

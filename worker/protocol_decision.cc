@@ -110,6 +110,16 @@ ProtocolDecision DecideOnStatus(ProtocolCall call, const absl::Status& status, c
   return GiveUp(kWorkerRefused, "unknown call");
 }
 
+WaitDecision DecideAfterRefusal(const HeartbeatView& beat) {
+  if (beat.run_complete) return {WaitAction::kRoundClosed, "the run is complete"};
+  if (beat.quarantined_until_round > beat.round) {
+    return {WaitAction::kKeepWaiting,
+            absl::StrCat("quarantined until round ", beat.quarantined_until_round, " (the coordinator is at round ",
+                         beat.round, "): waiting instead of training pushes that would be refused")};
+  }
+  return {WaitAction::kRoundClosed, "not quarantined"};
+}
+
 WaitDecision DecideWhileWaiting(const HeartbeatView& beat, int64_t round, bool async) {
   if (beat.run_complete) return {WaitAction::kRoundClosed, "the run is complete"};
   if (async) {  // our push is applied once it is no longer pending (others' may be too)

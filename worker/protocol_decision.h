@@ -60,6 +60,7 @@ struct HeartbeatView {
   int64_t round = 0;    // the coordinator's open round
   bool pushed = false;  // this worker's push for it is counted (async: still pending)
   bool run_complete = false;
+  int64_t quarantined_until_round = 0;  // > round: this worker's pushes are refused until then
 };
 
 enum class WaitAction {
@@ -75,5 +76,10 @@ struct WaitDecision {
 
 // After a push for `round` (0-based) was counted: what a heartbeat reply means. `async`: outer.mode async.
 WaitDecision DecideWhileWaiting(const HeartbeatView& beat, int64_t round, bool async);
+
+// After a push was refused with FAILED_PRECONDITION (late, or this worker is quarantined): whether to train the next
+// round now (kRoundClosed) or heartbeat until the quarantine ends (kKeepWaiting; training now would be refused and
+// its inner steps lost).
+WaitDecision DecideAfterRefusal(const HeartbeatView& beat);
 
 }  // namespace diloco

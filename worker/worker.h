@@ -89,6 +89,9 @@ class Worker {
   bool PushUntilCounted(int64_t round, const RoundResult& result);
   Outcome PushOnce(int64_t round, const RoundResult& result, bool* need_push);
   Outcome AwaitRound(int64_t round, bool* need_push);
+  // After a push refused as late or quarantined: heartbeats until this worker's quarantine (if any) is over, so that
+  // it does not train rounds whose pushes would be refused. A failed heartbeat ends the wait (the pull handles it).
+  void WaitOutQuarantine(int64_t round);
   // Pulls all of theta (fragment -1) or one fragment into `dest`, rejoining or retrying as needed; nullopt when
   // the worker must stop (exit_code_ says why).
   std::optional<PullResult> PullWithRetry(NamedTensors& dest, int fragment);

@@ -96,6 +96,7 @@ Worker::Outcome Worker::PushOnce(int64_t round, const RoundResult& result, bool*
     case ProtocolAction::kNextRound:
       keep_local_ = decision.keep_local;
       spdlog::warn("round {}: {}", round + 1, decision.reason);
+      WaitOutQuarantine(round);
       return Outcome::kRoundOver;  // the round moved on: pull the new parameters
     case ProtocolAction::kCounted:
       *need_push = false;
@@ -114,6 +115,23 @@ Worker::Outcome Worker::PushOnce(int64_t round, const RoundResult& result, bool*
   spdlog::error("round {}: {}", round + 1, decision.reason);
   exit_code_ = decision.exit_code;
   return Outcome::kGiveUp;
+}
+
+void Worker::WaitOutQuarantine(int64_t round) {
+  bool logged = false;
+  while (!Stopping()) {
+    auto beat = client_->Heartbeat(round);
+    if (!beat.ok()) return;
+    const WaitDecision wait =
+        DecideAfterRefusal({beat->round(), beat->pushed(), beat->run_complete(), beat->quarantined_until_round()});
+    if (wait.action != WaitAction::kKeepWaiting) {
+      if (logged) spdlog::info("quarantine over at round {}: training again", beat->round() + 1);
+      return;
+    }
+    if (!logged) spdlog::warn("{}", wait.reason);
+    logged = true;
+    for (int i = 0; i < 10 && !Stopping(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
 }
 
 Worker::Outcome Worker::AwaitRound(int64_t round, bool* need_push) {

@@ -376,10 +376,13 @@ TEST_F(CoordinatorCoreTest, AStalledPartialPushIsCutAtTheTimeoutAndItsMemberQuar
   absl::Status quarantined = Push("B", 0, 1000, partial);
   EXPECT_EQ(quarantined.code(), absl::StatusCode::kFailedPrecondition) << quarantined;
   EXPECT_THAT(std::string(quarantined.message()), HasSubstr("worker 'B' is quarantined until round 1"));
+  EXPECT_EQ(Beat("B").quarantined_until_round(), 1) << "the heartbeat tells the worker to wait";
+  EXPECT_EQ(Beat("A").quarantined_until_round(), 0);
   ASSERT_TRUE(Push("A", 0, 3000, d1).ok());
   core_->Poll();  // all unquarantined active members pushed
   EXPECT_EQ(core_->Status().round(), 1);
   ExpectAllClose(Theta(), Step(theta0, d1));
+  EXPECT_EQ(Beat("B").quarantined_until_round(), 0) << "over at round 1";
   ASSERT_TRUE(Push("B", 1, 1000, partial).ok()) << "the quarantine ends at round 1";
 }
 

@@ -198,6 +198,17 @@ TEST(ProtocolDecisionTest, JoinRetryCarriesTheTlsHint) {
             "coordinator 10.0.0.1:7777 unreachable for workers.connect_timeout_s = 30 s: Socket closed; " + retry.hint);
 }
 
+TEST(ProtocolDecisionTest, AQuarantinedWorkerWaitsInsteadOfTraining) {
+  const WaitDecision wait = DecideAfterRefusal({3, false, false, 5});
+  EXPECT_EQ(wait.action, WaitAction::kKeepWaiting);
+  EXPECT_EQ(wait.reason,
+            "quarantined until round 5 (the coordinator is at round 3): waiting instead of training pushes that would "
+            "be refused");
+  EXPECT_EQ(DecideAfterRefusal({5, false, false, 5}).action, WaitAction::kRoundClosed) << "over at round 5";
+  EXPECT_EQ(DecideAfterRefusal({3, false, false, 0}).action, WaitAction::kRoundClosed) << "refused as late only";
+  EXPECT_EQ(DecideAfterRefusal({3, false, true, 5}).action, WaitAction::kRoundClosed) << "the run is complete";
+}
+
 TEST(ProtocolDecisionTest, WaitingReadsTheHeartbeat) {
   // sync: round 4 pushed and counted, still open -> wait; moved to 5 -> pull; not counted -> push again.
   EXPECT_EQ(DecideWhileWaiting({4, true, false}, 4, false).action, WaitAction::kKeepWaiting);
