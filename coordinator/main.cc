@@ -127,8 +127,8 @@ std::string StartPushListener(Process& p) {
 }
 
 // While coordinator.grpc_memory_quota_mb is on (see StartGrpc): each stream's receive window, and the threads gRPC
-// may start for synchronous services (server reflection; ours and health use the callback API on gRPC's own fixed
-// threads), so that calls to those cannot start threads without bound (beyond it: RESOURCE_EXHAUSTED).
+// may start for synchronous services (server reflection; ours use the callback API on gRPC's own threads), so that
+// calls to those cannot start threads without bound (beyond it: RESOURCE_EXHAUSTED).
 constexpr int kStreamWindowBytes = 4 << 20;
 constexpr int kMaxSyncThreads = 16;
 
@@ -154,9 +154,10 @@ std::string StartGrpc(Process& p) {
   // (coordinator.grpc_memory_quota_mb, default 32) bounds it: incoming bytes are charged to the quota and, once it is
   // spent, gRPC resets the stream or closes the connection. With the quota on, BDP probing is off and each stream's
   // receive window is fixed at kStreamWindowBytes (a message being read still gets a window of its size): with BDP
-  // probing the windows grow with the bandwidth until honest pushes alone spend the quota (measured on loopback: 8
-  // workers pushing a 27M model through a 32 MiB quota lost their connections; with fixed windows 32 workers did
-  // not). The cost is a ceiling per push stream of about (kStreamWindowBytes + comm.chunk_bytes) per round trip.
+  // probing the windows grow with the bandwidth until honest pushes alone spend the quota (measured on loopback with
+  // `scripts/bench/comm latency`: 8 workers pushing a 27M model through a 32 MiB quota lost their connections; with
+  // fixed windows they did not, scripts/bench/results/grpc_quota.md). The cost is a ceiling per push stream of about
+  // (kStreamWindowBytes + comm.chunk_bytes) per round trip.
   if (c.coordinator.grpc_memory_quota_mb > 0) {
     static grpc::ResourceQuota quota("diloco-coordinator");
     quota.Resize(static_cast<size_t>(c.coordinator.grpc_memory_quota_mb) << 20);
