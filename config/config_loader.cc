@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "config/hf_model_config.h"
+#include "config/message_limit.h"
 #include "config/model_rules.h"
 
 namespace diloco {
@@ -482,10 +483,10 @@ absl::Status ValidateConfig(const Config& c) {
     return absl::InvalidArgumentError(
         absl::StrCat("comm.chunk_bytes: at most 268435456 (256 MiB), got ", c.comm.chunk_bytes));
   }
-  // The gRPC memory quota must hold two messages of the largest size (chunk_bytes + 1 MiB, config/model_spec.h's
-  // MaxMessageBytes) or honest pushes would be reset (coordinator/main.cc).
+  // The gRPC memory quota must hold two messages of the largest size or honest pushes would be reset
+  // (coordinator/main.cc).
   const int64_t quota_mb = c.coordinator.grpc_memory_quota_mb;
-  const int64_t message_mb = (c.comm.chunk_bytes + (int64_t{1} << 20) + (int64_t{1} << 20) - 1) >> 20;
+  const int64_t message_mb = (MaxMessageBytes(c.comm.chunk_bytes) + (int64_t{1} << 20) - 1) >> 20;
   if (quota_mb > 0 && quota_mb < 2 * message_mb) {
     return absl::InvalidArgumentError(absl::StrCat(
         "coordinator.grpc_memory_quota_mb: ", quota_mb, " MiB cannot hold two messages of comm.chunk_bytes + 1 MiB (",

@@ -1,4 +1,4 @@
-// ModelSpecOf and MaxMessageBytes (config/model_spec.h).
+// ModelSpecOf (config/model_spec.h).
 #include "config/model_spec.h"
 
 #include <string>
@@ -23,7 +23,5 @@ ModelSpec ModelSpecOf(const ModelConfig& m) {
   spec.set_untied_head(!m.tie_embeddings);
   return spec;
 }
-
-int64_t MaxMessageBytes(int64_t chunk_bytes) { return chunk_bytes + (int64_t{1} << 20); }
 
 }  // namespace diloco

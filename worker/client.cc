@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "config/message_limit.h"
 #include "proto/grpc_status.h"
 #include "proto/tensor_chunks.h"
 
@@ -26,7 +27,7 @@ CoordinatorClient::CoordinatorClient(const std::string& address, std::string wor
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  args.SetMaxReceiveMessageSize(static_cast<int>(chunk_bytes) + (1 << 20));
+  args.SetMaxReceiveMessageSize(static_cast<int>(MaxMessageBytes(chunk_bytes)));
   ApplyChannelArguments(security_, &args);
   channel_ = grpc::CreateCustomChannel(address, MakeChannelCredentials(security_), args);
   stub_ = diloco::Coordinator::NewStub(channel_);

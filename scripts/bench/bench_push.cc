@@ -29,6 +29,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "config/config_loader.h"
+#include "config/message_limit.h"
 #include "proto/codec.h"
 #include "proto/diloco.grpc.pb.h"
 #include "proto/fragment_plan.h"
@@ -109,7 +110,7 @@ double Median(std::vector<double> v) {
 
 std::unique_ptr<diloco::Coordinator::Stub> NewStub(const std::string& address, int64_t chunk_bytes) {
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(static_cast<int>(chunk_bytes) + (1 << 20));
+  args.SetMaxReceiveMessageSize(static_cast<int>(diloco::MaxMessageBytes(chunk_bytes)));
   return diloco::Coordinator::NewStub(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
 }
 
