@@ -19,12 +19,14 @@
 // So the global model only ever sees complete pseudo-gradients.
 //
 // Memory (issue 18; 1 copy = 4 bytes x params): synchronous rounds hold 3 copies of the model: theta (stepped in
-// place, OuterStep::StepInPlace, and read by pulls under a ThetaGuard, evaluator.h: a pull that finds theta moved
-// on mid-stream is refused with UNAVAILABLE and the worker pulls again), the outer momentum (updated in place) and the
-// round accumulator (handed to the step as the round's delta and taken back zeroed). The evaluator reads theta
-// without a copy. Asynchronous rounds keep theta_{t-1} as an immutable snapshot beside theta_t (pulls of older
-// versions are useful there and theta moves with every push), so they hold one copy more; Delayed Nesterov keeps
-// its own buffers (delayed_nesterov.h). Buffers are allocated and faulted in at Create (no cold first round).
+// place, OuterStep::StepInPlace, and read by pulls under a ThetaGuard, evaluator.h: fp32 pulls are served from its
+// memory, coordinator/pull_payload.h, and a pull that finds theta moved on mid-stream is refused with UNAVAILABLE and
+// the worker pulls again), the outer momentum (updated in place) and the round accumulator (handed to the step as the
+// round's delta and taken back zeroed). The evaluator reads theta without a copy. An encoding pull codec adds its
+// encoded copy of the newest round (bf16: half a copy), shared by all pulls (pull_payload.h). Asynchronous rounds keep
+// theta_{t-1} as an immutable snapshot beside theta_t (pulls of older versions are useful there and theta moves with
+// every push), so they hold one copy more; Delayed Nesterov keeps its own buffers (delayed_nesterov.h). Buffers are
+// allocated and faulted in at Create (no cold first round).
 //
 // Thread-safety: every public method is thread-safe. The round's state lives under one absl::Mutex (mu_), annotated
 // (ABSL_GUARDED_BY) and checked by clang's -Wthread-safety (scripts/check-thread-safety); the outer step and the

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/pull_payload.h"
 #include "coordinator/push_session.h"
 #include "proto/grpc_status.h"
 #include "proto/peer_text.h"
@@ -32,35 +33,27 @@ grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, Body body) {
 }
 
 // The tensors of one fragment of a snapshot (all of them for fragment -1).
-std::vector<std::pair<std::string, at::Tensor>> FragmentOf(const CoordinatorCore& core, const ParamSnapshot& snapshot,
-                                                           int fragment) {
+NamedTensors FragmentOf(const CoordinatorCore& core, const ParamSnapshot& snapshot, int fragment) {
   if (fragment < 0) return snapshot.params;
-  std::vector<std::pair<std::string, at::Tensor>> out;
+  NamedTensors out;
   for (size_t i : core.fragment_members(fragment)) out.push_back(snapshot.params[i]);
   return out;
 }
 
-// Streams one snapshot of theta (or one fragment of it): a header, then the chunks. Synchronous rounds step theta in
-// place: each chunk is read under the snapshot's guard, and a pull that finds theta moved on ends with UNAVAILABLE
-// (the worker retries and gets the new round; a pull of the old one would have been stale anyway).
-class PullReactor : public grpc::ServerWriteReactor<PullMessage> {
+// Streams one snapshot of theta (or one fragment of it): a header, then the messages of the snapshot's shared
+// PullPayload (pull_payload.h), which no pull copies or encodes again. Synchronous rounds step theta in place: a raw
+// message points into theta, so it is written with write-through and, once written, the pull checks that theta
+// still holds its round; a pull that finds theta moved on ends with UNAVAILABLE (the worker retries and gets the new
+// round; a pull of the old one would have been stale anyway).
+class PullReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  PullReactor(CoordinatorCore* core, std::string worker_id, std::shared_ptr<const ParamSnapshot> snapshot, int fragment,
-              int64_t chunk_bytes, Codec codec)
-      : core_(core),
-        worker_id_(std::move(worker_id)),
-        snapshot_(std::move(snapshot)),
-        tensors_(FragmentOf(*core, *snapshot_, fragment)),
-        chunker_(tensors_, chunk_bytes, codec) {
-    PullHeader* h = message_.mutable_header();
-    h->set_round(snapshot_->round);
-    h->set_run_complete(snapshot_->complete);
-    h->set_num_tensors(static_cast<int64_t>(tensors_.size()));
-    int64_t n = 0;
-    for (const auto& [name, t] : tensors_) n += t.numel();
-    h->set_num_elements(n);
-    h->set_fragment(fragment);
-    h->set_inner_steps(core_->InnerStepsFor(worker_id_));
+  PullReactor(CoordinatorCore* core, std::string worker_id, std::shared_ptr<PullPayload> payload,
+              const PullHeader& header)
+      : core_(core), worker_id_(std::move(worker_id)), payload_(std::move(payload)) {
+    PullMessage message;
+    *message.mutable_header() = header;
+    grpc::Slice slice(message.SerializeAsString());
+    message_ = grpc::ByteBuffer(&slice, 1);
     StartWrite(&message_);
   }
 
@@ -70,18 +63,27 @@ class PullReactor : public grpc::ServerWriteReactor<PullMessage> {
       return;
     }
     try {
-      bool more = false;
-      if (!ReadSnapshot(*snapshot_, [&] { more = chunker_.Next(message_.mutable_chunk()); })) {
+      if (!payload_->Current()) {  // the message just written may have been read from a theta being overwritten
         Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                            absl::StrCat("the global parameters moved on from round ", snapshot_->round,
+                            absl::StrCat("the global parameters moved on from round ", payload_->round(),
                                          " while this pull streamed; pull again")));
         return;
       }
-      if (more) {
-        StartWrite(&message_);
+      int64_t bytes = 0;
+      absl::StatusOr<bool> more = payload_->Message(next_, &message_, &bytes);
+      if (!more.ok()) {
+        Finish(ToGrpc(more.status()));
         return;
       }
-      core_->CountBytesSent(worker_id_, chunker_.bytes_emitted());
+      if (*more) {
+        bytes_sent_ += bytes;
+        grpc::WriteOptions options;
+        if (payload_->RawMessage(next_)) options.set_write_through();  // done = the socket has the bytes
+        ++next_;
+        StartWrite(&message_, options);
+        return;
+      }
+      core_->CountBytesSent(worker_id_, bytes_sent_);
       Finish(grpc::Status::OK);
     } catch (const std::exception& e) {
       Finish(grpc::Status(grpc::StatusCode::INTERNAL, e.what()));
@@ -93,10 +95,17 @@ class PullReactor : public grpc::ServerWriteReactor<PullMessage> {
  private:
   CoordinatorCore* core_;
   std::string worker_id_;
-  std::shared_ptr<const ParamSnapshot> snapshot_;
-  std::vector<std::pair<std::string, at::Tensor>> tensors_;
-  TensorChunker chunker_;
-  PullMessage message_;
+  std::shared_ptr<PullPayload> payload_;
+  grpc::ByteBuffer message_;  // the write in flight
+  size_t next_ = 0;           // the payload's next message
+  int64_t bytes_sent_ = 0;
+};
+
+// A server-streaming reactor that finishes at once with `status`.
+class RefusedPull : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  explicit RefusedPull(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
 };
 
 // Receives one pseudo-gradient stream and only moves bytes: each message goes, as an item, to the stream's lane of
@@ -280,23 +289,31 @@ grpc::ServerUnaryReactor* CoordinatorService::Checkpoint(grpc::CallbackServerCon
   return reactor;
 }
 
-grpc::ServerWriteReactor<PullMessage>* CoordinatorService::PullParameters(grpc::CallbackServerContext* ctx,
-                                                                          const PullRequest* request) {
-  if (auto* refused = RefuseStream<grpc::ServerWriteReactor<PullMessage>>(auth_, ctx, "PullParameters")) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* CoordinatorService::PullParameters(grpc::CallbackServerContext* ctx,
+                                                                               const grpc::ByteBuffer* raw_request) {
+  if (auto* refused = RefuseStream<grpc::ServerWriteReactor<grpc::ByteBuffer>>(auth_, ctx, "PullParameters")) {
     return refused;
   }
-  auto snapshot = coordinator_->BeginPull(*request);
-  if (!snapshot.ok()) {
-    // A reactor that finishes at once with the error.
-    class Refuse : public grpc::ServerWriteReactor<PullMessage> {
-     public:
-      explicit Refuse(const absl::Status& s) { Finish(ToGrpc(s)); }
-      void OnDone() override { delete this; }
-    };
-    return new Refuse(snapshot.status());
+  PullRequest request;
+  grpc::ByteBuffer request_bytes(*raw_request);  // shares the slices; Deserialize consumes its argument
+  if (!grpc::SerializationTraits<PullRequest>::Deserialize(&request_bytes, &request).ok()) {
+    return new RefusedPull(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "PullParameters: malformed PullRequest"));
   }
-  return new PullReactor(coordinator_, request->meta().worker_id(), std::move(*snapshot),
-                         request->has_fragment() ? request->fragment() : -1, chunk_bytes_, pull_codec_);
+  auto snapshot = coordinator_->BeginPull(request);
+  if (!snapshot.ok()) return new RefusedPull(ToGrpc(snapshot.status()));
+  const int fragment = request.has_fragment() ? request.fragment() : -1;
+  NamedTensors tensors = FragmentOf(*coordinator_, **snapshot, fragment);
+  PullHeader header;
+  header.set_round((*snapshot)->round);
+  header.set_run_complete((*snapshot)->complete);
+  header.set_num_tensors(static_cast<int64_t>(tensors.size()));
+  int64_t elements = 0;
+  for (const auto& [name, t] : tensors) elements += t.numel();
+  header.set_num_elements(elements);
+  header.set_fragment(fragment);
+  header.set_inner_steps(coordinator_->InnerStepsFor(request.meta().worker_id()));
+  return new PullReactor(coordinator_, request.meta().worker_id(), pulls_.Get(*snapshot, fragment, std::move(tensors)),
+                         header);
 }
 
 grpc::ServerReadReactor<PushMessage>* CoordinatorService::PushPseudoGradient(grpc::CallbackServerContext* ctx,

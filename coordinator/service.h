@@ -13,16 +13,20 @@
 #include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/ingest_queue.h"
+#include "coordinator/pull_payload.h"
 #include "proto/diloco.grpc.pb.h"
 
 namespace diloco {
 
-class CoordinatorService final : public diloco::Coordinator::CallbackService {
+// PullParameters is served as a raw method (ByteBuffer messages) so that its messages can point into theta and be
+// shared between pulls (pull_payload.h); clients see the same PullMessage stream.
+class CoordinatorService final
+    : public diloco::Coordinator::WithRawCallbackMethod_PullParameters<diloco::Coordinator::CallbackService> {
  public:
   // Pulls are streamed in chunks of about chunk_bytes, encoded with pull_codec (CODEC_RAW: lossless). With a
   // non-empty `token` (security.token_file) every call must carry it (coordinator/auth.h) or gets UNAUTHENTICATED.
   CoordinatorService(CoordinatorCore* coordinator, int64_t chunk_bytes, Codec pull_codec, std::string token = {})
-      : coordinator_(coordinator), chunk_bytes_(chunk_bytes), pull_codec_(pull_codec), auth_(std::move(token)) {}
+      : coordinator_(coordinator), auth_(std::move(token)), pulls_(chunk_bytes, pull_codec) {}
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const JoinRequest* request,
                                  JoinReply* reply) override;
@@ -36,16 +40,15 @@ class CoordinatorService final : public diloco::Coordinator::CallbackService {
                                   DrainReply* reply) override;
   grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* ctx, const CheckpointRequest* request,
                                        CheckpointReply* reply) override;
-  grpc::ServerWriteReactor<PullMessage>* PullParameters(grpc::CallbackServerContext* ctx,
-                                                        const PullRequest* request) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* PullParameters(grpc::CallbackServerContext* ctx,
+                                                             const grpc::ByteBuffer* request) override;
   grpc::ServerReadReactor<PushMessage>* PushPseudoGradient(grpc::CallbackServerContext* ctx, PushReply* reply) override;
 
  private:
   CoordinatorCore* coordinator_;
-  int64_t chunk_bytes_;
-  Codec pull_codec_;
   TokenAuthenticator auth_;
-  IngestQueue ingest_;  // its items use coordinator_, which the creator keeps alive longer than the service
+  PullPayloadCache pulls_;  // the newest snapshot's pull messages, shared by its pulls
+  IngestQueue ingest_;      // its items use coordinator_, which the creator keeps alive longer than the service
 };
 
 }  // namespace diloco

@@ -7,10 +7,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -57,13 +61,20 @@ class HashingWriter {
 };
 
 // A load in three passes, so that the bulk of it runs on several threads: (1) the parser reads the small fields
-// (headers, evals) through stdio and records where each tensor's data lies, seeking past it; (2) ReadData fills the
-// tensors with parallel preads of 16 MiB (reading into fresh memory is mostly the kernel's page faults and copies,
-// which one thread does at a fraction of the disk's rate); (3) Checksum hashes the body in file order from the kept
-// fields and the tensors. Bounds are checked against the body's size (the file less its checksum).
+// (headers, evals) through stdio and records where each tensor's data lies, seeking past it; (2) ReadAndVerify fills
+// the tensors with parallel preads of 16 MiB on reader threads while (3) the calling thread hashes the body in file
+// order, from the kept fields and each block as it arrives. Bounds are checked against the body's size (the file
+// less its checksum).
+// Pass 2 reads the 4 KiB-aligned interior of each tensor's data with O_DIRECT (the disk DMAs into the tensor: no page
+// cache copy, which on a small machine costs more CPU than the disk leaves time for) and its unaligned head and tail,
+// under 4 KiB each, through the page cache. For that, each tensor's memory is allocated so that its address is
+// congruent to its file offset modulo 4 KiB (AlignedLike). Where O_DIRECT is refused (a file system without it), the
+// whole read goes through the page cache.
 class ScanningReader {
  public:
-  ScanningReader(FILE* f, uint64_t end) : f_(f), end_(end) {}
+  static constexpr uint64_t kDirectAlign = 4096;
+
+  ScanningReader(FILE* f, std::string path, uint64_t end) : f_(f), path_(std::move(path)), end_(end) {}
   bool Bytes(void* p, size_t n) {
     if (n > end_ - pos_ || fread(p, 1, n, f_) != n) return false;
     if (pieces_.empty() || pieces_.back().data.defined()) pieces_.emplace_back();
@@ -81,10 +92,14 @@ class ScanningReader {
     s->resize(n);
     return Bytes(s->data(), n);
   }
-  // Records that t's data comes next in the file and skips it (ReadData reads it).
-  bool Floats(at::Tensor* t) {
-    const uint64_t n = static_cast<uint64_t>(t->numel()) * sizeof(float);
+  // Allocates a float32 tensor of `dims` whose data comes next in the file (memory placed for O_DIRECT, see above),
+  // records it and skips its bytes (ReadAndVerify reads them). False when the file is too short.
+  bool Floats(const std::vector<int64_t>& dims, at::Tensor* t) {
+    uint64_t numel = 1;
+    for (int64_t d : dims) numel *= static_cast<uint64_t>(d);
+    const uint64_t n = numel * sizeof(float);
     if (n > end_ - pos_ || fseeko(f_, static_cast<off_t>(n), SEEK_CUR) != 0) return false;
+    *t = AlignedLike(dims, pos_ % kDirectAlign, n);
     pieces_.push_back(Piece{std::string(), *t, pos_});
     pos_ += n;
     return true;
@@ -92,60 +107,97 @@ class ScanningReader {
   bool AtEnd() const { return pos_ == end_; }
   uint64_t remaining() const { return end_ - pos_; }
 
-  bool ReadData(int threads) {
+  // Reads every tensor's data (pass 2) on `threads` threads while this thread hashes the body in file order as the
+  // blocks arrive (pass 3); true when all of it was read and the 8 bytes after the body are its xxHash64.
+  bool ReadAndVerify(int threads) {
     struct Block {
       uint64_t offset, bytes;
       char* dest;
+      bool direct;
     };
-    std::vector<Block> blocks;
+    std::vector<Block> blocks;  // in file order
+    std::vector<size_t> first_block(pieces_.size(), 0);
     constexpr uint64_t kBlock = uint64_t{16} << 20;
-    for (const Piece& piece : pieces_) {
+    const int direct_fd = open(path_.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+    auto add = [&](uint64_t offset, uint64_t bytes, char* dest, bool direct) {
+      for (uint64_t done = 0; done < bytes; done += kBlock) {
+        blocks.push_back({offset + done, std::min(kBlock, bytes - done), dest + done, direct});
+      }
+    };
+    for (size_t p = 0; p < pieces_.size(); ++p) {
+      const Piece& piece = pieces_[p];
+      first_block[p] = blocks.size();
       if (!piece.data.defined()) continue;
       char* dest = static_cast<char*>(piece.data.data_ptr());
-      const uint64_t bytes = static_cast<uint64_t>(piece.data.numel()) * sizeof(float);
-      for (uint64_t done = 0; done < bytes; done += kBlock) {
-        blocks.push_back({piece.offset + done, std::min(kBlock, bytes - done), dest + done});
+      const uint64_t begin = piece.offset;
+      const uint64_t end = begin + static_cast<uint64_t>(piece.data.numel()) * sizeof(float);
+      const uint64_t inner_begin = (begin + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
+      const uint64_t inner_end = end / kDirectAlign * kDirectAlign;
+      if (direct_fd < 0 || inner_end <= inner_begin) {
+        add(begin, end - begin, dest, false);
+        continue;
       }
+      add(begin, inner_begin - begin, dest, false);
+      add(inner_begin, inner_end - inner_begin, dest + (inner_begin - begin), true);
+      add(inner_end, end - inner_end, dest + (inner_end - begin), false);
     }
     std::atomic<size_t> next{0};
-    std::atomic<bool> ok{true};
-    const int fd = fileno(f_);
-    auto work = [&] {
-      for (size_t i = next++; i < blocks.size() && ok; i = next++) {
+    std::mutex mu;
+    std::condition_variable arrived;
+    std::vector<char> done(blocks.size(), 0);  // guarded by mu
+    bool failed = false;                       // guarded by mu
+    const int buffered_fd = fileno(f_);
+    auto read = [&] {
+      for (size_t i = next++; i < blocks.size(); i = next++) {
+        int fd = blocks[i].direct ? direct_fd : buffered_fd;
+        bool ok = true;
         for (uint64_t got = 0; got < blocks[i].bytes;) {
           const ssize_t n =
               pread(fd, blocks[i].dest + got, blocks[i].bytes - got, static_cast<off_t>(blocks[i].offset + got));
           if (n < 0 && errno == EINTR) continue;
+          if (n < 0 && errno == EINVAL && fd == direct_fd) {  // O_DIRECT refused for this range: the page cache
+            fd = buffered_fd;
+            continue;
+          }
           if (n <= 0) {
             ok = false;
-            return;
+            break;
           }
           got += static_cast<uint64_t>(n);
         }
+        std::lock_guard<std::mutex> lock(mu);
+        done[i] = 1;
+        failed = failed || !ok;
+        arrived.notify_all();
+        if (failed) return;
       }
     };
     std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(work);
-    work();
-    for (std::thread& t : pool) t.join();
-    return ok;
-  }
-  // Whether the 8 bytes after the body are the xxHash64 of the body.
-  bool ChecksumMatches() const {
-    uint64_t stored = 0;
-    if (pread(fileno(f_), &stored, sizeof(stored), static_cast<off_t>(end_)) != sizeof(stored)) return false;
-    XXH64_state_t* state = XXH64_createState();
-    XXH64_reset(state, 0);
-    for (const Piece& piece : pieces_) {
-      if (piece.data.defined()) {
-        XXH64_update(state, piece.data.data_ptr(), static_cast<size_t>(piece.data.numel()) * sizeof(float));
-      } else {
-        XXH64_update(state, piece.fields.data(), piece.fields.size());
+    for (int t = 0; t < std::max(threads, 1); ++t) pool.emplace_back(read);
+    std::unique_ptr<XXH64_state_t, XXH_errorcode (*)(XXH64_state_t*)> state(XXH64_createState(), XXH64_freeState);
+    XXH64_reset(state.get(), 0);
+    bool ok = true;
+    for (size_t p = 0; p < pieces_.size() && ok; ++p) {
+      if (!pieces_[p].data.defined()) {
+        XXH64_update(state.get(), pieces_[p].fields.data(), pieces_[p].fields.size());
+        continue;
+      }
+      const size_t last = p + 1 < pieces_.size() ? first_block[p + 1] : blocks.size();
+      for (size_t i = first_block[p]; i < last && ok; ++i) {
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          arrived.wait(lock, [&] { return done[i] || failed; });
+          ok = !failed;
+        }
+        if (ok) XXH64_update(state.get(), blocks[i].dest, blocks[i].bytes);
       }
     }
-    const bool match = XXH64_digest(state) == stored;
-    XXH64_freeState(state);
-    return match;
+    if (!ok) next = blocks.size();  // the readers stop after their current block
+    for (std::thread& t : pool) t.join();
+    if (direct_fd >= 0) close(direct_fd);
+    uint64_t stored = 0;
+    return ok && pread(buffered_fd, &stored, sizeof(stored), static_cast<off_t>(end_)) == sizeof(stored) &&
+           XXH64_digest(state.get()) == stored;
   }
 
  private:
@@ -154,7 +206,19 @@ class ScanningReader {
     at::Tensor data;     // or a tensor's data, at `offset` in the file
     uint64_t offset = 0;
   };
+
+  // A float32 tensor of `dims` (`bytes` of data) whose data address is `phase` bytes past a 4 KiB boundary, so that
+  // file offsets and memory addresses are congruent modulo 4 KiB. Its memory is freed with the tensor.
+  static at::Tensor AlignedLike(const std::vector<int64_t>& dims, uint64_t phase, uint64_t bytes) {
+    const uint64_t size = (phase + bytes + kDirectAlign - 1) / kDirectAlign * kDirectAlign + kDirectAlign;
+    void* base = std::aligned_alloc(kDirectAlign, size);
+    if (base == nullptr) throw std::bad_alloc();
+    return at::from_blob(
+        static_cast<char*>(base) + phase, dims, [base](void*) { std::free(base); }, at::kFloat);
+  }
+
   FILE* f_;
+  std::string path_;
   uint64_t end_;
   uint64_t pos_ = 0;
   std::vector<Piece> pieces_;
@@ -236,8 +300,8 @@ absl::Status ParseBody(ScanningReader& r, const std::string& path, CheckpointDat
       numel *= static_cast<uint64_t>(d);
       if (numel > r.remaining() / sizeof(float)) return Corrupt(path, absl::StrCat("tensor '", name, "' truncated"));
     }
-    at::Tensor t = at::empty(dims, at::kFloat);
-    if (!r.Floats(&t)) return Corrupt(path, absl::StrCat("tensor '", name, "' truncated"));
+    at::Tensor t;
+    if (!r.Floats(dims, &t)) return Corrupt(path, absl::StrCat("tensor '", name, "' truncated"));
     data->params.emplace_back(name, t);
   }
   uint32_t momentum_count = 0;
@@ -245,8 +309,8 @@ absl::Status ParseBody(ScanningReader& r, const std::string& path, CheckpointDat
     return Corrupt(path, "bad momentum section");
   }
   for (uint32_t i = 0; i < momentum_count; ++i) {
-    at::Tensor m = at::empty_like(data->params[i].second);
-    if (!r.Floats(&m)) return Corrupt(path, "momentum truncated");
+    at::Tensor m;
+    if (!r.Floats(data->params[i].second.sizes().vec(), &m)) return Corrupt(path, "momentum truncated");
     data->momentum.push_back(m);
   }
   uint32_t eval_count = 0;
@@ -293,7 +357,7 @@ absl::StatusOr<CheckpointData> LoadCheckpoint(const std::string& path) {
   std::unique_ptr<FILE, int (*)(FILE*)> closer(f, fclose);  // (stdio's small buffer: the scan seeks past the data)
   if (size < sizeof(kMagic) + sizeof(uint64_t))
     return Corrupt(path, "not a DiLoCo checkpoint (bad magic or too short)");
-  ScanningReader r(f, size - sizeof(uint64_t));
+  ScanningReader r(f, path, size - sizeof(uint64_t));
   char magic[sizeof(kMagic)];
   if (!r.Bytes(magic, sizeof(magic)) || memcmp(magic, kMagic, sizeof(kMagic)) != 0) {
     return Corrupt(path, "not a DiLoCo checkpoint (bad magic or too short)");
@@ -301,7 +365,7 @@ absl::StatusOr<CheckpointData> LoadCheckpoint(const std::string& path) {
   CheckpointData data;
   absl::Status parsed = ParseBody(r, path, &data);
   const int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
-  if (parsed.ok() && r.ReadData(threads) && r.ChecksumMatches()) return data;
+  if (parsed.ok() && r.ReadAndVerify(threads)) return data;
   // A corrupt file is reported as such, whichever check tripped first (a flipped header byte can read as a bad shape).
   if (parsed.ok() || !FileChecksumMatches(path, size)) {
     return Corrupt(path, "checksum mismatch (torn or corrupted file)");

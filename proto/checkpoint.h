@@ -10,7 +10,9 @@
 // Writes go to "<path>.tmp", are fsynced, renamed over <path>, and the directory is fsynced: a crash leaves the old
 // file or the new one, never a torn one. Loading checks magic, version, sizes and the checksum. Neither holds a
 // whole-file image in memory: writes go through a 1 MiB buffer straight from the tensors; loads read the small fields
-// first, then the tensors' data with parallel preads straight into them, then verify the checksum.
+// first, then the tensors' data with parallel preads straight into them (O_DIRECT for each tensor's 4 KiB-aligned
+// interior, whose memory is placed for it; the page cache where the file system refuses O_DIRECT), then verify the
+// checksum. Loaded tensors own memory from aligned_alloc (not LibTorch's allocator: they cannot be resized).
 // Stateless functions; thread-safe for distinct paths.
 #pragma once
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iterator>
 #include <stdexcept>
 #include <string>
@@ -126,6 +127,33 @@ TEST(OuterOptimizerTest, InPlaceEqualsStepBitForBitAndARefusalWritesNothing) {
   EXPECT_THROW(in_place.StepInPlace(b, {at::randn({1000}), at::randn({5, 37})}), std::invalid_argument);
   EXPECT_TRUE(b[0].equal(before)) << "the first tensor was written before the second was refused";
   EXPECT_TRUE(in_place.momentum_buffers()[0].equal(momentum_before));
+}
+
+// The first in-place step's momentum is the delta bit for bit (torch.optim.SGD: buf = clone(grad)), signed zeros
+// included, whether its buffers are Reserve's or new, and also after Step() left non-zero spares and the momentum was
+// reset (a checkpoint without one): the first step's kernel reads the buffer it writes, so it must be handed zeros.
+TEST(OuterOptimizerTest, FirstInPlaceStepsMomentumIsTheDeltaBitForBit) {
+  auto bits_equal = [](const at::Tensor& a, const at::Tensor& b) {
+    return a.numel() == b.numel() && std::memcmp(a.data_ptr(), b.data_ptr(), a.numel() * sizeof(float)) == 0;
+  };
+  const float delta_values[] = {-0.0f, 0.0f, 1e-40f, -3.5f, 0.25f, -0.0f};
+  const float theta_values[] = {0.0f, -0.0f, 1.0f, -0.0f, 2.0f, 0.0f};
+  const at::Tensor delta = FromFloats(delta_values, {6}), theta0 = FromFloats(theta_values, {6});
+  for (int setup = 0; setup < 3; ++setup) {
+    OuterOptimizer in_place(OuterOptimizer::Kind::kNesterov, 0.7, 0.9),
+        stepping(OuterOptimizer::Kind::kNesterov, 0.7, 0.9);
+    std::vector<at::Tensor> theta = {theta0.clone()};
+    if (setup == 1) in_place.Reserve(theta);
+    if (setup == 2) {  // spares left by Step(), then the momentum reset
+      for (int i = 0; i < 3; ++i) in_place.Step({theta0.clone()}, {at::full({6}, -1.0f)}, {}, nullptr);
+      in_place.set_momentum_buffers({});
+    }
+    in_place.StepInPlace(theta, {delta});
+    const std::vector<at::Tensor> expected = stepping.Step({theta0.clone()}, {delta}, {}, nullptr);
+    ASSERT_EQ(in_place.momentum_buffers().size(), 1u);
+    EXPECT_TRUE(bits_equal(in_place.momentum_buffers()[0], delta)) << "setup " << setup;
+    EXPECT_TRUE(bits_equal(theta[0], expected[0])) << "setup " << setup;
+  }
 }
 
 TEST(OuterOptimizerGoldenTest, CasesAreTheOnesNamed) {
