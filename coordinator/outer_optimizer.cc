@@ -44,10 +44,10 @@ void PlainKernel(const float* __restrict pt, const float* __restrict pd, float* 
 }
 
 // StepInPlace's loops: the same operations as MomentumKernel and PlainKernel, written over theta and the buffer.
-// The first step (kFirst: PyTorch's buf = clone(delta)) is handed zeroed buffers and computes b = delta - 0 * buf,
-// which is delta exactly (-0 included: -0 - +0 = -0): reading the buffer it is about to write made round 1's step
-// as fast as later ones (0.07 s against 0.10 s at 155.5M parameters, scripts/bench/comm ingest), where writing
-// without reading took longer on this machine.
+// The first step (kFirst: PyTorch's buf = clone(delta)) is handed buffers of finite non-negative values (Reserve's,
+// or zeros) and computes b = delta - 0 * buf, which is delta exactly (0 * buf = +0, and -0 - +0 = -0): reading the
+// buffer it is about to write made round 1's step as fast as later ones (0.07 s against 0.10 s at 155.5M parameters,
+// scripts/bench/comm ingest), where writing without reading took longer on this machine.
 template <bool kFirst, bool kNesterov>
 void InPlaceMomentumKernel(float* __restrict pt, const float* __restrict pd, float* __restrict pb, float mu,
                            float minus_lr, int64_t begin, int64_t end) {
@@ -135,7 +135,11 @@ std::vector<at::Tensor> OuterOptimizer::Step(const std::vector<at::Tensor>& thet
 void OuterOptimizer::Reserve(const std::vector<at::Tensor>& theta) {
   if (momentum_ == 0 || !buffers_.empty()) return;
   spare_buffers_.clear();
-  for (const at::Tensor& t : theta) spare_buffers_.push_back(at::zeros_like(t));  // written: the pages are faulted in
+  // Written (the pages are faulted in), and not with zeros: at 1B parameters the first step over zero-filled buffers
+  // sometimes took 2.4 s of user time instead of 0.45 s, without a page fault in this VM (2 of 6 runs of
+  // `ROWS=b1-fp32-2 scripts/bench/comm big 3`), as if the host had merged the identical pages and split them again on
+  // the first write; with page-distinct values 3 of 3 runs were fast. The first step reads them only as 0 * value.
+  for (const at::Tensor& t : theta) spare_buffers_.push_back(at::arange(t.numel(), at::kFloat).view(t.sizes()));
 }
 
 void OuterOptimizer::StepInPlace(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& delta,
@@ -161,12 +165,13 @@ void OuterOptimizer::StepInPlace(const std::vector<at::Tensor>& theta, const std
       throw std::invalid_argument("OuterOptimizer::StepInPlace: a momentum buffer's shape differs from its parameter");
     }
   }
-  // Reserve's zeroed buffers, else new zeroed ones (the first step's kernel reads them). With no momentum yet, the
-  // spares can only be Reserve's: Step() leaves a momentum behind, and set_momentum_buffers clears the spares.
+  // Reserve's buffers, else new zeroed ones (the first step's kernel reads them: finite and >= 0). With no momentum
+  // yet, the spares can only be Reserve's: Step() leaves a momentum behind, and set_momentum_buffers clears them.
   if (momentum && first) {
     std::vector<at::Tensor> buffers(theta.size());
     for (size_t i = 0; i < theta.size(); ++i) {
       buffers[i] = SameShape(spare_buffers_, i, theta[i]) ? spare_buffers_[i] : at::zeros_like(theta[i]);
+      if (!stepped[i]) buffers[i].zero_();  // another fragment's tensor: no momentum yet
     }
     buffers_ = std::move(buffers);
     spare_buffers_.clear();

@@ -37,7 +37,7 @@ class OuterOptimizer : public OuterStep {
   // The same result as Step() (bit for bit), written over theta and the momentum buffers (OuterStep::StepInPlace).
   void StepInPlace(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& delta,
                    const std::vector<size_t>* only = nullptr) override;
-  // Zeroed momentum buffers shaped like theta (none with momentum 0), taken by the first step.
+  // Momentum buffers shaped like theta, faulted in (none with momentum 0), taken and overwritten by the first step.
   void Reserve(const std::vector<at::Tensor>& theta) override;
 
   // Momentum buffers (empty before the first step or when momentum is 0), for checkpoints. Step() writes the new
@@ -55,7 +55,7 @@ class OuterOptimizer : public OuterStep {
   double lr_;
   double momentum_;
   std::vector<at::Tensor> buffers_;
-  std::vector<at::Tensor> spare_buffers_;  // the previous step's buffers (or Reserve's zeros), for reuse
+  std::vector<at::Tensor> spare_buffers_;  // the previous step's buffers (or Reserve's), for reuse
 };
 
 }  // namespace diloco

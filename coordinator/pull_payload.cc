@@ -58,8 +58,8 @@ absl::Status PullPayload::BuildUpTo(size_t i) {
     // Encoding reads theta: under the guard. A raw chunk only takes a pointer; its bytes are read by gRPC later
     // (see the header's "Torn reads").
     if (!ReadSnapshot(*snapshot_, [&] { more = chunker_->Next(&chunk, &raw); })) {
-      return absl::UnavailableError(absl::StrCat("the global parameters moved on from round ", round_,
-                                                 " while this pull streamed; pull again"));
+      return absl::UnavailableError(
+          absl::StrCat("the global parameters moved on from round ", round_, " while this pull streamed; pull again"));
     }
     if (!more) {
       exhausted_ = true;
@@ -99,9 +99,8 @@ absl::StatusOr<bool> PullPayload::Message(size_t i, grpc::ByteBuffer* out, int64
     *out = grpc::ByteBuffer(&e.head, 1);
     return true;
   }
-  const grpc::Slice slices[2] = {
-      e.head, grpc::Slice(const_cast<char*>(e.raw), e.raw_bytes, &ReleaseSnapshot,
-                          new std::shared_ptr<const ParamSnapshot>(snapshot_))};
+  const grpc::Slice slices[2] = {e.head, grpc::Slice(const_cast<char*>(e.raw), e.raw_bytes, &ReleaseSnapshot,
+                                                     new std::shared_ptr<const ParamSnapshot>(snapshot_))};
   *out = grpc::ByteBuffer(slices, 2);
   return true;
 }

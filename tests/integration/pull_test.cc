@@ -19,9 +19,9 @@
 namespace diloco::testing {
 namespace {
 
-const std::vector<std::string> kOverrides = {"model.d_model=128", "model.n_layer=2", "workers.count=1",
-                                             "coordinator.min_workers=1", "coordinator.eval_every=0",
-                                             "comm.chunk_bytes=4096", "outer.rounds=3"};
+const std::vector<std::string> kOverrides = {
+    "model.d_model=128",        "model.n_layer=2",       "workers.count=1", "coordinator.min_workers=1",
+    "coordinator.eval_every=0", "comm.chunk_bytes=4096", "outer.rounds=3"};
 
 // A stub on a channel of its own whose stream windows stay small (no BDP growth): the coordinator can send only a
 // few chunks ahead of what this client has read.
