@@ -57,7 +57,8 @@ absl::Status PullPayload::BuildUpTo(size_t i) {
     bool more = false;
     // Encoding reads theta: under the guard. A raw chunk only takes a pointer; its bytes are read by gRPC later
     // (see the header's "Torn reads").
-    if (!ReadSnapshot(*snapshot_, [&] { more = chunker_->Next(&chunk, &raw); })) {
+    TensorChunker* chunker = chunker_.get();  // (the lambda runs here, under mu_)
+    if (!ReadSnapshot(*snapshot_, [&] { more = chunker->Next(&chunk, &raw); })) {
       return absl::UnavailableError(
           absl::StrCat("the global parameters moved on from round ", round_, " while this pull streamed; pull again"));
     }
