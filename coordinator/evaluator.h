@@ -41,18 +41,25 @@ struct ParamSnapshot {
   std::shared_ptr<ThetaGuard> guard;  // null: immutable
 };
 
-// Runs read() while `snapshot`'s tensors still hold its round, under the guard's shared lock; returns false without
-// running it once theta has moved on (the reader must start over from the current snapshot).
+// Runs read() while `guard` (null: an immutable snapshot) says theta holds `round`, under the guard's shared lock;
+// returns false without running it once theta has moved on (the reader must start over from the current snapshot).
+// Blocks while the round thread steps theta (up to one outer step).
 template <typename Read>
-bool ReadSnapshot(const ParamSnapshot& snapshot, Read read) {
-  if (snapshot.guard == nullptr) {
+bool ReadIfAtRound(ThetaGuard* guard, int64_t round, Read read) {
+  if (guard == nullptr) {
     read();
     return true;
   }
-  absl::ReaderMutexLock lock(&snapshot.guard->mu);
-  if (snapshot.guard->round != snapshot.round) return false;
+  absl::ReaderMutexLock lock(&guard->mu);
+  if (guard->round != round) return false;
   read();
   return true;
+}
+
+// ReadIfAtRound for `snapshot`'s round.
+template <typename Read>
+bool ReadSnapshot(const ParamSnapshot& snapshot, Read read) {
+  return ReadIfAtRound(snapshot.guard.get(), snapshot.round, read);
 }
 
 class Evaluator {

@@ -135,10 +135,10 @@ std::vector<at::Tensor> OuterOptimizer::Step(const std::vector<at::Tensor>& thet
 void OuterOptimizer::Reserve(const std::vector<at::Tensor>& theta) {
   if (momentum_ == 0 || !buffers_.empty()) return;
   spare_buffers_.clear();
-  // Written (the pages are faulted in), and not with zeros: at 1B parameters the first step over zero-filled buffers
-  // sometimes took 2.4 s of user time instead of 0.45 s, without a page fault in this VM (2 of 6 runs of
-  // `ROWS=b1-fp32-2 scripts/bench/comm big 3`), as if the host had merged the identical pages and split them again on
-  // the first write; with page-distinct values 3 of 3 runs were fast. The first step reads them only as 0 * value.
+  // Written (the pages are faulted in), and not with zeros: with zero-filled buffers the 1B eval row of
+  // `scripts/bench/comm big 3` had round 1's step at 2.57x and 2.64x its median in two runs (1.17-1.47x in others);
+  // with page-distinct values it was 1.00x. The cause is not established (a guess: the VM's host merges identical pages
+  // and splits them again on the first write). The first step reads them only as 0 * value.
   for (const at::Tensor& t : theta) spare_buffers_.push_back(at::arange(t.numel(), at::kFloat).view(t.sizes()));
 }
 

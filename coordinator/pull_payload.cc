@@ -58,7 +58,7 @@ absl::Status PullPayload::BuildUpTo(size_t i) {
     // Encoding reads theta: under the guard. A raw chunk only takes a pointer; its bytes are read by gRPC later
     // (see the header's "Torn reads").
     TensorChunker* chunker = chunker_.get();  // (the lambda runs here, under mu_)
-    if (!ReadSnapshot(*snapshot_, [&] { more = chunker->Next(&chunk, &raw); })) {
+    if (!ReadIfAtRound(guard_.get(), round_, [&] { more = chunker->Next(&chunk, &raw); })) {
       return absl::UnavailableError(
           absl::StrCat("the global parameters moved on from round ", round_, " while this pull streamed; pull again"));
     }
@@ -89,13 +89,14 @@ absl::Status PullPayload::BuildUpTo(size_t i) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> PullPayload::Message(size_t i, grpc::ByteBuffer* out, int64_t* payload_bytes) {
+absl::StatusOr<bool> PullPayload::Message(size_t i, grpc::ByteBuffer* out, int64_t* payload_bytes, bool* raw) {
   absl::MutexLock lock(&mu_);
   absl::Status built = BuildUpTo(i);
   if (!built.ok()) return built;
   if (i >= entries_.size()) return false;
   const Entry& e = entries_[i];
   *payload_bytes = e.payload_bytes;
+  *raw = e.raw != nullptr;
   if (e.raw == nullptr) {
     *out = grpc::ByteBuffer(&e.head, 1);
     return true;
@@ -106,15 +107,8 @@ absl::StatusOr<bool> PullPayload::Message(size_t i, grpc::ByteBuffer* out, int64
   return true;
 }
 
-bool PullPayload::RawMessage(size_t i) const {
-  absl::MutexLock lock(&mu_);
-  return i < entries_.size() && entries_[i].raw != nullptr;
-}
-
 bool PullPayload::Current() const {
-  if (guard_ == nullptr) return true;
-  absl::ReaderMutexLock lock(&guard_->mu);
-  return guard_->round == round_;
+  return ReadIfAtRound(guard_.get(), round_, [] {});
 }
 
 std::shared_ptr<PullPayload> PullPayloadCache::Get(const std::shared_ptr<const ParamSnapshot>& snapshot, int fragment,

@@ -50,13 +50,12 @@ class PullPayload {
   bool Of(const ParamSnapshot& snapshot) const { return key_ == &snapshot && round_ == snapshot.round; }
 
   // Message i (0-based) of the stream after the header, serialized as a PullMessage holding one TensorChunk, with
-  // its payload size (for the byte counters). False when the stream has fewer messages. UNAVAILABLE when message i
-  // had to be encoded and theta has moved on from the snapshot's round.
-  absl::StatusOr<bool> Message(size_t i, grpc::ByteBuffer* out, int64_t* payload_bytes);
-  // Whether message i (already returned by Message) points into theta's memory: write it with write-through.
-  bool RawMessage(size_t i) const;
+  // its payload size (for the byte counters) and whether it points into theta's memory (*raw: write it with
+  // write-through). False when the stream has fewer messages. UNAVAILABLE when message i had to be encoded and theta
+  // has moved on from the snapshot's round.
+  absl::StatusOr<bool> Message(size_t i, grpc::ByteBuffer* out, int64_t* payload_bytes, bool* raw);
   // Whether theta still holds the snapshot's round (always true for an immutable snapshot). Blocks while an outer
-  // step is writing theta.
+  // step is writing theta (ReadIfAtRound, evaluator.h).
   bool Current() const;
 
  private:
@@ -72,8 +71,9 @@ class PullPayload {
   const void* const key_;  // the snapshot's address (compared only, never followed)
   const int64_t round_;
   const std::shared_ptr<ThetaGuard> guard_;  // null: the snapshot is immutable
+  // The snapshot's tensors, while messages remain to be built or some point into them (Lifetime); null after.
   mutable absl::Mutex mu_;
-  std::shared_ptr<const ParamSnapshot> snapshot_ ABSL_GUARDED_BY(mu_);  // null once no longer needed (Lifetime)
+  std::shared_ptr<const ParamSnapshot> snapshot_ ABSL_GUARDED_BY(mu_);
   // Null once every message is built and none points into theta (raw pointers may point into a contiguous copy it
   // made).
   std::unique_ptr<TensorChunker> chunker_ ABSL_GUARDED_BY(mu_);

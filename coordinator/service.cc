@@ -70,7 +70,8 @@ class PullReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
         return;
       }
       int64_t bytes = 0;
-      absl::StatusOr<bool> more = payload_->Message(next_, &message_, &bytes);
+      bool raw = false;
+      absl::StatusOr<bool> more = payload_->Message(next_, &message_, &bytes, &raw);
       if (!more.ok()) {
         Finish(ToGrpc(more.status()));
         return;
@@ -78,7 +79,7 @@ class PullReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       if (*more) {
         bytes_sent_ += bytes;
         grpc::WriteOptions options;
-        if (payload_->RawMessage(next_)) options.set_write_through();  // done = the socket has the bytes
+        if (raw) options.set_write_through();  // done = the socket has the bytes
         ++next_;
         StartWrite(&message_, options);
         return;

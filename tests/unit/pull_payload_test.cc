@@ -38,7 +38,8 @@ void ExpectSameAsChunker(PullPayload& payload, const NamedTensors& tensors, int6
   for (; chunker.Next(expected.mutable_chunk()); ++i) {
     grpc::ByteBuffer buffer;
     int64_t payload_bytes = 0;
-    absl::StatusOr<bool> more = payload.Message(i, &buffer, &payload_bytes);
+    bool raw = !expect_raw;
+    absl::StatusOr<bool> more = payload.Message(i, &buffer, &payload_bytes, &raw);
     ASSERT_TRUE(more.ok()) << more.status();
     ASSERT_TRUE(*more) << "message " << i;
     std::vector<grpc::Slice> slices;
@@ -46,7 +47,7 @@ void ExpectSameAsChunker(PullPayload& payload, const NamedTensors& tensors, int6
     ASSERT_TRUE(got.ParseFromString(Bytes(buffer, &slices))) << "message " << i;
     EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(got, expected)) << "message " << i;
     EXPECT_EQ(payload_bytes, static_cast<int64_t>(expected.chunk().data().size()));
-    EXPECT_EQ(payload.RawMessage(i), expect_raw);
+    EXPECT_EQ(raw, expect_raw);
     if (expect_raw) {  // the data slice is theta's own memory, not a copy
       ASSERT_EQ(slices.size(), 2u);
       const auto& [name, t] = *std::find_if(tensors.begin(), tensors.end(),
@@ -57,7 +58,8 @@ void ExpectSameAsChunker(PullPayload& payload, const NamedTensors& tensors, int6
   }
   grpc::ByteBuffer buffer;
   int64_t bytes = 0;
-  absl::StatusOr<bool> more = payload.Message(i, &buffer, &bytes);
+  bool raw_flag = false;
+  absl::StatusOr<bool> more = payload.Message(i, &buffer, &bytes, &raw_flag);
   ASSERT_TRUE(more.ok());
   EXPECT_FALSE(*more) << "the payload has more messages than the chunker";
 }
@@ -76,8 +78,9 @@ TEST(PullPayloadTest, EncodedMessagesAreTheChunkersAndEncodedOnce) {
     // A second pull gets the very bytes of the first (no second encoding).
     grpc::ByteBuffer first, second;
     int64_t bytes = 0;
-    ASSERT_TRUE(*payload.Message(1, &first, &bytes));
-    ASSERT_TRUE(*payload.Message(1, &second, &bytes));
+    bool raw_flag = false;
+    ASSERT_TRUE(*payload.Message(1, &first, &bytes, &raw_flag));
+    ASSERT_TRUE(*payload.Message(1, &second, &bytes, &raw_flag));
     std::vector<grpc::Slice> a, b;
     ASSERT_TRUE(first.Dump(&a).ok() && second.Dump(&b).ok());
     ASSERT_EQ(a.size(), 1u);
@@ -97,8 +100,9 @@ TEST(PullPayloadTest, ThetaMovingOnIsNoticed) {
   PullPayload raw(snapshot, snapshot->params, 256, CODEC_RAW);
   grpc::ByteBuffer buffer;
   int64_t bytes = 0;
-  ASSERT_TRUE(*encoded.Message(0, &buffer, &bytes));
-  ASSERT_TRUE(*raw.Message(0, &buffer, &bytes));
+  bool raw_flag = false;
+  ASSERT_TRUE(*encoded.Message(0, &buffer, &bytes, &raw_flag));
+  ASSERT_TRUE(*raw.Message(0, &buffer, &bytes, &raw_flag));
   EXPECT_TRUE(encoded.Current());
   EXPECT_TRUE(raw.Current());
   {
@@ -107,10 +111,10 @@ TEST(PullPayloadTest, ThetaMovingOnIsNoticed) {
   }
   EXPECT_FALSE(raw.Current());
   EXPECT_FALSE(encoded.Current());
-  absl::StatusOr<bool> next = encoded.Message(1, &buffer, &bytes);
+  absl::StatusOr<bool> next = encoded.Message(1, &buffer, &bytes, &raw_flag);
   ASSERT_FALSE(next.ok());
   EXPECT_EQ(next.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_TRUE(*encoded.Message(0, &buffer, &bytes)) << "built messages stay (the reactor checks Current())";
+  EXPECT_TRUE(*encoded.Message(0, &buffer, &bytes, &raw_flag)) << "built messages stay (the reactor checks Current())";
 }
 
 TEST(PullPayloadTest, CacheSharesTheNewestSnapshotsPayload) {
@@ -144,7 +148,8 @@ TEST(PullPayloadTest, AnEncodedPayloadLetsItsSnapshotGoOnceBuilt) {
   ASSERT_FALSE(watch.expired()) << "held while messages remain to be encoded";
   grpc::ByteBuffer buffer;
   int64_t bytes = 0;
-  for (size_t i = 0; *payload.Message(i, &buffer, &bytes); ++i) {
+  bool raw_flag = false;
+  for (size_t i = 0; *payload.Message(i, &buffer, &bytes, &raw_flag); ++i) {
   }
   EXPECT_TRUE(watch.expired()) << "every message is its own bytes: theta may be recycled";
 }
