@@ -2,7 +2,7 @@
 // which makes them exist exactly once even when many processes (coordinator, workers, launcher) start together.
 //
 // Layout: <data.cache_dir or run.output_dir/data>/tok-<key>/ holding meta.json (the token manifest,
-// worker/lm/token_manifest.h: the ONLY file readers need), the shards it names (train-00000.tok, ..., val-00000.tok;
+// worker/data/token_manifest.h: the ONLY file readers need), the shards it names (train-00000.tok, ..., val-00000.tok;
 // for data.format tokens it names the user's files in place instead) and tokenizer.model. <key> is an xxHash of
 // everything the output depends on: format, jsonl_field, token_dtype, on_bad_record, val_fraction, model.vocab_size,
 // the given tokenizer's bytes, tokenizer_train_mb, and each input's absolute path, size and mtime (not its contents:
@@ -22,7 +22,7 @@ namespace diloco {
 
 struct TokenCache {
   std::string dir;
-  std::string meta_path() const { return dir + "/meta.json"; }  // the token manifest (worker/lm/token_manifest.h)
+  std::string meta_path() const { return dir + "/meta.json"; }  // the token manifest (worker/data/token_manifest.h)
   std::string tokenizer_model_path() const { return dir + "/tokenizer.model"; }
   // The first shard of each split: what the single-file readers used until they read the manifest (a small corpus
   // fits in one shard). To be removed when every reader goes through meta_path().

@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "config/config.h"
-#include "coordinator/checkpoint.h"
+#include "proto/checkpoint.h"
 #include "coordinator/evaluator.h"
 
 namespace diloco {

@@ -45,7 +45,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "config/config.h"
-#include "coordinator/checkpoint.h"
+#include "proto/checkpoint.h"
 #include "coordinator/evaluator.h"
 #include "coordinator/membership.h"
 #include "coordinator/outer_step.h"

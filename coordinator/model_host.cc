@@ -13,7 +13,7 @@
 #include "worker/lm/evaluate.h"
 #include "worker/lm/init_from.h"
 #include "worker/lm/language_model.h"
-#include "worker/lm/token_data.h"
+#include "worker/data/token_data.h"
 #include "worker/lm/torch_compat.h"
 
 namespace diloco {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "config/config.h"
-#include "coordinator/checkpoint.h"
+#include "proto/checkpoint.h"
 #include "coordinator/membership.h"
 #include "coordinator/round_state.h"
 #include "proto/diloco.pb.h"

@@ -2,7 +2,7 @@
 // model, runs H = inner.steps AdamW steps on batches from its own shard (grad-norm clipping, warmup + cosine lr over
 // the global inner step), and returns the pseudo-gradient delta = theta_t - theta_local. Streaming DiLoCo drives
 // the same steps piecewise: TrainSteps, then PseudoGradient and Merge for one fragment's tensors.
-// Batches come from the trainer's WindowSampler (data.sampling random or sequential, worker/lm/window_sampler.h),
+// Batches come from the trainer's WindowSampler (data.sampling random or sequential, worker/data/window_sampler.h),
 // whose state a restarted worker can restore. The AdamW state persists across rounds and is never sent. Shapes:
 // parameters as in the LanguageModel of model.arch (worker/lm/language_model.h). With inner.micro_batch_size a step's
 // batch is drawn as before (same windows, same order) and run through forward/backward in micro-batches whose
@@ -23,8 +23,8 @@
 #include "config/config.h"
 #include "worker/flat_adamw.h"
 #include "worker/lm/language_model.h"
-#include "worker/lm/token_data.h"
-#include "worker/lm/window_sampler.h"
+#include "worker/data/token_data.h"
+#include "worker/data/window_sampler.h"
 
 namespace diloco {
 
@@ -68,7 +68,7 @@ class InnerTrainer {
                                                                 int shard_index, int shard_count, int rank,
                                                                 int cluster_size);
 
-  // The data position (worker/lm/window_sampler.h): save it with the optimizer state, restore it after a restart to
+  // The data position (worker/data/window_sampler.h): save it with the optimizer state, restore it after a restart to
   // continue the same stream of windows. RestoreSampler fails (and changes nothing) for a state that does not fit.
   SamplerState sampler_state() const;
   absl::Status RestoreSampler(const SamplerState& state);

@@ -21,7 +21,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "worker/lm/window_sampler.h"
+#include "worker/data/window_sampler.h"
 
 namespace diloco {
 

@@ -11,7 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "config/config_loader.h"
 #include "config/data_cache.h"
-#include "coordinator/checkpoint.h"
+#include "proto/checkpoint.h"
 #include "proto/tensor_spec.h"
 #include "scripts/ctl/hf_export.h"
 #include "worker/lm/language_model.h"

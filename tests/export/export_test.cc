@@ -22,7 +22,7 @@
 #include "config/config_loader.h"
 #include "config/data_cache.h"
 #include "config/subprocess.h"
-#include "coordinator/checkpoint.h"
+#include "proto/checkpoint.h"
 #include "proto/tensor_spec.h"
 #include "tests/unit/scratch_dir_test.h"
 #include "worker/lm/language_model.h"

@@ -44,8 +44,8 @@
 #include "coordinator/push_session.h"
 #include "proto/codec.h"
 #include "proto/tensor_chunks.h"
-#include "worker/lm/token_manifest.h"
-#include "worker/lm/token_shard.h"
+#include "worker/data/token_manifest.h"
+#include "worker/data/token_shard.h"
 
 namespace diloco {
 namespace {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Validation loss of a Hugging Face model directory on a run's validation shard, computed by transformers.
 
-The batches are the coordinator's evaluation batches (worker/lm/token_data.cc, TokenData::EvalBatch): batch i of n
+The batches are the coordinator's evaluation batches (worker/data/token_data.cc, TokenData::EvalBatch): batch i of n
 takes, for j in 0..batch_size-1, the window of seq_len + 1 tokens starting at span * (i * batch_size + j) // (n *
 batch_size), span = tokens - seq_len - 1; the loss is the mean over batches of the mean cross-entropy per token.
 Usage: hf_val_loss.py HF_DIR CACHE_ROOT VOCAB_SIZE SEQ_LEN EVAL_BATCHES BATCH_SIZE   (prints the loss)

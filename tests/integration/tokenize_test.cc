@@ -15,7 +15,7 @@
 #include "config/data_cache.h"
 #include "config/subprocess.h"
 #include "tests/process_harness.h"
-#include "worker/lm/token_manifest.h"
+#include "worker/data/token_manifest.h"
 
 namespace diloco::testing {
 namespace {

@@ -1,5 +1,5 @@
-// Coordinator checkpoints (coordinator/checkpoint.h): round trip, corruption and truncation detection, pruning.
-#include "coordinator/checkpoint.h"
+// Coordinator checkpoints (proto/checkpoint.h): round trip, corruption and truncation detection, pruning.
+#include "proto/checkpoint.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,6 +1,7 @@
 // The include rules of DESIGN.md §3, checked on the source tree: coordinator and worker never include each other
 // (one named exception: coordinator/model_host.{h,cc} hosts the model of worker/lm), proto/ and config/ include
-// neither, and the launcher (scripts/launch) speaks only proto/ and config/. proto/ may include config/config_enums.h,
+// neither, the launcher (scripts/launch) speaks only proto/ and config/, and diloco-ctl (scripts/ctl) only those and
+// worker/lm's models and weight I/O. proto/ may include config/config_enums.h,
 // the config's plain enum vocabulary (no code, no dependencies). A forbidden include fails this test with the file,
 // the line and the rule it breaks.
 #include <gtest/gtest.h>
@@ -40,6 +41,11 @@ const std::vector<Rule>& Rules() {
        "proto/ is the bottom layer: it includes neither coordinator/, worker/ nor config/ (but config_enums.h)"},
       {"config", {"coordinator/", "worker/"}, {}, {}, "config/ includes neither coordinator/ nor worker/"},
       {"scripts/launch", {"coordinator/", "worker/"}, {}, {}, "the launcher is a front end of proto/ and config/"},
+      {"scripts/ctl",
+       {"coordinator/", "worker/"},
+       {},
+       {"worker/lm/generate.h", "worker/lm/init_from.h", "worker/lm/language_model.h", "worker/lm/safetensors.h"},
+       "diloco-ctl is a front end of proto/ and config/; of the worker it uses only the models and their weight I/O"},
   };
   return rules;
 }
@@ -105,15 +111,17 @@ TEST(IncludeRulesTest, ReportsEveryForbiddenIncludeWithItsFileAndLine) {
   write("proto/codec.h", "#include \"config/config_enums.h\"\n#include \"config/config.h\"\n");
   write("config/config.h", "#include \"proto/codec.h\"\n");
   write("scripts/launch/launch.cc", "#include \"worker/worker_loop.h\"\n");
+  write("scripts/ctl/ctl.cc", "#include \"worker/lm/generate.h\"\n#include \"coordinator/bootstrap.h\"\n");
   const std::vector<std::string> v = Violations(root);
   fs::remove_all(root);
-  ASSERT_EQ(v.size(), 4u);
+  ASSERT_EQ(v.size(), 5u);
   std::string all;
   for (const std::string& s : v) all += s + "\n";
   EXPECT_NE(all.find("coordinator/core.cc:2: #include \"worker/lm/transformer.h\""), std::string::npos) << all;
   EXPECT_NE(all.find("worker/loop.cc:2: #include \"coordinator/round_policy.h\""), std::string::npos) << all;
   EXPECT_NE(all.find("proto/codec.h:2: #include \"config/config.h\""), std::string::npos) << all;
   EXPECT_NE(all.find("scripts/launch/launch.cc:1: #include \"worker/worker_loop.h\""), std::string::npos) << all;
+  EXPECT_NE(all.find("scripts/ctl/ctl.cc:2: #include \"coordinator/bootstrap.h\""), std::string::npos) << all;
   EXPECT_EQ(all.find("coordinator/model_host.cc:"), std::string::npos) << all;
 }
 

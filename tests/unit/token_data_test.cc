@@ -1,7 +1,7 @@
-// TokenData (worker/lm/token_data.h): splits of a token manifest mapped in place (segments of both widths, offsets,
-// windows across segments), the errors that name the file, the shard layout (worker/lm/shard_layout.h) against the
+// TokenData (worker/data/token_data.h): splits of a token manifest mapped in place (segments of both widths, offsets,
+// windows across segments), the errors that name the file, the shard layout (worker/data/shard_layout.h) against the
 // block list it replaces, and the memory bound: loading a 512 MB split does not raise the process's RSS.
-#include "worker/lm/token_data.h"
+#include "worker/data/token_data.h"
 
 #include <fcntl.h>
 #include <gmock/gmock.h>
@@ -19,7 +19,7 @@
 
 #include "tests/unit/scratch_dir_test.h"
 #include "tests/unit/token_files.h"
-#include "worker/lm/window_sampler.h"
+#include "worker/data/window_sampler.h"
 
 namespace diloco {
 namespace {

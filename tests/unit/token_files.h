@@ -1,5 +1,5 @@
 // Token files for the data tests: a token shard whose ids equal their positions (so a batch tells where it was drawn
-// from) and a version-2 token manifest (worker/lm/token_manifest.h) around it. Plain functions; gtest assertions.
+// from) and a version-2 token manifest (worker/data/token_manifest.h) around it. Plain functions; gtest assertions.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "worker/lm/token_manifest.h"
-#include "worker/lm/token_shard.h"
+#include "worker/data/token_manifest.h"
+#include "worker/data/token_shard.h"
 
 namespace diloco {
 

@@ -1,5 +1,5 @@
-// Token shard files (worker/lm/token_shard.h) and the block list of data sharding (worker/lm/shard_layout.h).
-#include "worker/lm/token_shard.h"
+// Token shard files (worker/data/token_shard.h) and the block list of data sharding (worker/data/shard_layout.h).
+#include "worker/data/token_shard.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "tests/unit/scratch_dir_test.h"
-#include "worker/lm/shard_layout.h"
+#include "worker/data/shard_layout.h"
 
 namespace diloco {
 namespace {

@@ -1,7 +1,7 @@
-// The window orders (worker/lm/window_sampler.h, worker/lm/keyed_permutation.h): sequential epochs walk every window
+// The window orders (worker/data/window_sampler.h, worker/data/keyed_permutation.h): sequential epochs walk every window
 // exactly once in a shuffled order that changes with the epoch and the seed; random draws are today's; a sampler
 // restored from a saved state continues with the same draws, alone and inside InnerTrainer (worker/trainer.h).
-#include "worker/lm/window_sampler.h"
+#include "worker/data/window_sampler.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -14,8 +14,8 @@
 #include "tests/unit/scratch_dir_test.h"
 #include "tests/unit/tiny_coordinator_config.h"
 #include "tests/unit/token_files.h"
-#include "worker/lm/keyed_permutation.h"
-#include "worker/lm/token_data.h"
+#include "worker/data/keyed_permutation.h"
+#include "worker/data/token_data.h"
 #include "worker/trainer.h"
 
 namespace diloco {

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "worker/lm/language_model.h"
-#include "worker/lm/token_data.h"
+#include "worker/data/token_data.h"
 
 namespace diloco {
 

@@ -1,5 +1,5 @@
 // diloco-tokenize: turns a run's inputs into the token cache directory --out that workers and the coordinator read:
-// token shards plus meta.json (the token manifest, worker/lm/token_manifest.h), tokenizer.model and args.json (the
+// token shards plus meta.json (the token manifest, worker/data/token_manifest.h), tokenizer.model and args.json (the
 // arguments and input files, with sizes and mtimes, that made it; for people and scripts, not for readers).
 //
 //   --format text | jsonl: streams the inputs (work_items.h) through a SentencePiece model, trained on the spot
@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "worker/lm/token_manifest.h"
+#include "worker/data/token_manifest.h"
 #include "worker/tokenizer/codec.h"
 #include "worker/tokenizer/document_encoder.h"
 #include "worker/tokenizer/input_plan.h"

@@ -1,12 +1,12 @@
 // ShardOutput: the tokenizer's output directory while it is being built, and its resume protocol.
 //
 // Everything is written into the fixed-name directory <out>.partial: tokenizer.model, then the token stream of each
-// split cut into shards (train-00000.tok, ..., val-00000.tok; format worker/lm/token_shard.h) of about shard_tokens
+// split cut into shards (train-00000.tok, ..., val-00000.tok; format worker/data/token_shard.h) of about shard_tokens
 // ids, cut only after a whole work item. After the tokenizer is ready and after every finished shard, progress.json
 // records atomically where the stream stands (split, input range, byte offset, line, the finished shards' counts,
 // documents, bad records) together with the run's arguments. A rerun with the same arguments continues from that
 // record (Open() says so and from where); a record made with other arguments is discarded with a line saying which
-// argument differs. Finish() writes meta.json (worker/lm/token_manifest.h) and renames <out>.partial to <out>, so the
+// argument differs. Finish() writes meta.json (worker/data/token_manifest.h) and renames <out>.partial to <out>, so the
 // finished directory appears atomically. Used by one thread.
 #pragma once
 
@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "worker/lm/token_manifest.h"
-#include "worker/lm/token_shard.h"
+#include "worker/data/token_manifest.h"
+#include "worker/data/token_shard.h"
 #include "worker/tokenizer/document_encoder.h"
 #include "worker/tokenizer/work_items.h"
 

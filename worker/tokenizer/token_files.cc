@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "worker/lm/token_shard.h"
+#include "worker/data/token_shard.h"
 
 namespace diloco::tokenize {
 namespace {

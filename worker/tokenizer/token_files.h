@@ -2,7 +2,7 @@
 // whose segments point at the files in place (nothing is copied).
 //   llm.c .bin: a 256 x int32 header; magic 20240520 version 1 = uint16 ids, magic 20240801 version 7 = uint32 ids
 //               (llm.c's llama3 branch); header[2] = the token count, checked against the file size.
-//   our shard:  magic "DLCOTOK\0" (worker/lm/token_shard.h); its count is checked against the file size.
+//   our shard:  magic "DLCOTOK\0" (worker/data/token_shard.h); its count is checked against the file size.
 //   otherwise:  raw little-endian ids of --token-dtype (nanoGPT's .bin is uint16); the size must be a multiple of it.
 // Every id is checked < vocab_size, on `threads` threads over a read-only mapping. Validation: the val files, else
 // the last val_fraction of the tokens (a segment may then start in the middle of a file). Stateless; thread-safe.
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/lm/token_manifest.h"
+#include "worker/data/token_manifest.h"
 
 namespace diloco::tokenize {
 

@@ -1,6 +1,6 @@
 // The token manifest (meta.json in a token cache directory): which token ids make up a run's training and validation
 // splits, and where they lie on disk. It is the one contract between the tokenizer (diloco-tokenize writes it) and
-// the readers (worker/lm/token_data.h maps every segment read-only). A split is the concatenation of its segments in
+// the readers (worker/data/token_data.h maps every segment read-only). A split is the concatenation of its segments in
 // order; a segment is `count` little-endian ids of `width` bytes starting `offset` bytes into `path` (a token shard
 // we wrote, an llm.c or nanoGPT .bin, or a raw id file), so pre-tokenized inputs are used in place, never copied.
 //

@@ -1,7 +1,7 @@
-// TokenData: one split (train or val) of a token manifest (worker/lm/token_manifest.h), memory-mapped in place
-// (worker/lm/mapped_tokens.h), the part of it one trainer reads (its shard, worker/lm/shard_layout.h), and the batches
+// TokenData: one split (train or val) of a token manifest (worker/data/token_manifest.h), memory-mapped in place
+// (worker/data/mapped_tokens.h), the part of it one trainer reads (its shard, worker/data/shard_layout.h), and the batches
 // built from it: only the windows a batch needs are copied out of the mapping into int64 tensors, so no process holds
-// a copy of the corpus. Training windows come from a WindowSampler (worker/lm/window_sampler.h) or from Sample's
+// a copy of the corpus. Training windows come from a WindowSampler (worker/data/window_sampler.h) or from Sample's
 // random draws; evaluation batches are fixed, evenly spaced windows over the whole split, so every evaluation of the
 // same split sees the same tokens. Owns its mappings; move-only. Const methods are thread-safe.
 #pragma once
@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/lm/mapped_tokens.h"
-#include "worker/lm/shard_layout.h"
+#include "worker/data/mapped_tokens.h"
+#include "worker/data/shard_layout.h"
 
 namespace diloco {
 
@@ -35,7 +35,7 @@ class TokenData {
   int64_t size() const { return tokens_.size(); }
   int64_t seq_len() const { return layout_.seq_len; }
 
-  // Restricts training windows to shard `index` of `count` (worker/lm/shard_layout.h). contiguous: the shard is one
+  // Restricts training windows to shard `index` of `count` (worker/data/shard_layout.h). contiguous: the shard is one
   // region, the index-th of `count` equal parts of the split (data.split contiguous: shards differ in style, the
   // paper's non-iid case); otherwise interleaved blocks (data.split iid).
   absl::Status SelectShard(int64_t index, int64_t count, bool contiguous = false);

@@ -1,4 +1,4 @@
-#include "worker/lm/mapped_tokens.h"
+#include "worker/data/mapped_tokens.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

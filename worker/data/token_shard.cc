@@ -1,4 +1,4 @@
-#include "worker/lm/token_shard.h"
+#include "worker/data/token_shard.h"
 
 #include <unistd.h>
 

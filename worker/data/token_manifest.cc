@@ -1,4 +1,4 @@
-#include "worker/lm/token_manifest.h"
+#include "worker/data/token_manifest.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "worker/lm/keyed_permutation.h"
+#include "worker/data/keyed_permutation.h"
 
 namespace diloco {
 

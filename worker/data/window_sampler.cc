@@ -1,4 +1,4 @@
-#include "worker/lm/window_sampler.h"
+#include "worker/data/window_sampler.h"
 
 #include <sstream>
 

@@ -1,4 +1,4 @@
-#include "worker/lm/shard_layout.h"
+#include "worker/data/shard_layout.h"
 
 #include <algorithm>
 

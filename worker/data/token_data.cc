@@ -1,12 +1,12 @@
-#include "worker/lm/token_data.h"
+#include "worker/data/token_data.h"
 
 #include <algorithm>
 #include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "worker/lm/token_manifest.h"
-#include "worker/lm/window_sampler.h"
+#include "worker/data/token_manifest.h"
+#include "worker/data/window_sampler.h"
 
 namespace diloco {
 

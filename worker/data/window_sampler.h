@@ -1,4 +1,4 @@
-// WindowSampler: the order in which one trainer draws the windows of its data shard (worker/lm/shard_layout.h), and
+// WindowSampler: the order in which one trainer draws the windows of its data shard (worker/data/shard_layout.h), and
 // that order's state, so a restarted worker continues the same stream (SamplerState).
 //   data.sampling random:     each draw is a uniformly random window start (with replacement), from std::mt19937_64
 //                             seeded with the trainer's seed; the same draws TokenData::Sample makes with that RNG.
@@ -15,8 +15,8 @@
 
 #include "absl/status/status.h"
 #include "config/config_enums.h"
-#include "worker/lm/keyed_permutation.h"
-#include "worker/lm/shard_layout.h"
+#include "worker/data/keyed_permutation.h"
+#include "worker/data/shard_layout.h"
 
 namespace diloco {
 

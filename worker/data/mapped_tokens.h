@@ -1,4 +1,4 @@
-// MappedTokens: one split of a token manifest (worker/lm/token_manifest.h) mapped read-only, in place. Each distinct
+// MappedTokens: one split of a token manifest (worker/data/token_manifest.h) mapped read-only, in place. Each distinct
 // file is mapped once (PROT_READ, MAP_SHARED, MADV_RANDOM) whole; the ids stay in their stored width (uint16 or
 // uint32, little endian) and are only read when a window is copied out, after which its pages are unmapped again
 // (MADV_DONTNEED; they stay in the page cache): the resident set holds no corpus pages between copies. The split's
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/lm/token_manifest.h"
+#include "worker/data/token_manifest.h"
 
 namespace diloco {
 
