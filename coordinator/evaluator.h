@@ -17,11 +17,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "proto/named_tensors.h"
 
 namespace diloco {
-
-// Parameters by name, in the model's parameter order (float32 for theta).
-using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 // Synchronous rounds step theta in place (one copy of theta, coordinator.h "Memory"): the tensors
 // published for round t are overwritten with theta_{t+1} when round t+1 closes. The guard says which round the

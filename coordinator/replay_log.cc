@@ -24,8 +24,7 @@ std::string ReplayDeltaPath(const std::string& dir, int64_t round) {
   return absl::StrFormat("%s/delta-%08d.bin", dir, round);
 }
 
-absl::Status WriteReplayTheta0(const std::string& dir, const std::string& fingerprint,
-                               const std::vector<std::pair<std::string, at::Tensor>>& theta_0) {
+absl::Status WriteReplayTheta0(const std::string& dir, const std::string& fingerprint, const NamedTensors& theta_0) {
   CheckpointData data;
   data.round = 0;
   data.fingerprint = fingerprint;

@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "proto/checkpoint.h"
+#include "proto/named_tensors.h"
 
 namespace diloco {
 
@@ -29,8 +30,7 @@ std::string ReplayTheta0Path(const std::string& dir);
 std::string ReplayDeltaPath(const std::string& dir, int64_t round);
 
 // Writes theta_0 (creating `dir` if needed).
-absl::Status WriteReplayTheta0(const std::string& dir, const std::string& fingerprint,
-                               const std::vector<std::pair<std::string, at::Tensor>>& theta_0);
+absl::Status WriteReplayTheta0(const std::string& dir, const std::string& fingerprint, const NamedTensors& theta_0);
 // Writes round `round`'s averaged pseudo-gradient; `names`: the parameter names in the order of `delta`.
 absl::Status WriteReplayDelta(const std::string& dir, int64_t round, const std::string& fingerprint,
                               const std::vector<std::string>& names, const std::vector<at::Tensor>& delta);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "proto/named_tensors.h"
 
 namespace diloco {
 
@@ -36,8 +37,8 @@ struct EvalRecord {
 struct CheckpointData {
   int64_t round = 0;
   std::string fingerprint;
-  std::vector<std::pair<std::string, at::Tensor>> params;  // float32
-  std::vector<at::Tensor> momentum;                        // empty or one per param
+  NamedTensors params;               // float32
+  std::vector<at::Tensor> momentum;  // empty or one per param
   std::vector<EvalRecord> evals;
 };
 

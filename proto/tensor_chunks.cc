@@ -19,7 +19,7 @@ std::string ShapeForMessage(const google::protobuf::RepeatedField<int64_t>& shap
 
 }  // namespace
 
-TensorChunker::TensorChunker(std::vector<std::pair<std::string, at::Tensor>> tensors, int64_t chunk_bytes, Codec codec)
+TensorChunker::TensorChunker(NamedTensors tensors, int64_t chunk_bytes, Codec codec)
     : tensors_(std::move(tensors)), chunk_bytes_(std::max<int64_t>(chunk_bytes, kMinChunkBytes)), codec_(codec) {
   for (auto& [name, t] : tensors_) t = t.contiguous();
 }
@@ -107,8 +107,7 @@ absl::StatusOr<at::Tensor> ChunkStreamReader::Next(const TensorChunk& chunk) {
   return values;
 }
 
-ChunkAssembler::ChunkAssembler(std::vector<std::pair<std::string, at::Tensor>> dest)
-    : dest_(std::move(dest)), reader_(SpecsOf(dest_)) {}
+ChunkAssembler::ChunkAssembler(NamedTensors dest) : dest_(std::move(dest)), reader_(SpecsOf(dest_)) {}
 
 absl::Status ChunkAssembler::Accept(const TensorChunk& chunk) {
   auto view = reader_.Next(chunk);

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "proto/codec.h"
 #include "proto/diloco.pb.h"
+#include "proto/named_tensors.h"
 #include "proto/tensor_spec.h"
 
 namespace diloco {
@@ -29,7 +30,7 @@ constexpr int64_t kMinChunkBytes = 64;  // smaller chunk_bytes are raised to thi
 class TensorChunker {
  public:
   // Tensors must be on the CPU; non-contiguous ones are made contiguous once, here.
-  TensorChunker(std::vector<std::pair<std::string, at::Tensor>> tensors, int64_t chunk_bytes, Codec codec = CODEC_RAW);
+  TensorChunker(NamedTensors tensors, int64_t chunk_bytes, Codec codec = CODEC_RAW);
 
   // Fills `out` with the next chunk; returns false when every tensor has been sent.
   bool Next(TensorChunk* out);
@@ -42,7 +43,7 @@ class TensorChunker {
   int64_t bytes_emitted() const { return bytes_emitted_; }
 
  private:
-  std::vector<std::pair<std::string, at::Tensor>> tensors_;
+  NamedTensors tensors_;
   int64_t chunk_bytes_;
   Codec codec_;
   size_t index_ = 0;
@@ -80,12 +81,12 @@ class ChunkStreamReader {
 class ChunkAssembler {
  public:
   // `dest` tensors must be contiguous CPU tensors whose specs the stream must match.
-  explicit ChunkAssembler(std::vector<std::pair<std::string, at::Tensor>> dest);
+  explicit ChunkAssembler(NamedTensors dest);
   absl::Status Accept(const TensorChunk& chunk);
   bool Done() const { return reader_.Done(); }
 
  private:
-  std::vector<std::pair<std::string, at::Tensor>> dest_;
+  NamedTensors dest_;
   ChunkStreamReader reader_;
 };
 

@@ -13,7 +13,7 @@ int64_t TensorSpec::numel() const {
   return n;
 }
 
-std::vector<TensorSpec> SpecsOf(const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+std::vector<TensorSpec> SpecsOf(const NamedTensors& tensors) {
   std::vector<TensorSpec> specs;
   specs.reserve(tensors.size());
   for (const auto& [name, t] : tensors) {

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/diloco.pb.h"
+#include "proto/named_tensors.h"
 
 namespace diloco {
 
@@ -23,7 +24,7 @@ struct TensorSpec {
 };
 
 // Specs of named tensors, in the order given.
-std::vector<TensorSpec> SpecsOf(const std::vector<std::pair<std::string, at::Tensor>>& tensors);
+std::vector<TensorSpec> SpecsOf(const NamedTensors& tensors);
 
 std::string Fingerprint(const std::vector<TensorSpec>& specs);
 

@@ -4,7 +4,7 @@
 
 namespace diloco {
 
-void ErrorFeedback::Compensate(std::vector<std::pair<std::string, torch::Tensor>>& delta) {
+void ErrorFeedback::Compensate(NamedTensors& delta) {
   if (residual_.empty()) {
     for (const auto& [name, d] : delta) residual_.push_back(torch::zeros_like(d));
   }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "proto/codec.h"
+#include "proto/named_tensors.h"
 
 namespace diloco {
 
@@ -20,7 +21,7 @@ class ErrorFeedback {
   ErrorFeedback(Codec codec, int64_t chunk_bytes) : codec_(codec), chunk_bytes_(chunk_bytes) {}
 
   // Replaces each delta by delta + residual (the tensor to push) and stores the new residual.
-  void Compensate(std::vector<std::pair<std::string, torch::Tensor>>& delta);
+  void Compensate(NamedTensors& delta);
 
   const std::vector<torch::Tensor>& residual() const { return residual_; }
 

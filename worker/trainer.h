@@ -21,14 +21,13 @@
 
 #include "absl/status/statusor.h"
 #include "config/config.h"
-#include "worker/flat_adamw.h"
-#include "worker/lm/language_model.h"
+#include "proto/named_tensors.h"
 #include "worker/data/token_data.h"
 #include "worker/data/window_sampler.h"
+#include "worker/flat_adamw.h"
+#include "worker/lm/language_model.h"
 
 namespace diloco {
-
-using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
 struct RoundResult {
   NamedTensors pseudo_gradient;  // float32 CPU tensors, parameter order (one fragment's with comm.fragments > 1)

@@ -79,7 +79,7 @@ absl::StatusOr<std::pair<std::string, bool>> HfTensorName(ModelArch arch, const 
 }
 
 absl::StatusOr<HfExportResult> WriteHfDirectory(const HfExportOptions& options, const ModelConfig& model,
-                                                const std::vector<std::pair<std::string, at::Tensor>>& params) {
+                                                const NamedTensors& params) {
   if (options.dtype != "fp32" && options.dtype != "bf16") {
     return absl::InvalidArgumentError(absl::StrCat("--dtype: unsupported '", options.dtype, "' (use fp32 or bf16)"));
   }

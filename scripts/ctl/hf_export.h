@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "config/config.h"
+#include "proto/named_tensors.h"
 
 namespace diloco {
 
@@ -40,6 +41,6 @@ absl::StatusOr<std::pair<std::string, bool>> HfTensorName(ModelArch arch, const 
 // Writes the directory for `model` with float32 parameters `params` (checked by the caller), stored as
 // options.dtype (fp32: F32; bf16: BF16, rounded to nearest even, config.json's dtype "bfloat16").
 absl::StatusOr<HfExportResult> WriteHfDirectory(const HfExportOptions& options, const ModelConfig& model,
-                                                const std::vector<std::pair<std::string, at::Tensor>>& params);
+                                                const NamedTensors& params);
 
 }  // namespace diloco

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "proto/named_tensors.h"
 #include "worker/lm/kv_cache.h"
 
 namespace diloco {
@@ -56,10 +57,10 @@ using LanguageModelPtr = std::shared_ptr<LanguageModel>;
 LanguageModelPtr MakeLanguageModel(const ModelConfig& config, int64_t seed);
 
 // The model's parameters by name, in registration order: the order of the fingerprint and of every tensor stream.
-std::vector<std::pair<std::string, torch::Tensor>> NamedParameters(const torch::nn::Module& model);
+NamedTensors NamedParameters(const torch::nn::Module& model);
 
 // Copies `values` (same names and shapes) into the model's parameters.
-void LoadParameters(torch::nn::Module& model, const std::vector<std::pair<std::string, torch::Tensor>>& values);
+void LoadParameters(torch::nn::Module& model, const NamedTensors& values);
 
 // Every architecture's init: N(0, 0.02) for matrices and embeddings, zero biases, unit norm gains (a parameter whose
 // name contains "ln" or "norm" and ends in "weight"). Hugging Face's initializer_range is 0.02 too.

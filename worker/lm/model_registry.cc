@@ -59,13 +59,13 @@ void InitParameters(torch::nn::Module& model) {
   }
 }
 
-std::vector<std::pair<std::string, torch::Tensor>> NamedParameters(const torch::nn::Module& model) {
-  std::vector<std::pair<std::string, torch::Tensor>> out;
+NamedTensors NamedParameters(const torch::nn::Module& model) {
+  NamedTensors out;
   for (const auto& p : model.named_parameters(/*recurse=*/true)) out.emplace_back(p.key(), p.value());
   return out;
 }
 
-void LoadParameters(torch::nn::Module& model, const std::vector<std::pair<std::string, torch::Tensor>>& values) {
+void LoadParameters(torch::nn::Module& model, const NamedTensors& values) {
   torch::NoGradGuard no_grad;
   auto params = model.named_parameters(true);
   if (params.size() != values.size()) throw std::invalid_argument("LoadParameters: tensor count differs");

@@ -216,8 +216,7 @@ absl::StatusOr<std::vector<StoredTensor>> ParseHeader(const std::string& path, c
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadSafetensors(
-    const std::string& path, std::map<std::string, std::string>* metadata) {
+absl::StatusOr<NamedTensors> ReadSafetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
   std::ifstream in(path, std::ios::binary);
   std::error_code ec;
   const uint64_t file_bytes = std::filesystem::file_size(path, ec);
@@ -239,7 +238,7 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadSafetensors(
   absl::StatusOr<std::vector<StoredTensor>> specs = ParseHeader(path, text, file_bytes - 8 - header_bytes, metadata);
   if (!specs.ok()) return specs.status();
 
-  std::vector<std::pair<std::string, at::Tensor>> out;
+  NamedTensors out;
   out.reserve(specs->size());
   for (const StoredTensor& spec : *specs) {
     at::Tensor raw = at::empty(spec.shape, at::TensorOptions().dtype(spec.dtype));

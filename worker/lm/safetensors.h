@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "proto/named_tensors.h"
 
 namespace diloco {
 
@@ -52,7 +53,7 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& tex
 // dtypes: F32, BF16, F16). Errors name the path and, where one is at fault, the tensor: NotFound (cannot open),
 // DataLoss (truncated file, offsets out of range or not matching the shape), InvalidArgument (header over 100 MB,
 // bad JSON, unknown dtype). With `metadata`, the header's __metadata__ strings are returned there too.
-absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadSafetensors(
-    const std::string& path, std::map<std::string, std::string>* metadata = nullptr);
+absl::StatusOr<NamedTensors> ReadSafetensors(const std::string& path,
+                                             std::map<std::string, std::string>* metadata = nullptr);
 
 }  // namespace diloco
