@@ -12,8 +12,8 @@
 
 #include "absl/status/statusor.h"
 #include "config/config.h"
-#include "proto/checkpoint.h"
 #include "coordinator/evaluator.h"
+#include "proto/checkpoint.h"
 
 namespace diloco {
 

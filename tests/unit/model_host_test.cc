@@ -11,16 +11,16 @@
 #include <string>
 #include <vector>
 
-#include "proto/checkpoint.h"
 #include "coordinator/coordinator.h"
+#include "proto/checkpoint.h"
 #include "proto/tensor_spec.h"
 #include "tests/unit/scratch_dir_test.h"
 #include "tests/unit/tiny_coordinator_config.h"
-#include "worker/lm/evaluate.h"
-#include "worker/lm/language_model.h"
 #include "worker/data/token_data.h"
 #include "worker/data/token_manifest.h"
 #include "worker/data/token_shard.h"
+#include "worker/lm/evaluate.h"
+#include "worker/lm/language_model.h"
 
 namespace diloco {
 namespace {

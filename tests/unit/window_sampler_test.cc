@@ -1,5 +1,5 @@
-// The window orders (worker/data/window_sampler.h, worker/data/keyed_permutation.h): sequential epochs walk every window
-// exactly once in a shuffled order that changes with the epoch and the seed; random draws are today's; a sampler
+// The window orders (worker/data/window_sampler.h, worker/data/keyed_permutation.h): sequential epochs walk every
+// window exactly once in a shuffled order that changes with the epoch and the seed; random draws are today's; a sampler
 // restored from a saved state continues with the same draws, alone and inside InnerTrainer (worker/trainer.h).
 #include "worker/data/window_sampler.h"
 

@@ -1,9 +1,9 @@
 // TokenData: one split (train or val) of a token manifest (worker/data/token_manifest.h), memory-mapped in place
-// (worker/data/mapped_tokens.h), the part of it one trainer reads (its shard, worker/data/shard_layout.h), and the batches
-// built from it: only the windows a batch needs are copied out of the mapping into int64 tensors, so no process holds
-// a copy of the corpus. Training windows come from a WindowSampler (worker/data/window_sampler.h) or from Sample's
-// random draws; evaluation batches are fixed, evenly spaced windows over the whole split, so every evaluation of the
-// same split sees the same tokens. Owns its mappings; move-only. Const methods are thread-safe.
+// (worker/data/mapped_tokens.h), the part of it one trainer reads (its shard, worker/data/shard_layout.h), and the
+// batches built from it: only the windows a batch needs are copied out of the mapping into int64 tensors, so no process
+// holds a copy of the corpus. Training windows come from a WindowSampler (worker/data/window_sampler.h) or from
+// Sample's random draws; evaluation batches are fixed, evenly spaced windows over the whole split, so every evaluation
+// of the same split sees the same tokens. Owns its mappings; move-only. Const methods are thread-safe.
 #pragma once
 
 #include <torch/torch.h>

@@ -3,8 +3,8 @@
 // (not thread-safe with respect to it); switches it to eval mode and back.
 #pragma once
 
-#include "worker/lm/language_model.h"
 #include "worker/data/token_data.h"
+#include "worker/lm/language_model.h"
 
 namespace diloco {
 
