@@ -1,5 +1,5 @@
 // MakeNcclGroup in builds whose LibTorch has no CUDA (Debian's 1.13): there is no NCCL to make a group with.
-// workers.device is checked at start-up (worker/device_choice.h), so a run never gets here; the error is a guard.
+// workers.device is checked at start-up (worker/lm/device_choice.h), so a run never gets here; the error is a guard.
 #include <stdexcept>
 
 #include "worker/collective_group.h"
