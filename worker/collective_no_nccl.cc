@@ -10,7 +10,7 @@ std::unique_ptr<CollectiveGroup> MakeNcclGroup(const c10::intrusive_ptr<c10d::St
                                                std::chrono::milliseconds, const torch::Device& device) {
   throw std::runtime_error(
       "a cluster on " + device.str() +
-      " needs NCCL, which this build's LibTorch lacks (CPU build; see README, Two LibTorch builds)");
+      " needs NCCL, which this build's LibTorch lacks (CPU build; see docs/operations.md, Two LibTorch builds)");
 }
 
 }  // namespace diloco
