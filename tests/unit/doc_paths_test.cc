@@ -172,22 +172,66 @@ std::vector<std::string> PathTokens(const std::string& text) {
   return out;
 }
 
-// Markdown link targets: [text](target) with a relative target (no scheme, no pure anchor).
-std::vector<std::string> LinkTargets(const std::string& line) {
-  static const std::regex kLink(R"(\]\(([^)\s#]+)(#[^)\s]*)?\))");
-  std::vector<std::string> out;
-  for (auto it = std::sregex_iterator(line.begin(), line.end(), kLink); it != std::sregex_iterator(); ++it) {
-    const std::string target = (*it)[1];
-    if (target.find("://") != std::string::npos || target.rfind("mailto:", 0) == 0) continue;
-    out.push_back(target);
-  }
-  return out;
-}
-
 // A path relative to `file` (a markdown link's target, a "../" token) as a path from the repository root; it
 // starts with "../" when it leads outside the repository.
 std::string LinkPath(const std::string& file, const std::string& target) {
   return (fs::path(file).parent_path() / target).lexically_normal().generic_string();
+}
+
+struct Link {
+  std::string target;  // "" for an anchor in the same file
+  std::string anchor;  // without the '#'; "" for none
+};
+
+// Markdown links with a relative target: [text](target), [text](target#anchor), [text](#anchor).
+std::vector<Link> Links(const std::string& line) {
+  static const std::regex kLink(R"(\]\(([^)\s#]*)(#([^)\s]*))?\))");
+  std::vector<Link> out;
+  for (auto it = std::sregex_iterator(line.begin(), line.end(), kLink); it != std::sregex_iterator(); ++it) {
+    Link link{(*it)[1], (*it)[3]};
+    if (link.target.find("://") != std::string::npos || link.target.rfind("mailto:", 0) == 0) continue;
+    if (link.target.empty() && link.anchor.empty()) continue;
+    out.push_back(link);
+  }
+  return out;
+}
+
+// The anchors of a markdown file's headings as GitHub makes them: lower case, punctuation dropped, blanks as '-';
+// a repeated heading gets -1, -2, ... Headings inside ``` blocks do not count.
+std::set<std::string> Anchors(const fs::path& md) {
+  std::set<std::string> out;
+  std::map<std::string, int> seen;
+  std::ifstream in(md);
+  std::string line;
+  bool fenced = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("```", 0) == 0) fenced = !fenced;
+    if (fenced || line.empty() || line[0] != '#') continue;
+    const std::size_t text = line.find_first_not_of('#');
+    if (text == std::string::npos || line[text] != ' ') continue;
+    std::string slug;
+    for (char c : line.substr(text + 1)) {
+      const unsigned char u = static_cast<unsigned char>(c);
+      if (std::isalnum(u) || c == '-' || c == '_') slug += static_cast<char>(std::tolower(u));
+      if (c == ' ') slug += '-';
+    }
+    const int n = seen[slug]++;
+    out.insert(n == 0 ? slug : slug + "-" + std::to_string(n));
+  }
+  return out;
+}
+
+// The links of one line of `file` whose anchor names no heading of the markdown file it points to.
+std::vector<std::string> BrokenAnchors(const fs::path& root, const TreeIndex& index, const std::string& file,
+                                       const std::vector<Link>& links) {
+  std::vector<std::string> out;
+  for (const Link& link : links) {
+    if (link.anchor.empty()) continue;
+    const std::string path = link.target.empty() ? file : LinkPath(file, link.target);
+    if (path.size() < 3 || path.compare(path.size() - 3, 3, ".md") != 0 || !Exists(index, path)) continue;
+    if (Anchors(root / path).count(link.anchor) == 0) out.push_back(link.target + "#" + link.anchor);
+  }
+  return out;
 }
 
 enum class Kind { kNone, kDoc, kCpp, kHash };
@@ -252,7 +296,27 @@ std::string HashComment(const std::string& line) {
   return "";
 }
 
-// Every broken reference under `root`, as "file:line: path".
+// The broken path references of one line's text (and, in a doc, of its markdown links): each named as written, or
+// as expanded for the brace forms.
+std::vector<std::string> BrokenPaths(const TreeIndex& index, const std::string& file, const std::string& text,
+                                     const std::vector<Link>& links) {
+  std::map<std::string, std::string> tokens;  // resolved path (from the repository root) -> the text that named it
+  for (const std::string& token : PathTokens(text)) {
+    tokens.emplace(token.rfind("../", 0) == 0 ? LinkPath(file, token) : token, token);
+  }
+  for (const Link& link : links) {
+    if (!link.target.empty()) tokens.emplace(LinkPath(file, link.target), link.target);
+  }
+  std::vector<std::string> out;
+  for (const auto& [resolved, named] : tokens) {
+    for (const std::string& path : Expand(resolved)) {
+      if (!Exists(index, path)) out.push_back(resolved == named ? path : named);
+    }
+  }
+  return out;
+}
+
+// Every broken reference under `root`, as "file:line: path" (or "file:line: target#anchor").
 std::vector<std::string> BrokenReferences(const fs::path& root) {
   const TreeIndex index = IndexTree(root);
   std::vector<std::string> files = index.files;
@@ -268,20 +332,10 @@ std::vector<std::string> BrokenReferences(const fs::path& root) {
       const std::string text = kind == Kind::kDoc   ? line
                                : kind == Kind::kCpp ? CppComment(line, in_block)
                                                     : HashComment(line);
-      // resolved path (from the repository root) -> the text that named it
-      std::map<std::string, std::string> tokens;
-      for (const std::string& token : PathTokens(text)) {
-        tokens.emplace(token.rfind("../", 0) == 0 ? LinkPath(file, token) : token, token);
-      }
-      if (kind == Kind::kDoc) {
-        for (const std::string& target : LinkTargets(line)) tokens.emplace(LinkPath(file, target), target);
-      }
-      for (const auto& [resolved, named] : tokens) {
-        for (const std::string& path : Expand(resolved)) {
-          if (!Exists(index, path))
-            out.push_back(file + ":" + std::to_string(n) + ": " + (resolved == named ? path : named));
-        }
-      }
+      const std::vector<Link> links = kind == Kind::kDoc ? Links(line) : std::vector<Link>{};
+      const std::string where = file + ":" + std::to_string(n) + ": ";
+      for (const std::string& bad : BrokenPaths(index, file, text, links)) out.push_back(where + bad);
+      for (const std::string& bad : BrokenAnchors(root, index, file, links)) out.push_back(where + bad);
     }
   }
   return out;
@@ -307,9 +361,13 @@ TEST(DocPathsTest, ReportsEveryBrokenReferenceWithItsFileAndLine) {
     std::ofstream(root / file) << text;
   };
   write("README.md",
-        "Run build/tests/x; see [ops](docs/ops.md), [dev](docs/dev.md) and docs/ops.md.\n"
+        "## Quick start\nRun build/tests/x; see [ops](docs/ops.md), [dev](docs/dev.md) and docs/ops.md.\n"
         "deploy/**/README.md, not tests/**/nothing.cc\n");
-  write("docs/ops.md", "[up](../README.md) [x](missing.md) [out](../../x.md) worker/lm/, proto/diloco.pb.h\n");
+  write("docs/ops.md",
+        "[up](../README.md) [x](missing.md) [out](../../x.md) worker/lm/, proto/diloco.pb.h\n"
+        "## Running by hand, fast\n"
+        "[a](#running-by-hand-fast) [b](#nope) [c](../README.md#quick-start) [d](../README.md#missing)\n"
+        "```\n# not a heading\n```\n[e](#not-a-heading)\n");
   write("config/demo.yaml", "# the demo\n");
   write("deploy/k8s/README.md", "k8s\n");
   write("coordinator/model_host.h", "");
@@ -328,14 +386,17 @@ TEST(DocPathsTest, ReportsEveryBrokenReferenceWithItsFileAndLine) {
   fs::remove_all(root);
   std::sort(got.begin(), got.end());
   const std::vector<std::string> want = {
-      "README.md:1: docs/dev.md",
-      "README.md:2: tests/**/nothing.cc",
+      "README.md:2: docs/dev.md",
+      "README.md:3: tests/**/nothing.cc",
       "coordinator/a.h:1: coordinator/model_host.cc",
       "coordinator/a.h:1: worker/gone.h",
       "coordinator/a.h:2: tests/missing_test.cc",
       "coordinator/a.h:4: scripts/nothing",
       "docs/ops.md:1: ../../x.md",
       "docs/ops.md:1: missing.md",
+      "docs/ops.md:3: #nope",
+      "docs/ops.md:3: ../README.md#missing",
+      "docs/ops.md:7: #not-a-heading",
       "scripts/tool:2: DESIGN.md",
       "scripts/tool:2: config/nope.yaml",
       "tests/t.py:1: tests/gone.py",
