@@ -1,4 +1,5 @@
-# LibTorch: finds it and adapts the build to its version. One source, two supported builds (README, "Two LibTorch
+# LibTorch: finds it and adapts the build to its version. One source, two supported builds (docs/operations.md, "Two
+# LibTorch
 # builds"):
 #   build/      Debian 12's LibTorch 1.13 (CPU). C++17. The default (scripts/setup).
 #   build-pip/  the LibTorch inside PyPI's torch 2.x wheel, with CUDA (scripts/setup --torch pip). C++20 (its headers

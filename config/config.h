@@ -50,7 +50,8 @@ struct ModelConfig {
   }
 };
 
-// The training data (README "Data"). data.text (one text file) or data.files (paths, directories, globs) in
+// The training data (docs/models-and-data.md "Data"). data.text (one text file) or data.files (paths, directories,
+// globs) in
 // data.format; everything is tokenized once into the token cache (config/data_cache.h), which workers and the
 // coordinator memory-map. Validation: data.val_files, else the last val_fraction of the documents (of the tokens for
 // format tokens).
@@ -157,7 +158,7 @@ struct CommConfig {
   int64_t tcp_port = 0;  // transport tcp: the coordinator's push port (0: any free one)
 };
 
-// Transport security (README "Security"). The same keys on every process: the coordinator serves with
+// Transport security (docs/operations.md "Security"). The same keys on every process: the coordinator serves with
 // tls_cert/tls_key and, with tls_ca set, requires client certificates signed by it (mutual TLS); a worker or
 // diloco-ctl verifies the coordinator with tls_ca and presents tls_cert/tls_key as its client identity. All empty:
 // plaintext. token_file: a shared secret every RPC must carry (metadata "authorization: Bearer <token>").

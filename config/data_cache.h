@@ -9,8 +9,9 @@
 // inputs can be many GB and every process computes the key), plus a format version. The directory appears
 // atomically (diloco-tokenize builds <dir>.partial and renames it). EnsureTokenized holds an flock on
 // tok-<key>.lock while it checks and, if needed, runs diloco-tokenize as a child process (SentencePiece cannot live
-// in a process that loads protobuf: DESIGN.md §5); the child's stderr (progress) goes to ours. A killed tokenizer
-// leaves <dir>.partial, from which the next EnsureTokenized resumes. Thread-safe across processes.
+// in a process that loads protobuf: docs/development.md, "Platform hazards"); the child's stderr (progress) goes to
+// ours. A killed tokenizer leaves <dir>.partial, from which the next EnsureTokenized resumes. Thread-safe across
+// processes.
 #pragma once
 
 #include <string>

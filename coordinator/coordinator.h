@@ -11,7 +11,7 @@
 // streaming, and its pseudo-gradient is applied at once (Delayed Nesterov, delayed_nesterov.h, with the nesterov
 // optimizer). Pushes that commit together are averaged into one arrival. The rules: round_policy.h.
 //
-// Round lifecycle (DESIGN.md §2): round t+1 is open while theta_t is published; pushes tagged with round t are folded
+// Round lifecycle: round t+1 is open while theta_t is published; pushes tagged with round t are folded
 // into the accumulator chunk by chunk; the round thread (Run) closes the round when DecideRoundClose says so,
 // applies the outer step, publishes theta_{t+1}, evaluates and checkpoints when due.
 // If a push breaks off after some of its chunks were folded, the round's aggregation restarts (accumulator zeroed,

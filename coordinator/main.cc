@@ -74,7 +74,8 @@ std::string BuildCore(const Flags& flags, Process& p) {
   spdlog::info("config {} (hash {}):\n{}", flags.config_path, diloco::ConfigHash(p.config),
                diloco::RenderConfig(p.config));
   diloco::SetComputeThreads(static_cast<int>(p.config.coordinator.threads));
-  // Transport security (README "Security"): TLS identity, mutual TLS with security.tls_ca, the shared token.
+  // Transport security (docs/operations.md "Security"): TLS identity, mutual TLS with security.tls_ca, the shared
+  // token.
   const diloco::SecurityConfig& sec = p.config.security;
   auto security = diloco::LoadTransportSecurity({sec.tls_cert, sec.tls_key, sec.tls_ca, sec.token_file, ""});
   if (!security.ok()) return std::string(security.status().message());
@@ -148,7 +149,8 @@ std::string StartGrpc(Process& p) {
   builder.SetMaxReceiveMessageSize(static_cast<int>(diloco::MaxMessageBytes(c.comm.chunk_bytes)));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
-  // Memory before parsing (README "Security"): gRPC 1.51 buffers a whole message before its size limit refuses it
+  // Memory before parsing (docs/operations.md "Security"): gRPC 1.51 buffers a whole message before its size limit
+  // refuses it
   // (it widens the stream's flow-control window to the message's size), and a unary request is read before the
   // handler checks the token, so a peer could make the coordinator hold a message of any size. A gRPC resource quota
   // (coordinator.grpc_memory_quota_mb, default 32) bounds it: incoming bytes are charged to the quota and, once it is

@@ -4,7 +4,7 @@
 //
 // Every figure comes from the StatusReply; a figure the coordinator does not have yet is left out rather than
 // written as 0 (no validation loss before the first eval; no per-worker loss or tokens/s before that worker's first
-// push). Metric names and meanings are listed in README.md ("Observability") and in metrics_text.cc.
+// push). Metric names and meanings are listed in docs/operations.md ("Observability") and in metrics_text.cc.
 #pragma once
 
 #include <string>

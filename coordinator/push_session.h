@@ -8,7 +8,7 @@
 // ChunkStreamReader (name, dtype, shape, offset, count, byte count for its codec, codec parameters) and then by
 // CoordinatorCore::FoldChunk (NaN/Inf). The first refusal ends the session: the push is aborted (if some chunks were
 // already folded, the round's aggregation restarts, so a refused push never reaches the global model) and the same
-// status is returned for anything that follows. The refusals and their messages are listed in README.md
+// status is returned for anything that follows. The refusals and their messages are listed in docs/operations.md
 // ("Errors a push can get").
 //
 // Ownership: borrows the CoordinatorCore, which must outlive it. Not thread-safe: one session per stream, called

@@ -1,5 +1,6 @@
 // RoundAccumulator: the token-weighted sum of the pseudo-gradients pushed in one round, folded chunk by chunk as
-// they arrive, so memory is one float32 copy of the parameters whatever the number of workers (DESIGN.md §2).
+// they arrive, so memory is one float32 copy of the parameters whatever the number of workers (docs/development.md,
+// "Architecture").
 //   sum_t = sum_i w_i * delta_i        (w_i = tokens worker i processed; Fold adds w_i * chunk)
 //   delta = sum_t / sum_i w_i          (Average)
 // Shapes: one float32 tensor per model parameter, in parameter order. Not thread-safe: the coordinator calls it

@@ -1,4 +1,4 @@
-// Tensor <-> chunk stream: how named tensors travel over gRPC (DESIGN.md §2).
+// Tensor <-> chunk stream: how named tensors travel over gRPC (docs/development.md, "Architecture").
 //
 // TensorChunker turns an ordered list of named tensors into TensorChunk messages of about `chunk_bytes` encoded
 // payload, lazily, one at a time (so a stream never holds more than one chunk), float32 tensors encoded with the

@@ -1,4 +1,5 @@
-// Transport security shared by the coordinator, the workers and diloco-ctl (README "Security"): TLS credentials
+// Transport security shared by the coordinator, the workers and diloco-ctl (docs/operations.md "Security"): TLS
+// credentials
 // (server side, with mutual TLS when a CA is given; client side) built from PEM files, the shared-secret token that
 // every RPC carries as metadata ("authorization: Bearer <token>"), the constant-time token comparison the server
 // uses, and the loopback test behind the "plaintext on a public address" warning.

@@ -1,10 +1,11 @@
 // The worker's protocol decisions: what to do after each call to the coordinator, as pure functions of (call, gRPC
 // status, state) returning an action and a reason (the line the worker logs). Worker's loop (worker/worker.h)
 // follows them; tests/unit/protocol_decision_test.cc asserts on both for every code the coordinator documents
-// (README "Errors a push can get"). No clock, no network: the caller says whether the connect deadline has passed.
+// (docs/operations.md "Errors a push can get"). No clock, no network: the caller says whether the connect deadline has
+// passed.
 // Thread-safe (pure functions).
 //
-// By call (the status codes the coordinator sends, README "Errors a push can get"):
+// By call (the status codes the coordinator sends, docs/operations.md "Errors a push can get"):
 //   any call   UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, UNKNOWN: transient, retry after the backoff (Join: until
 //              workers.connect_timeout_s, unless this worker's own TLS check failed)
 //   Push       FAILED_PRECONDITION: the round moved on (late push, or the run is complete): pull the new round

@@ -1,9 +1,9 @@
 // `diloco-ctl generate`: samples text from a trained or imported model. The model is our checkpoint (--checkpoint, with
 // the run's YAML for model:) or a Hugging Face directory (--init-from, config.json + safetensors). Text prompts are
 // encoded and the result decoded by the tokenizer executable (diloco-tokenize encode/decode; SentencePiece cannot
-// share a process with protobuf, DESIGN.md §5) with the run's tokenizer: data.tokenizer (an HF directory's
-// tokenizer.model), else the run's token cache's. Decoding itself is worker/lm/generate.h (KV cache, greedy at
-// temperature 0). Offline (no coordinator); stateless.
+// share a process with protobuf, docs/development.md, "Platform hazards") with the run's tokenizer: data.tokenizer (an
+// HF directory's tokenizer.model), else the run's token cache's. Decoding itself is worker/lm/generate.h (KV cache,
+// greedy at temperature 0). Offline (no coordinator); stateless.
 #pragma once
 
 #include <cstdint>

@@ -20,7 +20,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "bench"))
-from train_reference import TransformerLM  # noqa: E402  (the benchmark's Python copy of worker/lm/transformer.cc)
+from train_reference import TransformerLM  # noqa: E402  (the benchmark's Python copy of worker/lm/arch_gpt.cc)
 
 
 class Bad(Exception):

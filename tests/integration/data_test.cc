@@ -1,4 +1,5 @@
-// Real data end to end (README "Data"): pre-tokenized files in nanoGPT's and llm.c's .bin formats (written by numpy
+// Real data end to end (docs/models-and-data.md "Data"): pre-tokenized files in nanoGPT's and llm.c's .bin formats
+// (written by numpy
 // from the ids of tinyshakespeare) and a jsonl corpus with a bad line train a run through diloco-launch, and the
 // validation loss falls.
 #include <gtest/gtest.h>

@@ -108,7 +108,8 @@ TEST(Hetero, Bf16AutocastTrainsWithinTwoPercentOfFp32) {
   EXPECT_NE(bf16, fp32);
 }
 
-// Memory settings per worker (README "Bigger batches on a small device"): worker 0 accumulates micro-batches of 2 with
+// Memory settings per worker (docs/models-and-data.md "Bigger batches on a small device"): worker 0 accumulates
+// micro-batches of 2 with
 // activation checkpointing, worker 1 micro-batches of 4 (inner.batch_size 8). Each step is still the whole batch's,
 // so the run ends at the plain run's validation loss, to the fp32 rounding that AdamW and the rounds carry along
 // (measured: 4.3489057 against 4.3489059, 5e-8 relative; the bound is 1e-4).

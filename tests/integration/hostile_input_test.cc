@@ -2,7 +2,8 @@
 // real diloco-worker processes while a raw gRPC client (the generated stub, not worker/client.cc, so that it can
 // send malformed streams) joins as a third member and sends one push of each bad kind: wrong fingerprint, stale
 // round, wrong shape, wrong dtype, truncated stream, oversized chunk, NaN, and more. Each must get its own gRPC code
-// and message (README.md "Errors a push can get"); the coordinator keeps serving, the good workers contribute to
+// and message (docs/operations.md, "Errors a push can get"); the coordinator keeps serving, the good workers contribute
+// to
 // every round, the bad member never does, and the run ends at the validation loss of the same run without the
 // hostile client (so no refused push reached the global model).
 #include <grpcpp/grpcpp.h>

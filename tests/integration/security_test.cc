@@ -1,4 +1,5 @@
-// Transport security of a real run (README "Security"): a diloco-coordinator on 127.0.0.1 with mutual TLS and a
+// Transport security of a real run (docs/operations.md "Security"): a diloco-coordinator on 127.0.0.1 with mutual TLS
+// and a
 // shared token (certificates from scripts/make-certs) trains config/tiny.yaml with two good workers while
 // intruders try to get in: a worker without a client certificate, one whose certificate another CA signed, one with
 // a wrong token, a plaintext worker, diloco-ctl without the token, and a raw gRPC client with a wrong token. Each is

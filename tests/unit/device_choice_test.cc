@@ -1,4 +1,5 @@
-// ChooseDevice (worker/device_choice.h): every row of the device rules, with the CUDA facts of machines we do not have.
+// ChooseDevice (worker/lm/device_choice.h): every row of the device rules, with the CUDA facts of machines we do not
+// have.
 #include "worker/lm/device_choice.h"
 
 #include <gtest/gtest.h>

@@ -1,9 +1,9 @@
-// The include rules of DESIGN.md §3, checked on the source tree: coordinator and worker never include each other
-// (one named exception: coordinator/model_host.{h,cc} hosts the model of worker/lm), proto/ and config/ include
-// neither, the launcher (scripts/launch) speaks only proto/ and config/, and diloco-ctl (scripts/ctl) only those and
-// worker/lm's models and weight I/O. proto/ may include config/config_enums.h,
-// the config's plain enum vocabulary (no code, no dependencies). A forbidden include fails this test with the file,
-// the line and the rule it breaks.
+// The include rules (docs/development.md, "Layout"), checked on the source tree: coordinator and worker never include
+// each other (one named exception: coordinator/model_host.{h,cc} hosts the model of worker/lm), proto/ and config/
+// include neither, the launcher (scripts/launch) speaks only proto/ and config/, and diloco-ctl (scripts/ctl) only
+// those and worker/lm's models and weight I/O. proto/ may include config/config_enums.h, the config's plain enum
+// vocabulary (no code, no dependencies). A forbidden include fails this test with the file, the line and the rule it
+// breaks.
 #include <gtest/gtest.h>
 #include <unistd.h>
 

@@ -1,4 +1,5 @@
-// The worker's decisions on each gRPC status (worker/protocol_decision.h): every code of README "Errors a push can
+// The worker's decisions on each gRPC status (worker/protocol_decision.h): every code of docs/operations.md "Errors a
+// push can
 // get", and the Join / Pull / Heartbeat codes the loop handles; action, exit code and reason.
 #include "worker/protocol_decision.h"
 
@@ -26,7 +27,7 @@ ProtocolDecision Push(const absl::Status& status, LatePolicy policy = LatePolicy
   return DecideOnStatus(ProtocolCall::kPush, status, s);
 }
 
-// Each row of README "Errors a push can get": the code the coordinator sends and what the worker does.
+// Each row of docs/operations.md "Errors a push can get": the code the coordinator sends and what the worker does.
 TEST(ProtocolDecisionTest, PushErrorsTheCoordinatorDocuments) {
   struct Row {
     absl::Status status;

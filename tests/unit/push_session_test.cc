@@ -1,5 +1,6 @@
 // PushSession (coordinator/push_session.h) driven with hand-made push streams, no network: every kind of bad message
-// gets its own gRPC code and message (the table "Errors a push can get" in README.md), and a round that saw every
+// gets its own gRPC code and message (the table "Errors a push can get" in docs/operations.md), and a round that saw
+// every
 // kind of refused push ends with exactly (bit for bit) the global model of a round that never saw them.
 // Rounds are closed with CoordinatorCore::Poll() under an injected clock, so nothing here waits on time.
 #include "coordinator/push_session.h"

@@ -17,7 +17,9 @@ int CudaIndex(const std::string& spec) {
 }
 
 std::string Available(const CudaFacts& cuda) {
-  if (!cuda.built) return "this build's LibTorch has no CUDA (Debian's CPU LibTorch; see README, Two LibTorch builds)";
+  if (!cuda.built) {
+    return "this build's LibTorch has no CUDA (Debian's CPU LibTorch; see docs/operations.md, Two LibTorch builds)";
+  }
   if (cuda.devices == 0) return "this machine shows no CUDA device";
   return absl::StrCat("this machine has ", cuda.devices, " CUDA device", cuda.devices == 1 ? "" : "s", " (cuda:0",
                       cuda.devices > 1 ? absl::StrCat("..cuda:", cuda.devices - 1) : "", ")");

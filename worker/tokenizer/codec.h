@@ -1,5 +1,5 @@
 // The `encode` / `decode` subcommands of diloco-tokenize, which `diloco-ctl generate` calls because it cannot load
-// SentencePiece itself (DESIGN.md §5):
+// SentencePiece itself (docs/development.md, "Platform hazards"):
 //   diloco-tokenize encode --model M --text TEXT   prints TEXT's token ids, space-separated, on one line
 //   diloco-tokenize decode --model M --ids "1 2 3" prints the text of the ids (no newline added)
 // A model with a newline id ("<nl>" in one this tool trained, "<0x0A>" in a byte-fallback one) encodes '\n' as it,

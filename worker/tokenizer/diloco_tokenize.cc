@@ -9,7 +9,8 @@
 //   encode / decode: one prompt through a model, for `diloco-ctl generate` (codec.h).
 //
 // It runs as its own process and links nothing that loads protobuf or abseil: Debian's libsentencepiece carries its
-// own protobuf-lite and crashes next to libprotobuf (DESIGN.md §5). The final summary is one line on stdout.
+// own protobuf-lite and crashes next to libprotobuf (docs/development.md, "Platform hazards"). The final summary is one
+// line on stdout.
 #include <sentencepiece_processor.h>
 #include <sys/stat.h>
 
