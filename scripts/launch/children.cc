@@ -127,7 +127,9 @@ int Children::Reap() {
   for (Child& c : children_) {
     const int code = c.process.Wait();
     if (c.pump.joinable()) c.pump.join();
-    if (code != 0 && !c.stopped_by_us) Say(c.name + " exited with code " + std::to_string(code));
+    // A child that StopAll's SIGTERM ended (130, or 143 if it had no handler) is not news; any other failure is.
+    const bool stopped = c.stopped_by_us && (code == 130 || code == 128 + SIGTERM);
+    if (code != 0 && !stopped) Say(c.name + " exited with code " + std::to_string(code));
     if (code != 0) worst = code;
   }
   return worst == 0 ? 0 : 1;

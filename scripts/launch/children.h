@@ -62,8 +62,8 @@ class Children {
   // SIGTERM to every child still running (the last started first: workers leave before the coordinator stops), then
   // SIGKILL to any that has not exited after 10 s.
   void StopAll();
-  // Waits for every child, joins its pump, reports each non-zero exit of a child that was not stopped by StopAll;
-  // returns 0 if every child exited 0, else 1.
+  // Waits for every child, joins its pump, reports each non-zero exit but those StopAll's SIGTERM caused; returns 0 if
+  // every child exited 0, else 1.
   int Reap();
 
  private:
