@@ -8,7 +8,10 @@
 // [--set k=v], or the flags --tls-ca, --tls-cert, --tls-key, --token-file, --server-name (which win).
 // status, leave and checkpoint are a thin front end: they speak the protocol in proto/ and use nothing of
 // coordinator/ or worker/. export works offline on a checkpoint file and needs the checkpoint reader and the model
-// (scripts/ctl/export.h); exit code 2 for a missing file or bad flag/config, 1 for any other failure.
+// (scripts/ctl/export.h). Exit codes: 0 done; 2 bad input (a flag, the config, a missing file; which error codes count
+// is each command's, kExportInput and kGenerateInput below); 1 any other failure (the coordinator unreachable or
+// refusing, a corrupt checkpoint, an unwritable output). Every command's steps return absl::Status; Finish() is the one
+// place that prints the error (one line on stderr, "diloco-ctl: error: ...") and picks the exit code.
 #include <grpcpp/grpcpp.h>
 
 #include <CLI/CLI.hpp>
@@ -18,6 +21,7 @@
 #include <iostream>
 #include <thread>
 
+#include "absl/types/span.h"
 #include "config/config_loader.h"
 #include "proto/diloco.grpc.pb.h"
 #include "proto/status_json.h"
@@ -74,10 +78,10 @@ void PrintHuman(const diloco::StatusReply& s) {
   }
 }
 
-// Redraws the status table every interval_s; returns 0 once the run is complete, 1 if the coordinator cannot be
-// reached (after it was complete, 0: the coordinator exits at the end of a run).
-int Watch(diloco::Coordinator::Stub& stub, const std::string& addr, double timeout_s, double interval_s,
-          const diloco::TransportSecurity& security) {
+// Redraws the status table every interval_s until the run is complete; an error once the coordinator cannot be
+// reached (after it was complete, OK: the coordinator exits at the end of a run).
+absl::Status Watch(diloco::Coordinator::Stub& stub, const std::string& addr, double timeout_s, double interval_s,
+                   const diloco::TransportSecurity& security) {
   bool complete = false;
   while (true) {
     grpc::ClientContext ctx;
@@ -86,15 +90,14 @@ int Watch(diloco::Coordinator::Stub& stub, const std::string& addr, double timeo
     diloco::StatusReply reply;
     grpc::Status s = stub.GetStatus(&ctx, diloco::StatusRequest(), &reply);
     if (!s.ok()) {
-      if (complete) return 0;
-      std::cerr << "diloco-ctl: error: coordinator " << addr << ": " << s.error_message() << "\n";
-      return 1;
+      if (complete) return absl::OkStatus();
+      return absl::UnavailableError("coordinator " + addr + ": " + s.error_message());
     }
     printf("\033[H\033[2J");  // clear the terminal
     PrintHuman(reply);
     fflush(stdout);
     complete = reply.phase() == "complete";
-    if (complete) return 0;
+    if (complete) return absl::OkStatus();
     std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(interval_s * 1000)));
   }
 }
@@ -117,66 +120,70 @@ absl::StatusOr<diloco::TransportSecurity> LoadSecurity(const std::string& config
   return diloco::LoadTransportSecurity(flags);
 }
 
-int RunExport(const diloco::ExportOptions& options) {
+absl::Status RunExport(const diloco::ExportOptions& options) {
   auto result = diloco::ExportCheckpoint(options);
-  if (!result.ok()) {
-    std::cerr << "diloco-ctl: error: export: " << result.status().message() << "\n";
-    const absl::StatusCode code = result.status().code();
-    return code == absl::StatusCode::kNotFound || code == absl::StatusCode::kInvalidArgument ||
-                   code == absl::StatusCode::kUnimplemented
-               ? 2
-               : 1;
-  }
+  if (!result.ok()) return result.status();
   std::cout << "exported round " << result->round << " (" << result->parameters << " parameters) to "
             << result->weights_path << "; model config " << result->config_path;
   if (!result->tokenizer_path.empty()) std::cout << "; tokenizer " << result->tokenizer_path;
   if (!result->files.empty()) std::cout << "; " << result->files.size() << " files";
   std::cout << "\n";
-  return 0;
+  return absl::OkStatus();
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"Control and inspect a running DiLoCo coordinator"};
-  app.require_subcommand(1);
+// The flags of status, leave and checkpoint (the commands that speak to a coordinator).
+struct RpcFlags {
   std::string addr, worker_id;
   bool json = false, watch = false;
   double timeout_s = 5, interval_s = 2;
-  CLI::App* status = app.add_subcommand("status", "print the run's status");
-  status->add_flag("--json", json, "one JSON object instead of a table");
-  status->add_flag("--watch", watch, "refresh the table until the run completes or the coordinator goes away");
-  status->add_option("--interval", interval_s, "seconds between refreshes with --watch");
-  CLI::App* leave = app.add_subcommand("leave", "ask a worker to leave the run");
-  leave->add_option("--id", worker_id, "worker id")->required();
-  CLI::App* checkpoint = app.add_subcommand("checkpoint", "write a checkpoint now");
   std::string run_config;
   std::vector<std::string> run_overrides;
-  diloco::TransportSecurityFiles security_flags;
+  diloco::TransportSecurityFiles security;
+};
+
+struct RpcCommands {
+  CLI::App* status;
+  CLI::App* leave;
+  CLI::App* checkpoint;
+};
+
+RpcCommands AddRpcCommands(CLI::App& app, RpcFlags& f) {
+  CLI::App* status = app.add_subcommand("status", "print the run's status");
+  status->add_flag("--json", f.json, "one JSON object instead of a table");
+  status->add_flag("--watch", f.watch, "refresh the table until the run completes or the coordinator goes away");
+  status->add_option("--interval", f.interval_s, "seconds between refreshes with --watch");
+  CLI::App* leave = app.add_subcommand("leave", "ask a worker to leave the run");
+  leave->add_option("--id", f.worker_id, "worker id")->required();
+  CLI::App* checkpoint = app.add_subcommand("checkpoint", "write a checkpoint now");
   for (CLI::App* sub : {status, leave, checkpoint}) {
-    sub->add_option("--addr", addr, "coordinator address HOST:PORT")->required();
-    sub->add_option("--timeout", timeout_s, "seconds to wait for the coordinator");
-    sub->add_option("--config", run_config, "the run's YAML config: its security.* keys (TLS, token) are used");
-    sub->add_option("--set", run_overrides, "section.key=value override of --config (repeatable)");
-    sub->add_option("--tls-ca", security_flags.tls_ca, "CA bundle verifying the coordinator (turns TLS on)");
-    sub->add_option("--tls-cert", security_flags.tls_cert, "client certificate for mutual TLS (PEM)");
-    sub->add_option("--tls-key", security_flags.tls_key, "private key of --tls-cert (PEM)");
-    sub->add_option("--token-file", security_flags.token_file, "file holding the run's shared token");
-    sub->add_option("--server-name", security_flags.server_name, "TLS name to verify instead of the address's host");
+    sub->add_option("--addr", f.addr, "coordinator address HOST:PORT")->required();
+    sub->add_option("--timeout", f.timeout_s, "seconds to wait for the coordinator");
+    sub->add_option("--config", f.run_config, "the run's YAML config: its security.* keys (TLS, token) are used");
+    sub->add_option("--set", f.run_overrides, "section.key=value override of --config (repeatable)");
+    sub->add_option("--tls-ca", f.security.tls_ca, "CA bundle verifying the coordinator (turns TLS on)");
+    sub->add_option("--tls-cert", f.security.tls_cert, "client certificate for mutual TLS (PEM)");
+    sub->add_option("--tls-key", f.security.tls_key, "private key of --tls-cert (PEM)");
+    sub->add_option("--token-file", f.security.token_file, "file holding the run's shared token");
+    sub->add_option("--server-name", f.security.server_name, "TLS name to verify instead of the address's host");
   }
-  diloco::ExportOptions export_options;
+  return {status, leave, checkpoint};
+}
+
+CLI::App* AddExportCommand(CLI::App& app, diloco::ExportOptions& o) {
   CLI::App* export_cmd = app.add_subcommand("export", "write a checkpoint's model as safetensors + a model JSON");
-  export_cmd->add_option("--checkpoint", export_options.checkpoint, "a coordinator checkpoint file")->required();
-  export_cmd->add_option("--config", export_options.config, "the run's YAML config (supplies model:)")->required();
-  export_cmd->add_option("--set", export_options.overrides, "section.key=value override of the config (repeatable)");
-  export_cmd->add_option("--format", export_options.format,
+  export_cmd->add_option("--checkpoint", o.checkpoint, "a coordinator checkpoint file")->required();
+  export_cmd->add_option("--config", o.config, "the run's YAML config (supplies model:)")->required();
+  export_cmd->add_option("--set", o.overrides, "section.key=value override of the config (repeatable)");
+  export_cmd->add_option("--format", o.format,
                          "safetensors (our names + model JSON) | hf (a Hugging Face model directory)");
-  export_cmd->add_option("--out", export_options.out, "output file, e.g. model.safetensors; with hf a directory")
-      ->required();
-  export_cmd->add_option("--dtype", export_options.dtype, "hf: weights as fp32 | bf16");
-  export_cmd->add_option("--max-shard-size", export_options.max_shard_size,
+  export_cmd->add_option("--out", o.out, "output file, e.g. model.safetensors; with hf a directory")->required();
+  export_cmd->add_option("--dtype", o.dtype, "hf: weights as fp32 | bf16");
+  export_cmd->add_option("--max-shard-size", o.max_shard_size,
                          "hf: bytes per safetensors shard (above it: shards + index, as save_pretrained)");
-  diloco::GenerateCommand gen;
+  return export_cmd;
+}
+
+CLI::App* AddGenerateCommand(CLI::App& app, diloco::GenerateCommand& gen) {
   CLI::App* generate = app.add_subcommand("generate", "sample text from a checkpoint or a Hugging Face model");
   generate->add_option("--config", gen.config, "the run's YAML config (model:, data:)")->required();
   generate->add_option("--set", gen.overrides, "section.key=value override of the config (repeatable)");
@@ -190,45 +197,72 @@ int main(int argc, char** argv) {
   generate->add_option("--seed", gen.seed, "sampling seed");
   generate->add_flag("--print-ids", gen.print_ids, "print only the new token ids, space-separated");
   generate->add_flag("--ignore-eos", gen.ignore_eos, "go on past the model's EOS token");
-  CLI11_PARSE(app, argc, argv);
-  if (*export_cmd) return RunExport(export_options);
-  if (*generate) return diloco::RunGenerate(gen);
+  return generate;
+}
 
-  auto security = LoadSecurity(run_config, run_overrides, security_flags);
-  if (!security.ok()) {
-    std::cerr << "diloco-ctl: error: " << security.status().message() << "\n";
-    return 2;
-  }
+// status, leave or checkpoint against the coordinator at f.addr; an RPC error names the coordinator (and a TLS hint).
+absl::Status RunRpc(const RpcCommands& commands, const RpcFlags& f, const diloco::TransportSecurity& security) {
   grpc::ChannelArguments channel_args;
-  diloco::ApplyChannelArguments(*security, &channel_args);
+  diloco::ApplyChannelArguments(security, &channel_args);
   auto stub = diloco::Coordinator::NewStub(
-      grpc::CreateCustomChannel(addr, diloco::MakeChannelCredentials(*security), channel_args));
-  if (*status && watch) return Watch(*stub, addr, timeout_s, interval_s, *security);
+      grpc::CreateCustomChannel(f.addr, diloco::MakeChannelCredentials(security), channel_args));
+  if (*commands.status && f.watch) return Watch(*stub, f.addr, f.timeout_s, f.interval_s, security);
   grpc::ClientContext ctx;
-  diloco::AttachToken(*security, &ctx);
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int>(timeout_s * 1000)));
+  diloco::AttachToken(security, &ctx);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int>(f.timeout_s * 1000)));
   grpc::Status s;
-  if (*status) {
+  if (*commands.status) {
     diloco::StatusReply reply;
     s = stub->GetStatus(&ctx, diloco::StatusRequest(), &reply);
-    if (s.ok() && json) std::cout << diloco::StatusToJson(reply).dump() << "\n";
-    if (s.ok() && !json) PrintHuman(reply);
-  } else if (*leave) {
+    if (s.ok() && f.json) std::cout << diloco::StatusToJson(reply).dump() << "\n";
+    if (s.ok() && !f.json) PrintHuman(reply);
+  } else if (*commands.leave) {
     diloco::DrainRequest request;
-    request.set_worker_id(worker_id);
+    request.set_worker_id(f.worker_id);
     diloco::DrainReply reply;
     s = stub->Drain(&ctx, request, &reply);
-    if (s.ok()) std::cout << "worker " << worker_id << " asked to leave; it leaves at its next heartbeat\n";
-  } else if (*checkpoint) {
+    if (s.ok()) std::cout << "worker " << f.worker_id << " asked to leave; it leaves at its next heartbeat\n";
+  } else if (*commands.checkpoint) {
     diloco::CheckpointReply reply;
     s = stub->Checkpoint(&ctx, diloco::CheckpointRequest(), &reply);
     if (s.ok()) std::cout << "checkpoint of round " << reply.round() << ": " << reply.path() << "\n";
   }
-  if (!s.ok()) {
-    const std::string hint = diloco::TlsHint(s.error_message(), security->client_tls());
-    std::cerr << "diloco-ctl: error: coordinator " << addr << ": " << s.error_message() << (hint.empty() ? "" : "; ")
-              << hint << "\n";
-    return 1;
-  }
-  return 0;
+  if (s.ok()) return absl::OkStatus();
+  const std::string hint = diloco::TlsHint(s.error_message(), security.client_tls());
+  return absl::UnavailableError("coordinator " + f.addr + ": " + s.error_message() + (hint.empty() ? "" : "; ") + hint);
+}
+
+// The error codes each command counts as bad input (exit 2): a flag, the config, a missing or unusable input file.
+constexpr absl::StatusCode kExportInput[] = {absl::StatusCode::kNotFound, absl::StatusCode::kInvalidArgument,
+                                             absl::StatusCode::kUnimplemented};
+constexpr absl::StatusCode kGenerateInput[] = {absl::StatusCode::kNotFound, absl::StatusCode::kInvalidArgument,
+                                               absl::StatusCode::kFailedPrecondition};
+
+// The one place diloco-ctl ends with an error: prints "diloco-ctl: error: [what: ]message" (one line on stderr) and
+// returns 2 when the error's code is one of `bad_input`, else `other_exit`; 0 when `status` is OK.
+int Finish(const absl::Status& status, const std::string& what, absl::Span<const absl::StatusCode> bad_input,
+           int other_exit = 1) {
+  if (status.ok()) return 0;
+  std::cerr << "diloco-ctl: error: " << what << (what.empty() ? "" : ": ") << status.message() << "\n";
+  return std::find(bad_input.begin(), bad_input.end(), status.code()) != bad_input.end() ? 2 : other_exit;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Control and inspect a running DiLoCo coordinator"};
+  app.require_subcommand(1);
+  RpcFlags rpc;
+  const RpcCommands rpc_commands = AddRpcCommands(app, rpc);
+  diloco::ExportOptions export_options;
+  CLI::App* export_cmd = AddExportCommand(app, export_options);
+  diloco::GenerateCommand gen;
+  CLI::App* generate = AddGenerateCommand(app, gen);
+  CLI11_PARSE(app, argc, argv);
+  if (*export_cmd) return Finish(RunExport(export_options), "export", kExportInput);
+  if (*generate) return Finish(diloco::RunGenerate(gen), "generate", kGenerateInput);
+
+  auto security = LoadSecurity(rpc.run_config, rpc.run_overrides, rpc.security);
+  if (!security.ok()) return Finish(security.status(), "", {}, /*other_exit=*/2);  // bad security keys or files
+  return Finish(RunRpc(rpc_commands, rpc, *security), "", {});                     // a failed RPC: exit 1
 }

@@ -97,34 +97,25 @@ absl::StatusOr<std::vector<int64_t>> PromptIds(const GenerateCommand& c, const C
   return ids;
 }
 
-int Fail(const absl::Status& s) {
-  std::cerr << "diloco-ctl: error: generate: " << s.message() << "\n";
-  const absl::StatusCode code = s.code();
-  return code == absl::StatusCode::kNotFound || code == absl::StatusCode::kInvalidArgument ||
-                 code == absl::StatusCode::kFailedPrecondition
-             ? 2
-             : 1;
-}
-
 }  // namespace
 
-int RunGenerate(const GenerateCommand& c) {
+absl::Status RunGenerate(const GenerateCommand& c) {
   if (c.checkpoint.empty() == c.init_from.empty()) {
-    return Fail(absl::InvalidArgumentError("pass exactly one of --checkpoint and --init-from"));
+    return absl::InvalidArgumentError("pass exactly one of --checkpoint and --init-from");
   }
   if (c.prompt.empty() == c.prompt_ids.empty()) {
-    return Fail(absl::InvalidArgumentError("pass exactly one of --prompt and --prompt-ids"));
+    return absl::InvalidArgumentError("pass exactly one of --prompt and --prompt-ids");
   }
   std::vector<std::string> overrides = c.overrides;
   if (!c.init_from.empty()) overrides.push_back("model.init_from=" + c.init_from);  // config.json fills model:
   auto config = LoadConfig(c.config, overrides);
-  if (!config.ok()) return Fail(config.status());
+  if (!config.ok()) return config.status();
   if (!c.checkpoint.empty()) config->model.init_from = c.checkpoint;  // after the run's own init_from shaped model:
   auto model = LoadModel(*config);
-  if (!model.ok()) return Fail(model.status());
+  if (!model.ok()) return model.status();
   const std::string tokenizer = FindTokenizer(*config);
   auto prompt = PromptIds(c, *config, tokenizer);
-  if (!prompt.ok()) return Fail(prompt.status());
+  if (!prompt.ok()) return prompt.status();
   GenerateOptions options;
   options.max_new_tokens = c.max_new_tokens;
   options.temperature = c.temperature;
@@ -132,16 +123,16 @@ int RunGenerate(const GenerateCommand& c) {
   options.seed = c.seed;
   options.eos_id = c.ignore_eos ? -1 : config->model.eos_token_id;
   auto ids = Generate(**model, *prompt, config->model.MaxPositions(), options);
-  if (!ids.ok()) return Fail(ids.status());
+  if (!ids.ok()) return ids.status();
   if (c.print_ids || tokenizer.empty()) {
     if (!c.print_ids) std::cerr << "diloco-ctl: no tokenizer found: printing token ids\n";
     std::cout << absl::StrJoin(*ids, " ") << "\n";
-    return 0;
+    return absl::OkStatus();
   }
   auto text = RunTokenizer({"decode", "--model", tokenizer, "--ids", absl::StrJoin(*ids, " ")});
-  if (!text.ok()) return Fail(text.status());
+  if (!text.ok()) return text.status();
   std::cout << (c.prompt.empty() ? "" : c.prompt) << *text << "\n";
-  return 0;
+  return absl::OkStatus();
 }
 
 }  // namespace diloco

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+
 namespace diloco {
 
 struct GenerateCommand {
@@ -27,8 +29,9 @@ struct GenerateCommand {
   bool ignore_eos = false;  // go on past the model's EOS id
 };
 
-// Runs the command; prints the result to stdout and one error line to stderr. Exit code: 0, 2 for bad input (flags,
-// config, missing files, a model that does not match), 1 for other failures.
-int RunGenerate(const GenerateCommand& command);
+// Runs the command and prints the result to stdout. Errors: NotFound, InvalidArgument or FailedPrecondition for bad
+// input (flags, config, missing files, a model that does not match), another code for other failures; diloco-ctl prints
+// them.
+absl::Status RunGenerate(const GenerateCommand& command);
 
 }  // namespace diloco

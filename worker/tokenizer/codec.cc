@@ -7,15 +7,11 @@
 #include <vector>
 
 #include "worker/tokenizer/document_encoder.h"
+#include "worker/tokenizer/tokenize_error.h"
 #include "worker/tokenizer/tokenizer_model.h"
 
 namespace diloco::tokenize {
 namespace {
-
-int Fail(const std::string& message) {
-  std::cerr << "diloco-tokenize: error: " << message << "\n";
-  return 1;
-}
 
 // A prompt's ids: lines joined by the newline id when the model has one (as the shards encode text).
 std::string EncodePrompt(const sentencepiece::SentencePieceProcessor& sp, const std::string& text,
@@ -68,10 +64,10 @@ std::string DecodeIds(const sentencepiece::SentencePieceProcessor& sp, const std
 int RunCodec(bool encode, const std::string& model_path, const std::string& input) {
   sentencepiece::SentencePieceProcessor sp;
   const auto loaded = sp.Load(model_path);
-  if (!loaded.ok()) return Fail("cannot load the tokenizer " + model_path + ": " + loaded.ToString());
+  if (!loaded.ok()) throw TokenizeError("cannot load the tokenizer " + model_path + ": " + loaded.ToString());
   if (encode) {
     std::vector<int> ids;
-    if (std::string e = EncodePrompt(sp, input, &ids); !e.empty()) return Fail("encoding failed: " + e);
+    if (std::string e = EncodePrompt(sp, input, &ids); !e.empty()) throw TokenizeError("encoding failed: " + e);
     for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? " " : "") << ids[i];
     std::cout << "\n";
     return 0;
@@ -82,11 +78,11 @@ int RunCodec(bool encode, const std::string& model_path, const std::string& inpu
     try {
       ids.push_back(std::stoi(word));
     } catch (const std::exception&) {
-      return Fail("--ids: '" + word + "' is not a token id");
+      throw TokenizeError("--ids: '" + word + "' is not a token id");
     }
   }
   std::string text;
-  if (std::string e = DecodeIds(sp, ids, &text); !e.empty()) return Fail("decoding failed: " + e);
+  if (std::string e = DecodeIds(sp, ids, &text); !e.empty()) throw TokenizeError("decoding failed: " + e);
   std::cout << text;
   return 0;
 }

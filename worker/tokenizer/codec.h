@@ -10,7 +10,8 @@
 
 namespace diloco::tokenize {
 
-// Runs one subcommand, printing to stdout; the process exit code.
+// Runs one subcommand, printing to stdout; returns the process exit code (0). Throws TokenizeError (tokenize_error.h)
+// when the model cannot be loaded or the input is not valid.
 int RunCodec(bool encode, const std::string& model_path, const std::string& input);
 
 }  // namespace diloco::tokenize

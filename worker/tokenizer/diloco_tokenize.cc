@@ -11,6 +11,8 @@
 // It runs as its own process and links nothing that loads protobuf or abseil: Debian's libsentencepiece carries its
 // own protobuf-lite and crashes next to libprotobuf (docs/development.md, "Platform hazards"). The final summary is one
 // line on stdout.
+// Errors: every step throws TokenizeError (tokenize_error.h); main() is the one place that catches it, prints one line
+// ("diloco-tokenize: error: ...") and exits 1. Exit 3: stopped by --stop-after-shards (tests).
 #include <sentencepiece_processor.h>
 #include <sys/stat.h>
 
@@ -32,6 +34,7 @@
 #include "worker/tokenizer/progress_meter.h"
 #include "worker/tokenizer/shard_output.h"
 #include "worker/tokenizer/token_files.h"
+#include "worker/tokenizer/tokenize_error.h"
 #include "worker/tokenizer/tokenizer_model.h"
 
 namespace diloco::tokenize {
@@ -50,11 +53,6 @@ struct Options {
   uint64_t item_bytes = kWorkItemBytes;  // hidden, for tests: smaller work items (so small inputs make many shards)
   int stop_after_shards = 0;             // hidden, for the resume test: exit as if killed after this many shards
 };
-
-int Fail(const std::string& message) {
-  std::cerr << "diloco-tokenize: error: " << message << "\n";
-  return 1;
-}
 
 // Appends the paths of a list file (one a line) to *paths.
 std::string ReadList(const std::string& list, std::vector<std::string>* paths) {
@@ -116,30 +114,20 @@ void PrintResume(const ShardOutput& out, const SplitPlan& plan) {
   }
 }
 
-// Returns 0, 1 (error) or 3 (stopped by --stop-after-shards).
-int RunEncode(const Options& o, InputFormat format) {
-  SplitPlan plan;
-  if (std::string e = PlanSplit(format, o.inputs, o.val_inputs, o.val_fraction, &plan); !e.empty()) return Fail(e);
-  ShardOutput out;
-  bool resumed = false;
-  if (std::string e = out.Open(o.out, ResumeArgs(o), o.vocab_size, o.shard_tokens, &resumed); !e.empty()) {
-    return Fail(e);
+// Loads the tokenizer of the cache being written into *sp and checks it fits model.vocab_size.
+void LoadTokenizer(const Options& o, const ShardOutput& out, sentencepiece::SentencePieceProcessor* sp) {
+  if (const auto loaded = sp->Load(out.partial_dir() + "/tokenizer.model"); !loaded.ok()) {
+    throw TokenizeError("cannot load the tokenizer: " + loaded.ToString());
   }
-  if (resumed) {
-    PrintResume(out, plan);
-  } else {
-    if (std::string e = MakeTokenizer(o, plan, format, out.partial_dir()); !e.empty()) return Fail(e);
-    if (std::string e = out.Save(); !e.empty()) return Fail(e);
+  if (sp->GetPieceSize() > o.vocab_size) {
+    throw TokenizeError("the tokenizer has " + std::to_string(sp->GetPieceSize()) +
+                        " pieces, more than model.vocab_size (" + std::to_string(o.vocab_size) + ")");
   }
-  sentencepiece::SentencePieceProcessor sp;
-  if (const auto loaded = sp.Load(out.partial_dir() + "/tokenizer.model"); !loaded.ok()) {
-    return Fail("cannot load the tokenizer: " + loaded.ToString());
-  }
-  if (sp.GetPieceSize() > o.vocab_size) {
-    return Fail("the tokenizer has " + std::to_string(sp.GetPieceSize()) + " pieces, more than model.vocab_size (" +
-                std::to_string(o.vocab_size) + ")");
-  }
-  const DocumentEncoder encoder(sp, format, o.jsonl_field, o.on_bad_record == "skip");
+}
+
+// Encodes the training, then the validation split from where the output stands into its shards; returns true if
+// --stop-after-shards stopped it.
+bool EncodeSplits(const Options& o, const SplitPlan& plan, const DocumentEncoder& encoder, ShardOutput& out) {
   ProgressMeter meter(plan.Bytes(), out.record().bytes_done);
   bool stopped = false;
   for (int split = out.record().split; split < kDone && !stopped; ++split) {
@@ -155,16 +143,18 @@ int RunEncode(const Options& o, InputFormat format) {
           return !stopped;
         });
     meter.Finish();
-    if (!e.empty()) return Fail(e);
+    ThrowIfError(e);
     if (stopped) break;
     const SplitPosition next =
         split == kTrain ? SplitPosition{0, plan.val[0].begin, plan.val[0].first_line} : SplitPosition{};
-    if (std::string error = out.EndSplit(split, next); !error.empty()) return Fail(error);
+    ThrowIfError(out.EndSplit(split, next));
   }
-  if (stopped) {
-    std::cerr << "diloco-tokenize: stopped after " << o.stop_after_shards << " shards (--stop-after-shards)\n";
-    return 3;
-  }
+  return stopped;
+}
+
+// Writes the manifest, publishes the cache and prints the one-line summary.
+void FinishCache(const Options& o, const SplitPlan& plan, const sentencepiece::SentencePieceProcessor& sp,
+                 ShardOutput& out) {
   const SpecialIds special = SpecialIdsOf(sp);
   TokenManifest manifest;
   manifest.vocab_size = o.vocab_size;
@@ -174,7 +164,7 @@ int RunEncode(const Options& o, InputFormat format) {
   manifest.tokenizer = "tokenizer.model";
   const ResumeRecord record = out.record();
   std::ofstream(out.partial_dir() + "/args.json") << record.args.dump(1) << "\n";  // what made this cache, for people
-  if (std::string e = out.Finish(manifest); !e.empty()) return Fail(e);
+  ThrowIfError(out.Finish(manifest));
   uint64_t tokens[2] = {0, 0};
   for (int s = 0; s < 2; ++s) {
     for (uint64_t n : record.shards[s]) tokens[s] += n;
@@ -185,6 +175,29 @@ int RunEncode(const Options& o, InputFormat format) {
   std::cout << "diloco-tokenize: " << tokens[kTrain] << " train and " << tokens[kVal] << " validation tokens ("
             << record.documents << " documents, " << record.bad_records << " bad records skipped, " << plan.Bytes()
             << " bytes of text, vocab " << o.vocab_size << ") -> " << o.out << "\n";
+}
+
+// Returns 0, or 3 if stopped by --stop-after-shards; throws TokenizeError.
+int RunEncode(const Options& o, InputFormat format) {
+  SplitPlan plan;
+  ThrowIfError(PlanSplit(format, o.inputs, o.val_inputs, o.val_fraction, &plan));
+  ShardOutput out;
+  bool resumed = false;
+  ThrowIfError(out.Open(o.out, ResumeArgs(o), o.vocab_size, o.shard_tokens, &resumed));
+  if (resumed) {
+    PrintResume(out, plan);
+  } else {
+    ThrowIfError(MakeTokenizer(o, plan, format, out.partial_dir()));
+    ThrowIfError(out.Save());
+  }
+  sentencepiece::SentencePieceProcessor sp;
+  LoadTokenizer(o, out, &sp);
+  const DocumentEncoder encoder(sp, format, o.jsonl_field, o.on_bad_record == "skip");
+  if (EncodeSplits(o, plan, encoder, out)) {
+    std::cerr << "diloco-tokenize: stopped after " << o.stop_after_shards << " shards (--stop-after-shards)\n";
+    return 3;
+  }
+  FinishCache(o, plan, sp, out);
   return 0;
 }
 
@@ -192,20 +205,18 @@ int RunTokens(const Options& o) {
   TokenManifest manifest;
   manifest.vocab_size = o.vocab_size;
   const uint32_t width = o.token_dtype == "uint32" ? 4 : 2;
-  if (std::string e = PlanTokenFiles(o.inputs, o.val_inputs, o.val_fraction, width, o.vocab_size, o.threads, &manifest);
-      !e.empty()) {
-    return Fail(e);
-  }
+  ThrowIfError(PlanTokenFiles(o.inputs, o.val_inputs, o.val_fraction, width, o.vocab_size, o.threads, &manifest));
   const std::string partial = o.out + ".partial";
   std::error_code ec;
   std::filesystem::remove_all(partial, ec);
   std::filesystem::create_directories(partial, ec);
-  if (ec) return Fail("cannot create " + partial + ": " + ec.message());
+  if (ec) throw TokenizeError("cannot create " + partial + ": " + ec.message());
   std::ofstream(partial + "/args.json") << ResumeArgs(o).dump(1) << "\n";
   std::string error;
-  if (!WriteTokenManifest(partial + "/meta.json", manifest, &error)) return Fail(error);
+  if (!WriteTokenManifest(partial + "/meta.json", manifest, &error)) throw TokenizeError(error);
   std::filesystem::rename(partial, o.out, ec);
-  if (ec && !std::filesystem::is_directory(o.out)) return Fail("cannot rename " + partial + ": " + ec.message());
+  if (ec && !std::filesystem::is_directory(o.out))
+    throw TokenizeError("cannot rename " + partial + ": " + ec.message());
   if (ec) std::filesystem::remove_all(partial, ec);
   std::cout << "diloco-tokenize: " << manifest.TrainTokens() << " train and " << manifest.ValTokens()
             << " validation tokens (" << manifest.documents << " token files used in place, vocab " << o.vocab_size
@@ -213,14 +224,16 @@ int RunTokens(const Options& o) {
   return 0;
 }
 
-}  // namespace
-}  // namespace diloco::tokenize
+// The flags of the encode / decode subcommands.
+struct CodecFlags {
+  std::string model_path, input;
+  CLI::App* encode = nullptr;
+  CLI::App* decode = nullptr;
+};
 
-int main(int argc, char** argv) {
-  using diloco::tokenize::Options;
-  Options o;
-  CLI::App app{"Tokenize a run's inputs into DiLoCo token shards (the token cache)"};
-  std::string text;
+// The tokenizing flags into `o` (--text into `text`) and the encode / decode subcommands into `codec`; returns the
+// options that must be given unless a subcommand runs (--vocab-size, --out).
+std::vector<CLI::Option*> AddFlags(CLI::App& app, Options& o, std::string& text, CodecFlags& codec) {
   app.add_option("--text", text, "one input text file (the same as --input FILE --format text)");
   app.add_option("--input", o.inputs, "an input file (repeatable)");
   app.add_option("--input-list", o.input_list, "a file listing input files, one a line");
@@ -240,35 +253,54 @@ int main(int argc, char** argv) {
   app.add_option("--shard-tokens", o.shard_tokens, "ids per shard (cut at work-item boundaries)");
   app.add_option("--stop-after-shards", o.stop_after_shards)->group("");  // tests: exit 3 after N shards
   app.add_option("--work-item-bytes", o.item_bytes)->group("");           // tests: small work items
-  std::string model_path, codec_input;
-  CLI::App* encode = app.add_subcommand("encode", "print a text's token ids");
-  encode->add_option("--model", model_path, "SentencePiece model")->required();
-  encode->add_option("--text", codec_input, "the text")->required();
-  CLI::App* decode = app.add_subcommand("decode", "print the text of token ids");
-  decode->add_option("--model", model_path, "SentencePiece model")->required();
-  decode->add_option("--ids", codec_input, "token ids, space- or comma-separated")->required();
+  codec.encode = app.add_subcommand("encode", "print a text's token ids");
+  codec.encode->add_option("--model", codec.model_path, "SentencePiece model")->required();
+  codec.encode->add_option("--text", codec.input, "the text")->required();
+  codec.decode = app.add_subcommand("decode", "print the text of token ids");
+  codec.decode->add_option("--model", codec.model_path, "SentencePiece model")->required();
+  codec.decode->add_option("--ids", codec.input, "token ids, space- or comma-separated")->required();
+  return {vocab_opt, out_opt};
+}
+
+// The whole program but the error boundary: returns the exit code, throws TokenizeError.
+int Main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"Tokenize a run's inputs into DiLoCo token shards (the token cache)"};
+  std::string text;
+  CodecFlags codec;
+  const std::vector<CLI::Option*> required = AddFlags(app, o, text, codec);
   CLI11_PARSE(app, argc, argv);
-  if (*encode || *decode) {
-    if (*decode) std::replace(codec_input.begin(), codec_input.end(), ',', ' ');
-    return diloco::tokenize::RunCodec(static_cast<bool>(*encode), model_path, codec_input);
+  if (*codec.encode || *codec.decode) {
+    if (*codec.decode) std::replace(codec.input.begin(), codec.input.end(), ',', ' ');
+    return RunCodec(static_cast<bool>(*codec.encode), codec.model_path, codec.input);
   }
-  for (CLI::Option* opt : {vocab_opt, out_opt}) {
-    if (opt->count() == 0) {
-      return diloco::tokenize::Fail(opt->get_name() + " is required (or use the encode / decode subcommand)");
-    }
+  for (CLI::Option* opt : required) {
+    if (opt->count() == 0)
+      throw TokenizeError(opt->get_name() + " is required (or use the encode / decode subcommand)");
   }
   if (!text.empty()) o.inputs.insert(o.inputs.begin(), text);
-  if (std::string e = diloco::tokenize::ReadList(o.input_list, &o.inputs); !e.empty()) {
-    return diloco::tokenize::Fail(e);
-  }
-  if (std::string e = diloco::tokenize::ReadList(o.val_input_list, &o.val_inputs); !e.empty()) {
-    return diloco::tokenize::Fail(e);
-  }
+  ThrowIfError(ReadList(o.input_list, &o.inputs));
+  ThrowIfError(ReadList(o.val_input_list, &o.val_inputs));
   if (o.threads <= 0) o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (o.shard_tokens == 0 || o.item_bytes == 0) {
-    return diloco::tokenize::Fail("--shard-tokens and --work-item-bytes must be positive");
+    throw TokenizeError("--shard-tokens and --work-item-bytes must be positive");
   }
-  if (o.format == "tokens") return diloco::tokenize::RunTokens(o);
-  return diloco::tokenize::RunEncode(
-      o, o.format == "jsonl" ? diloco::tokenize::InputFormat::kJsonl : diloco::tokenize::InputFormat::kText);
+  if (o.format == "tokens") return RunTokens(o);
+  return RunEncode(o, o.format == "jsonl" ? InputFormat::kJsonl : InputFormat::kText);
+}
+
+}  // namespace
+}  // namespace diloco::tokenize
+
+// The one place diloco-tokenize ends with an error: one line on stderr and the exit code.
+int main(int argc, char** argv) {
+  try {
+    return diloco::tokenize::Main(argc, argv);
+  } catch (const diloco::tokenize::TokenizeError& e) {
+    std::cerr << "diloco-tokenize: error: " << e.what() << "\n";
+    return e.exit_code();
+  } catch (const std::exception& e) {  // e.g. a filesystem or JSON error a step did not expect
+    std::cerr << "diloco-tokenize: error: " << e.what() << "\n";
+    return 1;
+  }
 }
