@@ -48,7 +48,7 @@ struct ProtocolState {
 struct ProtocolDecision {
   ProtocolAction action = ProtocolAction::kProceed;
   std::string reason;       // for the log; Push reasons are logged after "round N: "
-  int exit_code = 0;        // kGiveUp: the worker's exit code (worker/worker_loop.h WorkerExit)
+  int exit_code = 0;        // kGiveUp: the worker's exit code (worker/worker_options.h WorkerExit)
   bool keep_local = false;  // kNextRound: continue from the local parameters (late_policy reuse_local)
   std::string hint;         // Join kRetry: a hint about TLS to log once (TlsHint), "" if none
 };
