@@ -34,9 +34,8 @@ absl::Status Worker::Run(const TokenCache& cache) {
     if (leader_ && !followers_left_) leader_->Stop();
   } catch (const std::exception& e) {
     flags_.failed = true;
-    failure_ = WorkerError(kWorkerClusterFailed, absl::StrCat("worker cluster failed (a rank died or a collective "
-                                                              "broke): ",
-                                                              e.what(), "; leaving the run"));
+    const std::string why = absl::StrCat("worker cluster failed (a rank died or a collective broke): ", e.what());
+    failure_ = WorkerError(kWorkerClusterFailed, why + "; leaving the run");
   }
   return ShutDown(started);
 }
@@ -109,10 +108,9 @@ void Worker::RunRounds() {
       return;
     }
     assigned_steps_ = pulled->inner_steps;
-    if (pulled->round != round + 1 &&
-        (P > 1 || config_.comm.overlap_steps > 0)) {  // the run went on without us (or the
-      // coordinator restarted): start over. With one fragment and no overlap the pull just made holds all of theta:
-      // go on from it.
+    // The run went on without us (or the coordinator restarted): start over. With one fragment and no overlap the
+    // pull just made holds all of theta: go on from it.
+    if (pulled->round != round + 1 && (P > 1 || config_.comm.overlap_steps > 0)) {
       spdlog::info("round {}: the global model is at round {}; pulling all of it", round + 1, pulled->round);
       need_full_pull = true;
       continue;
