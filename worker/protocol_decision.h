@@ -1,8 +1,8 @@
 // The worker's protocol decisions: what to do after each call to the coordinator, as pure functions of (call, gRPC
-// status, state) returning an action and a reason (the line the worker logs). Worker's loop (worker/worker.h)
-// follows them; tests/unit/protocol_decision_test.cc asserts on both for every code the coordinator documents
-// (README "Errors a push can get"). No clock, no network: the caller says whether the connect deadline has passed.
-// Thread-safe (pure functions).
+// status, state) returning an action and a reason (the line the worker logs). The worker's CoordinatorSession
+// (worker/coordinator_session.h) follows them; tests/unit/protocol_decision_test.cc asserts on both for every code the
+// coordinator documents (README "Errors a push can get"). No clock, no network: the caller says whether the connect
+// deadline has passed. Thread-safe (pure functions).
 //
 // By call (the status codes the coordinator sends, README "Errors a push can get"):
 //   any call   UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, UNKNOWN: transient, retry after the backoff (Join: until
