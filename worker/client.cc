@@ -9,6 +9,8 @@
 #include "config/message_limit.h"
 #include "proto/grpc_status.h"
 #include "proto/tensor_chunks.h"
+#include "worker/round_result.h"
+#include "worker/tcp_pusher.h"
 
 namespace diloco {
 
@@ -21,7 +23,7 @@ CoordinatorClient::CoordinatorClient(const std::string& address, std::string wor
       chunk_bytes_(chunk_bytes),
       push_codec_(push_codec),
       security_(std::move(security)),
-      tcp_pusher_(address.substr(0, address.rfind(':')), security_.token, rpc_timeout_s) {
+      tcp_pusher_(std::make_unique<TcpPusher>(address.substr(0, address.rfind(':')), security_.token, rpc_timeout_s)) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
@@ -32,6 +34,8 @@ CoordinatorClient::CoordinatorClient(const std::string& address, std::string wor
   channel_ = grpc::CreateCustomChannel(address, MakeChannelCredentials(security_), args);
   stub_ = diloco::Coordinator::NewStub(channel_);
 }
+
+CoordinatorClient::~CoordinatorClient() = default;
 
 RequestMeta CoordinatorClient::Meta(int64_t round) const {
   RequestMeta meta;
@@ -87,7 +91,7 @@ absl::StatusOr<HeartbeatReply> CoordinatorClient::Heartbeat(int64_t round) {
   return reply;
 }
 
-absl::StatusOr<PullResult> CoordinatorClient::Pull(NamedTensors& theta, int fragment) {
+absl::StatusOr<PullResult> CoordinatorClient::Pull(ChunkAssembler& assembler, int fragment) {
   grpc::ClientContext ctx;
   Prepare(&ctx);
   PullRequest request;
@@ -96,7 +100,6 @@ absl::StatusOr<PullResult> CoordinatorClient::Pull(NamedTensors& theta, int frag
   std::unique_ptr<grpc::ClientReader<PullMessage>> reader = stub_->PullParameters(&ctx, request);
   PullMessage message;
   PullResult result;
-  ChunkAssembler assembler(theta);
   bool have_header = false;
   absl::Status error;
   while (reader->Read(&message)) {
@@ -121,15 +124,10 @@ absl::StatusOr<int64_t> CoordinatorClient::Push(int64_t round, const RoundResult
   PushMessage message;
   PushHeader* header = message.mutable_header();
   *header->mutable_meta() = Meta(round);
-  header->set_tokens(result.tokens);
-  header->set_inner_steps(result.steps);
-  header->set_loss(result.mean_loss);
-  header->set_seconds(result.seconds);
-  header->set_fragment(result.fragment);
-  header->set_data_epochs(result.data_epochs);
+  FillPushHeader(result.report, header);
   if (const int port = push_port_; port > 0) {
     TensorChunker chunker(result.pseudo_gradient, chunk_bytes_, push_codec_);
-    absl::StatusOr<int64_t> pushed = tcp_pusher_.Push(port, *header, chunker);
+    absl::StatusOr<int64_t> pushed = tcp_pusher_->Push(port, *header, chunker);
     if (pushed.ok() || !absl::IsUnavailable(pushed.status())) return pushed;
     // The TCP port failed (coordinator restarted on another port, the port unreachable, the connection cut, or the
     // coordinator closed it over a frame it refused): this attempt goes over gRPC, whose answer is the coordinator's

@@ -4,7 +4,9 @@
 // TCP connection: worker/tcp_pusher.h; a failed TCP push is sent again over gRPC). Errors come back as absl::Status
 // with the gRPC code (UNAVAILABLE: retry; ABORTED: push again; FAILED_PRECONDITION: round closed or config refused;
 // NOT_FOUND: not a member, Join again).
-// Thread-safe (gRPC stubs are); the heartbeat thread and the main loop share one client.
+// Compiles without LibTorch: the tensors come in as a ChunkAssembler (pull) and a RoundResult (push), declared here and
+// defined in proto/tensor_chunks.h and worker/round_result.h, which only client.cc includes.
+// Thread-safe (gRPC stubs are; TcpPusher pushes one at a time); the heartbeat thread and the exchange share one client.
 #pragma once
 
 #include <atomic>
@@ -12,13 +14,14 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "proto/codec.h"
 #include "proto/diloco.grpc.pb.h"
 #include "proto/transport_security.h"
-#include "worker/tcp_pusher.h"
-#include "worker/trainer.h"
 
 namespace diloco {
+
+class ChunkAssembler;  // proto/tensor_chunks.h
+class TcpPusher;       // worker/tcp_pusher.h
+struct RoundResult;    // worker/round_result.h
 
 struct PullResult {
   int64_t round = 0;
@@ -30,20 +33,22 @@ struct PullResult {
 class CoordinatorClient {
  public:
   // Pushes are encoded with push_codec (proto/codec.h); pulls decode whatever codec the coordinator sends.
+  // `fingerprint`: the model's (proto/tensor_spec.h), sent with every call.
   // `security`: TLS credentials of the channel and the token attached to every call (default: plaintext, none).
   CoordinatorClient(const std::string& address, std::string worker_id, std::string fingerprint, double rpc_timeout_s,
                     int64_t chunk_bytes, Codec push_codec, TransportSecurity security = {});
+  ~CoordinatorClient();
 
   // shard_hint >= 0: the shard this worker had (after a coordinator restart), kept if it is free.
   absl::StatusOr<JoinReply> Join(const ModelSpec& model, int32_t threads, const std::string& device,
                                  int32_t shard_hint = -1, int32_t fragments = 1, int32_t cluster_size = 1);
   absl::Status Leave(const std::string& reason);
   absl::StatusOr<HeartbeatReply> Heartbeat(int64_t round);
-  // Fills `theta` (from InnerTrainer::MakeParameterBuffers) with the current global parameters; with fragment >= 0,
-  // `theta` holds just that fragment's tensors (Streaming DiLoCo) and only they are pulled.
-  absl::StatusOr<PullResult> Pull(NamedTensors& theta, int fragment = -1);
-  // Sends the pseudo-gradient (of fragment result.fragment) computed against round `round`; returns the payload
-  // bytes sent.
+  // Streams the current global parameters into `into` (made over InnerTrainer::MakeParameterBuffers' tensors); with
+  // fragment >= 0, `into` holds just that fragment's tensors (Streaming DiLoCo) and only they are pulled.
+  absl::StatusOr<PullResult> Pull(ChunkAssembler& into, int fragment = -1);
+  // Sends the pseudo-gradient (of fragment result.report.fragment) computed against round `round`, after a header
+  // with the round's report (FillPushHeader); returns the payload bytes sent.
   absl::StatusOr<int64_t> Push(int64_t round, const RoundResult& result);
 
  private:
@@ -61,7 +66,7 @@ class CoordinatorClient {
   TransportSecurity security_;
   // comm.transport tcp: the push port the last Join named (0: push over gRPC) and the connection to it.
   std::atomic<int> push_port_{0};
-  TcpPusher tcp_pusher_;
+  std::unique_ptr<TcpPusher> tcp_pusher_;
 };
 
 }  // namespace diloco

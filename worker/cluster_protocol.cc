@@ -129,20 +129,17 @@ class Follower {
 
 }  // namespace
 
-int RunClusterFollower(const Config& config, const TokenCache& cache, const WorkerOptions& options,
-                       WorkerCluster& cluster, const std::atomic<bool>& stop) {
+absl::Status RunClusterFollower(const Config& config, const TokenCache& cache, const WorkerOptions& options,
+                                WorkerCluster& cluster, const std::atomic<bool>& stop) {
   try {
     CommandWords words{};
     cluster.BroadcastWords(words);  // the leader's Join told it the worker's shard
     const ClusterCommand first = DecodeCommand(words);
     const auto* shard = std::get_if<ShardCommand>(&first);
-    if (shard == nullptr) return kWorkerDone;  // StopCommand: the leader could not join
+    if (shard == nullptr) return absl::OkStatus();  // StopCommand: the leader could not join
     auto trainer = InnerTrainer::ForShard(config, cache.meta_path(), static_cast<int>(shard->shard_index),
                                           static_cast<int>(shard->shard_count), options.rank, cluster.size());
-    if (!trainer.ok()) {
-      spdlog::error("{}", std::string(trainer.status().message()));
-      return kWorkerConfigError;
-    }
+    if (!trainer.ok()) return WithExitCode(trainer.status(), kWorkerConfigError);
     InnerTrainer& t = **trainer;
     cluster.AttachTo(t, config.workers.check_replicas);
     Follower follower(config, cluster, t, stop);
@@ -150,14 +147,14 @@ int RunClusterFollower(const Config& config, const TokenCache& cache, const Work
                  shard->shard_index, shard->shard_count, shard->shard_index * cluster.size() + options.rank);
     follower.Serve();
   } catch (const std::exception& e) {
-    spdlog::error("worker cluster failed (rank {} of {}): {}; leaving", options.rank, cluster.size(), e.what());
-    return kWorkerClusterFailed;
+    return WorkerError(kWorkerClusterFailed, absl::StrCat("worker cluster failed (rank ", options.rank, " of ",
+                                                          cluster.size(), "): ", e.what(), "; leaving"));
   }
   if (config.workers.check_replicas) {
     spdlog::info("replica check: parameters identical to rank 0 after each of {} inner steps",
                  cluster.replica_checks());
   }
-  return kWorkerDone;
+  return absl::OkStatus();
 }
 
 }  // namespace diloco

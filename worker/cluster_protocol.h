@@ -16,11 +16,12 @@
 #include <cstdint>
 #include <variant>
 
+#include "absl/status/status.h"
 #include "config/config.h"
 #include "config/data_cache.h"
 #include "worker/cluster.h"
 #include "worker/trainer.h"
-#include "worker/worker_loop.h"
+#include "worker/worker_options.h"
 
 namespace diloco {
 
@@ -62,8 +63,9 @@ class ClusterLeader {
 };
 
 // The life of a rank > 0: waits for the leader's commands and does them until StopCommand (exit 0), a training
-// abandoned by the cluster's stop wish (exit 0), or a dead rank (exit 5, kWorkerClusterFailed).
-int RunClusterFollower(const Config& config, const TokenCache& cache, const WorkerOptions& options,
-                       WorkerCluster& cluster, const std::atomic<bool>& stop);
+// abandoned by the cluster's stop wish (both OK: exit 0), or a dead rank (exit 5, kWorkerClusterFailed), as a status
+// carrying its exit code (worker/worker_options.h).
+absl::Status RunClusterFollower(const Config& config, const TokenCache& cache, const WorkerOptions& options,
+                                WorkerCluster& cluster, const std::atomic<bool>& stop);
 
 }  // namespace diloco

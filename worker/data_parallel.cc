@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "absl/strings/str_cat.h"
 #include "config/text_file.h"
 #include "worker/cluster.h"
 #include "worker/lm/evaluate.h"
@@ -70,13 +71,14 @@ class DataParallelRun {
         cluster_size_(static_cast<int>(config.workers.cluster_size)),
         ranks_(static_cast<int>(config.workers.count) * cluster_size_) {}
 
-  // Returns a WorkerExit code on failure, -1 when ready to train.
-  int SetUp(const TokenCache& cache);
-  int TrainRounds();
+  // The start-up steps; an error carries its exit code (worker/worker_options.h).
+  absl::Status SetUp(const TokenCache& cache);
+  absl::Status TrainRounds();
   void Report() const;
 
  private:
-  int CheckOptions() const;
+  absl::Status CheckOptions() const;
+  absl::Status LoadTheta0();  // model.init_from, into the trainer
   void Evaluate(int64_t round);
   double Seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
 
@@ -98,61 +100,57 @@ class DataParallelRun {
   std::vector<DdpEval> evals_;
 };
 
-int DataParallelRun::CheckOptions() const {
+absl::Status DataParallelRun::CheckOptions() const {
   if (options_.rank < 0 || options_.rank >= ranks_) {
-    spdlog::error("--rank {}: must be in [0, workers.count x workers.cluster_size = {})", options_.rank, ranks_);
-    return kWorkerConfigError;
+    return WorkerError(kWorkerConfigError,
+                       absl::StrCat("--rank ", options_.rank,
+                                    ": must be in [0, workers.count x workers.cluster_size = ", ranks_, ")"));
   }
   if (options_.cluster_store.empty()) {
-    spdlog::error("--mode ddp: pass --rank and --cluster-store HOST:PORT (rank 0 hosts the store)");
-    return kWorkerConfigError;
+    return WorkerError(kWorkerConfigError,
+                       "--mode ddp: pass --rank and --cluster-store HOST:PORT (rank 0 hosts the store)");
   }
-  return -1;
+  return absl::OkStatus();
 }
 
-int DataParallelRun::SetUp(const TokenCache& cache) {
-  if (int code = CheckOptions(); code >= 0) return code;
+absl::Status DataParallelRun::LoadTheta0() {
+  LanguageModelPtr start = MakeLanguageModel(config_.model, config_.run.seed);
+  std::string source;
+  if (absl::Status s = LoadInitFrom(config_.model, *start, &source); !s.ok()) {
+    return WithExitCode(s, kWorkerConfigError);
+  }
+  trainer_->Load(NamedParameters(*start));  // through the trainer, which owns its parameters' storage
+  if (options_.rank == 0) spdlog::info("theta_0 from {}", source);
+  return absl::OkStatus();
+}
+
+absl::Status DataParallelRun::SetUp(const TokenCache& cache) {
+  if (absl::Status s = CheckOptions(); !s.ok()) return s;
   // Rank g reads what rank g % cs of DiLoCo worker g / cs reads.
   auto trainer =
       InnerTrainer::ForShard(config_, cache.meta_path(), options_.rank / cluster_size_,
                              static_cast<int>(config_.workers.count), options_.rank % cluster_size_, cluster_size_);
-  if (!trainer.ok()) {
-    spdlog::error("{}", std::string(trainer.status().message()));
-    return kWorkerConfigError;
-  }
+  if (!trainer.ok()) return WithExitCode(trainer.status(), kWorkerConfigError);
   trainer_ = std::move(*trainer);
   if (!config_.model.init_from.empty()) {  // every rank reads the same theta_0, as DiLoCo's workers pull it
-    LanguageModelPtr start = MakeLanguageModel(config_.model, config_.run.seed);
-    std::string source;
-    if (absl::Status s = LoadInitFrom(config_.model, *start, &source); !s.ok()) {
-      spdlog::error("{}", std::string(s.message()));
-      return kWorkerConfigError;
-    }
-    trainer_->Load(NamedParameters(*start));  // through the trainer, which owns its parameters' storage
-    if (options_.rank == 0) spdlog::info("theta_0 from {}", source);
+    if (absl::Status s = LoadTheta0(); !s.ok()) return s;
   }
   if (options_.rank == 0) {
     auto loaded = TokenData::Load(cache.meta_path(), TokenSplit::kVal, config_.model.seq_len);
-    if (!loaded.ok()) {
-      spdlog::error("{}", std::string(loaded.status().message()));
-      return kWorkerConfigError;
-    }
+    if (!loaded.ok()) return WithExitCode(loaded.status(), kWorkerConfigError);
     val_ = std::move(*loaded);
   }
   auto connected =
       WorkerCluster::Connect(options_.rank, ranks_, options_.cluster_store, config_.workers.cluster_timeout_s,
                              options_.cluster_bind, torch::Device(config_.workers.device));
-  if (!connected.ok()) {
-    spdlog::error("{}", std::string(connected.status().message()));
-    return kWorkerClusterFailed;
-  }
+  if (!connected.ok()) return WithExitCode(connected.status(), kWorkerClusterFailed);
   cluster_ = std::move(*connected);
   cluster_->AttachTo(*trainer_, config_.workers.check_replicas);
   for (const auto& p : trainer_->model()->parameters()) params_ += p.numel();
   bytes_per_step_ = ranks_ > 1 ? 2 * (ranks_ - 1) * 4 * params_ : 0;
   eval_model_ = MakeLanguageModel(config_.model, config_.run.seed);
   start_ = std::chrono::steady_clock::now();
-  return -1;
+  return absl::OkStatus();
 }
 
 void DataParallelRun::Evaluate(int64_t round) {
@@ -166,7 +164,7 @@ void DataParallelRun::Evaluate(int64_t round) {
                step * bytes_per_step_);
 }
 
-int DataParallelRun::TrainRounds() {
+absl::Status DataParallelRun::TrainRounds() {
   const int64_t eval_every = config_.coordinator.eval_every;
   if (options_.rank == 0) {
     spdlog::info("data parallel: {} ranks, batch {} each, {} steps, {} params", ranks_, config_.inner.batch_size,
@@ -192,10 +190,10 @@ int DataParallelRun::TrainRounds() {
                    Seconds(), evals_);
     }
   } catch (const std::exception& e) {
-    spdlog::error("data-parallel run failed (a rank died or a collective broke): {}", e.what());
-    return kWorkerClusterFailed;
+    return WorkerError(kWorkerClusterFailed,
+                       absl::StrCat("data-parallel run failed (a rank died or a collective broke): ", e.what()));
   }
-  return kWorkerDone;
+  return absl::OkStatus();
 }
 
 void DataParallelRun::Report() const {
@@ -213,14 +211,13 @@ void DataParallelRun::Report() const {
 
 }  // namespace
 
-int RunDataParallel(const Config& config, const TokenCache& cache, const WorkerOptions& options,
-                    const std::atomic<bool>& stop) {
+absl::Status RunDataParallel(const Config& config, const TokenCache& cache, const WorkerOptions& options,
+                             const std::atomic<bool>& stop) {
   DataParallelRun run(config, options, stop);
-  if (int code = run.SetUp(cache); code >= 0) return code;
-  const int code = run.TrainRounds();
-  if (code != kWorkerDone) return code;
+  if (absl::Status s = run.SetUp(cache); !s.ok()) return s;
+  if (absl::Status s = run.TrainRounds(); !s.ok()) return s;
   run.Report();
-  return kWorkerDone;
+  return absl::OkStatus();
 }
 
 }  // namespace diloco

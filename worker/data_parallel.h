@@ -8,18 +8,19 @@
 // summary has (round, rounds_total, evals, workers, bytes), mode "ddp", and the bytes a ring all-reduce of fp32
 // gradients sends: per rank and step 2 (k - 1) / k x 4 bytes x params. Every rank starts from model.init_from when set
 // (our checkpoint or a Hugging Face directory, worker/lm/init_from.h); the run writes no checkpoints.
-// Exit codes as RunWorker's. Call once per process.
+// Errors as RunWorker's (a status carrying its exit code, worker/worker_options.h). Call once per process.
 #pragma once
 
 #include <atomic>
 
+#include "absl/status/status.h"
 #include "config/config.h"
 #include "config/data_cache.h"
-#include "worker/worker_loop.h"
+#include "worker/worker_options.h"
 
 namespace diloco {
 
-int RunDataParallel(const Config& config, const TokenCache& cache, const WorkerOptions& options,
-                    const std::atomic<bool>& stop);
+absl::Status RunDataParallel(const Config& config, const TokenCache& cache, const WorkerOptions& options,
+                             const std::atomic<bool>& stop);
 
 }  // namespace diloco

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/transport_security.h"
-#include "worker/worker_loop.h"
+#include "worker/worker_options.h"
 
 namespace diloco {
 namespace {

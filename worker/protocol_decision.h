@@ -1,9 +1,8 @@
 // The worker's protocol decisions: what to do after each call to the coordinator, as pure functions of (call, gRPC
-// status, state) returning an action and a reason (the line the worker logs). Worker's loop (worker/worker.h)
-// follows them; tests/unit/protocol_decision_test.cc asserts on both for every code the coordinator documents
-// (docs/operations.md "Errors a push can get"). No clock, no network: the caller says whether the connect deadline has
-// passed.
-// Thread-safe (pure functions).
+// status, state) returning an action and a reason (the line the worker logs). The worker's CoordinatorSession
+// (worker/coordinator_session.h) follows them; tests/unit/protocol_decision_test.cc asserts on both for every code the
+// coordinator documents (docs/operations.md "Errors a push can get"). No clock, no network: the caller says whether the
+// connect deadline has passed. Thread-safe (pure functions).
 //
 // By call (the status codes the coordinator sends, docs/operations.md "Errors a push can get"):
 //   any call   UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, UNKNOWN: transient, retry after the backoff (Join: until
@@ -49,7 +48,7 @@ struct ProtocolState {
 struct ProtocolDecision {
   ProtocolAction action = ProtocolAction::kProceed;
   std::string reason;       // for the log; Push reasons are logged after "round N: "
-  int exit_code = 0;        // kGiveUp: the worker's exit code (worker/worker_loop.h WorkerExit)
+  int exit_code = 0;        // kGiveUp: the worker's exit code (worker/worker_options.h WorkerExit)
   bool keep_local = false;  // kNextRound: continue from the local parameters (late_policy reuse_local)
   std::string hint;         // Join kRetry: a hint about TLS to log once (TlsHint), "" if none
 };

@@ -36,22 +36,13 @@ class AutocastScope {
 
 }  // namespace
 
-void StepStats::Add(const StepStats& later) {
-  if (steps == 0) first_loss = later.first_loss;
-  tokens += later.tokens;
-  steps += later.steps;
-  loss_sum += later.loss_sum;
-  if (later.steps > 0) last_lr = later.last_lr;
-  seconds += later.seconds;
-  abandoned = abandoned || later.abandoned;
-}
-
-InnerTrainer::InnerTrainer(const Config& config, TokenData train, torch::Device device, uint64_t seed)
+InnerTrainer::InnerTrainer(const Config& config, TokenData train, torch::Device device, uint64_t seed,
+                           LanguageModelPtr model)
     : config_(config),
       train_(std::move(train)),
       sampler_(config.data.sampling, train_.layout(), seed),
       device_(device),
-      model_(MakeLanguageModel(config.model, config.run.seed)) {
+      model_(model ? std::move(model) : MakeLanguageModel(config.model, config.run.seed)) {
   model_->to(device_);
   model_->train();
   AdamWSettings adamw;
@@ -64,14 +55,16 @@ InnerTrainer::InnerTrainer(const Config& config, TokenData train, torch::Device 
 
 absl::StatusOr<std::unique_ptr<InnerTrainer>> InnerTrainer::ForShard(const Config& config,
                                                                      const std::string& manifest_path, int shard_index,
-                                                                     int shard_count, int rank, int cluster_size) {
+                                                                     int shard_count, int rank, int cluster_size,
+                                                                     LanguageModelPtr model) {
   auto train = TokenData::Load(manifest_path, TokenSplit::kTrain, config.model.seq_len);
   if (!train.ok()) return train.status();
   const int part = shard_index * cluster_size + rank;  // with one rank: the worker's shard itself
   absl::Status s = train->SelectShard(part, shard_count * cluster_size, config.data.split == DataSplit::kContiguous);
   if (!s.ok()) return s;
   const uint64_t seed = static_cast<uint64_t>(config.run.seed) * 1000003ULL + static_cast<uint64_t>(part) + 1;
-  return std::make_unique<InnerTrainer>(config, std::move(*train), torch::Device(config.workers.device), seed);
+  return std::make_unique<InnerTrainer>(config, std::move(*train), torch::Device(config.workers.device), seed,
+                                        std::move(model));
 }
 
 SamplerState InnerTrainer::sampler_state() const { return sampler_.state(); }
@@ -205,26 +198,17 @@ void InnerTrainer::Merge(const NamedTensors& global, const std::vector<size_t>& 
   }
 }
 
-RoundResult InnerTrainer::TrainRound(const NamedTensors& theta, int64_t round, bool load_theta,
-                                     const std::atomic<bool>* stop) {
+std::optional<RoundResult> InnerTrainer::TrainRound(const NamedTensors& theta, int64_t round, bool load_theta,
+                                                    const std::atomic<bool>* stop) {
   if (load_theta) Load(theta);
   const int64_t H = config_.inner.steps;
   const StepStats stats = TrainSteps(round * H, H, stop);
-  RoundResult result;
-  if (stats.abandoned) {
-    result.abandoned = true;
-    return result;
-  }
+  if (stats.abandoned) return std::nullopt;
   const auto start = std::chrono::steady_clock::now();
   std::vector<size_t> all(theta.size());
   std::iota(all.begin(), all.end(), size_t{0});
-  result.pseudo_gradient = PseudoGradient(theta, all);
-  result.tokens = stats.tokens;
-  result.steps = stats.steps;
-  result.first_loss = stats.first_loss;
-  result.mean_loss = stats.loss_sum / static_cast<double>(H);
-  result.last_lr = stats.last_lr;
-  result.seconds = stats.seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  RoundResult result{PseudoGradient(theta, all), ReportRound(stats, 0, 1, epochs())};
+  result.report.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
 

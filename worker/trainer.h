@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -26,38 +27,16 @@
 #include "worker/data/window_sampler.h"
 #include "worker/flat_adamw.h"
 #include "worker/lm/language_model.h"
+#include "worker/round_result.h"
 
 namespace diloco {
 
-struct RoundResult {
-  NamedTensors pseudo_gradient;  // float32 CPU tensors, parameter order (one fragment's with comm.fragments > 1)
-  int fragment = 0;
-  int64_t tokens = 0;
-  int64_t steps = 0;
-  double first_loss = 0;
-  double mean_loss = 0;
-  double last_lr = 0;
-  double seconds = 0;
-  bool abandoned = false;  // stopped before H steps (the worker is leaving); not to be pushed
-  double data_epochs = 0;  // passes over the shard so far (InnerTrainer::epochs())
-};
-
-// What a run of inner steps did; the runs between two pushes add up.
-struct StepStats {
-  int64_t tokens = 0;
-  int64_t steps = 0;
-  double first_loss = 0;
-  double loss_sum = 0;
-  double last_lr = 0;
-  double seconds = 0;
-  bool abandoned = false;  // stopped early because *stop became true
-  void Add(const StepStats& later);
-};
-
 class InnerTrainer {
  public:
-  // Trains on `train`'s selected shard; `seed` seeds the sampler (data.sampling).
-  InnerTrainer(const Config& config, TokenData train, torch::Device device, uint64_t seed);
+  // Trains on `train`'s selected shard; `seed` seeds the sampler (data.sampling). `model`: the model to train (made
+  // from config.model and run.seed when null; a caller that needed the model before it had the shard passes it).
+  InnerTrainer(const Config& config, TokenData train, torch::Device device, uint64_t seed,
+               LanguageModelPtr model = nullptr);
 
   // The trainer of rank `rank` of a worker cluster of `cluster_size` (1: a plain worker) that reads shard
   // shard_index of shard_count of the training split of the token manifest at manifest_path: the rank reads its own
@@ -65,7 +44,7 @@ class InnerTrainer {
   // manifest, the token file or the shard.
   static absl::StatusOr<std::unique_ptr<InnerTrainer>> ForShard(const Config& config, const std::string& manifest_path,
                                                                 int shard_index, int shard_count, int rank,
-                                                                int cluster_size);
+                                                                int cluster_size, LanguageModelPtr model = nullptr);
 
   // The data position (worker/data/window_sampler.h): save it with the optimizer state, restore it after a restart to
   // continue the same stream of windows. RestoreSampler fails (and changes nothing) for a state that does not fit.
@@ -82,9 +61,9 @@ class InnerTrainer {
 
   // Trains H inner steps starting from theta (theta_round); global inner steps start at round x H.
   // With load_theta false the model keeps its own parameters (outer.late_policy reuse_local) and the
-  // pseudo-gradient is still theta - local. Returns early, abandoned, once *stop becomes true.
-  RoundResult TrainRound(const NamedTensors& theta, int64_t round, bool load_theta = true,
-                         const std::atomic<bool>* stop = nullptr);
+  // pseudo-gradient is still theta - local. Returns early, nullopt (abandoned), once *stop becomes true.
+  std::optional<RoundResult> TrainRound(const NamedTensors& theta, int64_t round, bool load_theta = true,
+                                        const std::atomic<bool>* stop = nullptr);
 
   // The pieces TrainRound is made of. TrainSteps runs n steps, the first at global inner step first_step.
   StepStats TrainSteps(int64_t first_step, int64_t n, const std::atomic<bool>* stop = nullptr);

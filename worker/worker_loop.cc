@@ -4,32 +4,31 @@
 
 #include <spdlog/spdlog.h>
 
+#include "absl/strings/str_cat.h"
 #include "worker/cluster.h"
 #include "worker/cluster_protocol.h"
 #include "worker/worker.h"
 
 namespace diloco {
 
-int RunWorker(const Config& config, const TokenCache& cache, const WorkerOptions& options,
-              const std::atomic<bool>& stop) {
+absl::Status RunWorker(const Config& config, const TokenCache& cache, const WorkerOptions& options,
+                       const std::atomic<bool>& stop) {
   std::unique_ptr<WorkerCluster> cluster;
   if (config.workers.cluster_size > 1) {
     if (options.cluster_store.empty()) {
-      spdlog::error("workers.cluster_size is {}: pass --rank and --cluster-store HOST:PORT (rank 0 hosts the store)",
-                    config.workers.cluster_size);
-      return kWorkerConfigError;
+      return WorkerError(kWorkerConfigError, absl::StrCat("workers.cluster_size is ", config.workers.cluster_size,
+                                                          ": pass --rank and --cluster-store HOST:PORT (rank 0 hosts "
+                                                          "the store)"));
     }
     if (options.rank < 0 || options.rank >= config.workers.cluster_size) {
-      spdlog::error("--rank {}: must be in [0, workers.cluster_size = {})", options.rank, config.workers.cluster_size);
-      return kWorkerConfigError;
+      return WorkerError(kWorkerConfigError,
+                         absl::StrCat("--rank ", options.rank,
+                                      ": must be in [0, workers.cluster_size = ", config.workers.cluster_size, ")"));
     }
     auto connected = WorkerCluster::Connect(options.rank, static_cast<int>(config.workers.cluster_size),
                                             options.cluster_store, config.workers.cluster_timeout_s,
                                             options.cluster_bind, torch::Device(config.workers.device));
-    if (!connected.ok()) {
-      spdlog::error("{}", std::string(connected.status().message()));
-      return kWorkerClusterFailed;
-    }
+    if (!connected.ok()) return WithExitCode(connected.status(), kWorkerClusterFailed);
     cluster = std::move(*connected);
     spdlog::info("cluster of {} ranks ready at {} (this is rank {})", cluster->size(), options.cluster_store,
                  options.rank);

@@ -3,7 +3,8 @@
 // pseudo-gradient, and wait (heartbeating) until the coordinator publishes theta_{t+1}; push again if the round's
 // aggregation restarted; re-join if the coordinator forgot it. Ends when the coordinator says the run is complete
 // (exit 0), when an operator drains it (diloco-ctl leave: abandons its round, Leave, exit 0), on SIGINT/SIGTERM
-// (abandons its round, Leave, exit 0), or on a refusal it cannot fix (exit 3) or no coordinator (exit 4).
+// (abandons its round, Leave, exit 0), or on a refusal it cannot fix (exit 3) or no coordinator (exit 4): the exit
+// codes of worker/worker_options.h, carried by the returned status (OK: exit 0), which diloco-worker's main prints.
 // After a late (refused) push, outer.late_policy reuse_local keeps its own parameters for the next round.
 // A heartbeat thread keeps the lease alive while it trains. With workers.cluster_size > 1 the process of rank 0 does
 // all that and drives the other ranks (worker/cluster_protocol.h), which only train. The loop itself is Worker
@@ -12,33 +13,16 @@
 #pragma once
 
 #include <atomic>
-#include <string>
 
+#include "absl/status/status.h"
 #include "config/config.h"
 #include "config/data_cache.h"
+#include "worker/worker_options.h"
 
 namespace diloco {
 
-struct WorkerOptions {
-  std::string coordinator;  // HOST:PORT
-  std::string id;
-  int rank = 0;               // workers.cluster_size > 1: this process's rank in its worker's cluster
-  std::string cluster_store;  // ... and HOST:PORT of the cluster's c10d store (hosted by rank 0)
-  std::string cluster_bind;   // this rank's own address for Gloo (default: the store's host)
-};
-
-// kWorkerClusterFailed: a rank of this worker's cluster died or a collective failed; the cluster left the run.
-enum WorkerExit {
-  kWorkerDone = 0,
-  kWorkerConfigError = 2,
-  kWorkerRefused = 3,
-  kWorkerUnreachable = 4,
-  kWorkerClusterFailed = 5,
-  kWorkerInterrupted = 130  // a signal came before the worker could join
-};
-
 // `stop` is set by the signal handler; the worker leaves at its next check.
-int RunWorker(const Config& config, const TokenCache& cache, const WorkerOptions& options,
-              const std::atomic<bool>& stop);
+absl::Status RunWorker(const Config& config, const TokenCache& cache, const WorkerOptions& options,
+                       const std::atomic<bool>& stop);
 
 }  // namespace diloco

@@ -37,6 +37,7 @@
 #include "proto/tensor_spec.h"
 #include "worker/client.h"
 #include "worker/lm/language_model.h"
+#include "worker/round_result.h"
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -183,10 +184,10 @@ std::vector<diloco::RoundResult> SharedPseudoGradients(const diloco::NamedTensor
   std::vector<diloco::RoundResult> results(static_cast<size_t>(P));
   for (int f = 0; f < P; ++f) {
     diloco::RoundResult& result = results[static_cast<size_t>(f)];
-    result.fragment = f;
-    result.tokens = 1000;
-    result.steps = config.StepsPerSync();
-    result.seconds = 1;
+    result.report.fragment = f;
+    result.report.tokens = 1000;
+    result.report.steps = config.StepsPerSync();
+    result.report.seconds = 1;
     for (size_t i : plan.members(f)) result.pseudo_gradient.emplace_back(params[i].first, params[i].second.detach());
   }
   return results;

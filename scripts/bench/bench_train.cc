@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
     ProfileOps(trainer, profile_steps);
     return 0;
   }
-  const diloco::RoundResult timed = trainer.TrainRound(theta, 1);
+  const diloco::RoundReport timed = trainer.TrainRound(theta, 1)->report;
   const double tokens_per_s = timed.tokens / timed.seconds;
   if (memory) {
     const int64_t peak_step_bytes = PeakStepBytes(trainer, 2 * steps, 2);

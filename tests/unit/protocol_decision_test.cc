@@ -6,7 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "worker/worker_loop.h"
+#include "worker/worker_options.h"
 
 namespace diloco {
 namespace {

@@ -1,22 +1,22 @@
-// The Worker's local state (worker/worker_state.h): resume at set-up, save after each push, the per-step position
-// journal and the window trace.
+// LocalState (worker/local_state.h): resume at set-up, save after each push, the per-step position journal, the
+// window trace and the error feedback.
+#include "worker/local_state.h"
+
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
 
-#include "worker/worker.h"
+#include "proto/codec.h"
 
 namespace diloco {
 
-void Worker::SetUpLocalState(const TokenCache& cache, const std::string& fingerprint) {
-  state_dir_ = config_.WorkerStateDir();
-  identity_ = {options_.id,
-               fingerprint,
-               config_.run.seed,
-               std::filesystem::path(cache.dir).filename().string(),
-               join_.shard_index(),
-               join_.shard_count(),
-               std::string(EnumName(config_.data.sampling))};
+LocalState::LocalState(const Config& config, InnerTrainer& trainer, StateIdentity identity, bool on_disk, int fragments)
+    : config_(config), trainer_(trainer), identity_(std::move(identity)), state_dir_(config.WorkerStateDir()) {
+  const Codec codec = CodecOf(config_.comm.codec);
+  error_feedback_.resize(static_cast<size_t>(fragments));
+  if (config_.comm.error_feedback && codec != CODEC_RAW) {
+    for (auto& ef : error_feedback_) ef = std::make_unique<ErrorFeedback>(codec, config_.comm.chunk_bytes);
+  }
   std::error_code ec;
   std::filesystem::create_directories(state_dir_, ec);
   if (ec) {
@@ -25,11 +25,11 @@ void Worker::SetUpLocalState(const TokenCache& cache, const std::string& fingerp
     state_dir_.clear();
     return;
   }
-  if (cluster_) {
+  if (!on_disk) {
     spdlog::info("workers.resume: worker clusters do not keep local state yet; every restart starts cold");
     state_dir_.clear();
-  } else {
-    if (config_.workers.resume) Resume();
+  } else if (config_.workers.resume) {
+    Resume();
   }
   if (config_.data.trace_windows && !state_dir_.empty()) {
     const std::string path = WindowsPath(state_dir_, identity_.worker_id);
@@ -37,28 +37,30 @@ void Worker::SetUpLocalState(const TokenCache& cache, const std::string& fingerp
     if (!windows_trace_) spdlog::warn("data.trace_windows: cannot append to {}", path);
   }
   if (state_dir_.empty()) return;
-  // After the last window of each batch: first the position journal, then the batch's lines of the trace, so that a
-  // kill -9 at any point never leaves a traced window that the restart draws again.
-  trainer_->set_window_observer([this](const WindowDraw& w) {
-    pending_draws_.push_back(w);
-    if (static_cast<int64_t>(pending_draws_.size()) < config_.inner.batch_size) return;
-    absl::Status s = SavePosition(PositionPath(state_dir_, identity_.worker_id), identity_, trainer_->sampler_state());
-    if (!s.ok() && !position_warned_) {
-      spdlog::warn("data position not saved: {}", std::string(s.message()));
-      position_warned_ = true;
-    }
-    if (windows_trace_) {
-      for (const WindowDraw& d : pending_draws_) {
-        std::fprintf(windows_trace_.get(), "%lld %lld\n", static_cast<long long>(d.epoch),
-                     static_cast<long long>(d.start));
-      }
-      std::fflush(windows_trace_.get());  // in the kernel before a kill -9 can lose it
-    }
-    pending_draws_.clear();
-  });
+  trainer_.set_window_observer([this](const WindowDraw& w) { OnWindow(w); });
 }
 
-void Worker::Resume() {
+void LocalState::OnWindow(const WindowDraw& draw) {
+  // After the last window of each batch: first the position journal, then the batch's lines of the trace, so that a
+  // kill -9 at any point never leaves a traced window that the restart draws again.
+  pending_draws_.push_back(draw);
+  if (static_cast<int64_t>(pending_draws_.size()) < config_.inner.batch_size) return;
+  absl::Status s = SavePosition(PositionPath(state_dir_, identity_.worker_id), identity_, trainer_.sampler_state());
+  if (!s.ok() && !position_warned_) {
+    spdlog::warn("data position not saved: {}", std::string(s.message()));
+    position_warned_ = true;
+  }
+  if (windows_trace_) {
+    for (const WindowDraw& d : pending_draws_) {
+      std::fprintf(windows_trace_.get(), "%lld %lld\n", static_cast<long long>(d.epoch),
+                   static_cast<long long>(d.start));
+    }
+    std::fflush(windows_trace_.get());  // in the kernel before a kill -9 can lose it
+  }
+  pending_draws_.clear();
+}
+
+void LocalState::Resume() {
   const std::string path = StatePath(state_dir_, identity_.worker_id);
   absl::StatusOr<WorkerState> saved = LoadWorkerState(path);
   if (!saved.ok()) {
@@ -72,7 +74,7 @@ void Worker::Resume() {
     return;
   }
   try {
-    trainer_->optimizer().RestoreState(saved->adam_steps, saved->exp_avg, saved->exp_avg_sq);
+    trainer_.optimizer().RestoreState(saved->adam_steps, saved->exp_avg, saved->exp_avg_sq);
   } catch (const std::exception& e) {
     spdlog::warn("ignoring the saved state {}: {}; starting cold", path, e.what());
     return;
@@ -81,29 +83,33 @@ void Worker::Resume() {
   SamplerState sampler = saved->sampler;
   auto journal = LoadPosition(PositionPath(state_dir_, identity_.worker_id));
   if (journal.ok() && WhyNotResume(journal->first, identity_).empty()) sampler = journal->second;
-  if (absl::Status s = trainer_->RestoreSampler(sampler); !s.ok()) {
+  if (absl::Status s = trainer_.RestoreSampler(sampler); !s.ok()) {
     spdlog::warn("data position not restored ({}); the data stream starts over", std::string(s.message()));
   }
   resumed_ = true;
   spdlog::info(
       "resuming from {}: last pushed round {}, AdamW step {}, data position epoch {} window {} ({:.3f} epochs)", path,
-      saved->round, saved->adam_steps, sampler.epoch, sampler.position, trainer_->epochs());
+      saved->round, saved->adam_steps, sampler.epoch, sampler.position, trainer_.epochs());
 }
 
-void Worker::SaveLocalState(int64_t round) {
+void LocalState::Save(int64_t round) {
   if (state_dir_.empty()) return;
-  const FlatAdamW& adam = trainer_->optimizer();
-  WorkerState state{identity_, round, adam.steps(), trainer_->sampler_state(), adam.exp_avg(), adam.exp_avg_sq()};
+  const FlatAdamW& adam = trainer_.optimizer();
+  WorkerState state{identity_, round, adam.steps(), trainer_.sampler_state(), adam.exp_avg(), adam.exp_avg_sq()};
   absl::Status s = SaveWorkerState(StatePath(state_dir_, identity_.worker_id), state);
   if (!s.ok()) spdlog::warn("local state not saved: {}", std::string(s.message()));
 }
 
-void Worker::LogFirstStepAfterResume() {
+void LocalState::BeforeFirstStep() {
   if (!resumed_) return;
   resumed_ = false;
-  const FlatAdamW& adam = trainer_->optimizer();
+  const FlatAdamW& adam = trainer_.optimizer();
   spdlog::info("first inner step after resume: AdamW step {} from saved moments, |exp_avg| = {:.9g}", adam.steps() + 1,
                adam.exp_avg().norm().item<double>());
+}
+
+void LocalState::Compensate(int fragment, NamedTensors& pseudo_gradient) {
+  if (ErrorFeedback* ef = error_feedback_[static_cast<size_t>(fragment)].get()) ef->Compensate(pseudo_gradient);
 }
 
 }  // namespace diloco

@@ -1,0 +1,231 @@
+// CoordinatorSession (worker/coordinator_session.h): Join, Push, Pull and Heartbeat with their retries. Each status
+// goes through worker/protocol_decision.h; these functions do what it says and log its reason.
+#include "worker/coordinator_session.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "config/model_spec.h"
+#include "proto/codec.h"
+#include "proto/tensor_chunks.h"
+#include "proto/transport_security.h"
+
+namespace diloco {
+namespace {
+
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+ProtocolState ProtocolStateOf(const Config& config, const WorkerOptions& options) {
+  ProtocolState state;
+  state.coordinator = options.coordinator;
+  state.worker_id = options.id;
+  state.tls = !config.security.tls_ca.empty() || !config.security.tls_cert.empty();
+  state.late_policy = config.outer.late_policy;
+  state.connect_timeout_s = config.workers.connect_timeout_s;
+  return state;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CoordinatorSession>> CoordinatorSession::Open(const Config& config,
+                                                                             const WorkerOptions& options,
+                                                                             const std::string& fingerprint,
+                                                                             int cluster_size, RunFlags& flags) {
+  const SecurityConfig& sec = config.security;
+  auto security = LoadTransportSecurity({sec.tls_cert, sec.tls_key, sec.tls_ca, sec.token_file, sec.server_name});
+  if (!security.ok()) return WithExitCode(security.status(), kWorkerConfigError);
+  auto client =
+      std::make_unique<CoordinatorClient>(options.coordinator, options.id, fingerprint, config.workers.rpc_timeout_s,
+                                          config.comm.chunk_bytes, CodecOf(config.comm.codec), std::move(*security));
+  return std::unique_ptr<CoordinatorSession>(
+      new CoordinatorSession(config, options, cluster_size, flags, std::move(client)));
+}
+
+CoordinatorSession::CoordinatorSession(const Config& config, const WorkerOptions& options, int cluster_size,
+                                       RunFlags& flags, std::unique_ptr<CoordinatorClient> client)
+    : config_(config),
+      cluster_size_(cluster_size),
+      protocol_(ProtocolStateOf(config, options)),
+      flags_(flags),
+      client_(std::move(client)) {}
+
+absl::Status CoordinatorSession::Join() {
+  const double deadline = Now() + config_.workers.connect_timeout_s;
+  bool warned = false, hinted = false;
+  backoff_.Reset();
+  while (!flags_.Stopping()) {
+    auto reply =
+        client_->Join(ModelSpecOf(config_.model), static_cast<int32_t>(config_.workers.threads), config_.workers.device,
+                      joined_ ? join_.shard_index() : -1, static_cast<int32_t>(config_.comm.fragments), cluster_size_);
+    ProtocolState state = protocol_;
+    state.connect_deadline_passed = Now() > deadline;
+    const ProtocolDecision decision = DecideOnStatus(ProtocolCall::kJoin, reply.status(), state);
+    if (decision.action == ProtocolAction::kProceed) {
+      AcceptJoin(*std::move(reply));
+      return absl::OkStatus();
+    }
+    if (decision.action != ProtocolAction::kRetry) {
+      return WorkerError(static_cast<WorkerExit>(decision.exit_code), decision.reason);
+    }
+    if (!decision.hint.empty() && !hinted)
+      spdlog::warn("coordinator {}: {}; retrying", protocol_.coordinator, decision.hint);
+    hinted = hinted || !decision.hint.empty();
+    if (!warned) spdlog::info("waiting for coordinator {} ...", protocol_.coordinator);
+    warned = true;
+    backoff_.Sleep(flags_.stop);
+  }
+  return WorkerError(kWorkerInterrupted,
+                     absl::StrCat("asked to stop before joining coordinator ", protocol_.coordinator, "; leaving"));
+}
+
+void CoordinatorSession::AcceptJoin(JoinReply reply) {
+  if (joined_ && reply.shard_index() != join_.shard_index()) {
+    spdlog::warn("rejoined with shard {} instead of {}; this worker keeps reading shard {}", reply.shard_index(),
+                 join_.shard_index(), join_.shard_index());
+    reply.set_shard_index(join_.shard_index());
+  }
+  join_ = std::move(reply);
+  joined_ = true;
+  spdlog::info("joined {} at round {}: shard {}/{}; pushes over {}", protocol_.coordinator, join_.round(),
+               join_.shard_index(), join_.shard_count(),
+               join_.push_port() > 0 ? absl::StrCat("tcp to port ", join_.push_port()) : std::string("grpc"));
+}
+
+bool CoordinatorSession::Rejoin() {
+  failure_ = Join();
+  return failure_.ok();
+}
+
+bool CoordinatorSession::TakeKeepLocal() {
+  const bool keep = keep_local_;
+  keep_local_ = false;
+  return keep;
+}
+
+CoordinatorSession::Outcome CoordinatorSession::GiveUp(const ProtocolDecision& decision, const std::string& prefix) {
+  failure_ = WorkerError(static_cast<WorkerExit>(decision.exit_code), absl::StrCat(prefix, decision.reason));
+  return Outcome::kGiveUp;
+}
+
+bool CoordinatorSession::PushUntilCounted(int64_t round, const RoundResult& result) {
+  backoff_.Reset();
+  bool need_push = true;
+  while (!flags_.Stopping()) {
+    Outcome outcome = Outcome::kGoOn;
+    if (need_push) {
+      outcome = PushOnce(round, result, &need_push);
+    } else {
+      if (flags_.drain) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      outcome = AwaitRound(round, &need_push);
+    }
+    if (outcome != Outcome::kGoOn) return outcome == Outcome::kRoundOver;
+  }
+  failure_ = absl::OkStatus();  // asked to go (signal or drain): a clean leave
+  return false;
+}
+
+CoordinatorSession::Outcome CoordinatorSession::PushOnce(int64_t round, const RoundResult& result, bool* need_push) {
+  const double t0 = Now();
+  auto pushed = client_->Push(round, result);
+  const ProtocolDecision decision = DecideOnStatus(ProtocolCall::kPush, pushed.status(), protocol_);
+  switch (decision.action) {
+    case ProtocolAction::kProceed:
+      spdlog::info("round {}: pushed {} bytes in {:.3f} s", round + 1, *pushed, Now() - t0);
+      *need_push = false;
+      backoff_.Reset();
+      return Outcome::kGoOn;
+    case ProtocolAction::kNextRound:
+      keep_local_ = decision.keep_local;
+      spdlog::warn("round {}: {}", round + 1, decision.reason);
+      WaitOutQuarantine(round);
+      return Outcome::kRoundOver;  // the round moved on: pull the new parameters
+    case ProtocolAction::kCounted:
+      *need_push = false;
+      return Outcome::kGoOn;
+    case ProtocolAction::kRejoin:  // then push again
+      return Rejoin() ? Outcome::kGoOn : Outcome::kGiveUp;
+    case ProtocolAction::kRepush:
+      return Outcome::kGoOn;
+    case ProtocolAction::kRetry:
+      spdlog::warn("round {}: {}", round + 1, decision.reason);
+      backoff_.Sleep(flags_.stop);
+      return Outcome::kGoOn;
+    case ProtocolAction::kGiveUp:
+      break;
+  }
+  return GiveUp(decision, absl::StrCat("round ", round + 1, ": "));
+}
+
+void CoordinatorSession::WaitOutQuarantine(int64_t round) {
+  bool logged = false;
+  while (!flags_.Stopping()) {
+    auto beat = client_->Heartbeat(round);
+    if (!beat.ok()) return;
+    const WaitDecision wait =
+        DecideAfterRefusal({beat->round(), beat->pushed(), beat->run_complete(), beat->quarantined_until_round()});
+    if (wait.action != WaitAction::kKeepWaiting) {
+      if (logged) spdlog::info("quarantine over at round {}: training again", beat->round() + 1);
+      return;
+    }
+    if (!logged) spdlog::warn("{}", wait.reason);
+    logged = true;
+    for (int i = 0; i < 10 && !flags_.Stopping(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+CoordinatorSession::Outcome CoordinatorSession::AwaitRound(int64_t round, bool* need_push) {
+  auto beat = client_->Heartbeat(round);
+  const ProtocolDecision decision = DecideOnStatus(ProtocolCall::kHeartbeat, beat.status(), protocol_);
+  if (decision.action == ProtocolAction::kRejoin) {
+    if (!Rejoin()) return Outcome::kGiveUp;
+    *need_push = true;  // a restarted coordinator has not counted our push
+    return Outcome::kGoOn;
+  }
+  if (decision.action == ProtocolAction::kRetry) {
+    backoff_.Sleep(flags_.stop);
+    return Outcome::kGoOn;
+  }
+  if (decision.action != ProtocolAction::kProceed) return GiveUp(decision);
+  if (beat->drain()) flags_.drain = flags_.quit = true;
+  const WaitDecision wait = DecideWhileWaiting({beat->round(), beat->pushed(), beat->run_complete()}, round,
+                                               config_.outer.mode == OuterMode::kAsync);
+  if (wait.action == WaitAction::kRoundClosed) return Outcome::kRoundOver;
+  if (wait.action == WaitAction::kRepush) {
+    spdlog::info("round {}: {}", round + 1, wait.reason);
+    *need_push = true;
+  }
+  return Outcome::kGoOn;
+}
+
+std::optional<PullResult> CoordinatorSession::Pull(NamedTensors& dest, int fragment) {
+  backoff_.Reset();
+  while (!flags_.Stopping()) {
+    ChunkAssembler assembler(dest);
+    auto pulled = client_->Pull(assembler, fragment);
+    const ProtocolDecision decision = DecideOnStatus(ProtocolCall::kPull, pulled.status(), protocol_);
+    if (decision.action == ProtocolAction::kProceed) return *pulled;
+    if (decision.action == ProtocolAction::kRejoin) {
+      if (!Rejoin()) return std::nullopt;
+      continue;
+    }
+    if (decision.action != ProtocolAction::kRetry) {
+      GiveUp(decision);
+      return std::nullopt;
+    }
+    spdlog::warn("{}", decision.reason);
+    backoff_.Sleep(flags_.stop);
+  }
+  return std::nullopt;
+}
+
+std::optional<PullResult> CoordinatorSession::Exchange(int64_t round, const RoundResult& result,
+                                                       NamedTensors& fragment_theta) {
+  if (!PushUntilCounted(round, result)) return std::nullopt;
+  return Pull(fragment_theta, result.report.fragment);
+}
+
+}  // namespace diloco

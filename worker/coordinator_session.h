@@ -1,0 +1,87 @@
+// CoordinatorSession: a worker's side of the protocol with the coordinator: the client, the backoff, the Join reply,
+// and what to do on every status code of Join, Push, Pull and Heartbeat, as worker/protocol_decision.h decides it
+// (retry after the backoff, join again, push again, wait out a quarantine, give up). Each call returns once it has
+// succeeded, once the worker is asked to go (RunFlags::Stopping), or once the worker must give up; then failure()
+// says why (OK when it was asked to go), with the exit code attached (worker/worker_options.h).
+// Thread-safety: owned by the exchange thread. The worker's main thread makes the calls itself (Join, the full Pull)
+// and, with comm.overlap_steps, hands Exchange to its exchange thread and touches the session again only after
+// joining it. client() may be used from any thread (the heartbeat thread's Heartbeats); the flags are atomics.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "config/config.h"
+#include "proto/diloco.pb.h"
+#include "proto/named_tensors.h"
+#include "worker/backoff.h"
+#include "worker/client.h"
+#include "worker/protocol_decision.h"
+#include "worker/round_result.h"
+#include "worker/run_flags.h"
+#include "worker/worker_options.h"
+
+namespace diloco {
+
+class CoordinatorSession {
+ public:
+  // The client to options.coordinator with the model's `fingerprint` and the security.* credentials (an unreadable
+  // file is a config error).
+  static absl::StatusOr<std::unique_ptr<CoordinatorSession>> Open(const Config& config, const WorkerOptions& options,
+                                                                  const std::string& fingerprint, int cluster_size,
+                                                                  RunFlags& flags);
+
+  // Joins, retrying while the coordinator is unreachable (until workers.connect_timeout_s). After a first Join a
+  // rejoin asks for the same shard and keeps it whatever the reply says.
+  absl::Status Join();
+  // Pulls all of theta (fragment -1) or one fragment into `dest`, joining again or retrying as needed; nullopt when
+  // the worker must stop.
+  std::optional<PullResult> Pull(NamedTensors& dest, int fragment);
+  // Pushes `result` for `round` until it is counted or the round moves on (joining again, pushing again, waiting out
+  // a quarantine as decided), then pulls the pushed fragment's new global value into `fragment_theta`. Nullopt when
+  // the worker must stop. Runs on the exchange thread while the inner loop trains on (comm.overlap_steps).
+  std::optional<PullResult> Exchange(int64_t round, const RoundResult& result, NamedTensors& fragment_theta);
+  // Leave, with the reason the coordinator logs.
+  void Leave(const std::string& reason) { (void)client_->Leave(reason); }
+
+  // True once after a push refused as late with outer.late_policy reuse_local: the next round starts from the local
+  // parameters, not the pulled ones.
+  bool TakeKeepLocal();
+  const absl::Status& failure() const { return failure_; }
+  const JoinReply& join() const { return join_; }
+  CoordinatorClient& client() { return *client_; }
+
+ private:
+  enum class Outcome { kGoOn, kRoundOver, kGiveUp };  // what a step of PushUntilCounted says to its loop
+
+  CoordinatorSession(const Config& config, const WorkerOptions& options, int cluster_size, RunFlags& flags,
+                     std::unique_ptr<CoordinatorClient> client);
+  void AcceptJoin(JoinReply reply);
+  bool Rejoin();  // Join for a coordinator that forgot this worker; false (failure_ set) if the worker must stop
+  bool PushUntilCounted(int64_t round, const RoundResult& result);
+  Outcome PushOnce(int64_t round, const RoundResult& result, bool* need_push);
+  Outcome AwaitRound(int64_t round, bool* need_push);
+  // After a push refused as late or quarantined: heartbeats until this worker's quarantine (if any) is over, so that
+  // it does not train rounds whose pushes would be refused. A failed heartbeat ends the wait (the pull handles it).
+  void WaitOutQuarantine(int64_t round);
+  Outcome GiveUp(const ProtocolDecision& decision, const std::string& prefix = "");
+
+  // Set at construction, read-only after.
+  const Config& config_;
+  const int cluster_size_;
+  const ProtocolState protocol_;                     // what the decisions depend on besides the status
+  RunFlags& flags_;                                  // atomics: read by every thread
+  const std::unique_ptr<CoordinatorClient> client_;  // thread-safe: shared with the heartbeat thread
+  // The exchange thread's (see above).
+  Backoff backoff_{5.0};
+  JoinReply join_;
+  bool joined_ = false;      // a Join succeeded once: later ones keep its shard
+  bool keep_local_ = false;  // outer.late_policy reuse_local after a late push
+  absl::Status failure_;     // why the worker must stop (OK: asked to go, or not stopping)
+};
+
+}  // namespace diloco
