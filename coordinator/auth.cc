@@ -36,7 +36,7 @@ grpc::Status TokenAuthenticator::Check(const grpc::ServerContextBase& ctx, std::
                                     : "no token (the caller has no security.token_file)";
   const std::string peer = ctx.peer();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     ++refused_;
     if (warned_peers_.size() < kMaxWarnedPeers && warned_peers_.insert(peer).second) {
       spdlog::warn("refused {} from {}{}{}: {}, UNAUTHENTICATED; further refusals from this peer are not logged",
@@ -53,7 +53,7 @@ grpc::Status TokenAuthenticator::Check(const grpc::ServerContextBase& ctx, std::
 }
 
 int64_t TokenAuthenticator::refused() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return refused_;
 }
 

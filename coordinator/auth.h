@@ -9,10 +9,12 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <mutex>
 #include <set>
 #include <string>
 #include <string_view>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace diloco {
 
@@ -23,17 +25,18 @@ class TokenAuthenticator {
   bool enabled() const { return !token_.empty(); }
   // OK, or UNAUTHENTICATED saying whether the token was missing or wrong. `method` and `who` (a worker id, if the
   // request names one) only go into the log line.
-  grpc::Status Check(const grpc::ServerContextBase& ctx, std::string_view method, std::string_view who = {});
-  int64_t refused() const;
+  grpc::Status Check(const grpc::ServerContextBase& ctx, std::string_view method, std::string_view who = {})
+      ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t refused() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // At most this many peers are remembered; beyond it refusals are no longer logged (one line says so).
   static constexpr size_t kMaxWarnedPeers = 4096;
 
   const std::string token_;
-  mutable std::mutex mu_;
-  std::set<std::string> warned_peers_;  // guarded by mu_
-  int64_t refused_ = 0;                 // guarded by mu_
+  mutable absl::Mutex mu_;
+  std::set<std::string> warned_peers_ ABSL_GUARDED_BY(mu_);
+  int64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // Checks one unary call: a reactor already finished with UNAUTHENTICATED when the check fails, nullptr when the call

@@ -9,7 +9,8 @@
 //
 // Bound (back-pressure): the queue counts the bytes and the messages waiting (posted, not yet started). A reactor
 // asks HasRoom() after posting and issues its next read only when there is room, else the lane's next item resumes
-// the reads once there is (service.cc). Room: the lane holds fewer than max_lane_messages waiting items and the
+// the reads once there is (service.cc); a blocking reader (the TCP listener's connection thread) calls WaitForRoom().
+// Room: the lane holds fewer than max_lane_messages waiting items and the
 // whole queue fewer than max_bytes waiting bytes, or the lane has nothing waiting at all (so every stream can always
 // make progress, and no lane waits on another). So the waiting bytes stay under max_bytes plus one message per open
 // stream, plus the items being run (at most one per thread), never an unbounded buffer.
@@ -20,14 +21,15 @@
 // with no lock of the queue held, and an exception from one is logged and dropped.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace diloco {
 
@@ -63,21 +65,24 @@ class IngestQueue {
     int64_t bytes = 0;
     std::function<void()> work;
   };
-  void Post(const std::shared_ptr<Lane>& lane, int64_t bytes, std::function<void()> work);
-  bool HasRoom(const Lane& lane) const;
-  void Loop();
+  void Post(const std::shared_ptr<Lane>& lane, int64_t bytes, std::function<void()> work) ABSL_LOCKS_EXCLUDED(mu_);
+  bool HasRoom(const Lane& lane) const ABSL_LOCKS_EXCLUDED(mu_);
+  bool HasRoomLocked(const Lane& lane) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WaitForRoom(const Lane& lane) ABSL_LOCKS_EXCLUDED(mu_);
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Blocks until an item is ready: takes it (its lane in *lane) and returns true; false once stopping and nothing
+  // is waiting.
+  bool TakeNext(std::shared_ptr<Lane>* lane, Item* item) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;          // an item was posted, or stopping_
-  std::condition_variable idle_cv_;          // an item finished
-  std::deque<std::shared_ptr<Lane>> ready_;  // lanes with waiting items and none running; guarded by mu_
-  int64_t waiting_bytes_ = 0;                // guarded by mu_
-  int64_t waiting_items_ = 0;                // guarded by mu_
-  int running_ = 0;                          // items being run; guarded by mu_
-  bool stopping_ = false;                    // guarded by mu_
-  int live_threads_ = 0;                     // threads not yet returned from Loop(); guarded by mu_
-  std::vector<std::thread> threads_;
+  mutable absl::Mutex mu_;
+  std::deque<std::shared_ptr<Lane>> ready_ ABSL_GUARDED_BY(mu_);  // lanes with waiting items and none running
+  int64_t waiting_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t waiting_items_ ABSL_GUARDED_BY(mu_) = 0;
+  int running_ ABSL_GUARDED_BY(mu_) = 0;  // items being run
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int live_threads_ ABSL_GUARDED_BY(mu_) = 0;  // threads not yet returned from Loop()
+  std::vector<std::thread> threads_;           // set by the constructor, joined by the destructor
 };
 
 // One stream's FIFO of work items. Made by IngestQueue::NewLane; must not outlive its queue.
@@ -89,12 +94,16 @@ class IngestQueue::Lane : public std::enable_shared_from_this<IngestQueue::Lane>
   void Post(int64_t bytes, std::function<void()> work) { queue_->Post(shared_from_this(), bytes, std::move(work)); }
   // Whether the stream may read its next message now (see the header comment).
   bool HasRoom() const { return queue_->HasRoom(*this); }
+  // Blocks until HasRoom() would be true (for a reader on a thread of its own).
+  void WaitForRoom() const { queue_->WaitForRoom(*this); }
 
  private:
   friend class IngestQueue;
   IngestQueue* const queue_;
-  std::deque<Item> items_;  // waiting; guarded by queue_->mu_
-  bool scheduled_ = false;  // in ready_ or running; guarded by queue_->mu_
+  // Guarded by queue_->mu_ and touched only by IngestQueue's methods, which hold it (the analysis cannot tell that
+  // queue_->mu_ is their mu_, so these two carry no annotation).
+  std::deque<Item> items_;  // waiting
+  bool scheduled_ = false;  // in ready_ or running
 };
 
 }  // namespace diloco

@@ -1,5 +1,8 @@
 // diloco-coordinator: serves one DiLoCo run. Loads the config, makes sure the token cache exists, builds theta_0,
 // starts the gRPC service and the round loop, and exits 0 once the last round is done and the workers have left.
+// Exit codes: 0 complete, 130 stopped by SIGINT/SIGTERM, 2 a start-up error. Every start-up step returns an
+// absl::Status; main is the one place that prints a start-up error (one line: the message, which names the key or
+// path and what would fix it) and picks the exit code.
 #include <ATen/Parallel.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
@@ -14,6 +17,7 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/status/status.h"
 #include "config/config_loader.h"
 #include "config/data_cache.h"
 #include "config/model_spec.h"
@@ -33,9 +37,14 @@ namespace {
 std::atomic<int> g_signal{0};
 void OnSignal(int sig) { g_signal = sig; }
 
-int Fail(const std::string& message, int code = 2) {
-  spdlog::error("{}", message);
-  return code;
+constexpr int kExitComplete = 0;
+constexpr int kExitStartUpError = 2;
+constexpr int kExitStopped = 130;  // 128 + SIGINT, also after SIGTERM
+
+// The one place that reports a failed start-up.
+int StartUpFailed(const absl::Status& status) {
+  spdlog::error("{}", std::string(status.message()));
+  return kExitStartUpError;
 }
 
 // Writes `address` to `path` atomically (temp file + rename), for tests and launchers that listen on port 0.
@@ -66,10 +75,10 @@ struct Process {
   std::string address;
 };
 
-// Config, security, token cache, theta_0 and the core. An error line on failure.
-std::string BuildCore(const Flags& flags, Process& p) {
+// Config, security, token cache, theta_0 and the core.
+absl::Status BuildCore(const Flags& flags, Process& p) {
   auto config = diloco::LoadConfig(flags.config_path, flags.overrides);
-  if (!config.ok()) return std::string(config.status().message());
+  if (!config.ok()) return config.status();
   p.config = *config;
   spdlog::info("config {} (hash {}):\n{}", flags.config_path, diloco::ConfigHash(p.config),
                diloco::RenderConfig(p.config));
@@ -78,31 +87,32 @@ std::string BuildCore(const Flags& flags, Process& p) {
   // token.
   const diloco::SecurityConfig& sec = p.config.security;
   auto security = diloco::LoadTransportSecurity({sec.tls_cert, sec.tls_key, sec.tls_ca, sec.token_file, ""});
-  if (!security.ok()) return std::string(security.status().message());
+  if (!security.ok()) return security.status();
   p.security = std::move(*security);
   auto credentials = diloco::MakeServerCredentials(p.security);
-  if (!credentials.ok()) return std::string(credentials.status().message());
+  if (!credentials.ok()) return credentials.status();
   p.credentials = *credentials;
   auto cache = diloco::EnsureTokenized(p.config, diloco::SiblingExecutable("diloco-tokenize"));
-  if (!cache.ok()) return std::string(cache.status().message());
+  if (!cache.ok()) return cache.status();
   auto model = diloco::HostModel(p.config, *cache);  // theta_0 (or model.init_from) and the validation evaluator
-  if (!model.ok()) return std::string(model.status().message());
+  if (!model.ok()) return model.status();
   auto core = diloco::CoordinatorCore::Create(p.config, std::move(model->theta_0), std::move(model->evaluator),
                                               /*resume=*/!flags.fresh);
-  if (!core.ok()) return std::string(core.status().message());
+  if (!core.ok()) return core.status();
   p.core = std::move(*core);
   spdlog::info("model: {} parameters, fingerprint {}", diloco::TotalElements(p.core->specs()), p.core->fingerprint());
-  return "";
+  p.host = p.config.coordinator.listen.substr(0, p.config.coordinator.listen.rfind(':'));
+  return absl::OkStatus();
 }
 
 // Optional HTTP listener: /metrics (Prometheus), /status.json, / (status page). Started before the gRPC server so
 // that a bad coordinator.metrics_listen fails the start-up before anything is served.
-std::string StartHttp(Process& p) {
+absl::Status StartHttp(Process& p) {
   const std::string& listen = p.config.coordinator.metrics_listen;
-  if (listen.empty()) return "";
+  if (listen.empty()) return absl::OkStatus();
   diloco::CoordinatorCore* core = p.core.get();
   auto started = diloco::HttpStatusServer::Start(listen, [core] { return core->Status(); });
-  if (!started.ok()) return std::string(started.status().message());
+  if (!started.ok()) return started.status();
   p.http = std::move(*started);
   spdlog::info("metrics on http://{}/metrics, status page http://{}/", p.http->address(), p.http->address());
   if (!diloco::IsLoopbackAddress(listen)) {
@@ -111,20 +121,21 @@ std::string StartHttp(Process& p) {
         "HTTP without authentication (run status and worker ids; never the model)",
         listen);
   }
-  return "";
+  return absl::OkStatus();
 }
 
 // comm.transport tcp: pushes on a plain TCP port beside gRPC (same host); Join replies tell workers the port, so it
 // is listening before the first Join can come.
-std::string StartPushListener(Process& p) {
-  if (p.config.comm.transport != diloco::PushTransport::kTcp) return "";
+absl::Status StartPushListener(Process& p) {
+  if (p.config.comm.transport != diloco::PushTransport::kTcp) return absl::OkStatus();
   p.push_listener = std::make_unique<diloco::TcpPushListener>(
-      p.core.get(), p.security.token, static_cast<uint64_t>(diloco::MaxMessageBytes(p.config.comm.chunk_bytes)));
+      p.core.get(), p.service->ingest(), p.security.token,
+      static_cast<uint64_t>(diloco::MaxMessageBytes(p.config.comm.chunk_bytes)));
   auto push_port = p.push_listener->Start(p.host, static_cast<int>(p.config.comm.tcp_port));
-  if (!push_port.ok()) return std::string(push_port.status().message());
+  if (!push_port.ok()) return push_port.status();
   p.core->set_push_port(*push_port);
   spdlog::info("pushes over tcp on {}:{} (comm.transport tcp)", p.host, *push_port);
-  return "";
+  return absl::OkStatus();
 }
 
 // While coordinator.grpc_memory_quota_mb is on (see StartGrpc): each stream's receive window, and the threads gRPC
@@ -135,7 +146,7 @@ constexpr int kMaxSyncThreads = 16;
 
 // The gRPC service with health and reflection; keepalive pings allowed; messages up to MaxMessageBytes (a chunk plus 1
 // MiB).
-std::string StartGrpc(Process& p) {
+absl::Status StartGrpc(Process& p) {
   const diloco::Config& c = p.config;
   p.service = std::make_unique<diloco::CoordinatorService>(p.core.get(), c.comm.chunk_bytes,
                                                            diloco::CodecOf(c.comm.pull_codec), p.security.token);
@@ -168,14 +179,14 @@ std::string StartGrpc(Process& p) {
     builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
     builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kStreamWindowBytes);
   }
-  if (std::string e = StartPushListener(p); !e.empty()) return e;
+  if (absl::Status s = StartPushListener(p); !s.ok()) return s;
   p.server = builder.BuildAndStart();
   if (!p.server || port == 0) {
-    return "coordinator.listen: cannot listen on '" + c.coordinator.listen +
-           "' (address in use or invalid? use HOST:PORT, port 0 picks a free one)";
+    return absl::UnavailableError("coordinator.listen: cannot listen on '" + c.coordinator.listen +
+                                  "' (address in use or invalid? use HOST:PORT, port 0 picks a free one)");
   }
   p.address = p.host + ":" + std::to_string(port);
-  return "";
+  return absl::OkStatus();
 }
 
 void LogTransport(const Process& p) {
@@ -192,6 +203,30 @@ void LogTransport(const Process& p) {
         "reach it can join or read the model; set security.tls_cert/tls_key (and tls_ca for mutual TLS)",
         p.config.coordinator.listen);
   }
+}
+
+// Every start-up step, in order, up to serving; the first error ends the start-up.
+absl::Status StartUp(const Flags& flags, Process& p) {
+  if (absl::Status s = BuildCore(flags, p); !s.ok()) return s;
+  if (absl::Status s = StartHttp(p); !s.ok()) return s;
+  if (absl::Status s = StartGrpc(p); !s.ok()) return s;
+  LogTransport(p);
+  p.server->GetHealthCheckService()->SetServingStatus(true);
+  WriteAddressFile(flags.port_file, p.address);
+  if (p.http) WriteAddressFile(flags.metrics_port_file, p.http->address());
+  return absl::OkStatus();
+}
+
+// Stops serving, in the order that lets nothing outlive what it uses: an operator checkpoint being written finishes
+// and is answered (its executor is joined) before the server cancels what is still in flight (the core has stopped:
+// a pull or push can no longer matter), then the TCP connections are closed. The service and the core are destroyed
+// after this, with the Process.
+void StopServing(Process& p) {
+  p.server->GetHealthCheckService()->SetServingStatus(false);
+  if (p.http) p.http->Stop();
+  p.service->StopCheckpoints();
+  p.server->Shutdown(std::chrono::system_clock::now());
+  if (p.push_listener) p.push_listener->Stop();
 }
 
 // Runs the round loop until the run is complete or a signal comes; then lets the workers leave and shuts down.
@@ -214,12 +249,10 @@ int ServeUntilDone(Process& p) {
     core->WaitForWorkersToLeave(std::max(15.0, 3 * p.config.coordinator.heartbeat_interval_s));
     core->WriteSummary();
   }
-  p.server->GetHealthCheckService()->SetServingStatus(false);
-  if (p.http) p.http->Stop();
-  p.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  StopServing(p);
   watcher.join();
   spdlog::info("exit");
-  return complete ? 0 : 130;
+  return complete ? kExitComplete : kExitStopped;
 }
 
 }  // namespace
@@ -237,13 +270,6 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("%H:%M:%S.%e %^%l%$ coordinator: %v");
 
   Process p;
-  if (std::string e = BuildCore(flags, p); !e.empty()) return Fail(e);
-  p.host = p.config.coordinator.listen.substr(0, p.config.coordinator.listen.rfind(':'));
-  if (std::string e = StartHttp(p); !e.empty()) return Fail(e);
-  if (std::string e = StartGrpc(p); !e.empty()) return Fail(e);
-  LogTransport(p);
-  p.server->GetHealthCheckService()->SetServingStatus(true);
-  WriteAddressFile(flags.port_file, p.address);
-  if (p.http) WriteAddressFile(flags.metrics_port_file, p.http->address());
+  if (absl::Status s = StartUp(flags, p); !s.ok()) return StartUpFailed(s);
   return ServeUntilDone(p);
 }

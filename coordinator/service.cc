@@ -4,11 +4,11 @@
 
 #include <exception>
 #include <memory>
-#include <mutex>
-#include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "coordinator/pull_payload.h"
 #include "coordinator/push_session.h"
 #include "proto/grpc_status.h"
@@ -129,7 +129,7 @@ class PushReactor : public grpc::ServerReadReactor<PushMessage> {
   void OnReadDone(bool ok) override {
     std::shared_ptr<PushMessage> message;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (finished_) return;  // refused while this message was on its way
       if (ok) {
         message = TakeSpare();
@@ -142,7 +142,7 @@ class PushReactor : public grpc::ServerReadReactor<PushMessage> {
     }
     const int64_t bytes = message->has_chunk() ? static_cast<int64_t>(message->chunk().data().size()) : 0;
     lane_->Post(bytes, [this, message] { Consume(message); });
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (finished_) return;
     if (lane_->HasRoom()) {
       StartRead(&message_);
@@ -172,7 +172,7 @@ class PushReactor : public grpc::ServerReadReactor<PushMessage> {
       status = absl::InternalError(absl::StrCat("push failed on the coordinator: ", e.what()));
     }
     message->Clear();  // keeps the payload's capacity for a later message
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (spares_.size() < kMaxSpares) spares_.push_back(message);
     if (!status.ok()) {
       FinishLocked(ToGrpc(status));
@@ -190,19 +190,19 @@ class PushReactor : public grpc::ServerReadReactor<PushMessage> {
     } catch (const std::exception& e) {  // e.g. bad_alloc: the stream must still end
       done = absl::InternalError(absl::StrCat("push failed on the coordinator: ", e.what()));
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (finished_) return;
     if (done.ok()) *reply_ = std::move(*done);
     FinishLocked(ToGrpc(done.status()));
   }
 
-  void FinishLocked(grpc::Status status) {  // mu_ held
+  void FinishLocked(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) return;
     finished_ = true;
     Finish(std::move(status));
   }
 
-  std::shared_ptr<PushMessage> TakeSpare() {  // mu_ held
+  std::shared_ptr<PushMessage> TakeSpare() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (spares_.empty()) return std::make_shared<PushMessage>();
     std::shared_ptr<PushMessage> message = std::move(spares_.back());
     spares_.pop_back();
@@ -213,10 +213,10 @@ class PushReactor : public grpc::ServerReadReactor<PushMessage> {
   std::shared_ptr<IngestQueue::Lane> lane_;
   PushReply* reply_;
   PushMessage message_;  // the read in flight
-  std::mutex mu_;
-  bool finished_ = false;                             // Finish called; guarded by mu_
-  bool paused_ = false;                               // a read is due once the lane has room; guarded by mu_
-  std::vector<std::shared_ptr<PushMessage>> spares_;  // cleared messages to read into; guarded by mu_
+  absl::Mutex mu_;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;                             // Finish called
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;                               // a read is due once the lane has room
+  std::vector<std::shared_ptr<PushMessage>> spares_ ABSL_GUARDED_BY(mu_);  // cleared messages to read into
 };
 
 }  // namespace
@@ -271,12 +271,16 @@ grpc::ServerUnaryReactor* CoordinatorService::Drain(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* CoordinatorService::Checkpoint(grpc::CallbackServerContext* ctx, const CheckpointRequest*,
                                                          CheckpointReply* reply) {
   if (auto* refused = RefuseUnary(auth_, ctx, "Checkpoint")) return refused;
-  // Writing a checkpoint blocks on the disk: do it on a thread of its own, never on a gRPC thread.
+  // Writing a checkpoint blocks on the disk: it runs on the checkpoint executor, never on a gRPC thread.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  std::thread([this, reactor, reply] {
+  checkpoints_.Post([core = coordinator_, reactor, reply](bool run) {
+    if (!run) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down"));
+      return;
+    }
     grpc::Status status;
     try {
-      auto written = coordinator_->CheckpointNow();
+      auto written = core->CheckpointNow();
       if (written.ok()) {
         reply->set_path(written->path);
         reply->set_round(written->round);
@@ -286,7 +290,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Checkpoint(grpc::CallbackServerCon
       status = grpc::Status(grpc::StatusCode::INTERNAL, e.what());
     }
     reactor->Finish(status);
-  }).detach();
+  });
   return reactor;
 }
 

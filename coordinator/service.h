@@ -4,16 +4,21 @@
 // folds it into the round accumulator; so no gRPC thread decodes, checks or folds a chunk, or waits on the core's
 // mutex behind a fold, and a Heartbeat or GetStatus is not stuck behind a push. The outer step runs on the
 // coordinator's round thread, never here.
+// The operator's Checkpoint RPC blocks on the disk for seconds: it runs on the service's own checkpoint executor
+// (serial_executor.h), a joined thread, never on a gRPC thread nor a detached one.
 // Exceptions never escape a reactor: every handler turns them into INTERNAL.
 // Ownership: owns the IngestQueue (its threads stop, after running what is queued, when the service is destroyed:
-// destroy it after shutting the server down). Thread-safety: gRPC calls the handlers from its own threads; all state
-// lives in the (thread-safe) Coordinator and IngestQueue.
+// destroy it after shutting the server down; the TCP push listener posts to it too) and the checkpoint executor.
+// Shutdown order: StopCheckpoints() (a checkpoint being written finishes and is answered), then the server's
+// Shutdown, then the service, then the core. Thread-safety: gRPC calls the handlers from its own threads; all state
+// lives in the (thread-safe) Coordinator, IngestQueue and SerialExecutor.
 #pragma once
 
 #include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/ingest_queue.h"
 #include "coordinator/pull_payload.h"
+#include "coordinator/serial_executor.h"
 #include "proto/diloco.grpc.pb.h"
 
 namespace diloco {
@@ -44,11 +49,20 @@ class CoordinatorService final
                                                              const grpc::ByteBuffer* request) override;
   grpc::ServerReadReactor<PushMessage>* PushPseudoGradient(grpc::CallbackServerContext* ctx, PushReply* reply) override;
 
+  // Waits for the checkpoint being written (it completes and its caller gets the reply), answers the ones still
+  // waiting, and any later Checkpoint call, with UNAVAILABLE, and joins the executor's thread. Call it before the
+  // server's Shutdown (which waits for every call to be answered) and before the core is destroyed.
+  void StopCheckpoints() { checkpoints_.Stop(); }
+
+  // The ingest queue, for the TCP push listener (which must be stopped before the service is destroyed).
+  IngestQueue* ingest() { return &ingest_; }
+
  private:
   CoordinatorCore* coordinator_;
   TokenAuthenticator auth_;
-  PullPayloadCache pulls_;  // the newest snapshot's pull messages, shared by its pulls
-  IngestQueue ingest_;      // its items use coordinator_, which the creator keeps alive longer than the service
+  PullPayloadCache pulls_;      // the newest snapshot's pull messages, shared by its pulls
+  IngestQueue ingest_;          // its items use coordinator_, which the creator keeps alive longer than the service
+  SerialExecutor checkpoints_;  // last member: stopped (joined) first when the service is destroyed
 };
 
 }  // namespace diloco

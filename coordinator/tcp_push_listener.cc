@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <exception>
+#include <future>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
@@ -49,10 +51,72 @@ void SetKeepalive(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
 }
 
+// One received frame on its way through the ingest queue: the message and the buffer its payload was read into.
+struct Frame {
+  PushMessage message;
+  std::string buffer;
+};
+
+// A connection's cleared frames, kept to read into (their payload capacity reused). The connection thread takes,
+// the ingest items give back; up to kMaxSpares are kept (the lane holds at most a few frames at once).
+class FramePool {
+ public:
+  std::shared_ptr<Frame> Take() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    if (spares_.empty()) return std::make_shared<Frame>();
+    std::shared_ptr<Frame> frame = std::move(spares_.back());
+    spares_.pop_back();
+    return frame;
+  }
+  void Give(std::shared_ptr<Frame> frame) ABSL_LOCKS_EXCLUDED(mu_) {
+    if (frame->message.has_chunk()) frame->buffer.swap(*frame->message.mutable_chunk()->mutable_data());
+    absl::MutexLock lock(&mu_);
+    if (spares_.size() < kMaxSpares) spares_.push_back(std::move(frame));
+  }
+
+ private:
+  static constexpr size_t kMaxSpares = 4;
+  absl::Mutex mu_;
+  std::vector<std::shared_ptr<Frame>> spares_ ABSL_GUARDED_BY(mu_);
+};
+
+// One push's session and the first exception its items hit. Touched only by the push's ingest items, which run one
+// at a time (one lane per connection), so it needs no lock.
+struct PushState {
+  explicit PushState(CoordinatorCore* core) : session(core) {}
+  PushSession session;
+  absl::Status failure;  // an exception from the session (e.g. bad_alloc): the push fails with INTERNAL
+
+  void Consume(const PushMessage& message) {
+    if (!failure.ok() || !session.refusal().ok()) return;  // after a refusal: read on to the push's end
+    try {
+      (void)session.OnMessage(message);
+    } catch (const std::exception& e) {
+      failure = absl::InternalError(absl::StrCat("push failed on the coordinator: ", e.what()));
+      session.OnBroken(e.what());
+    }
+  }
+
+  absl::StatusOr<PushReply> End() {
+    if (!failure.ok()) return failure;
+    if (!session.refusal().ok()) return session.refusal();
+    try {
+      return session.OnEnd();
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("push failed on the coordinator: ", e.what()));
+    }
+  }
+};
+
 }  // namespace
 
-TcpPushListener::TcpPushListener(CoordinatorCore* core, std::string token, uint64_t max_payload_bytes, double stall_s)
-    : core_(core), token_(std::move(token)), max_payload_bytes_(max_payload_bytes), stall_s_(stall_s) {}
+TcpPushListener::TcpPushListener(CoordinatorCore* core, IngestQueue* ingest, std::string token,
+                                 uint64_t max_payload_bytes, double stall_s)
+    : core_(core),
+      ingest_(ingest),
+      token_(std::move(token)),
+      max_payload_bytes_(max_payload_bytes),
+      stall_s_(stall_s) {}
 
 TcpPushListener::~TcpPushListener() { Stop(); }
 
@@ -102,7 +166,7 @@ void TcpPushListener::Stop() {
   if (listen_fd_ >= 0) close(listen_fd_);
   std::vector<Connection> servers;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (int fd : connections_) shutdown(fd, SHUT_RDWR);  // wakes their recv()/poll(); each closes its own socket
     servers.swap(servers_);
   }
@@ -135,36 +199,41 @@ void TcpPushListener::AcceptLoop() {
                static_cast<suseconds_t>((stall_s_ - static_cast<int64_t>(stall_s_)) * 1e6)};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (stopping_) {
       close(fd);
       return;
     }
     JoinFinished();
-    const std::string name = PeerName(peer);
-    if (servers_.size() >= kMaxConnections) {
-      spdlog::warn("tcp push connection from {} refused: {} connections open already", name, servers_.size());
-      close(fd);
-      continue;
-    }
-    auto done = std::make_shared<std::atomic<bool>>(false);
-    try {
-      connections_.push_back(fd);
-      servers_.push_back({std::thread([this, fd, name, done] {
-                            Serve(fd, name);
-                            *done = true;
-                          }),
-                          done});
-    } catch (const std::system_error& e) {  // no thread to be had: refuse this one, keep serving the others
-      connections_.pop_back();
-      spdlog::warn("tcp push connection from {} refused: {}", name, e.what());
-      close(fd);
-    }
+    Admit(fd, PeerName(peer));
   }
 }
 
+bool TcpPushListener::Admit(int fd, const std::string& name) {
+  if (servers_.size() >= kMaxConnections) {
+    spdlog::warn("tcp push connection from {} refused: {} connections open already", name, servers_.size());
+    close(fd);
+    return false;
+  }
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  try {
+    connections_.push_back(fd);
+    servers_.push_back({std::thread([this, fd, name, done] {
+                          Serve(fd, name);
+                          *done = true;
+                        }),
+                        done});
+  } catch (const std::system_error& e) {  // no thread to be had: refuse this one, keep serving the others
+    connections_.pop_back();
+    spdlog::warn("tcp push connection from {} refused: {}", name, e.what());
+    close(fd);
+    return false;
+  }
+  return true;
+}
+
 void TcpPushListener::Forget(int fd) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   connections_.erase(std::remove(connections_.begin(), connections_.end(), fd), connections_.end());
   close(fd);
 }
@@ -186,34 +255,47 @@ void TcpPushListener::Serve(int fd, const std::string& peer) {
     Forget(fd);
     return;
   }
-  PushMessage message;
-  std::string buffer;  // the chunk payloads land here, one after another
+  const std::shared_ptr<IngestQueue::Lane> lane = ingest_->NewLane();
   while (!stopping_) {
     // Between pushes the worker trains, for as long as it takes: wait without the stall limit.
     pollfd waiting{fd, POLLIN, 0};
     if (poll(&waiting, 1, -1) < 0 && errno != EINTR) break;
-    PushSession session(core_);
-    bool first = true;
-    absl::StatusOr<bool> more = true;
-    while ((more = ReadPushFrame(fd, &message, max_payload_bytes_, &buffer)).ok() && *more) {
-      first = false;
-      if (session.refusal().ok()) (void)session.OnMessage(message);  // after a refusal: read on to the push's end
-      if (message.has_chunk()) buffer.swap(*message.mutable_chunk()->mutable_data());
-    }
-    if (!more.ok()) {
-      // A close between pushes is how a worker says goodbye; anything else breaks the push off.
-      if (!(first && absl::IsNotFound(more.status())) && !stopping_) {
-        spdlog::warn("tcp push connection from {} closed: {}", peer,
-                     Truncated(more.status().message(), kMaxRefusalBytes));
-      }
-      session.OnBroken(std::string(more.status().message()));
-      break;
-    }
-    absl::StatusOr<PushReply> done =
-        session.refusal().ok() ? session.OnEnd() : absl::StatusOr<PushReply>(session.refusal());
-    if (!WritePushResult(fd, done.status(), done.ok() ? *done : PushReply()).ok()) break;
+    if (!ServePush(fd, peer, lane)) break;
   }
   Forget(fd);
+}
+
+bool TcpPushListener::ServePush(int fd, const std::string& peer, const std::shared_ptr<IngestQueue::Lane>& lane) {
+  auto push = std::make_shared<PushState>(core_);
+  auto frames = std::make_shared<FramePool>();
+  bool first = true;
+  absl::StatusOr<bool> more = true;
+  for (;;) {
+    std::shared_ptr<Frame> frame = frames->Take();
+    more = ReadPushFrame(fd, &frame->message, max_payload_bytes_, &frame->buffer);
+    if (!more.ok() || !*more) break;
+    first = false;
+    const int64_t bytes = frame->message.has_chunk() ? static_cast<int64_t>(frame->message.chunk().data().size()) : 0;
+    lane->Post(bytes, [push, frames, frame]() mutable {
+      push->Consume(frame->message);
+      frames->Give(std::move(frame));
+    });
+    lane->WaitForRoom();  // back-pressure: the queue's bound holds for this connection too
+  }
+  if (!more.ok()) {
+    // A close between pushes is how a worker says goodbye; anything else breaks the push off.
+    if (!(first && absl::IsNotFound(more.status())) && !stopping_) {
+      spdlog::warn("tcp push connection from {} closed: {}", peer,
+                   Truncated(more.status().message(), kMaxRefusalBytes));
+    }
+    lane->Post(0, [push, why = std::string(more.status().message())] { push->session.OnBroken(why); });
+    return false;
+  }
+  auto result = std::make_shared<std::promise<absl::StatusOr<PushReply>>>();
+  std::future<absl::StatusOr<PushReply>> answer = result->get_future();
+  lane->Post(0, [push, result] { result->set_value(push->End()); });
+  const absl::StatusOr<PushReply> done = answer.get();  // after every frame of the push has been consumed
+  return WritePushResult(fd, done.status(), done.ok() ? *done : PushReply()).ok();
 }
 
 }  // namespace diloco

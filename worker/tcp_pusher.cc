@@ -18,7 +18,10 @@ namespace diloco {
 TcpPusher::TcpPusher(std::string host, std::string token, double timeout_s)
     : host_(std::move(host)), token_(std::move(token)), timeout_s_(timeout_s) {}
 
-TcpPusher::~TcpPusher() { Close(); }
+TcpPusher::~TcpPusher() {
+  absl::MutexLock lock(&mu_);
+  Close();
+}
 
 void TcpPusher::Close() {
   if (fd_ >= 0) close(fd_);
@@ -63,9 +66,9 @@ absl::Status TcpPusher::Connect(int port) {
 }
 
 absl::StatusOr<int64_t> TcpPusher::Push(int port, const PushHeader& header, TensorChunker& chunker) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const std::string where = absl::StrCat("push over tcp to ", host_, ":", port, ": ");
-  auto unavailable = [&](const absl::Status& s) {
+  auto unavailable = [&](const absl::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     Close();
     return absl::UnavailableError(absl::StrCat(where, s.message()));
   };

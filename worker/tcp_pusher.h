@@ -7,10 +7,11 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "proto/diloco.pb.h"
 #include "proto/tensor_chunks.h"
 
@@ -25,18 +26,18 @@ class TcpPusher {
 
   // Pushes to `port` (the one the last Join named; a new port closes the old connection). Returns the payload
   // bytes sent.
-  absl::StatusOr<int64_t> Push(int port, const PushHeader& header, TensorChunker& chunker);
+  absl::StatusOr<int64_t> Push(int port, const PushHeader& header, TensorChunker& chunker) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  absl::Status Connect(int port);
-  void Close();
+  absl::Status Connect(int port) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Close() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string host_;
   const std::string token_;
   const double timeout_s_;
-  std::mutex mu_;
-  int fd_ = -1;   // guarded by mu_
-  int port_ = 0;  // guarded by mu_: the port fd_ is connected to
+  absl::Mutex mu_;  // held for a whole push: one at a time
+  int fd_ ABSL_GUARDED_BY(mu_) = -1;
+  int port_ ABSL_GUARDED_BY(mu_) = 0;  // the port fd_ is connected to
 };
 
 }  // namespace diloco

@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <future>
 #include <memory>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 namespace diloco {
@@ -123,6 +125,30 @@ TEST(IngestQueueTest, DestructorRunsWhatIsWaiting) {
     gate.Release();
   }
   EXPECT_EQ(ran.load(), 5);
+}
+
+// A blocking reader (the TCP listener's connection thread) waits in WaitForRoom until the lane's items run.
+TEST(IngestQueueTest, WaitForRoomReturnsOnceTheLaneHasRoomAgain) {
+  IngestQueue queue({/*threads=*/1, /*max_bytes=*/1 << 20, /*max_lane_messages=*/2});
+  Gate gate;
+  auto held = queue.NewLane();
+  auto lane = queue.NewLane();
+  gate.Hold(*held);
+  lane->Post(1, [] {});
+  lane->Post(1, [] {});
+  ASSERT_FALSE(lane->HasRoom());
+  std::atomic<bool> returned{false};
+  std::thread reader([&] {
+    lane->WaitForRoom();
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(returned.load());  // still full: the only thread is held
+  gate.Release();
+  reader.join();
+  EXPECT_TRUE(returned.load());
+  EXPECT_TRUE(lane->HasRoom());
+  queue.WaitIdle();
 }
 
 TEST(IngestQueueTest, AnExceptionDoesNotStopTheQueue) {
