@@ -12,8 +12,8 @@
 
 #include "absl/status/statusor.h"
 #include "config/config.h"
+#include "coordinator/theta_store.h"
 #include "proto/checkpoint.h"
-#include "coordinator/evaluator.h"
 
 namespace diloco {
 
