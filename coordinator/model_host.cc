@@ -9,11 +9,11 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "proto/tensor_spec.h"
+#include "worker/data/token_data.h"
 #include "worker/lm/device_choice.h"
 #include "worker/lm/evaluate.h"
 #include "worker/lm/init_from.h"
 #include "worker/lm/language_model.h"
-#include "worker/data/token_data.h"
 #include "worker/lm/torch_compat.h"
 
 namespace diloco {

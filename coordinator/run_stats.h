@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "config/config.h"
-#include "proto/checkpoint.h"
 #include "coordinator/membership.h"
 #include "coordinator/round_state.h"
+#include "proto/checkpoint.h"
 #include "proto/diloco.pb.h"
 
 namespace diloco {

@@ -121,7 +121,7 @@ TEST(ThetaStoreTest, AsyncDoesNotRecycleAVersionAPullHolds) {
   store->Publish(store->Step(Delta(1.0f), nullptr));
   EXPECT_TRUE(v0->params[0].second.equal(a0)) << "a pull still reading version 0 sees it unchanged";
   EXPECT_EQ(store->round(), 2);
-  EXPECT_TRUE(store->current()->complete == false);
+  EXPECT_FALSE(store->current()->complete);
 }
 
 TEST(ThetaStoreTest, TheLastRoundIsComplete) {
