@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "config/config.h"
-#include "coordinator/evaluator.h"
+#include "coordinator/theta_store.h"
 #include "proto/checkpoint.h"
 
 namespace diloco {

@@ -11,7 +11,6 @@
 #include "config/text_file.h"
 #include "coordinator/bootstrap.h"
 #include "coordinator/inner_steps.h"
-#include "coordinator/replay_log.h"
 #include "proto/peer_text.h"
 #include "proto/status_json.h"
 
@@ -77,26 +76,41 @@ std::string PhaseName(RoundPhase phase) { return std::string(RoundPhaseName(phas
 
 }  // namespace
 
-CoordinatorCore::CoordinatorCore(const Config& config, std::vector<TensorSpec> specs,
-                                 std::unique_ptr<Evaluator> evaluator, Clock clock)
-    : config_(config),
-      clock_(clock ? std::move(clock) : Clock(SteadySeconds)),
-      specs_(std::move(specs)),
-      fragment_plan_(NamesOf(specs_), config.comm.fragments),
-      fingerprint_(Fingerprint(specs_)),
-      num_params_(TotalElements(specs_)),
-      evaluator_(std::move(evaluator)),
-      outer_step_(MakeOuterStep(config)),
-      accumulator_(specs_),
-      membership_(static_cast<int>(config.workers.count)) {
-  for (int f = 0; f < fragment_plan_.fragments(); ++f) {
+CoordinatorCore::Model::Model(std::vector<TensorSpec> specs_in, int64_t fragments)
+    : specs(std::move(specs_in)),
+      fragment_plan(NamesOf(specs), fragments),
+      fingerprint(Fingerprint(specs)),
+      num_params(TotalElements(specs)) {
+  for (int f = 0; f < fragment_plan.fragments(); ++f) {
     std::vector<TensorSpec> members;
-    for (size_t i : fragment_plan_.members(f)) members.push_back(specs_[i]);
-    fragment_specs_.push_back(std::move(members));
+    for (size_t i : fragment_plan.members(f)) members.push_back(specs[i]);
+    fragment_specs.push_back(std::move(members));
   }
 }
 
+CoordinatorCore::CoordinatorCore(const Config& config, std::vector<TensorSpec> specs, std::unique_ptr<ThetaStore> theta,
+                                 std::shared_ptr<EvalHistory> evals, Clock clock)
+    : config_(config),
+      clock_(clock ? std::move(clock) : Clock(SteadySeconds)),
+      model_(std::move(specs), config.comm.fragments),
+      theta_(std::move(theta)),
+      evals_(std::move(evals)),
+      accumulator_(model_.specs),
+      membership_(static_cast<int>(config.workers.count)) {}
+
 CoordinatorCore::~CoordinatorCore() = default;
+
+void CoordinatorCore::AddSinks(std::unique_ptr<Evaluator> evaluator) {
+  if (const std::string& dir = config_.coordinator.replay_log_dir; !dir.empty()) {
+    sinks_.Add(std::make_unique<ReplayLogSink>(dir, model_.fingerprint, NamesOf(model_.specs)));
+  }
+  sinks_.Add(std::make_unique<RoundLogSink>(config_.SyncRounds()));
+  if (config_.coordinator.eval_every > 0) {
+    sinks_.Add(std::make_unique<EvaluationSink>(config_.coordinator.eval_every, std::move(evaluator), evals_));
+  }
+  checkpoints_ = sinks_.Add(std::make_unique<CheckpointWriter>(config_, model_.fingerprint, theta_.get(), evals_));
+  sinks_.Add(std::make_unique<SummarySink>([this] { WriteSummary(); }));
+}
 
 absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const Config& config, NamedTensors theta_0,
                                                                          std::unique_ptr<Evaluator> evaluator,
@@ -111,45 +125,34 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const C
   // the peak stays at 3 copies of the model.
   auto boot = Bootstrap(config, std::move(theta_0), Fingerprint(specs), resume);
   if (!boot.ok()) return boot.status();
-  std::unique_ptr<CoordinatorCore> c(
-      new CoordinatorCore(config, std::move(specs), std::move(evaluator), std::move(clock)));
-  if (!c->async()) {  // theta is stepped in place; readers on other threads go through the guard
-    c->guard_ = std::make_shared<ThetaGuard>();
-    absl::MutexLock lock(&c->guard_->mu);
-    c->guard_->round = boot->snapshot->round;
-    boot->snapshot->guard = c->guard_;
-  }
   const std::shared_ptr<const ParamSnapshot> snapshot = boot->snapshot;
-  if (const std::string& dir = config.coordinator.replay_log_dir; !dir.empty() && snapshot->round == 0) {
-    absl::Status written = WriteReplayTheta0(dir, c->fingerprint_, snapshot->params);
-    if (!written.ok()) return written;  // asked for and impossible: a start-up error
-  }
-  std::vector<at::Tensor> theta;
-  for (const auto& [name, p] : snapshot->params) theta.push_back(p);
-  bool evaluate = false;
+  std::unique_ptr<ThetaStore> theta = ThetaStore::Create(config, std::move(boot->snapshot), std::move(boot->momentum));
+  std::unique_ptr<CoordinatorCore> c(new CoordinatorCore(config, std::move(specs), std::move(theta),
+                                                         std::make_shared<EvalHistory>(std::move(boot->evals)),
+                                                         std::move(clock)));
+  c->AddSinks(std::move(evaluator));
   {
     absl::MutexLock lock(&c->mu_);
-    c->momentum_snapshot_ = boot->momentum;
-    c->outer_step_->set_momentum_buffers(std::move(boot->momentum));
-    c->outer_step_->Reserve(theta);  // the first round's step allocates nothing
-    c->evals_ = std::move(boot->evals);
     c->stats_.tokens_committed = boot->tokens_committed;
     c->stats_.bytes_pushed_committed = boot->bytes_pushed_committed;
     c->complete_ = snapshot->complete;
     if (c->complete_) c->round_.set_phase(RoundPhase::kComplete);
-    c->snapshot_ = snapshot;
     c->round_.set_opened_at(c->clock_());
-    evaluate = config.coordinator.eval_every > 0 && c->evals_.empty();
   }
-  if (evaluate) c->EvaluateIfDue(*snapshot, /*force=*/true);
+  ClosedRound start;
+  start.theta = snapshot;
+  start.tokens_committed = boot->tokens_committed;
+  start.bytes_pushed_committed = boot->bytes_pushed_committed;
+  s = c->sinks_.OnStart(start);  // the replay log's theta_0, the evaluation of theta_0
+  if (!s.ok()) return s;
   return c;
 }
 
 absl::Status CoordinatorCore::CheckMeta(const RequestMeta& meta, bool require_member) const {
   if (absl::Status id = ValidateWorkerId(meta.worker_id()); !id.ok()) return id;
-  if (meta.fingerprint() != fingerprint_) {
+  if (meta.fingerprint() != model_.fingerprint) {
     return absl::FailedPreconditionError(absl::StrCat("model fingerprint ", Truncated(meta.fingerprint(), 64),
-                                                      " does not match the coordinator's ", fingerprint_));
+                                                      " does not match the coordinator's ", model_.fingerprint));
   }
   if (require_member && !membership_.IsActive(meta.worker_id())) {
     return absl::NotFoundError(absl::StrCat("worker '", meta.worker_id(), "' is not an active member; Join again"));
@@ -180,10 +183,10 @@ absl::StatusOr<JoinReply> CoordinatorCore::Join(const JoinRequest& request) {
   membership_.Find(m.id)->cluster_size = std::max(1, request.cluster_size());
   spdlog::info("{} worker {} (shard {}/{}, {} threads, {}{}) at round {}", known ? "rejoined:" : "joined:", m.id,
                m.shard_index, membership_.shard_count(), request.threads(), Truncated(request.device(), 64),
-               m.cluster_size > 1 ? absl::StrCat(", a cluster of ", m.cluster_size) : std::string(), snapshot_->round);
+               m.cluster_size > 1 ? absl::StrCat(", a cluster of ", m.cluster_size) : std::string(), theta_->round());
   cv_.SignalAll();
   JoinReply reply;
-  reply.set_round(snapshot_->round);
+  reply.set_round(theta_->round());
   reply.set_rounds_total(config_.SyncRounds());
   reply.set_shard_index(m.shard_index);
   reply.set_shard_count(membership_.shard_count());
@@ -217,13 +220,13 @@ absl::StatusOr<HeartbeatReply> CoordinatorCore::Heartbeat(const HeartbeatRequest
   if (!s.ok()) return s;
   membership_.Touch(request.meta().worker_id(), clock_());
   HeartbeatReply reply;
-  reply.set_round(snapshot_->round);
+  reply.set_round(theta_->round());
   reply.set_run_complete(complete_);
   reply.set_pushed(round_.CountsAsPushed(request.meta().worker_id()));
   reply.set_phase(PhaseName(round_.phase()));
   if (const Member* m = membership_.Find(request.meta().worker_id())) {
     reply.set_drain(m->drain_requested);
-    if (m->quarantined_until_round > snapshot_->round) reply.set_quarantined_until_round(m->quarantined_until_round);
+    if (m->quarantined_until_round > theta_->round()) reply.set_quarantined_until_round(m->quarantined_until_round);
   }
   return reply;
 }
@@ -240,7 +243,7 @@ absl::Status CoordinatorCore::Drain(const std::string& worker_id) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<CoordinatorCore::WrittenCheckpoint> CoordinatorCore::CheckpointNow() { return WriteCheckpoint(); }
+absl::StatusOr<CoordinatorCore::WrittenCheckpoint> CoordinatorCore::CheckpointNow() { return checkpoints_->Write(); }
 
 absl::StatusOr<std::shared_ptr<const ParamSnapshot>> CoordinatorCore::BeginPull(const PullRequest& request) {
   absl::MutexLock lock(&mu_);
@@ -251,7 +254,7 @@ absl::StatusOr<std::shared_ptr<const ParamSnapshot>> CoordinatorCore::BeginPull(
         absl::StrCat("pull of fragment ", request.fragment(), ": comm.fragments is ", fragments()));
   }
   membership_.Touch(request.meta().worker_id(), clock_());
-  return snapshot_;
+  return theta_->current();
 }
 
 void CoordinatorCore::CountBytesSent(const std::string& worker_id, int64_t bytes) {

@@ -19,20 +19,20 @@ absl::Status CoordinatorCore::CheckPushHeader(const PushHeader& header) {
                                             " s > coordinator.lease_s ", config_.coordinator.lease_s, "); Join again"));
   }
   if (complete_) return absl::FailedPreconditionError("the run is complete");
-  if (const Member* m = membership_.Find(id); m != nullptr && m->quarantined_until_round > snapshot_->round) {
+  if (const Member* m = membership_.Find(id); m != nullptr && m->quarantined_until_round > theta_->round()) {
     return absl::FailedPreconditionError(
         absl::StrCat("worker '", id, "' is quarantined until round ", m->quarantined_until_round, " after ", m->strikes,
                      " broken pushes in a row; pull the current parameters and push from that round on"));
   }
-  absl::Status s = DecidePushRound({snapshot_->round, header.meta().round(), round_.phase()},
-                                   {async(), config_.outer.max_staleness});
+  absl::Status s =
+      DecidePushRound({theta_->round(), header.meta().round(), round_.phase()}, PushRoundOptionsOf(config_));
   if (!s.ok()) return s;
   if (round_.HasPushed(id)) {
-    return absl::AlreadyExistsError(absl::StrCat("worker '", id, "' already pushed for round ", snapshot_->round));
+    return absl::AlreadyExistsError(absl::StrCat("worker '", id, "' already pushed for round ", theta_->round()));
   }
   if (round_.IsStreaming(id)) {  // e.g. a retry while the first stream is still open: never count a worker twice
     return absl::UnavailableError(
-        absl::StrCat("a push from worker '", id, "' for round ", snapshot_->round, " is still streaming; retry later"));
+        absl::StrCat("a push from worker '", id, "' for round ", theta_->round(), " is still streaming; retry later"));
   }
   if (header.tokens() <= 0 || header.tokens() > (int64_t{1} << 40) || header.inner_steps() < 0 ||
       header.inner_steps() > (int64_t{1} << 31)) {
@@ -47,10 +47,10 @@ absl::Status CoordinatorCore::CheckPushHeader(const PushHeader& header) {
     return absl::InvalidArgumentError(absl::StrCat("push header: loss (", header.loss(), ") must be finite and ",
                                                    "seconds (", header.seconds(), ") finite and >= 0"));
   }
-  const int fragment = static_cast<int>(snapshot_->round % fragments());
+  const int fragment = static_cast<int>(theta_->round() % fragments());
   if (header.fragment() != fragment) {
     return absl::InvalidArgumentError(absl::StrCat("push of fragment ", header.fragment(), " refused: round ",
-                                                   snapshot_->round + 1, " syncs fragment ", fragment, " of ",
+                                                   theta_->round() + 1, " syncs fragment ", fragment, " of ",
                                                    fragments()));
   }
   return absl::OkStatus();
@@ -67,8 +67,8 @@ absl::StatusOr<PushTicket> CoordinatorCore::BeginPush(const PushHeader& header) 
   PushTicket t;
   t.stream = round_.StartStream(id, clock_());
   t.worker_id = id;
-  t.round = snapshot_->round;
-  t.fragment = static_cast<int>(snapshot_->round % fragments());
+  t.round = theta_->round();
+  t.fragment = static_cast<int>(theta_->round() % fragments());
   t.epoch = round_.epoch();
   t.weight = static_cast<double>(header.tokens());
   t.tokens = header.tokens();
@@ -82,16 +82,16 @@ absl::StatusOr<PushTicket> CoordinatorCore::BeginPush(const PushHeader& header) 
 absl::Status CoordinatorCore::FoldChunk(PushTicket& ticket, size_t index, int64_t offset, const at::Tensor& values,
                                         int64_t wire_bytes) {
   if (wire_bytes < 0) wire_bytes = values.numel() * values.element_size();
-  if (index >= specs_.size() || offset < 0 || offset + values.numel() > specs_[index].numel()) {
+  if (index >= model_.specs.size() || offset < 0 || offset + values.numel() > model_.specs[index].numel()) {
     return absl::InvalidArgumentError(absl::StrCat("chunk outside the model: tensor ", index, " elements [", offset,
                                                    ", ", offset + values.numel(), ")"));
   }
   if (!AllFinite(values)) {
-    return absl::InvalidArgumentError(absl::StrCat("pseudo-gradient of '", specs_[index].name,
+    return absl::InvalidArgumentError(absl::StrCat("pseudo-gradient of '", model_.specs[index].name,
                                                    "' holds NaN or Inf near element ", offset, "; push refused"));
   }
   absl::MutexLock lock(&mu_);
-  if (ticket.round != snapshot_->round || round_.phase() != RoundPhase::kTraining) {
+  if (ticket.round != theta_->round() || round_.phase() != RoundPhase::kTraining) {
     return absl::FailedPreconditionError(absl::StrCat("round ", ticket.round, " closed while the push was streaming"));
   }
   if (!round_.IsCurrent(ticket.worker_id, ticket.stream)) return CutRefusal(ticket);
@@ -111,7 +111,7 @@ absl::Status CoordinatorCore::CommitPush(PushTicket& ticket) {
   const bool current = round_.IsCurrent(ticket.worker_id, ticket.stream);
   if (!ticket.finished) round_.EndStream(ticket.worker_id, ticket.stream);
   ticket.finished = true;
-  if (ticket.round != snapshot_->round || round_.phase() != RoundPhase::kTraining) {
+  if (ticket.round != theta_->round() || round_.phase() != RoundPhase::kTraining) {
     return absl::FailedPreconditionError(absl::StrCat("round ", ticket.round, " closed before the push completed"));
   }
   if (!current) return CutRefusal(ticket);
@@ -134,7 +134,7 @@ void CoordinatorCore::AbortPush(PushTicket& ticket, const std::string& why) {
   ticket.finished = true;
   const bool current = round_.IsCurrent(ticket.worker_id, ticket.stream);
   round_.EndStream(ticket.worker_id, ticket.stream);
-  if (!current || !ticket.folded_any || ticket.epoch != round_.epoch() || ticket.round != snapshot_->round) return;
+  if (!current || !ticket.folded_any || ticket.epoch != round_.epoch() || ticket.round != theta_->round()) return;
   // Some of this push is in the sums and the rest never came: discard the round's aggregation so far.
   accumulator_.Reset();
   const size_t dropped = round_.RestartAggregation();
@@ -151,7 +151,7 @@ void CoordinatorCore::RecordBrokenPush(const std::string& id, bool cut_as_stalle
   ++m->strikes;
   const int64_t rounds = QuarantineRounds(m->strikes, cut_as_stalled);
   if (rounds == 0) return;
-  m->quarantined_until_round = snapshot_->round + rounds;
+  m->quarantined_until_round = theta_->round() + rounds;
   spdlog::warn(
       "quarantined: worker {} until round {} ({} broken pushes in a row{}); its pushes are refused and no "
       "round waits for it",
@@ -166,7 +166,7 @@ void CoordinatorCore::CutStalledPushes(double now) {
     spdlog::warn(
         "push from {} for round {} cut as late: the round is due to close and the stream made no progress "
         "for coordinator.lease_s {} s (or was open longer than round_timeout_s){}",
-        id, snapshot_->round + 1, config_.coordinator.lease_s, folded ? "; it had chunks in the sums" : "");
+        id, theta_->round() + 1, config_.coordinator.lease_s, folded ? "; it had chunks in the sums" : "");
     if (folded) {
       restart = true;
       RecordBrokenPush(id, /*cut_as_stalled=*/true);
@@ -176,14 +176,14 @@ void CoordinatorCore::CutStalledPushes(double now) {
   accumulator_.Reset();
   const size_t dropped = round_.RestartAggregation();
   spdlog::warn("round {}: restarting the aggregation after a stalled push was cut; {} worker(s) push again",
-               snapshot_->round + 1, dropped);
+               theta_->round() + 1, dropped);
 }
 
 std::vector<std::string> CoordinatorCore::UnquarantinedActiveIds() const {
   std::vector<std::string> ids;
   for (const std::string& id : membership_.ActiveIds()) {
     const Member* m = membership_.Find(id);
-    if (m == nullptr || m->quarantined_until_round <= snapshot_->round) ids.push_back(id);
+    if (m == nullptr || m->quarantined_until_round <= theta_->round()) ids.push_back(id);
   }
   return ids;
 }

@@ -1,6 +1,6 @@
 // CoordinatorCore, the round thread (coordinator.h): Run/Poll pass over lease expiry and the close decision
-// (round_policy.h); a close takes the averaged pseudo-gradient out under the lock, applies the outer step
-// (outer_step.h) without it, publishes theta_{t+1}, then evaluates and checkpoints when due.
+// (round_policy.h); a close takes the averaged pseudo-gradient out under the lock, has the theta store step
+// (theta_store.h) without it, publishes theta_{t+1}, then hands the round to the sinks (round_sink.h).
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -13,16 +13,16 @@
 #include "config/text_file.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/inner_steps.h"
-#include "coordinator/replay_log.h"
 #include "proto/status_json.h"
 
 namespace diloco {
 
 StatusReply CoordinatorCore::Status() const {
   absl::MutexLock lock(&mu_);
-  return BuildStatusReply(
-      {config_, snapshot_->round, fragments(), num_params_, fingerprint_, round_, stats_, membership_, evals_},
-      clock_());
+  const std::vector<EvalRecord> evals = evals_->Records();
+  return BuildStatusReply({config_, theta_->round(), fragments(), model_.num_params, model_.fingerprint, round_, stats_,
+                           membership_, evals},
+                          clock_());
 }
 
 void CoordinatorCore::Run() {
@@ -46,7 +46,7 @@ void CoordinatorCore::RoundLoopPass() {
   }
   const RoundDecision decision = DecideClose(now);
   if (!decision.close) return;
-  const int64_t closing_round = snapshot_->round + 1;
+  const int64_t closing_round = theta_->round() + 1;
   ClosingRound closing = BeginClose();  // under the same lock as the decision
   mu_.Unlock();
   bool discarded = false;
@@ -64,120 +64,87 @@ void CoordinatorCore::RoundLoopPass() {
   }
 }
 
-RoundDecision CoordinatorCore::DecideCloseIgnoringStreams(double now) {
-  if (async()) {  // apply what has arrived, once no other push is half in the sums
-    return DecideAsyncClose({round_.pushed().size(), round_.streaming_count()});
-  }
-  const RoundPolicyOptions options{config_.coordinator.min_workers, config_.coordinator.round_timeout_s};
-  return DecideRoundClose({UnquarantinedActiveIds(), round_.PushedIds(), round_.opened_at()}, now, options);
+CloseView CoordinatorCore::CloseViewNow() const {
+  return {{UnquarantinedActiveIds(), round_.PushedIds(), round_.opened_at()},
+          {round_.pushed().size(), round_.streaming_count()}};
 }
 
 RoundDecision CoordinatorCore::DecideClose(double now) {
-  RoundDecision decision = DecideCloseIgnoringStreams(now);
-  const bool held = async() ? round_.streaming_count() > 0 && round_.pushed().size() > 0
-                            : decision.close && round_.partial_count() > 0;
-  if (held) {  // a close is due but streams hold it: cut those that stalled (round_policy.h "Broken pushes")
-    CutStalledPushes(now);
-    decision = DecideCloseIgnoringStreams(now);
+  const OuterMode mode = config_.outer.mode;
+  const RoundPolicyOptions options{config_.coordinator.min_workers, config_.coordinator.round_timeout_s};
+  RoundDecision decision = DecideCloseOf(mode, CloseViewNow(), now, options);
+  if (StreamsHoldClose(mode, decision, CloseViewNow(), round_.partial_count())) {
+    CutStalledPushes(now);  // a close is due but streams hold it: cut those that stalled (round_policy.h)
+    decision = DecideCloseOf(mode, CloseViewNow(), now, options);
   }
-  if (async()) round_.set_phase_reason(decision.reason);  // changes with every push: not logged
+  if (!LogsWaitReasons(mode)) round_.set_phase_reason(decision.reason);
   decision = HoldForPartialPushes(decision, round_.partial_count());
   if (decision.reason != round_.phase_reason()) {
     round_.set_phase_reason(decision.reason);
-    if (!decision.close) spdlog::info("round {}: {}", snapshot_->round + 1, decision.reason);
+    if (!decision.close) spdlog::info("round {}: {}", theta_->round() + 1, decision.reason);
   }
   return decision;
 }
 
 CoordinatorCore::ClosingRound CoordinatorCore::BeginClose() {
   ClosingRound c;
-  c.base = snapshot_;
   c.tokens = accumulator_.total_weight();
   c.delta = accumulator_.TakeAverage();    // no push folds while the round steps (phase stepping)
   c.contributors = round_.TakeForClose();  // phase stepping; their heartbeats still say "pushed"
-  if (previous_snapshot_ && previous_snapshot_.use_count() == 1) {  // no pull reads theta_{t-1} any more
-    for (const auto& [name, p] : previous_snapshot_->params) c.recycle.push_back(p);
-  }
-  previous_snapshot_.reset();
   return c;
 }
 
-std::shared_ptr<ParamSnapshot> CoordinatorCore::StepTheta(const ParamSnapshot& base,
-                                                          const std::vector<at::Tensor>& delta,
-                                                          std::vector<at::Tensor> recycle) {
-  std::vector<at::Tensor> theta;
-  for (const auto& [name, p] : base.params) theta.push_back(p);
-  const std::vector<size_t>* only =
-      fragments() > 1 ? &fragment_plan_.members(fragment_plan_.FragmentOfRound(base.round)) : nullptr;
-  auto snapshot = std::make_shared<ParamSnapshot>();
-  snapshot->round = base.round + 1;
-  snapshot->complete = snapshot->round >= config_.SyncRounds();
-  snapshot->guard = guard_;
-  if (guard_ != nullptr) {  // pulls and checkpoints of theta_t wait, then find it moved on
-    absl::MutexLock stepping(&guard_->mu);
-    outer_step_->StepInPlace(theta, delta, only);
-    guard_->round = snapshot->round;
-    snapshot->params = base.params;
-    return snapshot;
-  }
-  std::vector<at::Tensor> next = outer_step_->Step(theta, delta, std::move(recycle), only);
-  for (size_t i = 0; i < next.size(); ++i) snapshot->params.emplace_back(base.params[i].first, next[i]);
-  return snapshot;
+const std::vector<size_t>* CoordinatorCore::FragmentToStep() const {
+  if (fragments() <= 1) return nullptr;
+  return &model_.fragment_plan.members(model_.fragment_plan.FragmentOfRound(theta_->round()));
 }
 
 void CoordinatorCore::FinishClose(ClosingRound& closing, const std::string& reason) {
-  const ParamSnapshot& base = *closing.base;
   for (const at::Tensor& d : closing.delta) {
     if (!AllFinite(d)) throw std::runtime_error("the averaged pseudo-gradient is not finite");
   }
+  ClosedRound closed;
   const double t0 = clock_();
-  std::shared_ptr<ParamSnapshot> snapshot = StepTheta(base, closing.delta, std::move(closing.recycle));
+  closed.theta = theta_->Step(closing.delta, FragmentToStep());
   const double t1 = clock_();
-  if (const std::string& dir = config_.coordinator.replay_log_dir; !dir.empty()) {
-    std::vector<std::string> names;
-    for (const TensorSpec& spec : specs_) names.push_back(spec.name);
-    const absl::Status s = WriteReplayDelta(dir, snapshot->round, fingerprint_, names, closing.delta);
-    if (!s.ok()) spdlog::error("replay log of round {}: {}", snapshot->round, std::string(s.message()));
-  }
+  closed.step_seconds = t1 - t0;
+  closed.reason = reason;
+  closed.pushes = closing.contributors.size();
+  closed.tokens = closing.tokens;
+  closed.delta = &closing.delta;
+  sinks_.OnStepped(closed);  // the replay log, while the delta is intact
+  closed.delta = nullptr;
   std::vector<at::Tensor> sums = std::move(closing.delta);
   for (at::Tensor& d : sums) d.zero_();  // the next round's accumulator
-  double round_seconds = 0;
   {
     absl::MutexLock lock(&mu_);
-    PublishRound(closing, snapshot, std::move(sums), t1 - t0, t1);
-    round_seconds = stats_.last_round_seconds;
+    PublishRound(closing, std::move(sums), t1, closed);
   }
-  spdlog::info("round {}/{} closed ({}): {} pushes, {:.0f} tokens, outer step {:.3f} s, round {:.2f} s",
-               snapshot->round, config_.SyncRounds(), reason, closing.contributors.size(), closing.tokens, t1 - t0,
-               round_seconds);
-  EvaluateIfDue(*snapshot, snapshot->complete);
-  CheckpointIfDue(snapshot->complete);
-  if (snapshot->complete) {
-    {
-      absl::MutexLock lock(&mu_);
-      complete_ = true;
-      round_.set_phase(RoundPhase::kComplete);
-      cv_.SignalAll();
-    }
-    WriteSummary();
+  sinks_.OnCommitted(closed);  // log line, evaluation, checkpoint
+  if (!closed.theta->complete) return;
+  {
+    absl::MutexLock lock(&mu_);
+    complete_ = true;
+    round_.set_phase(RoundPhase::kComplete);
+    cv_.SignalAll();
   }
+  sinks_.OnRunComplete();  // summary.json
 }
 
-void CoordinatorCore::PublishRound(const ClosingRound& closing, std::shared_ptr<const ParamSnapshot> snapshot,
-                                   std::vector<at::Tensor> zeroed_sums, double step_seconds, double now) {
+void CoordinatorCore::PublishRound(const ClosingRound& closing, std::vector<at::Tensor> zeroed_sums, double now,
+                                   ClosedRound& closed) {
   accumulator_.Restore(std::move(zeroed_sums));
-  stats_.CreditRound(closing.contributors, num_params_, membership_);
+  stats_.CreditRound(closing.contributors, model_.num_params, membership_);
   if (config_.inner.adaptive_steps) AssignAdaptiveSteps();
-  stats_.last_outer_step_seconds = step_seconds;
+  stats_.last_outer_step_seconds = closed.step_seconds;
   stats_.last_round_seconds = now - round_.opened_at();
   round_.set_opened_at(now);
-  if (guard_ == nullptr) {
-    previous_snapshot_ = snapshot_;
-    momentum_snapshot_ = outer_step_->momentum_buffers();
-  }
-  snapshot_ = std::move(snapshot);
-  round_.EndClose(snapshot_->complete ? RoundPhase::kFinishing : RoundPhase::kTraining);
+  theta_->Publish(closed.theta);
+  round_.EndClose(closed.theta->complete ? RoundPhase::kFinishing : RoundPhase::kTraining);
   round_.set_phase_reason("");
+  closed.round_seconds = stats_.last_round_seconds;
+  closed.tokens_committed = stats_.tokens_committed;
+  closed.bytes_pushed_committed = stats_.bytes_pushed_committed;
 }
 
 void CoordinatorCore::AssignAdaptiveSteps() {
@@ -190,71 +157,6 @@ void CoordinatorCore::AssignAdaptiveSteps() {
     }
     m->inner_steps = h;
   }
-}
-
-void CoordinatorCore::EvaluateIfDue(const ParamSnapshot& snapshot, bool force) {
-  const int64_t every = config_.coordinator.eval_every;
-  if (every <= 0 || (!force && snapshot.round % every != 0)) return;
-  const double t0 = clock_();
-  double loss = 0;
-  try {
-    loss = evaluator_->Evaluate(snapshot.params);
-  } catch (const std::exception& e) {
-    spdlog::error("evaluation of round {} failed, training goes on: {}", snapshot.round, e.what());
-    return;
-  }
-  spdlog::info("eval: round {} val_loss {:.4f} (ppl {:.2f}, {:.2f} s)", snapshot.round, loss, std::exp(loss),
-               clock_() - t0);
-  absl::MutexLock lock(&mu_);
-  evals_.push_back({snapshot.round, loss, stats_.tokens_committed, stats_.bytes_pushed_committed});
-}
-
-void CoordinatorCore::CheckpointIfDue(bool force) {
-  {
-    absl::MutexLock lock(&mu_);
-    const int64_t every = config_.coordinator.checkpoint_every;
-    if (!force && (every <= 0 || snapshot_->round % every != 0)) return;
-  }
-  auto path = WriteCheckpoint();
-  if (!path.ok()) spdlog::error("checkpoint failed, training goes on: {}", std::string(path.status().message()));
-}
-
-absl::StatusOr<CoordinatorCore::WrittenCheckpoint> CoordinatorCore::WriteCheckpoint() {
-  absl::MutexLock writing(&checkpoint_mu_);
-  CheckpointData data;
-  data.fingerprint = fingerprint_;
-  auto collect = [&] {
-    absl::MutexLock lock(&mu_);
-    data.round = snapshot_->round;
-    data.params = snapshot_->params;
-    data.evals = evals_;
-    data.momentum = momentum_snapshot_;  // asynchronous rounds: published with theta_t, never modified in place
-  };
-  if (guard_ == nullptr) {
-    collect();
-    return SaveCheckpointAndLog(data);
-  }
-  // Synchronous rounds step theta and the momentum in place: no step runs while they are written, and the round is
-  // the one the tensors hold (a step may have finished before its snapshot was published).
-  absl::ReaderMutexLock steady(&guard_->mu);
-  collect();
-  data.round = guard_->round;
-  data.momentum = outer_step_->momentum_buffers();  // the round thread is not stepping: we hold the guard
-  return SaveCheckpointAndLog(data);
-}
-
-absl::StatusOr<CoordinatorCore::WrittenCheckpoint> CoordinatorCore::SaveCheckpointAndLog(const CheckpointData& data) {
-  const std::string path = CheckpointPath(config_.CheckpointDir(), data.round);
-  const auto t0 = std::chrono::steady_clock::now();
-  absl::Status s = SaveCheckpoint(path, data);
-  if (!s.ok()) return s;
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::error_code ec;
-  const double mb = static_cast<double>(std::filesystem::file_size(path, ec)) / 1e6;
-  PruneCheckpoints(config_.CheckpointDir(), config_.coordinator.keep_checkpoints);
-  spdlog::info("checkpoint: {} (round {}, {:.0f} MB in {:.2f} s, {:.0f} MB/s)", path, data.round, ec ? 0.0 : mb,
-               seconds, seconds > 0 && !ec ? mb / seconds : 0.0);
-  return WrittenCheckpoint{path, data.round};
 }
 
 void CoordinatorCore::WriteSummary() const {

@@ -63,6 +63,15 @@ void InPlacePlainKernel(float* __restrict pt, const float* __restrict pd, float 
   for (int64_t j = begin; j < end; ++j) pt[j] = pt[j] + minus_lr * pd[j];
 }
 
+// Which of `count` positions a step updates: `only`'s (one fragment), or all when null.
+std::vector<char> StepMask(size_t count, const std::vector<size_t>* only) {
+  std::vector<char> stepped(count, only == nullptr ? 1 : 0);
+  if (only != nullptr) {
+    for (size_t i : *only) stepped.at(i) = 1;
+  }
+  return stepped;
+}
+
 bool SameShape(const std::vector<at::Tensor>& tensors, size_t i, const at::Tensor& like) {
   return i < tensors.size() && tensors[i].defined() && tensors[i].sizes() == like.sizes() &&
          tensors[i].scalar_type() == like.scalar_type() && tensors[i].is_contiguous();
@@ -78,10 +87,7 @@ std::vector<at::Tensor> OuterOptimizer::Step(const std::vector<at::Tensor>& thet
   }
   const bool first = buffers_.empty();
   const bool momentum = momentum_ != 0;
-  std::vector<char> stepped(theta.size(), only == nullptr ? 1 : 0);
-  if (only != nullptr) {
-    for (size_t i : *only) stepped.at(i) = 1;
-  }
+  const std::vector<char> stepped = StepMask(theta.size(), only);
   const bool nesterov = kind_ == Kind::kNesterov;
   // PyTorch applies the scalars as float for float32 tensors.
   const float mu = static_cast<float>(momentum_);
@@ -150,10 +156,7 @@ void OuterOptimizer::StepInPlace(const std::vector<at::Tensor>& theta, const std
   if (momentum && !first && buffers_.size() != theta.size()) {
     throw std::invalid_argument("OuterOptimizer::StepInPlace: momentum buffer count differs from the parameter count");
   }
-  std::vector<char> stepped(theta.size(), only == nullptr ? 1 : 0);
-  if (only != nullptr) {
-    for (size_t i : *only) stepped.at(i) = 1;
-  }
+  const std::vector<char> stepped = StepMask(theta.size(), only);
   // Every check before the first write: a refusal leaves theta and the momentum as they were.
   for (size_t i = 0; i < theta.size(); ++i) {
     if (!stepped[i]) continue;

@@ -29,7 +29,7 @@ class OuterStep {
   virtual std::vector<at::Tensor> Step(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& delta,
                                        std::vector<at::Tensor> recycle, const std::vector<size_t>* only) = 0;
   // theta_t written over theta_{t-1} (and the momentum updated in place): the synchronous coordinator's step, which
-  // keeps one copy of theta and serves pulls from it under a ThetaGuard (evaluator.h). Checks every tensor before it
+  // keeps one copy of theta and serves pulls from it under a ThetaGuard (theta_store.h). Checks every tensor before it
   // writes any, so a refusal (std::invalid_argument) leaves theta and the momentum as they were. An implementation
   // without an in-place form throws std::logic_error (the asynchronous Delayed Nesterov: the core uses Step there).
   virtual void StepInPlace(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& delta,

@@ -8,7 +8,7 @@
 // - Encoded chunks (bf16, int8, int4) are encoded the first time any pull reaches them, under the snapshot's guard,
 //   and kept as immutable serialized messages for the payload's lifetime: comm.pull_codec bf16 keeps half a copy of
 //   theta while its payload is cached (int8 a quarter, int4 an eighth), the one extra buffer this design needs.
-// Torn reads: synchronous rounds write theta_{t+1} over theta_t in place (evaluator.h, ThetaGuard), and gRPC reads a
+// Torn reads: synchronous rounds write theta_{t+1} over theta_t in place (theta_store.h, ThetaGuard), and gRPC reads a
 // raw message's bytes when it writes them to the socket, after Message() returned. So a raw message must be written
 // with write-through (RawMessage() says which: the write completes only once the socket has the bytes) and the pull
 // must check Current() after each write completes: if theta moved on meanwhile, the bytes may be torn and the pull
@@ -34,7 +34,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "coordinator/evaluator.h"
+#include "coordinator/theta_store.h"
 #include "proto/codec.h"
 #include "proto/tensor_chunks.h"
 
@@ -55,7 +55,7 @@ class PullPayload {
   // has moved on from the snapshot's round.
   absl::StatusOr<bool> Message(size_t i, grpc::ByteBuffer* out, int64_t* payload_bytes, bool* raw);
   // Whether theta still holds the snapshot's round (always true for an immutable snapshot). Blocks while an outer
-  // step is writing theta (ReadIfAtRound, evaluator.h).
+  // step is writing theta (ReadIfAtRound, theta_store.h).
   bool Current() const;
 
  private:

@@ -67,4 +67,20 @@ absl::Status DecidePushRound(const PushRoundView& push, const PushRoundOptions& 
   return absl::OkStatus();
 }
 
+PushRoundOptions PushRoundOptionsOf(const Config& config) {
+  return {config.outer.mode == OuterMode::kAsync, config.outer.max_staleness};
+}
+
+RoundDecision DecideCloseOf(OuterMode mode, const CloseView& view, double now, const RoundPolicyOptions& options) {
+  if (mode == OuterMode::kAsync) return DecideAsyncClose(view.arrivals);  // apply what has arrived
+  return DecideRoundClose(view.members, now, options);
+}
+
+bool StreamsHoldClose(OuterMode mode, const RoundDecision& decision, const CloseView& view, size_t partial) {
+  if (mode == OuterMode::kAsync) return view.arrivals.streaming > 0 && view.arrivals.pushed > 0;
+  return decision.close && partial > 0;
+}
+
+bool LogsWaitReasons(OuterMode mode) { return mode != OuterMode::kAsync; }
+
 }  // namespace diloco

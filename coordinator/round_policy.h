@@ -8,6 +8,8 @@
 //   HoldForPartialPushes: a close waits while a push is part-folded into the sums (never step on half a push);
 //   DecidePushRound: which round a push may be for (sync: the open one; async: at most outer.max_staleness behind);
 //   QuarantineRounds: how long a member whose pushes keep breaking off is refused.
+// The rules that differ between outer.mode sync and async are chosen here, from the mode (DecideCloseOf,
+// StreamsHoldClose, LogsWaitReasons, PushRoundOptionsOf): the core never branches on the mode itself.
 //
 // Broken pushes. Chunks are folded into the one round accumulator as they arrive (no per-worker copy: the coordinator
 // holds at most 3.5 model copies, coordinator.h "Memory"), so a push that breaks off after folding cannot be taken
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "config/config.h"
 #include "proto/round_phase.h"
 
 namespace diloco {
@@ -73,6 +76,22 @@ struct PushRoundOptions {
   int64_t max_staleness = 0;  // outer.max_staleness (async only)
 };
 absl::Status DecidePushRound(const PushRoundView& push, const PushRoundOptions& options);
+
+// outer.mode's push rule options (outer.max_staleness applies to async only).
+PushRoundOptions PushRoundOptionsOf(const Config& config);
+
+// What the close rules of either mode read of the open round.
+struct CloseView {
+  RoundView members;        // sync: the unquarantined active members, the counted pushes, when the round opened
+  AsyncRoundView arrivals;  // async: pushes committed and streams open
+};
+// The close rule of `mode` before open streams are considered: sync DecideRoundClose, async DecideAsyncClose.
+RoundDecision DecideCloseOf(OuterMode mode, const CloseView& view, double now, const RoundPolicyOptions& options);
+// Whether open push streams hold `decision` (then the stalled ones are cut and the rule is asked again). Sync: a
+// close is due and `partial` pushes have chunks in the sums; async: streams are open while pushes have arrived.
+bool StreamsHoldClose(OuterMode mode, const RoundDecision& decision, const CloseView& view, size_t partial);
+// Whether a wait reason is logged when it changes: sync yes; async no (it changes with every push).
+bool LogsWaitReasons(OuterMode mode);
 
 // Rounds a member is quarantined for after a broken push, given its strikes (broken pushes since its last counted
 // one, this one included) and whether the coordinator cut the push as stalled. A first break is forgiven (a network

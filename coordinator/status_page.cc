@@ -1,12 +1,12 @@
 #include "coordinator/status_page.h"
 
 namespace diloco {
+namespace {
 
 // The page reads only the keys StatusToJson (proto/status_json.cc) writes. Validation loss against bytes uses each
 // EvalPoint's bytes_pushed_committed; should an eval lack it (an older coordinator), the x value is an estimate
 // (eval round x the last round's pushed bytes) and the chart's caption says so.
-const char* StatusPageHtml() {
-  return R"HTML(<!doctype html>
+constexpr char kStatusPageHtml[] = R"HTML(<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -178,6 +178,9 @@ refresh();
 </body>
 </html>
 )HTML";
-}
+
+}  // namespace
+
+const char* StatusPageHtml() { return kStatusPageHtml; }
 
 }  // namespace diloco

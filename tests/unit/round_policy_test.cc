@@ -147,5 +147,41 @@ TEST(QuarantineTest, AFirstBreakIsForgivenThenTheQuarantineDoublesUpToItsBound) 
   EXPECT_EQ(QuarantineRounds(50, true), kMaxQuarantineRounds);
 }
 
+// The mode's rules, chosen by the policy (the core never branches on outer.mode).
+TEST(RoundPolicyTest, TheModeChoosesTheCloseRule) {
+  // Both pushed of two active members, one more push streaming.
+  const CloseView view{{{"w0", "w1"}, {"w0", "w1"}, 0.0}, {2, 1}};
+  const RoundDecision sync = DecideCloseOf(OuterMode::kSync, view, 1.0, Options(1, 60));
+  EXPECT_TRUE(sync.close);
+  EXPECT_THAT(sync.reason, HasSubstr("all 2 active members pushed"));
+  const RoundDecision async = DecideCloseOf(OuterMode::kAsync, view, 1.0, Options(1, 60));
+  EXPECT_FALSE(async.close);
+  EXPECT_EQ(async.reason, "async: waiting for 1 push stream(s)");
+}
+
+TEST(RoundPolicyTest, TheModeChoosesWhenStreamsHoldAClose) {
+  const CloseView streaming{{{"w0"}, {"w0"}, 0.0}, {1, 1}};
+  const RoundDecision due{true, "due"}, waiting{false, "waiting"};
+  EXPECT_TRUE(StreamsHoldClose(OuterMode::kSync, due, streaming, 1)) << "a due close with a part-folded push";
+  EXPECT_FALSE(StreamsHoldClose(OuterMode::kSync, due, streaming, 0)) << "streams that folded nothing never hold";
+  EXPECT_FALSE(StreamsHoldClose(OuterMode::kSync, waiting, streaming, 1)) << "nothing is due";
+  EXPECT_TRUE(StreamsHoldClose(OuterMode::kAsync, waiting, streaming, 0)) << "async: arrivals wait for streams";
+  const CloseView no_arrivals{{{"w0"}, {}, 0.0}, {0, 1}};
+  EXPECT_FALSE(StreamsHoldClose(OuterMode::kAsync, waiting, no_arrivals, 1));
+  EXPECT_TRUE(LogsWaitReasons(OuterMode::kSync));
+  EXPECT_FALSE(LogsWaitReasons(OuterMode::kAsync));
+}
+
+TEST(RoundPolicyTest, PushRoundOptionsFollowTheMode) {
+  Config config;
+  config.outer.max_staleness = 3;
+  EXPECT_FALSE(PushRoundOptionsOf(config).async);
+  config.outer.mode = OuterMode::kAsync;
+  const PushRoundOptions options = PushRoundOptionsOf(config);
+  EXPECT_TRUE(options.async);
+  EXPECT_EQ(options.max_staleness, 3);
+  EXPECT_TRUE(DecidePushRound({5, 2, RoundPhase::kTraining}, options).ok()) << "3 behind, within max_staleness";
+}
+
 }  // namespace
 }  // namespace diloco

@@ -1,0 +1,120 @@
+#include "coordinator/round_sinks.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <exception>
+#include <filesystem>
+#include <utility>
+
+#include "coordinator/replay_log.h"
+
+namespace diloco {
+namespace {
+
+// Writes `data` (atomically, proto/checkpoint.h), prunes to `keep` files and logs the size and speed.
+absl::StatusOr<WrittenCheckpoint> SaveAndLog(const std::string& dir, int64_t keep, const CheckpointData& data) {
+  const std::string path = CheckpointPath(dir, data.round);
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status s = SaveCheckpoint(path, data);
+  if (!s.ok()) return s;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::error_code ec;
+  const double mb = static_cast<double>(std::filesystem::file_size(path, ec)) / 1e6;
+  PruneCheckpoints(dir, keep);
+  spdlog::info("checkpoint: {} (round {}, {:.0f} MB in {:.2f} s, {:.0f} MB/s)", path, data.round, ec ? 0.0 : mb,
+               seconds, seconds > 0 && !ec ? mb / seconds : 0.0);
+  return WrittenCheckpoint{path, data.round};
+}
+
+}  // namespace
+
+void EvalHistory::Add(const EvalRecord& record) {
+  absl::MutexLock lock(&mu_);
+  records_.push_back(record);
+}
+
+std::vector<EvalRecord> EvalHistory::Records() const {
+  absl::MutexLock lock(&mu_);
+  return records_;
+}
+
+bool EvalHistory::empty() const {
+  absl::MutexLock lock(&mu_);
+  return records_.empty();
+}
+
+absl::Status ReplayLogSink::OnStart(const ClosedRound& start) {
+  if (start.theta->round != 0) return absl::OkStatus();  // resumed: theta_0 was written when the run started
+  return WriteReplayTheta0(dir_, fingerprint_, start.theta->params);  // asked for and impossible: a start-up error
+}
+
+void ReplayLogSink::OnStepped(const ClosedRound& round) {
+  const absl::Status s = WriteReplayDelta(dir_, round.theta->round, fingerprint_, names_, *round.delta);
+  if (!s.ok()) spdlog::error("replay log of round {}: {}", round.theta->round, std::string(s.message()));
+}
+
+void RoundLogSink::OnCommitted(const ClosedRound& round) {
+  spdlog::info("round {}/{} closed ({}): {} pushes, {:.0f} tokens, outer step {:.3f} s, round {:.2f} s",
+               round.theta->round, rounds_total_, round.reason, round.pushes, round.tokens, round.step_seconds,
+               round.round_seconds);
+}
+
+absl::Status EvaluationSink::OnStart(const ClosedRound& start) {
+  if (history_->empty()) Evaluate(start);
+  return absl::OkStatus();
+}
+
+void EvaluationSink::OnCommitted(const ClosedRound& round) {
+  if (round.theta->complete || round.theta->round % every_ == 0) Evaluate(round);
+}
+
+void EvaluationSink::Evaluate(const ClosedRound& round) {
+  const ParamSnapshot& theta = *round.theta;
+  const auto t0 = std::chrono::steady_clock::now();
+  double loss = 0;
+  try {
+    loss = evaluator_->Evaluate(theta.params);
+  } catch (const std::exception& e) {
+    spdlog::error("evaluation of round {} failed, training goes on: {}", theta.round, e.what());
+    return;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  spdlog::info("eval: round {} val_loss {:.4f} (ppl {:.2f}, {:.2f} s)", theta.round, loss, std::exp(loss), seconds);
+  history_->Add({theta.round, loss, round.tokens_committed, round.bytes_pushed_committed});
+}
+
+CheckpointWriter::CheckpointWriter(const Config& config, std::string fingerprint, ThetaStore* theta,
+                                   std::shared_ptr<EvalHistory> history)
+    : dir_(config.CheckpointDir()),
+      every_(config.coordinator.checkpoint_every),
+      keep_(config.coordinator.keep_checkpoints),
+      fingerprint_(std::move(fingerprint)),
+      theta_(theta),
+      history_(std::move(history)) {}
+
+void CheckpointWriter::OnCommitted(const ClosedRound& round) {
+  if (!round.theta->complete && (every_ <= 0 || round.theta->round % every_ != 0)) return;
+  auto written = Write();
+  if (!written.ok()) spdlog::error("checkpoint failed, training goes on: {}", std::string(written.status().message()));
+}
+
+absl::StatusOr<WrittenCheckpoint> CheckpointWriter::Write() {
+  absl::MutexLock writing(&mu_);
+  absl::StatusOr<WrittenCheckpoint> written;
+  const absl::Status read = theta_->ReadSteady([&](const SteadyTheta& theta) {
+    CheckpointData data;
+    data.fingerprint = fingerprint_;
+    data.round = theta.round;
+    data.params = theta.params;
+    data.momentum = theta.momentum;
+    data.evals = history_->Records();
+    written = SaveAndLog(dir_, keep_, data);
+    return written.status();
+  });
+  if (!read.ok()) return read;
+  return written;
+}
+
+}  // namespace diloco

@@ -1,0 +1,117 @@
+// The round sinks of a coordinator run (round_sink.h), in the order CoordinatorCore adds them:
+//   ReplayLogSink     coordinator.replay_log_dir (replay_log.h): theta_0 at start, each round's averaged
+//                     pseudo-gradient once stepped (from the accumulator's tensor, before it is zeroed: no copy);
+//   RoundLogSink      the "round t/T closed" log line;
+//   EvaluationSink    the Evaluator (evaluator.h) on theta_0 (when the history is empty) and every
+//                     coordinator.eval_every rounds and the last, recorded into the EvalHistory;
+//   CheckpointWriter  theta_t + momentum + evals every coordinator.checkpoint_every rounds and the last, and on an
+//                     operator's request (Write, from any thread);
+//   SummarySink       <run.output_dir>/summary.json once the run is complete.
+// EvalHistory: the run's evaluations (status, checkpoints), shared by the core, the evaluation sink and the writer.
+// Thread-safety: EvalHistory and CheckpointWriter::Write are thread-safe (each under its own mutex, leaf locks apart
+// from Write's, which is held while it reads theta through ThetaStore::ReadSteady); the hooks follow round_sink.h.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "config/config.h"
+#include "coordinator/evaluator.h"
+#include "coordinator/round_sink.h"
+#include "coordinator/theta_store.h"
+#include "proto/checkpoint.h"
+
+namespace diloco {
+
+class EvalHistory {
+ public:
+  explicit EvalHistory(std::vector<EvalRecord> records) : records_(std::move(records)) {}
+  void Add(const EvalRecord& record) ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<EvalRecord> Records() const ABSL_LOCKS_EXCLUDED(mu_);
+  bool empty() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<EvalRecord> records_ ABSL_GUARDED_BY(mu_);
+};
+
+class ReplayLogSink : public RoundSink {
+ public:
+  // `names`: the parameter names, in spec order (the order of the deltas).
+  ReplayLogSink(std::string dir, std::string fingerprint, std::vector<std::string> names)
+      : dir_(std::move(dir)), fingerprint_(std::move(fingerprint)), names_(std::move(names)) {}
+  absl::Status OnStart(const ClosedRound& start) override;  // theta_0 (not when resuming)
+  void OnStepped(const ClosedRound& round) override;
+
+ private:
+  const std::string dir_;
+  const std::string fingerprint_;
+  const std::vector<std::string> names_;
+};
+
+class RoundLogSink : public RoundSink {
+ public:
+  explicit RoundLogSink(int64_t rounds_total) : rounds_total_(rounds_total) {}
+  void OnCommitted(const ClosedRound& round) override;
+
+ private:
+  const int64_t rounds_total_;
+};
+
+class EvaluationSink : public RoundSink {
+ public:
+  // every: coordinator.eval_every (> 0).
+  EvaluationSink(int64_t every, std::unique_ptr<Evaluator> evaluator, std::shared_ptr<EvalHistory> history)
+      : every_(every), evaluator_(std::move(evaluator)), history_(std::move(history)) {}
+  absl::Status OnStart(const ClosedRound& start) override;
+  void OnCommitted(const ClosedRound& round) override;
+
+ private:
+  void Evaluate(const ClosedRound& round);
+
+  const int64_t every_;
+  const std::unique_ptr<Evaluator> evaluator_;  // the round thread's
+  const std::shared_ptr<EvalHistory> history_;
+};
+
+struct WrittenCheckpoint {
+  std::string path;
+  int64_t round = 0;
+};
+
+class CheckpointWriter : public RoundSink {
+ public:
+  // Reads theta through `theta` (not owned; outlives the writer).
+  CheckpointWriter(const Config& config, std::string fingerprint, ThetaStore* theta,
+                   std::shared_ptr<EvalHistory> history);
+  // Writes the published theta_t, its momentum and the evals now (blocking file I/O; one write at a time). In
+  // synchronous rounds the next outer step waits for it (ThetaStore::ReadSteady).
+  absl::StatusOr<WrittenCheckpoint> Write() ABSL_LOCKS_EXCLUDED(mu_);
+  void OnCommitted(const ClosedRound& round) override;  // when due; a failure is logged
+
+ private:
+  const std::string dir_;
+  const int64_t every_;  // coordinator.checkpoint_every (<= 0: only the last round and on request)
+  const int64_t keep_;   // coordinator.keep_checkpoints
+  const std::string fingerprint_;
+  ThetaStore* const theta_;
+  const std::shared_ptr<EvalHistory> history_;
+  absl::Mutex mu_;  // one write at a time (the round thread and operator requests)
+};
+
+class SummarySink : public RoundSink {
+ public:
+  explicit SummarySink(std::function<void()> write_summary) : write_summary_(std::move(write_summary)) {}
+  void OnRunComplete() override { write_summary_(); }
+
+ private:
+  const std::function<void()> write_summary_;
+};
+
+}  // namespace diloco

@@ -1,0 +1,136 @@
+// ThetaStore (coordinator/theta_store.h): the synchronous store steps theta in place (snapshots of the old round
+// read as stale, the step waits for a steady read) and the asynchronous one publishes immutable versions, keeps
+// theta_{t-1} for pulls and reuses its memory once no pull holds it, and snapshots the momentum per version.
+#include "coordinator/theta_store.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+
+namespace diloco {
+namespace {
+
+constexpr double kLr = 0.5;
+constexpr double kMu = 0.9;
+
+Config StoreConfig(OuterMode mode, OuterOptimizerKind optimizer) {
+  Config config;
+  config.outer.mode = mode;
+  config.outer.optimizer = optimizer;
+  config.outer.lr = kLr;
+  config.outer.momentum = kMu;
+  config.outer.rounds = 3;
+  config.workers.count = 1;
+  return config;
+}
+
+std::shared_ptr<ParamSnapshot> Theta0() {
+  auto theta = std::make_shared<ParamSnapshot>();
+  theta->params.emplace_back("a", at::arange(6, at::kFloat).view({2, 3}));
+  theta->params.emplace_back("b", at::full({4}, 2.0f));
+  return theta;
+}
+
+std::vector<at::Tensor> Delta(float v) { return {at::full({2, 3}, v), at::full({4}, v)}; }
+
+TEST(ThetaStoreTest, SyncStepsInPlaceAndOldSnapshotsReadAsStale) {
+  std::unique_ptr<ThetaStore> store =
+      ThetaStore::Create(StoreConfig(OuterMode::kSync, OuterOptimizerKind::kNesterov), Theta0(), {});
+  const std::shared_ptr<const ParamSnapshot> before = store->current();
+  ASSERT_NE(before->guard, nullptr) << "synchronous snapshots are guarded";
+  const at::Tensor b0 = before->params[1].second.clone();
+  std::shared_ptr<ParamSnapshot> next = store->Step(Delta(1.0f), nullptr);
+  EXPECT_EQ(next->round, 1);
+  EXPECT_FALSE(next->complete);
+  EXPECT_EQ(next->params[0].second.data_ptr(), before->params[0].second.data_ptr()) << "one copy of theta";
+  EXPECT_FALSE(ReadSnapshot(*before, [] {})) << "a pull of round 0 finds theta moved on";
+  EXPECT_EQ(store->round(), 0) << "stepped, not yet published";
+  store->Publish(next);
+  EXPECT_EQ(store->round(), 1);
+  EXPECT_TRUE(ReadSnapshot(*store->current(), [] {}));
+  // Nesterov's first step: buf = delta; theta -= lr * (delta + mu * buf).
+  const at::Tensor expected = b0 - kLr * (1.0 + kMu);
+  EXPECT_TRUE(at::allclose(store->current()->params[1].second, expected));
+  absl::Status read = store->ReadSteady([&](const SteadyTheta& theta) {
+    EXPECT_EQ(theta.round, 1);
+    EXPECT_EQ(theta.params[1].second.data_ptr(), next->params[1].second.data_ptr());
+    EXPECT_EQ(theta.momentum.size(), 2u);
+    EXPECT_TRUE(at::allclose(theta.momentum[1], at::full({4}, 1.0f)));
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(read.ok());
+}
+
+TEST(ThetaStoreTest, SyncStepWaitsForASteadyRead) {
+  std::unique_ptr<ThetaStore> store =
+      ThetaStore::Create(StoreConfig(OuterMode::kSync, OuterOptimizerKind::kNesterov), Theta0(), {});
+  std::atomic<bool> reading{false}, stepped{false};
+  std::thread step;
+  absl::Status read = store->ReadSteady([&](const SteadyTheta& theta) {
+    reading = true;
+    step = std::thread([&] {
+      store->Publish(store->Step(Delta(1.0f), nullptr));
+      stepped = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    EXPECT_FALSE(stepped) << "the step must wait while a checkpoint reads theta";
+    EXPECT_EQ(theta.round, 0);
+    return absl::OkStatus();
+  });
+  step.join();
+  EXPECT_TRUE(read.ok());
+  EXPECT_TRUE(stepped);
+  EXPECT_EQ(store->round(), 1);
+}
+
+TEST(ThetaStoreTest, AsyncKeepsVersionsAndRecyclesTheOldestWhenNoPullHoldsIt) {
+  std::unique_ptr<ThetaStore> store =
+      ThetaStore::Create(StoreConfig(OuterMode::kAsync, OuterOptimizerKind::kSgd), Theta0(), {});
+  std::shared_ptr<const ParamSnapshot> v0 = store->current();
+  EXPECT_EQ(v0->guard, nullptr) << "asynchronous snapshots are immutable";
+  const at::Tensor a0 = v0->params[0].second.clone();
+  const void* v0_memory = v0->params[0].second.data_ptr();
+  store->Publish(store->Step(Delta(1.0f), nullptr));
+  EXPECT_TRUE(ReadSnapshot(*v0, [] {})) << "version 0 stays readable";
+  EXPECT_TRUE(v0->params[0].second.equal(a0)) << "and unchanged";
+  EXPECT_NE(store->current()->params[0].second.data_ptr(), v0_memory);
+  absl::Status read = store->ReadSteady([&](const SteadyTheta& theta) {
+    EXPECT_EQ(theta.round, 1);
+    EXPECT_TRUE(at::allclose(theta.momentum[0], at::full({2, 3}, 1.0f))) << "the momentum after version 1's step";
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(read.ok());
+  v0.reset();  // no pull holds version 0 any more: version 2 is written into its memory
+  std::shared_ptr<ParamSnapshot> v2 = store->Step(Delta(1.0f), nullptr);
+  EXPECT_EQ(v2->round, 2);
+  EXPECT_EQ(v2->params[0].second.data_ptr(), v0_memory);
+  // SGD with momentum (no nesterov): buf1 = 1, buf2 = mu + 1; theta2 = theta0 - lr * (1 + mu + 1).
+  EXPECT_TRUE(at::allclose(v2->params[0].second, a0 - kLr * (2.0 + kMu)));
+}
+
+TEST(ThetaStoreTest, AsyncDoesNotRecycleAVersionAPullHolds) {
+  std::unique_ptr<ThetaStore> store =
+      ThetaStore::Create(StoreConfig(OuterMode::kAsync, OuterOptimizerKind::kSgd), Theta0(), {});
+  const std::shared_ptr<const ParamSnapshot> v0 = store->current();
+  const at::Tensor a0 = v0->params[0].second.clone();
+  store->Publish(store->Step(Delta(1.0f), nullptr));
+  store->Publish(store->Step(Delta(1.0f), nullptr));
+  EXPECT_TRUE(v0->params[0].second.equal(a0)) << "a pull still reading version 0 sees it unchanged";
+  EXPECT_EQ(store->round(), 2);
+  EXPECT_FALSE(store->current()->complete);
+}
+
+TEST(ThetaStoreTest, TheLastRoundIsComplete) {
+  std::unique_ptr<ThetaStore> store =
+      ThetaStore::Create(StoreConfig(OuterMode::kSync, OuterOptimizerKind::kSgd), Theta0(), {});
+  for (int i = 0; i < 3; ++i) store->Publish(store->Step(Delta(0.1f), nullptr));
+  EXPECT_EQ(store->round(), 3);
+  EXPECT_TRUE(store->current()->complete);
+}
+
+}  // namespace
+}  // namespace diloco
