@@ -4,6 +4,7 @@
 //   diloco-ctl checkpoint --addr HOST:PORT            (write a checkpoint of the global state now)
 //   diloco-ctl export --checkpoint F --config RUN.yaml [--set k=v] --format safetensors --out model.safetensors
 //   diloco-ctl export --checkpoint F --config RUN.yaml --format hf --out DIR [--dtype fp32|bf16] [--max-shard-size B]
+//   diloco-ctl config-reference                       (every config key as Markdown: docs/configuration.md)
 // status, leave and checkpoint speak TLS and send the token as the run's security.* keys say: from --config RUN.yaml
 // [--set k=v], or the flags --tls-ca, --tls-cert, --tls-key, --token-file, --server-name (which win).
 // status, leave and checkpoint are a thin front end: they speak the protocol in proto/ and use nothing of
@@ -19,6 +20,7 @@
 #include <thread>
 
 #include "config/config_loader.h"
+#include "config/config_reference.h"
 #include "proto/diloco.grpc.pb.h"
 #include "proto/status_json.h"
 #include "proto/transport_security.h"
@@ -190,7 +192,11 @@ int main(int argc, char** argv) {
   generate->add_option("--seed", gen.seed, "sampling seed");
   generate->add_flag("--print-ids", gen.print_ids, "print only the new token ids, space-separated");
   generate->add_flag("--ignore-eos", gen.ignore_eos, "go on past the model's EOS token");
+  CLI::App* reference = app.add_subcommand("config-reference",
+                                           "print every config key (type, default, allowed "
+                                           "values, doc) as Markdown; docs/configuration.md is its output");
   CLI11_PARSE(app, argc, argv);
+  if (*reference) return (std::cout << diloco::ConfigReferenceMarkdown() << std::flush) ? 0 : 1;
   if (*export_cmd) return RunExport(export_options);
   if (*generate) return diloco::RunGenerate(gen);
 
