@@ -1,6 +1,6 @@
-// The run configuration: plain structs with the documented defaults. One YAML file (config/*.yaml) fills them for
-// every process of a run (coordinator, workers, launcher); config_loader.h reads and checks it.
-// The key names are a public interface: add keys, rename none. Plain data; not synchronized.
+// The run configuration: plain structs with the defaults. One YAML file (config/*.yaml) fills them for every process
+// of a run; config_loader.h reads and checks it. Each key's doc and range is its row in Fields() (config_fields.cc),
+// printed as docs/configuration.md. Key names are public: add keys, rename none. Plain data; not synchronized.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,8 @@
 // Strict YAML loading of Config: every key of the file and of each `--set a.b=value` override must be a known
-// field of the right type, or loading fails with one line naming the file, the key and what is expected.
-// Also renders the resolved config (for the start-up log) and its hash. Stateless functions; thread-safe.
+// field of the right type with an allowed value, or loading fails with one line naming the file, the key and what is
+// allowed. Also renders the resolved config (for the start-up log) and its hash. Every key (its type, range and doc)
+// is one row of Fields() (config_fields.h); docs/configuration.md is generated from it. Stateless functions;
+// thread-safe.
 #pragma once
 
 #include <string>
@@ -18,7 +20,8 @@ absl::StatusOr<Config> LoadConfig(const std::string& path, const std::vector<std
 absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::string& origin,
                                    const std::vector<std::string>& overrides = {});
 
-// Cross-field checks (positive sizes, d_model divisible by n_head, known optimizer names, ...).
+// Every key's range from its row of Fields() (positive sizes, [0, 1) momentum, device names, ...), then the cross-key
+// rules (d_model divisible by n_head, fragments dividing inner.steps, ...) and the files (tokenizer, TLS, token).
 absl::Status ValidateConfig(const Config& config);
 
 // "section.key: value" lines in schema order.
@@ -27,7 +30,7 @@ std::string RenderConfig(const Config& config);
 // 16 hex digits over RenderConfig().
 std::string ConfigHash(const Config& config);
 
-// Every key with its default, for the README's config reference: "section.key  default".
+// Every key with its default as RenderConfig prints it, in schema order.
 std::vector<std::pair<std::string, std::string>> ConfigKeysWithDefaults();
 
 }  // namespace diloco

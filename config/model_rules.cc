@@ -1,27 +1,16 @@
 #include "config/model_rules.h"
 
-#include <utility>
-#include <vector>
-
 #include "absl/strings/str_cat.h"
 
 namespace diloco {
 
-// The model's cross-key rules, per architecture (worker/lm/language_model.h).
+// The model's cross-key rules, per architecture (worker/lm/language_model.h). Each key's own range is checked
+// before, from its row in Fields() (config_fields.cc): here n_head, d_model and vocab_size are positive.
 absl::Status ValidateModel(const ModelConfig& m) {
   const std::string arch(EnumName(m.arch));
   if (m.d_model % m.n_head != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("model.d_model (", m.d_model, ") must be divisible by model.n_head (", m.n_head, ")"));
-  }
-  for (auto [key, v] : std::vector<std::pair<const char*, int64_t>>{{"model.n_kv_head", m.n_kv_head},
-                                                                    {"model.ffn_hidden", m.ffn_hidden},
-                                                                    {"model.max_positions", m.max_positions}}) {
-    if (v < 0) return absl::InvalidArgumentError(absl::StrCat(key, ": must be >= 0 (0: the default), got ", v));
-  }
-  if (!(m.rope_theta > 0) || !(m.norm_eps > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.rope_theta and model.norm_eps: must be > 0, got ", m.rope_theta, " and ", m.norm_eps));
   }
   if (m.arch != ModelArch::kLlama && m.KvHeads() != m.n_head) {
     return absl::InvalidArgumentError(absl::StrCat("model.n_kv_head: arch ", arch, " has no grouped-query attention (",
@@ -49,7 +38,7 @@ absl::Status ValidateModel(const ModelConfig& m) {
                                                    "model.max_positions ", m.MaxPositions(), ")"));
   }
   for (int64_t id : {m.bos_token_id, m.eos_token_id}) {
-    if (id < -1 || id >= m.vocab_size) {
+    if (id >= m.vocab_size) {
       return absl::InvalidArgumentError(
           absl::StrCat("model.bos_token_id / eos_token_id: -1 (none) or a token id below ", "model.vocab_size (",
                        m.vocab_size, "), got ", id));

@@ -4,6 +4,7 @@
 //   diloco-ctl checkpoint --addr HOST:PORT            (write a checkpoint of the global state now)
 //   diloco-ctl export --checkpoint F --config RUN.yaml [--set k=v] --format safetensors --out model.safetensors
 //   diloco-ctl export --checkpoint F --config RUN.yaml --format hf --out DIR [--dtype fp32|bf16] [--max-shard-size B]
+//   diloco-ctl config-reference                       (every config key as Markdown: docs/configuration.md)
 // status, leave and checkpoint speak TLS and send the token as the run's security.* keys say: from --config RUN.yaml
 // [--set k=v], or the flags --tls-ca, --tls-cert, --tls-key, --token-file, --server-name (which win).
 // status, leave and checkpoint are a thin front end: they speak the protocol in proto/ and use nothing of
@@ -23,6 +24,7 @@
 
 #include "absl/types/span.h"
 #include "config/config_loader.h"
+#include "config/config_reference.h"
 #include "proto/diloco.grpc.pb.h"
 #include "proto/status_json.h"
 #include "proto/transport_security.h"
@@ -258,7 +260,11 @@ int main(int argc, char** argv) {
   CLI::App* export_cmd = AddExportCommand(app, export_options);
   diloco::GenerateCommand gen;
   CLI::App* generate = AddGenerateCommand(app, gen);
+  CLI::App* reference = app.add_subcommand("config-reference",
+                                           "print every config key (type, default, allowed values, doc) as Markdown; "
+                                           "docs/configuration.md is its output");
   CLI11_PARSE(app, argc, argv);
+  if (*reference) return (std::cout << diloco::ConfigReferenceMarkdown() << std::flush) ? 0 : 1;
   if (*export_cmd) return Finish(RunExport(export_options), "export", kExportInput);
   if (*generate) return Finish(diloco::RunGenerate(gen), "generate", kGenerateInput);
 

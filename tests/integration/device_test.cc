@@ -55,7 +55,7 @@ TEST(Device, NotADeviceNameIsAConfigError) {
   RunningProcess worker("diloco-worker",
                         With(TinyArgs(dir, {"workers.device=gpu0"}), {"--coordinator", "127.0.0.1:1", "--id", "w0"}));
   EXPECT_EQ(worker.Wait(60), 2) << worker.output();
-  EXPECT_NE(worker.output().find("workers.device: 'gpu0' is not a device; use cpu, cuda or cuda:N"), std::string::npos)
+  EXPECT_NE(worker.output().find("workers.device: must be cpu, cuda or cuda:N, got 'gpu0'"), std::string::npos)
       << worker.output();
 }
 

@@ -399,7 +399,8 @@ TEST(PushMessageLimitTest, ChunkBytesAbove256MiBIsAConfigError) {
   ASSERT_TRUE(most.ok()) << most.status();
   absl::StatusOr<Config> over = ParseConfig("", "my.yaml", {"comm.chunk_bytes=268435457"});
   ASSERT_FALSE(over.ok());
-  EXPECT_THAT(std::string(over.status().message()), HasSubstr("comm.chunk_bytes: at most 268435456"));
+  EXPECT_THAT(std::string(over.status().message()),
+              HasSubstr("comm.chunk_bytes: must be in [1, 268435456], got 268435457"));
 }
 
 // The gRPC memory quota (default 32 MiB) must hold two of the largest messages, else every push would be reset.
