@@ -7,19 +7,19 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 
 namespace diloco {
 namespace {
@@ -110,30 +110,61 @@ class ScanningReader {
   // Reads every tensor's data (pass 2) on `threads` threads while this thread hashes the body in file order as the
   // blocks arrive (pass 3); true when all of it was read and the 8 bytes after the body are its xxHash64.
   bool ReadAndVerify(int threads) {
-    struct Block {
-      uint64_t offset, bytes;
-      char* dest;
-      bool direct;
-    };
-    std::vector<Block> blocks;  // in file order
-    std::vector<size_t> first_block(pieces_.size(), 0);
-    constexpr uint64_t kBlock = uint64_t{16} << 20;
     const int direct_fd = open(path_.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
-    auto add = [&](uint64_t offset, uint64_t bytes, char* dest, bool direct) {
+    std::vector<size_t> first_block;
+    const std::vector<Block> blocks = PlanBlocks(direct_fd >= 0, &first_block);
+    std::unique_ptr<XXH64_state_t, XXH_errorcode (*)(XXH64_state_t*)> state(XXH64_createState(), XXH64_freeState);
+    XXH64_reset(state.get(), 0);
+    bool ok = true;
+    {
+      BlockReader reader(blocks, direct_fd, fileno(f_), threads);
+      for (size_t p = 0; p < pieces_.size() && ok; ++p) {
+        if (!pieces_[p].data.defined()) {
+          XXH64_update(state.get(), pieces_[p].fields.data(), pieces_[p].fields.size());
+          continue;
+        }
+        const size_t last = p + 1 < pieces_.size() ? first_block[p + 1] : blocks.size();
+        for (size_t i = first_block[p]; i < last && ok; ++i) {
+          ok = reader.Wait(i);
+          if (ok) XXH64_update(state.get(), blocks[i].dest, blocks[i].bytes);
+        }
+      }
+    }  // the reader's threads stop after their current block and are joined
+    if (direct_fd >= 0) close(direct_fd);
+    uint64_t stored = 0;
+    return ok && pread(fileno(f_), &stored, sizeof(stored), static_cast<off_t>(end_)) == sizeof(stored) &&
+           XXH64_digest(state.get()) == stored;
+  }
+
+ private:
+  // One read of the body: `bytes` at file `offset` into `dest`, with O_DIRECT (4 KiB-aligned interior) or buffered.
+  struct Block {
+    uint64_t offset, bytes;
+    char* dest;
+    bool direct;
+  };
+
+  // The blocks of every tensor's data in file order, at most 16 MiB each: a tensor's 4 KiB-aligned interior direct
+  // (when `direct`), its head and tail buffered. first_block[p] is piece p's first block.
+  std::vector<Block> PlanBlocks(bool direct, std::vector<size_t>* first_block) const {
+    constexpr uint64_t kBlock = uint64_t{16} << 20;
+    std::vector<Block> blocks;
+    first_block->assign(pieces_.size(), 0);
+    auto add = [&](uint64_t offset, uint64_t bytes, char* dest, bool is_direct) {
       for (uint64_t done = 0; done < bytes; done += kBlock) {
-        blocks.push_back({offset + done, std::min(kBlock, bytes - done), dest + done, direct});
+        blocks.push_back({offset + done, std::min(kBlock, bytes - done), dest + done, is_direct});
       }
     };
     for (size_t p = 0; p < pieces_.size(); ++p) {
       const Piece& piece = pieces_[p];
-      first_block[p] = blocks.size();
+      (*first_block)[p] = blocks.size();
       if (!piece.data.defined()) continue;
       char* dest = static_cast<char*>(piece.data.data_ptr());
       const uint64_t begin = piece.offset;
       const uint64_t end = begin + static_cast<uint64_t>(piece.data.numel()) * sizeof(float);
       const uint64_t inner_begin = (begin + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
       const uint64_t inner_end = end / kDirectAlign * kDirectAlign;
-      if (direct_fd < 0 || inner_end <= inner_begin) {
+      if (!direct || inner_end <= inner_begin) {
         add(begin, end - begin, dest, false);
         continue;
       }
@@ -141,66 +172,65 @@ class ScanningReader {
       add(inner_begin, inner_end - inner_begin, dest + (inner_begin - begin), true);
       add(inner_end, end - inner_end, dest + (inner_end - begin), false);
     }
-    std::atomic<size_t> next{0};
-    std::mutex mu;
-    std::condition_variable arrived;
-    std::vector<char> done(blocks.size(), 0);  // guarded by mu
-    bool failed = false;                       // guarded by mu
-    const int buffered_fd = fileno(f_);
-    auto read = [&] {
-      for (size_t i = next++; i < blocks.size(); i = next++) {
-        int fd = blocks[i].direct ? direct_fd : buffered_fd;
-        bool ok = true;
-        for (uint64_t got = 0; got < blocks[i].bytes;) {
-          const ssize_t n =
-              pread(fd, blocks[i].dest + got, blocks[i].bytes - got, static_cast<off_t>(blocks[i].offset + got));
-          if (n < 0 && errno == EINTR) continue;
-          if (n < 0 && errno == EINVAL && fd == direct_fd) {  // O_DIRECT refused for this range: the page cache
-            fd = buffered_fd;
-            continue;
-          }
-          if (n <= 0) {
-            ok = false;
-            break;
-          }
-          got += static_cast<uint64_t>(n);
-        }
-        std::lock_guard<std::mutex> lock(mu);
-        done[i] = 1;
-        failed = failed || !ok;
-        arrived.notify_all();
-        if (failed) return;
-      }
-    };
-    std::vector<std::thread> pool;
-    for (int t = 0; t < std::max(threads, 1); ++t) pool.emplace_back(read);
-    std::unique_ptr<XXH64_state_t, XXH_errorcode (*)(XXH64_state_t*)> state(XXH64_createState(), XXH64_freeState);
-    XXH64_reset(state.get(), 0);
-    bool ok = true;
-    for (size_t p = 0; p < pieces_.size() && ok; ++p) {
-      if (!pieces_[p].data.defined()) {
-        XXH64_update(state.get(), pieces_[p].fields.data(), pieces_[p].fields.size());
-        continue;
-      }
-      const size_t last = p + 1 < pieces_.size() ? first_block[p + 1] : blocks.size();
-      for (size_t i = first_block[p]; i < last && ok; ++i) {
-        {
-          std::unique_lock<std::mutex> lock(mu);
-          arrived.wait(lock, [&] { return done[i] || failed; });
-          ok = !failed;
-        }
-        if (ok) XXH64_update(state.get(), blocks[i].dest, blocks[i].bytes);
-      }
-    }
-    if (!ok) next = blocks.size();  // the readers stop after their current block
-    for (std::thread& t : pool) t.join();
-    if (direct_fd >= 0) close(direct_fd);
-    uint64_t stored = 0;
-    return ok && pread(buffered_fd, &stored, sizeof(stored), static_cast<off_t>(end_)) == sizeof(stored) &&
-           XXH64_digest(state.get()) == stored;
+    return blocks;
   }
 
- private:
+  // Reads `blocks` on a pool of threads (each takes the next unread block); Wait(i) blocks until block i arrived.
+  // Thread-safety: Wait is called by the owning thread only; the destructor stops the pool after the blocks being
+  // read and joins it.
+  class BlockReader {
+   public:
+    BlockReader(const std::vector<Block>& blocks, int direct_fd, int buffered_fd, int threads)
+        : blocks_(blocks), direct_fd_(direct_fd), buffered_fd_(buffered_fd), done_(blocks.size(), 0) {
+      for (int t = 0; t < std::max(threads, 1); ++t) pool_.emplace_back([this] { ReadLoop(); });
+    }
+    ~BlockReader() {
+      next_ = blocks_.size();
+      for (std::thread& t : pool_) t.join();
+    }
+    // True once block i is read; false once any read failed.
+    bool Wait(size_t i) {
+      absl::MutexLock lock(&mu_);
+      while (done_[i] == 0 && !failed_) arrived_.Wait(&mu_);
+      return !failed_;
+    }
+
+   private:
+    void ReadLoop() {
+      for (size_t i = next_++; i < blocks_.size(); i = next_++) {
+        const bool ok = ReadOne(blocks_[i]);
+        absl::MutexLock lock(&mu_);
+        done_[i] = 1;
+        failed_ = failed_ || !ok;
+        arrived_.SignalAll();
+        if (failed_) return;
+      }
+    }
+    bool ReadOne(const Block& b) const {
+      int fd = b.direct ? direct_fd_ : buffered_fd_;
+      for (uint64_t got = 0; got < b.bytes;) {
+        const ssize_t n = pread(fd, b.dest + got, b.bytes - got, static_cast<off_t>(b.offset + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno == EINVAL && fd == direct_fd_) {  // O_DIRECT refused for this range: the page cache
+          fd = buffered_fd_;
+          continue;
+        }
+        if (n <= 0) return false;
+        got += static_cast<uint64_t>(n);
+      }
+      return true;
+    }
+
+    const std::vector<Block>& blocks_;
+    const int direct_fd_, buffered_fd_;
+    std::atomic<size_t> next_{0};
+    absl::Mutex mu_;
+    absl::CondVar arrived_;  // signalled when a block is read or a read failed
+    std::vector<char> done_ ABSL_GUARDED_BY(mu_);
+    bool failed_ ABSL_GUARDED_BY(mu_) = false;
+    std::vector<std::thread> pool_;
+  };
+
   struct Piece {
     std::string fields;  // small fields, as read
     at::Tensor data;     // or a tensor's data, at `offset` in the file

@@ -2,26 +2,47 @@
 
 namespace diloco {
 
+namespace {
+
+nlohmann::json WorkerJson(const WorkerStatus& w) {
+  return {{"id", w.id()},
+          {"state", w.state()},
+          {"rounds_contributed", w.rounds_contributed()},
+          {"tokens", w.tokens()},
+          {"last_loss", w.last_loss()},
+          {"heartbeat_age_s", w.heartbeat_age_s()},
+          {"shard_index", w.shard_index()},
+          {"tokens_per_s", w.tokens_per_s()},
+          {"bytes_pushed", w.bytes_pushed()},
+          {"bytes_pulled", w.bytes_pulled()},
+          {"pushed_this_round", w.pushed_this_round()},
+          {"cluster_size", w.cluster_size()},
+          {"inner_steps", w.inner_steps()},
+          {"data_epochs", w.data_epochs()},
+          {"broken_pushes", w.broken_pushes()},
+          {"quarantined_until_round", w.quarantined_until_round()}};
+}
+
+nlohmann::json ModelJson(const ModelSpec& m) {
+  return {{"arch", m.arch()},
+          {"vocab_size", m.vocab_size()},
+          {"seq_len", m.seq_len()},
+          {"n_layer", m.n_layer()},
+          {"n_head", m.n_head()},
+          {"n_kv_head", m.n_kv_head()},
+          {"d_model", m.d_model()},
+          {"ffn_hidden", m.ffn_hidden()},
+          {"max_positions", m.max_positions()},
+          {"rope_theta", m.rope_theta()},
+          {"norm_eps", m.norm_eps()},
+          {"untied_head", m.untied_head()}};
+}
+
+}  // namespace
+
 nlohmann::json StatusToJson(const StatusReply& s) {
   nlohmann::json workers = nlohmann::json::array();
-  for (const WorkerStatus& w : s.workers()) {
-    workers.push_back({{"id", w.id()},
-                       {"state", w.state()},
-                       {"rounds_contributed", w.rounds_contributed()},
-                       {"tokens", w.tokens()},
-                       {"last_loss", w.last_loss()},
-                       {"heartbeat_age_s", w.heartbeat_age_s()},
-                       {"shard_index", w.shard_index()},
-                       {"tokens_per_s", w.tokens_per_s()},
-                       {"bytes_pushed", w.bytes_pushed()},
-                       {"bytes_pulled", w.bytes_pulled()},
-                       {"pushed_this_round", w.pushed_this_round()},
-                       {"cluster_size", w.cluster_size()},
-                       {"inner_steps", w.inner_steps()},
-                       {"data_epochs", w.data_epochs()},
-                       {"broken_pushes", w.broken_pushes()},
-                       {"quarantined_until_round", w.quarantined_until_round()}});
-  }
+  for (const WorkerStatus& w : s.workers()) workers.push_back(WorkerJson(w));
   nlohmann::json evals = nlohmann::json::array();
   for (const EvalPoint& e : s.evals()) {
     evals.push_back({{"round", e.round()},
@@ -29,19 +50,6 @@ nlohmann::json StatusToJson(const StatusReply& s) {
                      {"tokens", e.tokens()},
                      {"bytes_pushed_committed", e.bytes_pushed_committed()}});
   }
-  const ModelSpec& m = s.model();
-  nlohmann::json model = {{"arch", m.arch()},
-                          {"vocab_size", m.vocab_size()},
-                          {"seq_len", m.seq_len()},
-                          {"n_layer", m.n_layer()},
-                          {"n_head", m.n_head()},
-                          {"n_kv_head", m.n_kv_head()},
-                          {"d_model", m.d_model()},
-                          {"ffn_hidden", m.ffn_hidden()},
-                          {"max_positions", m.max_positions()},
-                          {"rope_theta", m.rope_theta()},
-                          {"norm_eps", m.norm_eps()},
-                          {"untied_head", m.untied_head()}};
   return {{"run_name", s.run_name()},
           {"round", s.round()},
           {"rounds_total", s.rounds_total()},
@@ -60,7 +68,7 @@ nlohmann::json StatusToJson(const StatusReply& s) {
           {"dp_ratio", s.bytes_pushed_committed() > 0
                            ? static_cast<double>(s.dp_equivalent_bytes()) / s.bytes_pushed_committed()
                            : 0.0},
-          {"model", model},
+          {"model", ModelJson(s.model())},
           {"lease_ms", s.lease_ms()},
           {"heartbeat_interval_ms", s.heartbeat_interval_ms()},
           {"max_message_bytes", s.max_message_bytes()},
