@@ -25,7 +25,11 @@ Worker::Worker(const Config& config, const WorkerOptions& options, const std::at
 }
 
 absl::Status Worker::Run(const TokenCache& cache) {
-  if (absl::Status s = SetUp(cache); !s.ok()) return s;
+  try {  // with a cluster, set-up commands the followers (a dead follower throws from the collective)
+    if (absl::Status s = SetUp(cache); !s.ok()) return s;
+  } catch (const std::exception& e) {
+    return WorkerError(kWorkerClusterFailed, absl::StrCat("worker cluster failed while setting up: ", e.what()));
+  }
   heartbeat_ = std::make_unique<HeartbeatThread>(session_->client(), flags_,
                                                  std::chrono::milliseconds(session_->join().heartbeat_interval_ms()));
   const double started = Now();
