@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <stdexcept>
+#include <thread>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -11,7 +14,25 @@
 
 namespace diloco {
 
-WorkerCluster::WorkerCluster(int rank, int size) : rank_(rank), size_(size) {}
+namespace {
+
+using std::chrono::milliseconds;
+
+// Waiting for a command or its acknowledgements: the first polls come quickly (commands come in bursts: load, then
+// train), later ones every 100 ms (a follower waiting out a whole round costs the store 10 checks a second).
+constexpr milliseconds kFirstPoll{1};
+constexpr milliseconds kLongestPoll{100};
+
+std::string CommandKey(const char* what, int64_t seq) { return absl::StrCat(what, "/", seq); }
+
+void Sleep(milliseconds& poll) {
+  std::this_thread::sleep_for(poll);
+  poll = std::min(poll * 2, kLongestPoll);
+}
+
+}  // namespace
+
+WorkerCluster::WorkerCluster(int rank, int size, milliseconds timeout) : rank_(rank), size_(size), timeout_(timeout) {}
 WorkerCluster::~WorkerCluster() = default;
 
 absl::StatusOr<std::unique_ptr<WorkerCluster>> WorkerCluster::Connect(int rank, int size,
@@ -32,8 +53,8 @@ absl::StatusOr<std::unique_ptr<WorkerCluster>> WorkerCluster::Connect(int rank, 
   if (port <= 0 || port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("--cluster-store: bad port in '", store_address, "'"));
   }
-  std::unique_ptr<WorkerCluster> cluster(new WorkerCluster(rank, size));
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  const auto timeout = milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  std::unique_ptr<WorkerCluster> cluster(new WorkerCluster(rank, size, timeout));
   try {
     c10d::TCPStoreOptions options;
     options.port = static_cast<uint16_t>(port);
@@ -42,6 +63,7 @@ absl::StatusOr<std::unique_ptr<WorkerCluster>> WorkerCluster::Connect(int rank, 
     options.waitWorkers = true;
     options.timeout = timeout;
     auto store = c10::make_intrusive<c10d::TCPStore>(host, options);
+    cluster->commands_ = c10::make_intrusive<c10d::PrefixStore>("diloco", store);
     cluster->group_ = device.is_cuda()
                           ? MakeNcclGroup(store, rank, size, timeout, device)
                           : MakeGlooGroup(store, rank, size, timeout, bind_host.empty() ? host : bind_host);
@@ -89,12 +111,42 @@ void WorkerCluster::Broadcast(std::vector<torch::Tensor>& tensors) {
   }
 }
 
-void WorkerCluster::BroadcastWords(std::array<int64_t, 4>& words) {
-  torch::Tensor buffer = torch::tensor({words[0], words[1], words[2], words[3]}, torch::kLong).to(group_->device());
-  group_->Broadcast(buffer);
-  buffer = buffer.cpu();
-  const int64_t* v = buffer.data_ptr<int64_t>();
-  std::copy(v, v + words.size(), words.begin());
+void WorkerCluster::SendWords(const std::array<int64_t, 4>& words) {
+  const int64_t seq = command_seq_++;
+  std::vector<uint8_t> bytes(sizeof(words));
+  std::memcpy(bytes.data(), words.data(), bytes.size());
+  commands_->set(CommandKey("cmd", seq), bytes);
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  milliseconds poll = kFirstPoll;
+  int64_t taken = 0;
+  while ((taken = commands_->add(CommandKey("ack", seq), 0)) < size_ - 1) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      throw std::runtime_error(
+          absl::StrCat(size_ - 1 - taken, " of the ", size_ - 1, " other ranks did not take command ", seq, " within ",
+                       timeout_.count() / 1000.0, " s (workers.cluster_timeout_s): dead or stuck"));
+    }
+    Sleep(poll);
+  }
+  // Every rank has read it: neither key is read again.
+  commands_->deleteKey(CommandKey("cmd", seq));
+  commands_->deleteKey(CommandKey("ack", seq));
+}
+
+std::array<int64_t, 4> WorkerCluster::ReceiveWords() {
+  const int64_t seq = command_seq_++;
+  const std::string key = CommandKey("cmd", seq);
+  milliseconds poll = kFirstPoll;
+  // check() does not block; it throws once rank 0, the store's host, is gone.
+  while (!commands_->check({key})) Sleep(poll);
+  const std::vector<uint8_t> bytes = commands_->get(key);
+  std::array<int64_t, 4> words{};
+  if (bytes.size() != sizeof(words)) {
+    throw std::runtime_error(
+        absl::StrCat("cluster command ", seq, " has ", bytes.size(), " bytes, not ", sizeof(words)));
+  }
+  std::memcpy(words.data(), bytes.data(), bytes.size());
+  commands_->add(CommandKey("ack", seq), 1);
+  return words;
 }
 
 void WorkerCluster::CheckReplicas(const std::vector<torch::Tensor>& params, int64_t step) {
