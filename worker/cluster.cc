@@ -23,7 +23,11 @@ using std::chrono::milliseconds;
 constexpr milliseconds kFirstPoll{1};
 constexpr milliseconds kLongestPoll{100};
 
-std::string CommandKey(const char* what, int64_t seq) { return absl::StrCat(what, "/", seq); }
+// A rank that stops polling for this long while its acknowledgement is missing is dead (the first command excepted).
+constexpr milliseconds kLongestSilence{10000};
+
+std::string CommandKey(const char* what, int64_t n) { return absl::StrCat(what, "/", n); }
+std::string AckKey(int64_t seq, int rank) { return absl::StrCat("ack/", seq, "/", rank); }
 
 void Sleep(milliseconds& poll) {
   std::this_thread::sleep_for(poll);
@@ -116,28 +120,55 @@ void WorkerCluster::SendWords(const std::array<int64_t, 4>& words) {
   std::vector<uint8_t> bytes(sizeof(words));
   std::memcpy(bytes.data(), words.data(), bytes.size());
   commands_->set(CommandKey("cmd", seq), bytes);
-  const auto deadline = std::chrono::steady_clock::now() + timeout_;
-  milliseconds poll = kFirstPoll;
-  int64_t taken = 0;
-  while ((taken = commands_->add(CommandKey("ack", seq), 0)) < size_ - 1) {
-    if (std::chrono::steady_clock::now() >= deadline) {
-      throw std::runtime_error(
-          absl::StrCat(size_ - 1 - taken, " of the ", size_ - 1, " other ranks did not take command ", seq, " within ",
-                       timeout_.count() / 1000.0, " s (workers.cluster_timeout_s): dead or stuck"));
-    }
-    Sleep(poll);
-  }
-  // Every rank has read it: neither key is read again.
+  WaitUntilTaken(seq);
+  // Every rank has read it: no key of it is read again.
   commands_->deleteKey(CommandKey("cmd", seq));
-  commands_->deleteKey(CommandKey("ack", seq));
+  for (int r = 1; r < size_; ++r) commands_->deleteKey(AckKey(seq, r));
+}
+
+void WorkerCluster::WaitUntilTaken(int64_t seq) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  // A follower polls between commands, so one that stops polling while its acknowledgement is missing is dead; the
+  // first command (the shard) is acknowledged only after the follower's trainer is built, which may take long.
+  const auto silence = seq == 0 ? timeout_ : std::min(timeout_, kLongestSilence);
+  std::vector<bool> taken(size_, false);
+  std::vector<int64_t> polls(size_, -1);               // each follower's poll count, as last read
+  std::vector<Clock::time_point> heard(size_, start);  // when it last changed
+  for (milliseconds poll = kFirstPoll;; Sleep(poll)) {
+    const auto now = Clock::now();
+    int missing = 0;
+    for (int r = 1; r < size_; ++r) {
+      if (!taken[r]) taken[r] = commands_->check({AckKey(seq, r)});
+      if (taken[r]) continue;
+      ++missing;
+      const int64_t n = commands_->add(CommandKey("polls", r), 0);
+      if (n != polls[r]) {
+        polls[r] = n;
+        heard[r] = now;
+      }
+      if (now - heard[r] >= silence || now - start >= timeout_) {
+        throw std::runtime_error(absl::StrCat(
+            "rank ", r, " did not take command ", seq, " within ", std::chrono::duration<double>(now - start).count(),
+            " s (its last poll ", std::chrono::duration<double>(now - heard[r]).count(),
+            " s ago; workers.cluster_timeout_s ", timeout_.count() / 1000.0, "): dead or stuck"));
+      }
+    }
+    if (missing == 0) return;
+  }
 }
 
 std::array<int64_t, 4> WorkerCluster::ReceiveWords() {
   const int64_t seq = command_seq_++;
   const std::string key = CommandKey("cmd", seq);
+  const std::string polls = CommandKey("polls", rank_);
   milliseconds poll = kFirstPoll;
-  // check() does not block; it throws once rank 0, the store's host, is gone.
-  while (!commands_->check({key})) Sleep(poll);
+  // Neither call blocks; both throw once rank 0, the store's host, is gone. `polls` tells rank 0 this rank lives.
+  while (true) {
+    commands_->add(polls, 1);
+    if (commands_->check({key})) break;
+    Sleep(poll);
+  }
   const std::vector<uint8_t> bytes = commands_->get(key);
   std::array<int64_t, 4> words{};
   if (bytes.size() != sizeof(words)) {
@@ -145,9 +176,10 @@ std::array<int64_t, 4> WorkerCluster::ReceiveWords() {
         absl::StrCat("cluster command ", seq, " has ", bytes.size(), " bytes, not ", sizeof(words)));
   }
   std::memcpy(words.data(), bytes.data(), bytes.size());
-  commands_->add(CommandKey("ack", seq), 1);
   return words;
 }
+
+void WorkerCluster::Acknowledge() { commands_->set(AckKey(command_seq_ - 1, rank_), std::vector<uint8_t>{1}); }
 
 void WorkerCluster::CheckReplicas(const std::vector<torch::Tensor>& params, int64_t step) {
   torch::NoGradGuard no_grad;

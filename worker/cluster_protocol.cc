@@ -88,6 +88,7 @@ class Follower {
   void Serve() {
     while (true) {
       const ClusterCommand command = DecodeCommand(cluster_.ReceiveWords());
+      cluster_.Acknowledge();  // before the command's collectives: the leader starts them once every rank is there
       if (std::holds_alternative<LoadCommand>(command)) {
         std::vector<torch::Tensor> tensors = TensorsOf(theta_);
         cluster_.Broadcast(tensors);
@@ -130,9 +131,13 @@ absl::Status RunClusterFollower(const Config& config, const TokenCache& cache, c
     // The leader's Join tells it the worker's shard: it may take as long as the coordinator takes to answer.
     const ClusterCommand first = DecodeCommand(cluster.ReceiveWords());
     const auto* shard = std::get_if<ShardCommand>(&first);
-    if (shard == nullptr) return absl::OkStatus();  // StopCommand: the leader could not join
+    if (shard == nullptr) {
+      cluster.Acknowledge();
+      return absl::OkStatus();  // StopCommand: the leader could not join
+    }
     auto trainer = InnerTrainer::ForShard(config, cache.meta_path(), static_cast<int>(shard->shard_index),
                                           static_cast<int>(shard->shard_count), options.rank, cluster.size());
+    cluster.Acknowledge();  // once its trainer is built: from now on it polls between commands
     if (!trainer.ok()) return WithExitCode(trainer.status(), kWorkerConfigError);
     InnerTrainer& t = **trainer;
     cluster.AttachTo(t, config.workers.check_replicas);
