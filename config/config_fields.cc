@@ -149,7 +149,7 @@ const std::vector<Field>& Fields() {
       MakeField("workers.count", &Config::workers, &WorkersConfig::count, Above(0),
                 "workers the launcher starts; also the number of data shards"),
       MakeField("workers.device", &Config::workers, &WorkersConfig::device, DeviceName(),
-                "where workers train (cuda: rank r of a cluster uses cuda:<local rank>)"),
+                "where workers train (cuda: the worker process of local rank r uses cuda:<r mod GPUs>)"),
       MakeField("workers.threads", &Config::workers, &WorkersConfig::threads, Above(0), "intra-op threads per worker"),
       MakeField("workers.connect_timeout_s", &Config::workers, &WorkersConfig::connect_timeout_s,
                 "how long a worker retries to reach its coordinator"),

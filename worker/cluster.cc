@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <stdexcept>
+#include <thread>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -11,7 +14,29 @@
 
 namespace diloco {
 
-WorkerCluster::WorkerCluster(int rank, int size) : rank_(rank), size_(size) {}
+namespace {
+
+using std::chrono::milliseconds;
+
+// Waiting for a command or its acknowledgements: the first polls come quickly (commands come in bursts: load, then
+// train), later ones every 100 ms (a follower waiting out a whole round costs the store 10 checks a second).
+constexpr milliseconds kFirstPoll{1};
+constexpr milliseconds kLongestPoll{100};
+
+// A rank that stops polling for this long while its acknowledgement is missing is dead (the first command excepted).
+constexpr milliseconds kLongestSilence{10000};
+
+std::string CommandKey(const char* what, int64_t n) { return absl::StrCat(what, "/", n); }
+std::string AckKey(int64_t seq, int rank) { return absl::StrCat("ack/", seq, "/", rank); }
+
+void Sleep(milliseconds& poll) {
+  std::this_thread::sleep_for(poll);
+  poll = std::min(poll * 2, kLongestPoll);
+}
+
+}  // namespace
+
+WorkerCluster::WorkerCluster(int rank, int size, milliseconds timeout) : rank_(rank), size_(size), timeout_(timeout) {}
 WorkerCluster::~WorkerCluster() = default;
 
 absl::StatusOr<std::unique_ptr<WorkerCluster>> WorkerCluster::Connect(int rank, int size,
@@ -32,8 +57,8 @@ absl::StatusOr<std::unique_ptr<WorkerCluster>> WorkerCluster::Connect(int rank, 
   if (port <= 0 || port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("--cluster-store: bad port in '", store_address, "'"));
   }
-  std::unique_ptr<WorkerCluster> cluster(new WorkerCluster(rank, size));
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  const auto timeout = milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  std::unique_ptr<WorkerCluster> cluster(new WorkerCluster(rank, size, timeout));
   try {
     c10d::TCPStoreOptions options;
     options.port = static_cast<uint16_t>(port);
@@ -42,6 +67,7 @@ absl::StatusOr<std::unique_ptr<WorkerCluster>> WorkerCluster::Connect(int rank, 
     options.waitWorkers = true;
     options.timeout = timeout;
     auto store = c10::make_intrusive<c10d::TCPStore>(host, options);
+    cluster->commands_ = c10::make_intrusive<c10d::PrefixStore>("diloco", store);
     cluster->group_ = device.is_cuda()
                           ? MakeNcclGroup(store, rank, size, timeout, device)
                           : MakeGlooGroup(store, rank, size, timeout, bind_host.empty() ? host : bind_host);
@@ -89,13 +115,71 @@ void WorkerCluster::Broadcast(std::vector<torch::Tensor>& tensors) {
   }
 }
 
-void WorkerCluster::BroadcastWords(std::array<int64_t, 4>& words) {
-  torch::Tensor buffer = torch::tensor({words[0], words[1], words[2], words[3]}, torch::kLong).to(group_->device());
-  group_->Broadcast(buffer);
-  buffer = buffer.cpu();
-  const int64_t* v = buffer.data_ptr<int64_t>();
-  std::copy(v, v + words.size(), words.begin());
+void WorkerCluster::SendWords(const std::array<int64_t, 4>& words) {
+  const int64_t seq = command_seq_++;
+  std::vector<uint8_t> bytes(sizeof(words));
+  std::memcpy(bytes.data(), words.data(), bytes.size());
+  commands_->set(CommandKey("cmd", seq), bytes);
+  WaitUntilTaken(seq);
+  // Every rank has read it: no key of it is read again.
+  commands_->deleteKey(CommandKey("cmd", seq));
+  for (int r = 1; r < size_; ++r) commands_->deleteKey(AckKey(seq, r));
 }
+
+void WorkerCluster::WaitUntilTaken(int64_t seq) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  // A follower polls between commands, so one that stops polling while its acknowledgement is missing is dead; the
+  // first command (the shard) is acknowledged only after the follower's trainer is built, which may take long.
+  const auto silence = seq == 0 ? timeout_ : std::min(timeout_, kLongestSilence);
+  std::vector<bool> taken(size_, false);
+  std::vector<int64_t> polls(size_, -1);               // each follower's poll count, as last read
+  std::vector<Clock::time_point> heard(size_, start);  // when it last changed
+  for (milliseconds poll = kFirstPoll;; Sleep(poll)) {
+    const auto now = Clock::now();
+    int missing = 0;
+    for (int r = 1; r < size_; ++r) {
+      if (!taken[r]) taken[r] = commands_->check({AckKey(seq, r)});
+      if (taken[r]) continue;
+      ++missing;
+      const int64_t n = commands_->add(CommandKey("polls", r), 0);
+      if (n != polls[r]) {
+        polls[r] = n;
+        heard[r] = now;
+      }
+      if (now - heard[r] >= silence || now - start >= timeout_) {
+        throw std::runtime_error(absl::StrCat(
+            "rank ", r, " did not take command ", seq, " within ", std::chrono::duration<double>(now - start).count(),
+            " s (its last poll ", std::chrono::duration<double>(now - heard[r]).count(),
+            " s ago; workers.cluster_timeout_s ", timeout_.count() / 1000.0, "): dead or stuck"));
+      }
+    }
+    if (missing == 0) return;
+  }
+}
+
+std::array<int64_t, 4> WorkerCluster::ReceiveWords() {
+  const int64_t seq = command_seq_++;
+  const std::string key = CommandKey("cmd", seq);
+  const std::string polls = CommandKey("polls", rank_);
+  milliseconds poll = kFirstPoll;
+  // Neither call blocks; both throw once rank 0, the store's host, is gone. `polls` tells rank 0 this rank lives.
+  while (true) {
+    commands_->add(polls, 1);
+    if (commands_->check({key})) break;
+    Sleep(poll);
+  }
+  const std::vector<uint8_t> bytes = commands_->get(key);
+  std::array<int64_t, 4> words{};
+  if (bytes.size() != sizeof(words)) {
+    throw std::runtime_error(
+        absl::StrCat("cluster command ", seq, " has ", bytes.size(), " bytes, not ", sizeof(words)));
+  }
+  std::memcpy(words.data(), bytes.data(), bytes.size());
+  return words;
+}
+
+void WorkerCluster::Acknowledge() { commands_->set(AckKey(command_seq_ - 1, rank_), std::vector<uint8_t>{1}); }
 
 void WorkerCluster::CheckReplicas(const std::vector<torch::Tensor>& params, int64_t step) {
   torch::NoGradGuard no_grad;

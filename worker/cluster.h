@@ -4,17 +4,25 @@
 // (worker/collective_group.h: Gloo for ranks on the CPU, NCCL for ranks on CUDA devices), and every inner step
 // averages their gradients in place in the inner optimizer's flat gradient buffer (one collective on the device), so
 // their parameters stay identical. The leader drives the followers with commands (worker/cluster_protocol.h: load
-// theta, train n steps, merge a fragment, stop), each one BroadcastWords. A dead rank makes the next collective throw
-// (Gloo sees the connection close, NCCL its timeout), which takes the whole cluster out of the run; restarted, it
-// joins again as the same worker.
-// Not thread-safe: one thread of each process calls it (the inner loop's thread).
+// theta, train n steps, merge a fragment, stop) that travel through the store, not a collective: between two
+// commands the leader may wait for a whole round (push, the round's close, pull), far longer than the collective
+// timeout, after which NCCL aborts the process (SIGABRT) where Gloo throws. So a follower waits for command `seq` by
+// polling the store's key `cmd/<seq>` (a non-blocking check every few ms, backing off to 100 ms, each counted in
+// `polls/<rank>`), which throws as soon as the leader, the store's host, is gone; it then acknowledges it
+// (`ack/<seq>/<rank>`), and the leader starts the command's collectives only once every follower has. The leader
+// throws when a follower has not within workers.cluster_timeout_s, or has stopped polling for 10 s without taking
+// it (a dead follower: followers poll between commands). A dead rank makes the next collective or command throw (Gloo
+// sees the connection close, NCCL its timeout), which takes the whole cluster out of the run; restarted, it joins again
+// as the same worker. Not thread-safe: one thread of each process calls it (the inner loop's thread).
 #pragma once
 
 #include <torch/torch.h>
 
 #include <array>
+#include <chrono>
 #include <memory>
 #include <string>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -46,8 +54,14 @@ class WorkerCluster {
 
   // Rank 0's tensors (CPU or the cluster's device, contiguous) overwrite the others' (one broadcast of a flat buffer).
   void Broadcast(std::vector<torch::Tensor>& tensors);
-  // Rank 0's four words overwrite the others' (one broadcast): the carrier of worker/cluster_protocol.h's commands.
-  void BroadcastWords(std::array<int64_t, 4>& words);
+  // The carrier of worker/cluster_protocol.h's commands, in order (the n-th sent is the n-th received).
+  // Rank 0: publishes `words` as the next command and returns once every other rank has acknowledged it; throws if
+  // one has not within the cluster's timeout, or (from the second command on) stopped polling for 10 s without.
+  // Ranks > 0: ReceiveWords waits as long as rank 0 lives for its next command (throws once rank 0, the store's host,
+  // is gone); Acknowledge then tells rank 0 this rank has taken it (before the command's collectives).
+  void SendWords(const std::array<int64_t, 4>& words);
+  std::array<int64_t, 4> ReceiveWords();
+  void Acknowledge();
 
   // Checks that this rank's parameters are bitwise identical to rank 0's (a checksum broadcast by rank 0);
   // throws naming the step if not. For workers.check_replicas.
@@ -59,9 +73,13 @@ class WorkerCluster {
   void AttachTo(InnerTrainer& trainer, bool check_replicas);
 
  private:
-  WorkerCluster(int rank, int size);
+  WorkerCluster(int rank, int size, std::chrono::milliseconds timeout);
+  void WaitUntilTaken(int64_t seq);  // rank 0: every other rank's acknowledgement of command seq
   int rank_;
   int size_;
+  std::chrono::milliseconds timeout_;         // workers.cluster_timeout_s: rendezvous, collectives, taking a command
+  c10::intrusive_ptr<c10d::Store> commands_;  // the cluster's store under the prefix "diloco/"
+  int64_t command_seq_ = 0;                   // the next command's number (the same on every rank)
   std::unique_ptr<CollectiveGroup> group_;
   torch::Tensor stop_flag_;  // one float on the group's device: the ranks' stop wishes, summed
   double collective_seconds_ = 0;

@@ -58,10 +58,7 @@ ClusterCommand DecodeCommand(const CommandWords& w) {
   }
 }
 
-void ClusterLeader::Send(const ClusterCommand& command) {
-  CommandWords words = EncodeCommand(command);
-  cluster_.BroadcastWords(words);
-}
+void ClusterLeader::Send(const ClusterCommand& command) { cluster_.SendWords(EncodeCommand(command)); }
 
 void ClusterLeader::Load(const NamedTensors& theta) {
   Send(LoadCommand{});
@@ -90,9 +87,8 @@ class Follower {
   // Does commands until one ends the follower's part in the run.
   void Serve() {
     while (true) {
-      CommandWords words{};
-      cluster_.BroadcastWords(words);
-      const ClusterCommand command = DecodeCommand(words);
+      const ClusterCommand command = DecodeCommand(cluster_.ReceiveWords());
+      cluster_.Acknowledge();  // before the command's collectives: the leader starts them once every rank is there
       if (std::holds_alternative<LoadCommand>(command)) {
         std::vector<torch::Tensor> tensors = TensorsOf(theta_);
         cluster_.Broadcast(tensors);
@@ -132,13 +128,16 @@ class Follower {
 absl::Status RunClusterFollower(const Config& config, const TokenCache& cache, const WorkerOptions& options,
                                 WorkerCluster& cluster, const std::atomic<bool>& stop) {
   try {
-    CommandWords words{};
-    cluster.BroadcastWords(words);  // the leader's Join told it the worker's shard
-    const ClusterCommand first = DecodeCommand(words);
+    // The leader's Join tells it the worker's shard: it may take as long as the coordinator takes to answer.
+    const ClusterCommand first = DecodeCommand(cluster.ReceiveWords());
     const auto* shard = std::get_if<ShardCommand>(&first);
-    if (shard == nullptr) return absl::OkStatus();  // StopCommand: the leader could not join
+    if (shard == nullptr) {
+      cluster.Acknowledge();
+      return absl::OkStatus();  // StopCommand: the leader could not join
+    }
     auto trainer = InnerTrainer::ForShard(config, cache.meta_path(), static_cast<int>(shard->shard_index),
                                           static_cast<int>(shard->shard_count), options.rank, cluster.size());
+    cluster.Acknowledge();  // once its trainer is built: from now on it polls between commands
     if (!trainer.ok()) return WithExitCode(trainer.status(), kWorkerConfigError);
     InnerTrainer& t = **trainer;
     cluster.AttachTo(t, config.workers.check_replicas);

@@ -5,7 +5,8 @@
 //   TrainCommand  train `steps` inner steps from global inner step `first_step` (gradients averaged every step)
 //   MergeCommand  then a Broadcast of fragment `fragment`'s tensors: every rank merges them with `alpha`
 //   StopCommand   the follower leaves (exit 0)
-// On the wire a command is one broadcast of 4 int64 words [kind, w1, w2, w3] (WorkerCluster::BroadcastWords):
+// On the wire a command is 4 int64 words [kind, w1, w2, w3] set in the cluster's store (WorkerCluster::SendWords and
+// ReceiveWords: a follower may wait for the next one for a whole round, longer than any collective may take):
 //   kind 1 shard: w1 shard_index, w2 shard_count; kind 2 load; kind 3 train: w1 first_step, w2 steps;
 //   kind 4 merge: w1 fragment, w3 the bits of alpha (IEEE double); kind 5 stop. Unused words are 0.
 // Thread-safety: ClusterLeader is used by the leader's inner-loop thread only; RunClusterFollower once per process.
@@ -47,7 +48,8 @@ CommandWords EncodeCommand(const ClusterCommand& command);
 ClusterCommand DecodeCommand(const CommandWords& words);
 
 // The leader's side: each method tells the followers and sends what the command needs; the leader then does the
-// same itself (InnerTrainer). Throws on a dead rank (as WorkerCluster does).
+// same itself (InnerTrainer). Each command returns once every follower has taken it, so its collectives start with
+// every rank at them. Throws on a dead rank (as WorkerCluster does).
 class ClusterLeader {
  public:
   explicit ClusterLeader(WorkerCluster& cluster) : cluster_(cluster) {}
@@ -62,8 +64,9 @@ class ClusterLeader {
   WorkerCluster& cluster_;
 };
 
-// The life of a rank > 0: waits for the leader's commands and does them until StopCommand (exit 0), a training
-// abandoned by the cluster's stop wish (both OK: exit 0), or a dead rank (exit 5, kWorkerClusterFailed), as a status
+// The life of a rank > 0: waits (as long as the leader lives) for the leader's commands and does them until
+// StopCommand (exit 0), a training abandoned by the cluster's stop wish (both OK: exit 0), or a dead leader or
+// rank (exit 5, kWorkerClusterFailed), as a status
 // carrying its exit code (worker/worker_options.h).
 absl::Status RunClusterFollower(const Config& config, const TokenCache& cache, const WorkerOptions& options,
                                 WorkerCluster& cluster, const std::atomic<bool>& stop);

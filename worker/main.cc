@@ -32,6 +32,7 @@ struct Flags {
   diloco::WorkerOptions options;
   std::string mode = "diloco";
   std::string device;
+  int local_rank = -1;  // -1: LOCAL_RANK, else --rank
 };
 
 void AddFlags(CLI::App& app, Flags& f) {
@@ -50,24 +51,34 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "this rank's own IP address for the cluster's connections (default: the --cluster-store host; set it "
                  "when ranks are on different hosts)");
   app.add_option("--device", f.device,
-                 "this process's device, overriding workers.device: cpu, cuda (cuda:<local rank>) or cuda:N");
+                 "this process's device, overriding workers.device: cpu, cuda (cuda:<local rank mod GPUs>) or cuda:N");
+  app.add_option("--local-rank", f.local_rank,
+                 "this process's index among the worker processes on this machine, for workers.device cuda "
+                 "(diloco-launch sets it; default: the LOCAL_RANK environment variable, else --rank)")
+      ->check(CLI::NonNegativeNumber);
 }
 
-// The device this process trains on: rank r of a cluster gets cuda:<local rank> from workers.device cuda (LOCAL_RANK
-// when a launcher sets it, else --rank), --device overrides. The resolved device replaces workers.device for the
-// rest of the run (after the config hash, which stays the file's).
+// The device this process trains on: workers.device cuda gives the process of local rank r cuda:(r mod GPUs), where
+// r is --local-rank (diloco-launch's worker index on this machine), else LOCAL_RANK (torchrun), else --rank;
+// --device overrides. The resolved device replaces workers.device for the rest of the run (after the config hash,
+// which stays the file's); the start-up line says which device and why.
 absl::Status ResolveDevice(const Flags& flags, diloco::Config& config) {
   const char* local_rank_env = std::getenv("LOCAL_RANK");
-  const int local_rank = local_rank_env != nullptr ? std::atoi(local_rank_env) : flags.options.rank;
+  const int local_rank = flags.local_rank >= 0       ? flags.local_rank
+                         : local_rank_env != nullptr ? std::atoi(local_rank_env)
+                                                     : flags.options.rank;
+  // The ranks that share one collective group, which must not share a GPU: the cluster's, or all of --mode ddp's.
+  const int64_t group =
+      flags.mode == "ddp" ? config.workers.count * config.workers.cluster_size : config.workers.cluster_size;
   const diloco::CudaFacts cuda{diloco::torch_compat::CudaBuilt(),
                                diloco::torch_compat::CudaBuilt() ? static_cast<int>(torch::cuda::device_count()) : 0};
   auto chosen = flags.device.empty() ? diloco::ChooseDevice(config.workers.device, "workers.device", local_rank,
-                                                            static_cast<int>(config.workers.cluster_size), cuda)
+                                                            static_cast<int>(group), cuda)
                                      : diloco::ChooseDevice(flags.device, "--device", local_rank, 1, cuda);
   if (!chosen.ok()) return chosen.status();
   if (!chosen->warning.empty()) spdlog::warn("{}", chosen->warning);
   config.workers.device = chosen->device;
-  if (chosen->device != "cpu") spdlog::info("device {}", chosen->device);
+  spdlog::info("device {}", chosen->why);
   return absl::OkStatus();
 }
 

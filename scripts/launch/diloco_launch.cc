@@ -181,7 +181,9 @@ std::string WaitForAddress(Children& children, const std::string& port_file) {
   return address;
 }
 
-// Starts workers.count workers (each a cluster of workers.cluster_size ranks) against the coordinator at `address`.
+// Starts workers.count workers (each a cluster of workers.cluster_size ranks) against the coordinator at `address`;
+// process number p (worker i's rank r: p = i x cluster_size + r) gets --local-rank p, so that workers.device cuda
+// spreads the workers over the machine's GPUs (worker/lm/device_choice.h).
 absl::Status StartWorkers(const diloco::Config& config, const std::vector<std::string>& common,
                           const PerWorker& per_worker, const std::string& address, Children& children) {
   for (int64_t i = 0; i < config.workers.count; ++i) {
@@ -198,6 +200,8 @@ absl::Status StartWorkers(const diloco::Config& config, const std::vector<std::s
         for (const std::string& s : sets->second) argv.insert(argv.end(), {"--set", s});
       }
       if (ranks > 1) argv.insert(argv.end(), {"--rank", std::to_string(r), "--cluster-store", store});
+      // Its index among the processes on this machine: workers.device cuda gives it cuda:(index mod GPUs).
+      argv.insert(argv.end(), {"--local-rank", std::to_string(i * ranks + r)});
       absl::Status s = children.Start(ranks > 1 ? id + "." + std::to_string(r) : id, argv);
       if (!s.ok()) return s;
     }

@@ -322,13 +322,14 @@ TEST(Fault, TruncatedNewestCheckpointIsSkippedAndTheOneBeforeIsUsed) {
 }
 
 // Worker clusters: kill -9 of one rank of a 2-rank cluster takes that cluster out of the run (its leader's next
-// all-reduce fails: it says why, leaves and exits 5), not the whole run: the rounds go on with the other worker.
+// all-reduce fails, or its next command is not taken by a follower that stopped polling: it says why, leaves and
+// exits 5), not the whole run: the rounds go on with the other worker.
 // Restarted (both ranks, a new store), the cluster joins again as the same worker and contributes again.
 TEST(Fault, KilledClusterRankTakesOnlyItsClusterOutAndTheClusterRejoins) {
   const std::string dir = ScratchDir("kill_rank");
   const std::string address = Loopback();
   // lease_s 60: the plain worker is held stopped below while the cluster restarts (the cluster's failure is detected
-  // by its leader's all-reduce, not by the lease).
+  // by its leader's all-reduce or command, not by the lease).
   const auto args = FaultArgs(
       dir, address, {"outer.rounds=7", "workers.count=2", "coordinator.min_workers=1", "coordinator.lease_s=60"});
   const auto cluster_args = With(args, {"--set", "workers.cluster_size=2", "--set", "workers.cluster_timeout_s=20"});

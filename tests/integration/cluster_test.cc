@@ -2,7 +2,11 @@
 // c10d store, gradients all-reduced with ProcessGroupGloo every inner step.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <csignal>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/process_harness.h"
@@ -54,6 +58,64 @@ TEST(Cluster, BadRankOrUnreachableStoreIsOneClearLine) {
   EXPECT_EQ(lonely.Wait(120), 5) << lonely.output();
   EXPECT_NE(lonely.output().find("cluster rendezvous at " + store + " (rank 1 of 2) failed"), std::string::npos)
       << lonely.output();
+}
+
+// A follower waits for the leader's next command through the cluster's store, not inside a collective: the leader
+// may wait for a whole round (push, the round's close, pull), and a collective waiting that long would time out
+// (Gloo throws; NCCL aborts the process). Here the cluster's round 1 is held open 3x workers.cluster_timeout_s
+// (min_workers 2: it closes only once a second worker, started late, has pushed) and the run still completes.
+TEST(Cluster, FollowersOutwaitARoundLongerThanTheCollectiveTimeout) {
+  const std::string dir = ScratchDir("cluster_long_round");
+  const std::string address = "127.0.0.1:" + std::to_string(FreePort());
+  const double timeout_s = 5;
+  const auto args = TinyArgs(dir, {"coordinator.listen=" + address, "outer.rounds=2", "coordinator.min_workers=2"});
+  RunningProcess coordinator("diloco-coordinator", args);
+  ASSERT_TRUE(coordinator.WaitForOutput("listening on", 120)) << coordinator.output();
+  const std::string store = "127.0.0.1:" + std::to_string(FreePort());
+  auto rank = [&](int r) {
+    return std::make_unique<RunningProcess>(
+        "diloco-worker", With(args, {"--set", "workers.cluster_size=2", "--set",
+                                     "workers.cluster_timeout_s=" + std::to_string(timeout_s), "--coordinator", address,
+                                     "--id", "c", "--rank", std::to_string(r), "--cluster-store", store}));
+  };
+  auto leader = rank(0);
+  auto follower = rank(1);
+  ASSERT_TRUE(leader->WaitForOutput(": pushed ", 180)) << leader->output() << follower->output();
+  std::this_thread::sleep_for(std::chrono::duration<double>(3 * timeout_s));
+  ASSERT_TRUE(follower->Running()) << follower->output();
+  RunningProcess plain("diloco-worker", With(args, {"--coordinator", address, "--id", "p"}));
+  EXPECT_EQ(leader->Wait(240), 0) << leader->output();
+  EXPECT_EQ(follower->Wait(60), 0) << follower->output();
+  EXPECT_EQ(plain.Wait(120), 0) << plain.output();
+  ASSERT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+  const nlohmann::json summary = ReadJson(dir + "/summary.json");
+  EXPECT_EQ(summary["round"], 2);
+  for (const auto& w : summary["workers"]) {
+    if (w["id"] == "c") EXPECT_EQ(w["rounds_contributed"], 2) << summary.dump();
+  }
+}
+
+// A leader killed while its follower waits for a command (here: while the leader still tries to reach a coordinator
+// that is not there, longer than workers.cluster_timeout_s) ends the follower at once, with exit 5
+// (kWorkerClusterFailed) and one line: the store it polls was the leader's.
+TEST(Cluster, KilledLeaderEndsTheWaitingFollowerWithExit5) {
+  const std::string dir = ScratchDir("cluster_dead_leader");
+  const auto args =
+      TinyArgs(dir, {"workers.cluster_size=2", "workers.cluster_timeout_s=3", "workers.connect_timeout_s=120"});
+  const std::string store = "127.0.0.1:" + std::to_string(FreePort());
+  auto rank = [&](int r) {
+    return std::make_unique<RunningProcess>(
+        "diloco-worker", With(args, {"--coordinator", "127.0.0.1:1", "--id", "c", "--rank", std::to_string(r),
+                                     "--cluster-store", store}));
+  };
+  auto leader = rank(0);
+  auto follower = rank(1);
+  ASSERT_TRUE(follower->WaitForOutput("cluster of 2 ranks ready", 120)) << follower->output() << leader->output();
+  std::this_thread::sleep_for(std::chrono::seconds(8));  // past the collective timeout: the follower still waits
+  ASSERT_TRUE(follower->Running()) << follower->output();
+  leader->Signal(SIGKILL);
+  EXPECT_EQ(follower->Wait(30), 5) << follower->output();
+  EXPECT_NE(follower->output().find("worker cluster failed (rank 1 of 2)"), std::string::npos) << follower->output();
 }
 
 // The data-parallel baseline (diloco-launch --mode ddp). With one rank it is plain training, and so is DiLoCo with

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
+#include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "tests/process_harness.h"
 
@@ -48,6 +50,38 @@ TEST(Device, CudaTheMachineLacksIsOneLineAndExit2) {
   EXPECT_EQ(coordinator.Wait(60), 2) << coordinator.output();
   EXPECT_NE(LineWith(coordinator.output(), "coordinator.device: '" + far + "' requested but "), "")
       << coordinator.output();
+}
+
+// Which local rank workers.device cuda uses (worker/lm/device_choice.h), seen where this build has no GPU to give:
+// --local-rank, else LOCAL_RANK, else --rank; and diloco-launch passes each worker its index on the machine (worker-1
+// asks for cuda:1, not cuda:0 as every single worker did).
+TEST(Device, LocalRankComesFromTheFlagTheEnvironmentOrTheLauncher) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "a GPU is there: workers.device cuda succeeds";
+  const std::string dir = ScratchDir("device_local_rank");
+  const auto args = With(TinyArgs(dir, {"workers.device=cuda"}), {"--coordinator", "127.0.0.1:1", "--id", "w0"});
+  auto refused_for = [](RunningProcess& worker, int local_rank) {
+    EXPECT_EQ(worker.Wait(60), 2) << worker.output();
+    const std::string r = std::to_string(local_rank);
+    EXPECT_NE(worker.output().find("workers.device: 'cuda' (cuda:" + r + " for local rank " + r + ") requested"),
+              std::string::npos)
+        << worker.output();
+  };
+  RunningProcess flag("diloco-worker", With(args, {"--local-rank", "3"}));
+  refused_for(flag, 3);
+  setenv("LOCAL_RANK", "2", 1);
+  RunningProcess env("diloco-worker", args);
+  RunningProcess both("diloco-worker", With(args, {"--local-rank", "5"}));
+  unsetenv("LOCAL_RANK");
+  refused_for(env, 2);
+  refused_for(both, 5);
+
+  std::vector<std::string> launch_args = TinyArgs(ScratchDir("device_launch_local_rank"), {"outer.rounds=1000"});
+  launch_args.erase(launch_args.begin());  // the launcher takes the config as a positional argument
+  RunningProcess launch("diloco-launch", With(launch_args, {"--worker-set", "1:workers.device=cuda"}));
+  EXPECT_EQ(launch.Wait(180), 2) << launch.output();
+  EXPECT_NE(launch.output().find("worker-1: workers.device: 'cuda' (cuda:1 for local rank 1) requested"),
+            std::string::npos)
+      << launch.output();
 }
 
 TEST(Device, NotADeviceNameIsAConfigError) {

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
+
 namespace diloco {
 namespace {
 
@@ -17,6 +20,7 @@ TEST(DeviceChoiceTest, CpuIsCpuEverywhere) {
     ASSERT_TRUE(c.ok()) << c.status();
     EXPECT_EQ(c->device, "cpu");
     EXPECT_EQ(c->warning, "");
+    EXPECT_EQ(c->why, "cpu (workers.device)");
   }
 }
 
@@ -34,6 +38,12 @@ TEST(DeviceChoiceTest, PinnedGpuIsKeptAndSharingItInAClusterIsSaid) {
   ASSERT_TRUE(alone.ok());
   EXPECT_EQ(alone->device, "cuda:2");
   EXPECT_EQ(alone->warning, "");
+  EXPECT_EQ(alone->why, "cuda:2 (workers.device 'cuda:2')");
+  // An explicit GPU wins over the local rank, however large.
+  auto far = ChooseDevice("cuda:1", "--device", 7, 1, kFourGpus);
+  ASSERT_TRUE(far.ok()) << far.status();
+  EXPECT_EQ(far->device, "cuda:1");
+  EXPECT_EQ(far->warning, "");
   auto shared = ChooseDevice("cuda:0", "workers.device", 1, 2, kFourGpus);
   ASSERT_TRUE(shared.ok());
   EXPECT_EQ(shared->device, "cuda:0");
@@ -61,6 +71,44 @@ TEST(DeviceChoiceTest, MissingCudaIsOneLineNamingTheKeyAndWhatIsAvailable) {
   auto rank_past = ChooseDevice("cuda", "workers.device", 5, 6, kFourGpus);
   ASSERT_FALSE(rank_past.ok());
   EXPECT_NE(rank_past.status().message().find("cuda:5 for local rank 5"), std::string::npos) << rank_past.status();
+  EXPECT_NE(rank_past.status().message().find("fewer than the 6 ranks of this cluster"), std::string::npos)
+      << rank_past.status();
+}
+
+// Single workers on one machine (diloco-launch's --local-rank = the worker's index): one GPU each while there are
+// enough, then round robin, each past the GPU count told whom it shares with.
+TEST(DeviceChoiceTest, SingleWorkersTakeTheirIndexModuloTheGpuCount) {
+  const char* expected[] = {"cuda:0", "cuda:1", "cuda:2", "cuda:3", "cuda:0", "cuda:1", "cuda:2"};
+  for (int index = 0; index < 7; ++index) {
+    auto c = ChooseDevice("cuda", "workers.device", index, 1, kFourGpus);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->device, expected[index]) << index;
+    EXPECT_EQ(c->warning.empty(), index < 4) << c->warning;
+  }
+  auto fifth = ChooseDevice("cuda", "workers.device", 5, 1, kFourGpus);
+  ASSERT_TRUE(fifth.ok());
+  EXPECT_EQ(fifth->why, "cuda:1 (workers.device 'cuda': local rank 5 on a machine with 4 GPUs)");
+  EXPECT_EQ(fifth->warning,
+            "workers.device: local rank 5 shares cuda:1 with local rank 1: this machine has 4 GPUs for more processes");
+  auto one_gpu = ChooseDevice("cuda", "workers.device", 3, 1, CudaFacts{true, 1});
+  ASSERT_TRUE(one_gpu.ok());
+  EXPECT_EQ(one_gpu->device, "cuda:0");
+}
+
+// Workers that are clusters of n <= GPUs ranks, numbered as diloco-launch numbers them (worker i's rank r has local
+// rank i x n + r): the ranks of each cluster stay on distinct GPUs, also once the numbers wrap.
+TEST(DeviceChoiceTest, ClusterRanksNumberedByTheLauncherNeverShareAGpu) {
+  for (int n : {1, 2, 3, 4}) {
+    for (int worker = 0; worker < 5; ++worker) {
+      std::set<std::string> devices;
+      for (int r = 0; r < n; ++r) {
+        auto c = ChooseDevice("cuda", "workers.device", worker * n + r, n, kFourGpus);
+        ASSERT_TRUE(c.ok()) << c.status();
+        devices.insert(c->device);
+      }
+      EXPECT_EQ(devices.size(), static_cast<size_t>(n)) << "cluster of " << n << ", worker " << worker;
+    }
+  }
 }
 
 TEST(DeviceChoiceTest, NotADeviceIsRefused) {

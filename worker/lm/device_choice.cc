@@ -35,20 +35,35 @@ absl::Status CheckDeviceSyntax(const std::string& spec, const std::string& key) 
 absl::StatusOr<DeviceChoice> ChooseDevice(const std::string& spec, const std::string& key, int local_rank,
                                           int cluster_size, const CudaFacts& cuda) {
   if (absl::Status s = CheckDeviceSyntax(spec, key); !s.ok()) return s;
-  if (spec == "cpu") return DeviceChoice{"cpu", ""};
+  if (spec == "cpu") return DeviceChoice{"cpu", "", absl::StrCat("cpu (", key, ")")};
   const int pinned = CudaIndex(spec);
-  const int index = pinned >= 0 ? pinned : local_rank;
+  // A cluster's ranks need a GPU each: no wrap when the cluster is larger than the machine's GPU count.
+  const bool wraps = cuda.devices > 0 && cluster_size <= cuda.devices;
+  const int index = pinned >= 0 ? pinned : (wraps ? local_rank % cuda.devices : local_rank);
   if (!cuda.built || cuda.devices == 0 || index >= cuda.devices) {
     const std::string what = pinned >= 0 ? absl::StrCat("'", spec, "'")
                                          : absl::StrCat("'cuda' (cuda:", index, " for local rank ", local_rank, ")");
+    const std::string cluster = cuda.devices > 0 && pinned < 0 && cluster_size > cuda.devices
+                                    ? absl::StrCat(", fewer than the ", cluster_size, " ranks of this cluster")
+                                    : "";
     return absl::FailedPreconditionError(
-        absl::StrCat(key, ": ", what, " requested but ", Available(cuda), "; available: cpu"));
+        absl::StrCat(key, ": ", what, " requested but ", Available(cuda), cluster, "; available: cpu"));
   }
-  DeviceChoice choice{absl::StrCat("cuda:", index), ""};
+  DeviceChoice choice{absl::StrCat("cuda:", index), "", ""};
+  if (pinned >= 0) {
+    choice.why = absl::StrCat(choice.device, " (", key, " '", spec, "')");
+  } else {
+    choice.why = absl::StrCat(choice.device, " (", key, " 'cuda': local rank ", local_rank, " on a machine with ",
+                              cuda.devices, " GPU", cuda.devices == 1 ? "" : "s", ")");
+  }
   if (pinned >= 0 && cluster_size > 1) {
     choice.warning = absl::StrCat(key, ": '", spec, "' puts every rank of this ", cluster_size,
                                   "-rank cluster that shares this machine on one GPU; use 'cuda' (rank r gets "
                                   "cuda:<local rank>) or give each rank --device");
+  } else if (pinned < 0 && local_rank >= cuda.devices) {
+    choice.warning =
+        absl::StrCat(key, ": local rank ", local_rank, " shares ", choice.device, " with local rank ", index,
+                     ": this machine has ", cuda.devices, " GPU", cuda.devices == 1 ? "" : "s", " for more processes");
   }
   return choice;
 }
