@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include <stdexcept>
+#include <string>
 
 namespace diloco {
 
@@ -72,6 +73,15 @@ std::vector<char> StepMask(size_t count, const std::vector<size_t>* only) {
   return stepped;
 }
 
+// The kernels read and write through host pointers: a tensor elsewhere (a GPU's, a meta tensor) would be read as
+// host memory. Throws std::invalid_argument naming the tensor and its device instead.
+void CheckOnCpu(const char* where, const char* what, size_t i, const at::Tensor& t) {
+  if (t.defined() && !t.device().is_cpu()) {
+    throw std::invalid_argument(std::string(where) + ": " + what + " tensor " + std::to_string(i) + " is on " +
+                                t.device().str() + "; the outer step runs on the CPU (copy it there first)");
+  }
+}
+
 bool SameShape(const std::vector<at::Tensor>& tensors, size_t i, const at::Tensor& like) {
   return i < tensors.size() && tensors[i].defined() && tensors[i].sizes() == like.sizes() &&
          tensors[i].scalar_type() == like.scalar_type() && tensors[i].is_contiguous();
@@ -103,6 +113,9 @@ std::vector<at::Tensor> OuterOptimizer::Step(const std::vector<at::Tensor>& thet
         theta[i].sizes() != delta[i].sizes()) {
       throw std::invalid_argument("OuterOptimizer::Step: tensors must be float32 of matching shapes");
     }
+    CheckOnCpu("OuterOptimizer::Step", "theta", i, theta[i]);
+    CheckOnCpu("OuterOptimizer::Step", "delta", i, delta[i]);
+    if (momentum && !first) CheckOnCpu("OuterOptimizer::Step", "momentum", i, buffers_[i]);
     const at::Tensor th = theta[i].contiguous(), d = delta[i].contiguous();
     // Written into reused memory: fresh 100 MB tensors every round would cost more in page faults than the math.
     at::Tensor out = Reuse(recycle, i, th);
@@ -164,9 +177,12 @@ void OuterOptimizer::StepInPlace(const std::vector<at::Tensor>& theta, const std
         theta[i].sizes() != delta[i].sizes() || !theta[i].is_contiguous()) {
       throw std::invalid_argument("OuterOptimizer::StepInPlace: tensors must be float32 of matching shapes");
     }
+    CheckOnCpu("OuterOptimizer::StepInPlace", "theta", i, theta[i]);
+    CheckOnCpu("OuterOptimizer::StepInPlace", "delta", i, delta[i]);
     if (momentum && !first && !SameShape(buffers_, i, theta[i])) {
       throw std::invalid_argument("OuterOptimizer::StepInPlace: a momentum buffer's shape differs from its parameter");
     }
+    if (momentum && !first) CheckOnCpu("OuterOptimizer::StepInPlace", "momentum", i, buffers_[i]);
   }
   // Reserve's buffers, else new zeroed ones (the first step's kernel reads them: finite and >= 0). With no momentum
   // yet, the spares can only be Reserve's: Step() leaves a momentum behind, and set_momentum_buffers clears them.
