@@ -16,12 +16,14 @@ OuterOptimizer::Kind OuterOptimizer::KindFromName(const std::string& name) {
 OuterOptimizer::OuterOptimizer(Kind kind, double lr, double momentum) : kind_(kind), lr_(lr), momentum_(momentum) {}
 
 namespace {
-// candidates[i] if it exists, nobody else holds it and it has the right shape; else a new tensor like `like`.
+// candidates[i] if it exists, nobody else holds it and it has the right shape and device; else a new tensor like
+// `like`.
 // (Takes the list and an index rather than a tensor: any copy of the handle would raise its use_count.)
 at::Tensor Reuse(const std::vector<at::Tensor>& candidates, size_t i, const at::Tensor& like) {
   if (i < candidates.size()) {
     const at::Tensor& c = candidates[i];
-    if (c.defined() && c.use_count() == 1 && c.sizes() == like.sizes() && c.scalar_type() == like.scalar_type()) {
+    if (c.defined() && c.use_count() == 1 && c.sizes() == like.sizes() && c.scalar_type() == like.scalar_type() &&
+        c.device() == like.device()) {
       return c;
     }
   }
@@ -84,7 +86,8 @@ void CheckOnCpu(const char* where, const char* what, size_t i, const at::Tensor&
 
 bool SameShape(const std::vector<at::Tensor>& tensors, size_t i, const at::Tensor& like) {
   return i < tensors.size() && tensors[i].defined() && tensors[i].sizes() == like.sizes() &&
-         tensors[i].scalar_type() == like.scalar_type() && tensors[i].is_contiguous();
+         tensors[i].scalar_type() == like.scalar_type() && tensors[i].device() == like.device() &&
+         tensors[i].is_contiguous();
 }
 
 }  // namespace
@@ -179,10 +182,10 @@ void OuterOptimizer::StepInPlace(const std::vector<at::Tensor>& theta, const std
     }
     CheckOnCpu("OuterOptimizer::StepInPlace", "theta", i, theta[i]);
     CheckOnCpu("OuterOptimizer::StepInPlace", "delta", i, delta[i]);
+    if (momentum && !first) CheckOnCpu("OuterOptimizer::StepInPlace", "momentum", i, buffers_[i]);
     if (momentum && !first && !SameShape(buffers_, i, theta[i])) {
       throw std::invalid_argument("OuterOptimizer::StepInPlace: a momentum buffer's shape differs from its parameter");
     }
-    if (momentum && !first) CheckOnCpu("OuterOptimizer::StepInPlace", "momentum", i, buffers_[i]);
   }
   // Reserve's buffers, else new zeroed ones (the first step's kernel reads them: finite and >= 0). With no momentum
   // yet, the spares can only be Reserve's: Step() leaves a momentum behind, and set_momentum_buffers clears them.
