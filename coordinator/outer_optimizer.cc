@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include <stdexcept>
+#include <string>
 
 namespace diloco {
 
@@ -15,12 +16,14 @@ OuterOptimizer::Kind OuterOptimizer::KindFromName(const std::string& name) {
 OuterOptimizer::OuterOptimizer(Kind kind, double lr, double momentum) : kind_(kind), lr_(lr), momentum_(momentum) {}
 
 namespace {
-// candidates[i] if it exists, nobody else holds it and it has the right shape; else a new tensor like `like`.
+// candidates[i] if it exists, nobody else holds it and it has the right shape and device; else a new tensor like
+// `like`.
 // (Takes the list and an index rather than a tensor: any copy of the handle would raise its use_count.)
 at::Tensor Reuse(const std::vector<at::Tensor>& candidates, size_t i, const at::Tensor& like) {
   if (i < candidates.size()) {
     const at::Tensor& c = candidates[i];
-    if (c.defined() && c.use_count() == 1 && c.sizes() == like.sizes() && c.scalar_type() == like.scalar_type()) {
+    if (c.defined() && c.use_count() == 1 && c.sizes() == like.sizes() && c.scalar_type() == like.scalar_type() &&
+        c.device() == like.device()) {
       return c;
     }
   }
@@ -72,9 +75,19 @@ std::vector<char> StepMask(size_t count, const std::vector<size_t>* only) {
   return stepped;
 }
 
+// The kernels read and write through host pointers: a tensor elsewhere (a GPU's, a meta tensor) would be read as
+// host memory. Throws std::invalid_argument naming the tensor and its device instead.
+void CheckOnCpu(const char* where, const char* what, size_t i, const at::Tensor& t) {
+  if (t.defined() && !t.device().is_cpu()) {
+    throw std::invalid_argument(std::string(where) + ": " + what + " tensor " + std::to_string(i) + " is on " +
+                                t.device().str() + "; the outer step runs on the CPU (copy it there first)");
+  }
+}
+
 bool SameShape(const std::vector<at::Tensor>& tensors, size_t i, const at::Tensor& like) {
   return i < tensors.size() && tensors[i].defined() && tensors[i].sizes() == like.sizes() &&
-         tensors[i].scalar_type() == like.scalar_type() && tensors[i].is_contiguous();
+         tensors[i].scalar_type() == like.scalar_type() && tensors[i].device() == like.device() &&
+         tensors[i].is_contiguous();
 }
 
 }  // namespace
@@ -103,6 +116,9 @@ std::vector<at::Tensor> OuterOptimizer::Step(const std::vector<at::Tensor>& thet
         theta[i].sizes() != delta[i].sizes()) {
       throw std::invalid_argument("OuterOptimizer::Step: tensors must be float32 of matching shapes");
     }
+    CheckOnCpu("OuterOptimizer::Step", "theta", i, theta[i]);
+    CheckOnCpu("OuterOptimizer::Step", "delta", i, delta[i]);
+    if (momentum && !first) CheckOnCpu("OuterOptimizer::Step", "momentum", i, buffers_[i]);
     const at::Tensor th = theta[i].contiguous(), d = delta[i].contiguous();
     // Written into reused memory: fresh 100 MB tensors every round would cost more in page faults than the math.
     at::Tensor out = Reuse(recycle, i, th);
@@ -164,6 +180,9 @@ void OuterOptimizer::StepInPlace(const std::vector<at::Tensor>& theta, const std
         theta[i].sizes() != delta[i].sizes() || !theta[i].is_contiguous()) {
       throw std::invalid_argument("OuterOptimizer::StepInPlace: tensors must be float32 of matching shapes");
     }
+    CheckOnCpu("OuterOptimizer::StepInPlace", "theta", i, theta[i]);
+    CheckOnCpu("OuterOptimizer::StepInPlace", "delta", i, delta[i]);
+    if (momentum && !first) CheckOnCpu("OuterOptimizer::StepInPlace", "momentum", i, buffers_[i]);
     if (momentum && !first && !SameShape(buffers_, i, theta[i])) {
       throw std::invalid_argument("OuterOptimizer::StepInPlace: a momentum buffer's shape differs from its parameter");
     }

@@ -4,7 +4,8 @@
 //   first step: buf = delta; later: buf = momentum * buf + delta
 //   nesterov:   theta_t = theta_{t-1} - lr * (delta + momentum * buf)
 //   sgd:        theta_t = theta_{t-1} - lr * buf          (momentum 0: - lr * delta; with lr 1 this is FedAvg)
-// Shapes: theta and delta are lists of float32 tensors with matching shapes. Owns the momentum buffers.
+// Shapes: theta and delta are lists of float32 CPU tensors with matching shapes (the kernels read host memory: a
+// tensor on another device is refused with std::invalid_argument naming it and its device). Owns the momentum buffers.
 // Implements OuterStep (outer_step.h). Not thread-safe: the coordinator's round thread alone calls Step().
 #pragma once
 

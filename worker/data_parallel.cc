@@ -91,7 +91,7 @@ class DataParallelRun {
   std::unique_ptr<InnerTrainer> trainer_;
   std::optional<TokenData> val_;  // rank 0 only
   std::unique_ptr<WorkerCluster> cluster_;
-  std::optional<LanguageModelPtr> eval_model_;
+  std::optional<EvalReplica> eval_;  // rank 0 only: on the rank's device, as the trainer's model
   int64_t params_ = 0;
   int64_t bytes_per_step_ = 0;  // all ranks, ring all-reduce of fp32 gradients
   int64_t tokens_ = 0;
@@ -148,17 +148,17 @@ absl::Status DataParallelRun::SetUp(const TokenCache& cache) {
   cluster_->AttachTo(*trainer_, config_.workers.check_replicas);
   for (const auto& p : trainer_->model()->parameters()) params_ += p.numel();
   bytes_per_step_ = ranks_ > 1 ? 2 * (ranks_ - 1) * 4 * params_ : 0;
-  eval_model_ = MakeLanguageModel(config_.model, config_.run.seed);
+  if (options_.rank == 0) eval_.emplace(config_.model, config_.run.seed, torch::Device(config_.workers.device));
   start_ = std::chrono::steady_clock::now();
   return absl::OkStatus();
 }
 
 void DataParallelRun::Evaluate(int64_t round) {
-  LoadParameters(**eval_model_, NamedParameters(*trainer_->model()));
   const int64_t step = round * config_.inner.steps;
-  evals_.push_back({round, step,
-                    EvaluateLoss(*eval_model_, *val_, config_.coordinator.eval_batches, config_.inner.batch_size),
-                    tokens_, step * bytes_per_step_, Seconds()});
+  evals_.push_back(
+      {round, step,
+       eval_->Evaluate(*trainer_->model(), *val_, config_.coordinator.eval_batches, config_.inner.batch_size), tokens_,
+       step * bytes_per_step_, Seconds()});
   spdlog::info("step {}/{} (round {}): val_loss {:.4f}, {} tokens, {} bytes all-reduced", step,
                config_.outer.rounds * config_.inner.steps, round, evals_.back().val_loss, tokens_,
                step * bytes_per_step_);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <numeric>
+#include <stdexcept>
 #include <thread>
 
 #include "worker/lm/torch_compat.h"
@@ -184,6 +185,11 @@ NamedTensors InnerTrainer::PseudoGradient(const NamedTensors& theta, const std::
   const NamedTensors local = NamedParameters(*model_);
   NamedTensors out;
   for (size_t j = 0; j < which.size(); ++j) {
+    if (!theta[j].second.device().is_cpu()) {  // theta is pulled to the CPU; the model's copy may be elsewhere
+      throw std::invalid_argument("InnerTrainer::PseudoGradient: theta tensor '" + theta[j].first + "' is on " +
+                                  theta[j].second.device().str() + "; theta_t is kept on the CPU (the model on " +
+                                  device_.str() + " holds the local copy)");
+    }
     out.emplace_back(theta[j].first, theta[j].second - local.at(which[j]).second.to(torch::kCPU));
   }
   return out;

@@ -70,6 +70,7 @@ class InnerTrainer {
   // Copies theta (all parameters, in order) into the model.
   void Load(const NamedTensors& theta);
   // theta[j] - local[which[j]] for each j (theta holds the tensors at positions `which`), float32 on the CPU.
+  // theta must be on the CPU (as pulled), whatever the model's device: else std::invalid_argument naming its device.
   NamedTensors PseudoGradient(const NamedTensors& theta, const std::vector<size_t>& which) const;
   // Streaming DiLoCo's merge: local[which[j]] <- alpha * local[which[j]] + (1 - alpha) * global[j].
   void Merge(const NamedTensors& global, const std::vector<size_t>& which, double alpha);

@@ -185,8 +185,11 @@ int main(int argc, char** argv) {
   }
   config->workers.device = device;
   diloco::InnerTrainer trainer(*config, std::move(*train), on, 1);
+  // theta_t on the CPU, as the worker pulls it (InnerTrainer::PseudoGradient and the outer step refuse another device).
   diloco::NamedTensors theta;
-  for (const auto& [name, p] : diloco::NamedParameters(*trainer.model())) theta.emplace_back(name, p.detach().clone());
+  for (const auto& [name, p] : diloco::NamedParameters(*trainer.model())) {
+    theta.emplace_back(name, p.detach().to(torch::kCPU, torch::kFloat, /*non_blocking=*/false, /*copy=*/true));
+  }
   trainer.TrainRound(theta, 0);  // warm-up: allocations, AdamW state
   if (profile_steps > 0) {
     ProfileOps(trainer, profile_steps);

@@ -1,11 +1,13 @@
 // OuterOptimizer against PyTorch's torch.optim.SGD: golden values from tests/golden/make_outer_golden.py.
 #include "coordinator/outer_optimizer.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <stdexcept>
 #include <string>
@@ -253,6 +255,42 @@ TEST(OuterOptimizerTest, KindFromName) {
 TEST(OuterOptimizerTest, MismatchedTensorCountsThrow) {
   OuterOptimizer opt(OuterOptimizer::Kind::kNesterov, 0.7, 0.9);
   EXPECT_THROW(opt.Step({at::zeros({3})}, {at::zeros({3}), at::zeros({2})}), std::invalid_argument);
+}
+
+// The kernels read host memory: a tensor on another device (here a meta tensor, which both LibTorch 1.13 and 2.x
+// make without a GPU; on a GPU machine it would be cuda:0) is refused with a message naming the tensor and its
+// device, before anything is written. Without the check, a meta tensor's null data pointer is read (a crash).
+void ExpectRefusedNaming(const std::function<void()>& step, const std::string& expected) {
+  try {
+    step();
+    ADD_FAILURE() << "no error; expected one naming: " << expected;
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr(expected));
+  }
+}
+
+TEST(OuterOptimizerTest, TensorsOffTheCpuAreRefusedNamingTheirDevice) {
+  const at::Tensor meta = at::empty({4}, at::TensorOptions(at::kFloat).device(at::kMeta));
+  OuterOptimizer opt(OuterOptimizer::Kind::kNesterov, 0.7, 0.9);
+  ExpectRefusedNaming([&] { opt.Step({at::zeros({4})}, {meta}); }, "OuterOptimizer::Step: delta tensor 0 is on meta");
+  ExpectRefusedNaming(
+      [&] {
+        opt.Step({at::zeros({3}), meta}, {at::zeros({3}), at::zeros({4})});
+      },
+      "theta tensor 1 is on meta");
+  ExpectRefusedNaming([&] { opt.StepInPlace({meta}, {at::zeros({4})}); },
+                      "OuterOptimizer::StepInPlace: theta tensor 0 is on meta");
+  EXPECT_TRUE(opt.momentum_buffers().empty()) << "a refused step leaves no momentum behind";
+
+  const at::Tensor theta = at::ones({4});
+  opt.StepInPlace({theta}, {at::full({4}, 0.5f)});  // CPU tensors still step: 1 - 0.7 * (0.5 + 0.9 * 0.5)
+  EXPECT_FLOAT_EQ(theta[0].item<float>(), 1.0f - 0.7f * (0.5f + 0.9f * 0.5f));
+
+  OuterOptimizer restored(OuterOptimizer::Kind::kNesterov, 0.7, 0.9);
+  restored.set_momentum_buffers({meta});
+  ExpectRefusedNaming([&] { restored.Step({at::zeros({4})}, {at::zeros({4})}); }, "momentum tensor 0 is on meta");
+  ExpectRefusedNaming([&] { restored.StepInPlace({at::zeros({4})}, {at::zeros({4})}); },
+                      "momentum tensor 0 is on meta");
 }
 
 }  // namespace

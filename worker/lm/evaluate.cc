@@ -16,4 +16,15 @@ double EvaluateLoss(LanguageModelPtr& model, const TokenData& data, int64_t num_
   return total / static_cast<double>(num_batches);
 }
 
+EvalReplica::EvalReplica(const ModelConfig& config, int64_t seed, const torch::Device& device)
+    : model_(MakeLanguageModel(config, seed)), device_(device) {
+  model_->to(device_);
+}
+
+double EvalReplica::Evaluate(const torch::nn::Module& trained, const TokenData& data, int64_t num_batches,
+                             int64_t batch_size) {
+  LoadParameters(*model_, NamedParameters(trained));  // copy_: device to device, no trip through the host
+  return EvaluateLoss(model_, data, num_batches, batch_size, device_);
+}
+
 }  // namespace diloco
