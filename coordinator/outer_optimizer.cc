@@ -84,6 +84,19 @@ void CheckOnCpu(const char* where, const char* what, size_t i, const at::Tensor&
   }
 }
 
+// The checks of stepped tensor i before anything is written: float32 of matching shapes (theta contiguous too when
+// `in_place`), every tensor on the CPU (`momentum`: its buffer, or null when there is none yet).
+void CheckStepTensors(const char* where, size_t i, const at::Tensor& theta, const at::Tensor& delta,
+                      const at::Tensor* momentum, bool in_place) {
+  if (theta.scalar_type() != at::kFloat || delta.scalar_type() != at::kFloat || theta.sizes() != delta.sizes() ||
+      (in_place && !theta.is_contiguous())) {
+    throw std::invalid_argument(std::string(where) + ": tensors must be float32 of matching shapes");
+  }
+  CheckOnCpu(where, "theta", i, theta);
+  CheckOnCpu(where, "delta", i, delta);
+  if (momentum != nullptr) CheckOnCpu(where, "momentum", i, *momentum);
+}
+
 bool SameShape(const std::vector<at::Tensor>& tensors, size_t i, const at::Tensor& like) {
   return i < tensors.size() && tensors[i].defined() && tensors[i].sizes() == like.sizes() &&
          tensors[i].scalar_type() == like.scalar_type() && tensors[i].device() == like.device() &&
@@ -112,13 +125,8 @@ std::vector<at::Tensor> OuterOptimizer::Step(const std::vector<at::Tensor>& thet
       if (momentum) next_buffers[i] = first ? at::zeros_like(theta[i]) : buffers_[i];  // zeros act as "no buffer yet"
       continue;
     }
-    if (theta[i].scalar_type() != at::kFloat || delta[i].scalar_type() != at::kFloat ||
-        theta[i].sizes() != delta[i].sizes()) {
-      throw std::invalid_argument("OuterOptimizer::Step: tensors must be float32 of matching shapes");
-    }
-    CheckOnCpu("OuterOptimizer::Step", "theta", i, theta[i]);
-    CheckOnCpu("OuterOptimizer::Step", "delta", i, delta[i]);
-    if (momentum && !first) CheckOnCpu("OuterOptimizer::Step", "momentum", i, buffers_[i]);
+    CheckStepTensors("OuterOptimizer::Step", i, theta[i], delta[i], momentum && !first ? &buffers_[i] : nullptr,
+                     /*in_place=*/false);
     const at::Tensor th = theta[i].contiguous(), d = delta[i].contiguous();
     // Written into reused memory: fresh 100 MB tensors every round would cost more in page faults than the math.
     at::Tensor out = Reuse(recycle, i, th);
@@ -176,13 +184,8 @@ void OuterOptimizer::StepInPlace(const std::vector<at::Tensor>& theta, const std
   // Every check before the first write: a refusal leaves theta and the momentum as they were.
   for (size_t i = 0; i < theta.size(); ++i) {
     if (!stepped[i]) continue;
-    if (theta[i].scalar_type() != at::kFloat || delta[i].scalar_type() != at::kFloat ||
-        theta[i].sizes() != delta[i].sizes() || !theta[i].is_contiguous()) {
-      throw std::invalid_argument("OuterOptimizer::StepInPlace: tensors must be float32 of matching shapes");
-    }
-    CheckOnCpu("OuterOptimizer::StepInPlace", "theta", i, theta[i]);
-    CheckOnCpu("OuterOptimizer::StepInPlace", "delta", i, delta[i]);
-    if (momentum && !first) CheckOnCpu("OuterOptimizer::StepInPlace", "momentum", i, buffers_[i]);
+    CheckStepTensors("OuterOptimizer::StepInPlace", i, theta[i], delta[i], momentum && !first ? &buffers_[i] : nullptr,
+                     /*in_place=*/true);
     if (momentum && !first && !SameShape(buffers_, i, theta[i])) {
       throw std::invalid_argument("OuterOptimizer::StepInPlace: a momentum buffer's shape differs from its parameter");
     }
