@@ -135,6 +135,7 @@ struct WorkersConfig {
   double cluster_timeout_s = 60;           // rendezvous and collective timeout inside a cluster
   bool check_replicas = false;             // check after every inner step that a cluster's ranks agree (tests)
   Precision precision = Precision::kFp32;  // fp32 | bf16: autocast the inner forward pass to bfloat16 (CUDA or CPU)
+  bool allow_tf32 = true;                  // float32 matmuls in TF32 on a CUDA device (worker/lm/matmul_precision.h)
   double slowdown = 1.0;                   // >= 1: each inner step takes this many times its compute time (tests)
   // Each worker's local state (inner AdamW moments, data position, round), written after each push; a worker
   // restarted with the same --id resumes from it. "" = <run.output_dir>/worker-state.

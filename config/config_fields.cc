@@ -165,6 +165,9 @@ const std::vector<Field>& Fields() {
                 "each inner step takes this many times its compute time (simulates a slower device; tests)"),
       MakeField("workers.precision", &Config::workers, &WorkersConfig::precision,
                 "fp32, or bf16: the inner forward pass runs under bfloat16 autocast (CUDA or CPU)"),
+      MakeField("workers.allow_tf32", &Config::workers, &WorkersConfig::allow_tf32,
+                "on a CUDA device, float32 matmuls run in TF32 (PyTorch's set_float32_matmul_precision(\"high\")); "
+                "false keeps full fp32; CPU workers are unaffected"),
       MakeField("workers.state_dir", &Config::workers, &WorkersConfig::state_dir,
                 "each worker's resumable local state (AdamW moments, data position); \"\" = "
                 "<run.output_dir>/worker-state"),

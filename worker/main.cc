@@ -17,6 +17,7 @@
 #include "proto/peer_text.h"
 #include "worker/data_parallel.h"
 #include "worker/lm/device_choice.h"
+#include "worker/lm/matmul_precision.h"
 #include "worker/lm/torch_compat.h"
 #include "worker/worker_loop.h"
 #include "worker/worker_options.h"
@@ -78,7 +79,8 @@ absl::Status ResolveDevice(const Flags& flags, diloco::Config& config) {
   if (!chosen.ok()) return chosen.status();
   if (!chosen->warning.empty()) spdlog::warn("{}", chosen->warning);
   config.workers.device = chosen->device;
-  spdlog::info("device {}", chosen->why);
+  spdlog::info("device {}; float32 matmul precision {}", chosen->why,
+               diloco::ApplyMatmulPrecision(config.workers.device, config.workers.allow_tf32));
   return absl::OkStatus();
 }
 

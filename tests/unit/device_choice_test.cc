@@ -1,11 +1,14 @@
 // ChooseDevice (worker/lm/device_choice.h): every row of the device rules, with the CUDA facts of machines we do not
-// have.
+// have; and the matmul precision a device gets (worker/lm/matmul_precision.h).
 #include "worker/lm/device_choice.h"
 
+#include <ATen/Context.h>
 #include <gtest/gtest.h>
 
 #include <set>
 #include <string>
+
+#include "worker/lm/matmul_precision.h"
 
 namespace diloco {
 namespace {
@@ -109,6 +112,17 @@ TEST(DeviceChoiceTest, ClusterRanksNumberedByTheLauncherNeverShareAGpu) {
       EXPECT_EQ(devices.size(), static_cast<size_t>(n)) << "cluster of " << n << ", worker " << worker;
     }
   }
+}
+
+// workers.allow_tf32: TF32 ("high") only on a CUDA device and only when allowed; CPU workers keep full fp32.
+TEST(DeviceChoiceTest, Tf32IsSetOnlyForCudaDevicesThatAllowIt) {
+  EXPECT_EQ(ApplyMatmulPrecision("cuda:1", true), "high");
+  EXPECT_EQ(at::globalContext().float32MatmulPrecision(), at::Float32MatmulPrecision::HIGH);
+  EXPECT_EQ(ApplyMatmulPrecision("cuda", false), "highest");
+  EXPECT_EQ(at::globalContext().float32MatmulPrecision(), at::Float32MatmulPrecision::HIGHEST);
+  ApplyMatmulPrecision("cuda", true);
+  EXPECT_EQ(ApplyMatmulPrecision("cpu", true), "highest");  // and a CPU worker resets what was there
+  EXPECT_EQ(at::globalContext().float32MatmulPrecision(), at::Float32MatmulPrecision::HIGHEST);
 }
 
 TEST(DeviceChoiceTest, NotADeviceIsRefused) {
