@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/fragment_plan.h"
+#include "worker/lm/language_model.h"
 
 namespace diloco {
 namespace {
@@ -74,13 +75,14 @@ void ClusterLeader::Merge(int fragment, double alpha, const NamedTensors& incomi
 
 namespace {
 
-// The follower's side, one method per command; theta_ is the receive buffer of Load and Merge.
+// The follower's side, one method per command. Load broadcasts into the model's parameters; Merge receives the
+// fragment into buffers on their device.
 class Follower {
  public:
   Follower(const Config& config, WorkerCluster& cluster, InnerTrainer& trainer, const std::atomic<bool>& stop)
-      : cluster_(cluster), trainer_(trainer), stop_(stop), theta_(trainer.MakeParameterBuffers()) {
+      : cluster_(cluster), trainer_(trainer), stop_(stop), params_(NamedParameters(*trainer.model())) {
     std::vector<std::string> names;
-    for (const auto& [name, p] : theta_) names.push_back(name);
+    for (const auto& [name, p] : params_) names.push_back(name);
     plan_ = FragmentPlan(names, config.comm.fragments);
   }
 
@@ -90,9 +92,10 @@ class Follower {
       const ClusterCommand command = DecodeCommand(cluster_.ReceiveWords());
       cluster_.Acknowledge();  // before the command's collectives: the leader starts them once every rank is there
       if (std::holds_alternative<LoadCommand>(command)) {
-        std::vector<torch::Tensor> tensors = TensorsOf(theta_);
+        // Straight into the model's parameters, on their device: no host round trip on a GPU rank.
+        torch::NoGradGuard no_grad;
+        std::vector<torch::Tensor> tensors = TensorsOf(params_);
         cluster_.Broadcast(tensors);
-        trainer_.Load(theta_);
       } else if (const auto* train = std::get_if<TrainCommand>(&command)) {
         if (trainer_.TrainSteps(train->first_step, train->steps, &stop_).abandoned) {
           spdlog::info("the cluster stopped training; leaving");
@@ -109,8 +112,8 @@ class Follower {
  private:
   void Merge(const MergeCommand& merge) {
     const auto& which = plan_.members(static_cast<int>(merge.fragment));
-    NamedTensors fragment;
-    for (size_t i : which) fragment.push_back(theta_[i]);
+    NamedTensors fragment;  // received on the parameters' device (the merge then copies nothing across devices)
+    for (size_t i : which) fragment.emplace_back(params_[i].first, torch::empty_like(params_[i].second));
     std::vector<torch::Tensor> tensors = TensorsOf(fragment);
     cluster_.Broadcast(tensors);
     trainer_.Merge(fragment, which, merge.alpha);
@@ -119,7 +122,7 @@ class Follower {
   WorkerCluster& cluster_;
   InnerTrainer& trainer_;
   const std::atomic<bool>& stop_;
-  NamedTensors theta_;
+  NamedTensors params_;  // handles to the trained model's parameters (Load broadcasts into them)
   FragmentPlan plan_;
 };
 

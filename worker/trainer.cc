@@ -1,5 +1,7 @@
 #include "worker/trainer.h"
 
+#include <torch/cuda.h>
+
 #include <algorithm>
 #include <chrono>
 #include <numeric>
@@ -183,15 +185,29 @@ StepStats InnerTrainer::TrainSteps(int64_t first_step, int64_t n, const std::ato
 NamedTensors InnerTrainer::PseudoGradient(const NamedTensors& theta, const std::vector<size_t>& which) const {
   torch::NoGradGuard no_grad;
   const NamedTensors local = NamedParameters(*model_);
-  NamedTensors out;
   for (size_t j = 0; j < which.size(); ++j) {
     if (!theta[j].second.device().is_cpu()) {  // theta is pulled to the CPU; the model's copy may be elsewhere
       throw std::invalid_argument("InnerTrainer::PseudoGradient: theta tensor '" + theta[j].first + "' is on " +
                                   theta[j].second.device().str() + "; theta_t is kept on the CPU (the model on " +
                                   device_.str() + " holds the local copy)");
     }
-    out.emplace_back(theta[j].first, theta[j].second - local.at(which[j]).second.to(torch::kCPU));
   }
+  // On a GPU every selected tensor is queued for copying into pinned host memory without waiting, then one
+  // synchronisation: one stream of device-to-host copies at pinned speed instead of a blocking pageable copy per
+  // tensor. On the CPU the local tensors are used as they are.
+  std::vector<torch::Tensor> on_host;
+  for (size_t i : which) {
+    const torch::Tensor& p = local.at(i).second;
+    if (!device_.is_cuda()) {
+      on_host.push_back(p);
+      continue;
+    }
+    on_host.push_back(torch::empty(p.sizes(), torch::TensorOptions(p.dtype()).pinned_memory(true)));
+    on_host.back().copy_(p, /*non_blocking=*/true);
+  }
+  if (device_.is_cuda()) torch::cuda::synchronize(device_.index());
+  NamedTensors out;
+  for (size_t j = 0; j < which.size(); ++j) out.emplace_back(theta[j].first, theta[j].second - on_host[j]);
   return out;
 }
 

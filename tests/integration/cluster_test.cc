@@ -41,6 +41,26 @@ TEST(Cluster, TwoRanksTrainWithTheCoordinatorAndStayIdenticalAfterEveryStep) {
             summary["evals"].front()["val_loss"].get<double>() - 0.2);
 }
 
+// Streaming DiLoCo in a cluster: the followers receive each fragment's merge on their parameters' device (not through
+// host buffers) and load theta straight into their parameters; the replica check then finds every rank identical to
+// rank 0 after every inner step, merges included, and the run trains.
+TEST(Cluster, StreamingFragmentMergesKeepTheRanksIdentical) {
+  const std::string dir = ScratchDir("cluster_fragments");
+  std::vector<std::string> args =
+      TinyArgs(dir, {"workers.count=1", "coordinator.min_workers=1", "workers.cluster_size=2",
+                     "workers.check_replicas=true", "comm.fragments=2"});
+  args.erase(args.begin());  // the launcher takes the config as a positional argument
+  RunningProcess launch("diloco-launch", args);
+  ASSERT_EQ(launch.Wait(240), 0) << launch.output();
+  const std::string out = launch.output();
+  EXPECT_NE(out.find("replica check: parameters identical to rank 0 after each of"), std::string::npos) << out;
+  EXPECT_EQ(out.find("differ"), std::string::npos) << out;
+  const nlohmann::json summary = ReadJson(dir + "/summary.json");
+  ASSERT_EQ(summary["workers"].size(), 1u);
+  EXPECT_LT(summary["evals"].back()["val_loss"].get<double>(),
+            summary["evals"].front()["val_loss"].get<double>() - 0.2);
+}
+
 // A rank given an unreachable store gives one clear line and exit 5 (kWorkerClusterFailed) once
 // workers.cluster_timeout_s passes; a rank outside [0, cluster_size) is a config error (exit 2).
 TEST(Cluster, BadRankOrUnreachableStoreIsOneClearLine) {
