@@ -54,7 +54,7 @@ class ClusterLeader {
  public:
   explicit ClusterLeader(WorkerCluster& cluster) : cluster_(cluster) {}
   void Shard(int64_t shard_index, int64_t shard_count) { Send(ShardCommand{shard_index, shard_count}); }
-  void Load(const NamedTensors& theta);  // theta: all of the parameters, as pulled
+  void Load(const NamedTensors& theta);  // theta: all of the parameters (the leader's loaded ones, on its device)
   void Train(int64_t first_step, int64_t steps) { Send(TrainCommand{first_step, steps}); }
   void Merge(int fragment, double alpha, const NamedTensors& incoming);  // incoming: the fragment's tensors
   void Stop() { Send(StopCommand{}); }

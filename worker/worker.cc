@@ -133,7 +133,8 @@ bool Worker::PullAll(int64_t* round) {
   }
   if (!session_->TakeKeepLocal()) {
     trainer_->Load(theta_);
-    if (leader_) leader_->Load(theta_);
+    // The followers get theta from the leader's loaded parameters, on its device (no second host-to-device copy).
+    if (leader_) leader_->Load(NamedParameters(*trainer_->model()));
   }
   *round = pulled->round;
   assigned_steps_ = pulled->inner_steps;
