@@ -253,6 +253,17 @@ absl::StatusOr<std::shared_ptr<const ParamSnapshot>> CoordinatorCore::BeginPull(
     return absl::InvalidArgumentError(
         absl::StrCat("pull of fragment ", request.fragment(), ": comm.fragments is ", fragments()));
   }
+  if (request.has_range()) {  // a pull in parts: a range of the (fragment's) flat buffer
+    int64_t numel = 0;
+    for (const TensorSpec& spec : request.has_fragment() ? fragment_specs(request.fragment()) : model_.specs) {
+      numel += spec.numel();
+    }
+    const ElementRange& r = request.range();
+    if (r.begin() < 0 || r.end() < r.begin() || r.end() > numel) {
+      return absl::InvalidArgumentError(absl::StrCat("pull of range [", r.begin(), ", ", r.end(),
+                                                     ") refused: not within the ", numel, " elements pulled"));
+    }
+  }
   membership_.Touch(request.meta().worker_id(), clock_());
   return theta_->current();
 }

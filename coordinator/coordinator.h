@@ -50,6 +50,7 @@
 #include "config/config.h"
 #include "coordinator/evaluator.h"
 #include "coordinator/membership.h"
+#include "coordinator/push_parts.h"
 #include "coordinator/round_accumulator.h"
 #include "coordinator/round_policy.h"
 #include "coordinator/round_sinks.h"
@@ -153,6 +154,20 @@ class CoordinatorCore {
   // if any of them had chunks in the sums.
   void CutStalledPushes(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<std::string> UnquarantinedActiveIds() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pushes in parts (push_parts.h): checks a part's header and joins it to its member's assembly (a refusal
+  // discards the assembly); a member's complete push is counted by CountPush.
+  absl::Status BeginPart(const PushHeader& header, PushTicket& ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CommitPart(PushTicket& ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CountPush(const PushTicket& ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops member `id`'s assembly of parts; restarts the aggregation if any part had chunks in the sums.
+  void DiscardParts(const std::string& id, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Some push of `id` is in the sums and will never complete: zero the sums, every counted push starts over.
+  void RestartAggregation(const std::string& id, int64_t round, const std::string& why, bool cut_as_stalled)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Push streams with chunks in the sums, and members with parts in the sums: the round may not close under them.
+  size_t PartialPushes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return round_.partial_count() + parts_.partial_count();
+  }
   absl::Status CutRefusal(const PushTicket& ticket) const;  // FAILED_PRECONDITION for a push cut as stalled
   // Releases mu_ while the outer step runs; holds it again on return.
   void RoundLoopPass() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -193,6 +208,7 @@ class CoordinatorCore {
   RoundAccumulator accumulator_ ABSL_GUARDED_BY(mu_);
   Membership membership_ ABSL_GUARDED_BY(mu_);
   RoundState round_ ABSL_GUARDED_BY(mu_);
+  PushParts parts_ ABSL_GUARDED_BY(mu_);
   RunStats stats_ ABSL_GUARDED_BY(mu_);
   bool complete_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator.h"
@@ -29,6 +30,14 @@ absl::Status CoordinatorCore::CheckPushHeader(const PushHeader& header) {
   if (!s.ok()) return s;
   if (round_.HasPushed(id)) {
     return absl::AlreadyExistsError(absl::StrCat("worker '", id, "' already pushed for round ", theta_->round()));
+  }
+  if (header.parts() < 0 || (header.parts() <= 1 && (header.part() != 0 || header.has_range()))) {
+    return absl::InvalidArgumentError(absl::StrCat("push header: part ", header.part(), " of ", header.parts(),
+                                                   " parts (a range is only for a push in parts > 1)"));
+  }
+  if (header.parts() <= 1 && parts_.Progress(id).second > 0) {
+    return absl::FailedPreconditionError(absl::StrCat("worker '", id, "' has a push in parts under way for round ",
+                                                      theta_->round(), "; finish it or let it break first"));
   }
   if (round_.IsStreaming(id)) {  // e.g. a retry while the first stream is still open: never count a worker twice
     return absl::UnavailableError(
@@ -61,12 +70,18 @@ absl::StatusOr<PushTicket> CoordinatorCore::BeginPush(const PushHeader& header) 
   absl::Status s = CheckMeta(header.meta(), /*require_member=*/true);
   if (!s.ok()) return s;
   s = CheckPushHeader(header);
-  if (!s.ok()) return s;
+  if (!s.ok()) {
+    // A refused part breaks its member's whole push in parts (push_parts.h).
+    if (header.parts() > 1 && parts_.Progress(header.meta().worker_id()).second > 0) {
+      DiscardParts(header.meta().worker_id(), std::string(s.message()));
+    }
+    return s;
+  }
   const std::string& id = header.meta().worker_id();
   membership_.Touch(id, clock_());
   PushTicket t;
-  t.stream = round_.StartStream(id, clock_());
   t.worker_id = id;
+  t.stream_key = id;
   t.round = theta_->round();
   t.fragment = static_cast<int>(theta_->round() % fragments());
   t.epoch = round_.epoch();
@@ -76,6 +91,11 @@ absl::StatusOr<PushTicket> CoordinatorCore::BeginPush(const PushHeader& header) 
   t.loss = header.loss();
   t.seconds = header.seconds();
   t.data_epochs = header.data_epochs();
+  if (header.parts() > 1) {
+    s = BeginPart(header, t);
+    if (!s.ok()) return s;
+  }
+  t.stream = round_.StartStream(t.stream_key, clock_());
   return t;
 }
 
@@ -94,13 +114,18 @@ absl::Status CoordinatorCore::FoldChunk(PushTicket& ticket, size_t index, int64_
   if (ticket.round != theta_->round() || round_.phase() != RoundPhase::kTraining) {
     return absl::FailedPreconditionError(absl::StrCat("round ", ticket.round, " closed while the push was streaming"));
   }
-  if (!round_.IsCurrent(ticket.worker_id, ticket.stream)) return CutRefusal(ticket);
+  if (!round_.IsCurrent(ticket.stream_key, ticket.stream)) return CutRefusal(ticket);
   if (ticket.epoch != round_.epoch()) {
     return absl::AbortedError("the round's aggregation restarted after a broken push; push again");
   }
+  if (ticket.parts > 1 && !parts_.IsCurrent(ticket.worker_id, ticket.generation)) {
+    return absl::AbortedError(absl::StrCat("another part of worker '", ticket.worker_id,
+                                           "''s push broke or was refused; push every part again"));
+  }
   accumulator_.Fold(index, offset, values, ticket.weight);
   ticket.folded_any = true;
-  round_.MarkFolded(ticket.worker_id, clock_());
+  round_.MarkFolded(ticket.stream_key, clock_());
+  if (ticket.parts > 1) parts_.MarkFolded(ticket.worker_id, clock_());
   ticket.bytes += wire_bytes;
   stats_.bytes_received += wire_bytes;
   return absl::OkStatus();
@@ -108,14 +133,19 @@ absl::Status CoordinatorCore::FoldChunk(PushTicket& ticket, size_t index, int64_
 
 absl::Status CoordinatorCore::CommitPush(PushTicket& ticket) {
   absl::MutexLock lock(&mu_);
-  const bool current = round_.IsCurrent(ticket.worker_id, ticket.stream);
-  if (!ticket.finished) round_.EndStream(ticket.worker_id, ticket.stream);
+  const bool current = round_.IsCurrent(ticket.stream_key, ticket.stream);
+  if (!ticket.finished) round_.EndStream(ticket.stream_key, ticket.stream);
   ticket.finished = true;
   if (ticket.round != theta_->round() || round_.phase() != RoundPhase::kTraining) {
     return absl::FailedPreconditionError(absl::StrCat("round ", ticket.round, " closed before the push completed"));
   }
   if (!current) return CutRefusal(ticket);
   if (ticket.epoch != round_.epoch()) return absl::AbortedError("the round's aggregation restarted; push again");
+  if (ticket.parts > 1) return CommitPart(ticket);
+  return CountPush(ticket);
+}
+
+absl::Status CoordinatorCore::CountPush(const PushTicket& ticket) {
   accumulator_.AddContribution(ticket.weight);
   round_.Count(ticket);
   if (Member* m = membership_.Find(ticket.worker_id)) {
@@ -132,15 +162,26 @@ void CoordinatorCore::AbortPush(PushTicket& ticket, const std::string& why) {
   absl::MutexLock lock(&mu_);
   if (ticket.finished) return;
   ticket.finished = true;
-  const bool current = round_.IsCurrent(ticket.worker_id, ticket.stream);
-  round_.EndStream(ticket.worker_id, ticket.stream);
+  const bool current = round_.IsCurrent(ticket.stream_key, ticket.stream);
+  round_.EndStream(ticket.stream_key, ticket.stream);
+  if (ticket.parts > 1 && parts_.IsCurrent(ticket.worker_id, ticket.generation)) {
+    DiscardParts(ticket.worker_id,
+                 absl::StrCat("part ", ticket.part, " broke off: ", why));  // breaks the member's push
+    return;
+  }
   if (!current || !ticket.folded_any || ticket.epoch != round_.epoch() || ticket.round != theta_->round()) return;
   // Some of this push is in the sums and the rest never came: discard the round's aggregation so far.
+  RestartAggregation(ticket.worker_id, ticket.round, why, /*cut_as_stalled=*/false);
+}
+
+void CoordinatorCore::RestartAggregation(const std::string& id, int64_t round, const std::string& why,
+                                         bool cut_as_stalled) {
   accumulator_.Reset();
+  parts_.Clear();
   const size_t dropped = round_.RestartAggregation();
   spdlog::warn("push from {} for round {} broke off ({}); restarting the round's aggregation, {} worker(s) push again",
-               ticket.worker_id, ticket.round, Truncated(why, 512), dropped);
-  RecordBrokenPush(ticket.worker_id, /*cut_as_stalled=*/false);
+               id, round, Truncated(why, 512), dropped);
+  RecordBrokenPush(id, cut_as_stalled);
   cv_.SignalAll();
 }
 
@@ -160,19 +201,29 @@ void CoordinatorCore::RecordBrokenPush(const std::string& id, bool cut_as_stalle
 
 void CoordinatorCore::CutStalledPushes(double now) {
   bool restart = false;
-  for (const std::string& id :
+  std::set<std::string> broken;  // members with a stalled stream or parts in the sums
+  for (const std::string& key :
        round_.StalledStreams(now, config_.coordinator.lease_s, config_.coordinator.round_timeout_s)) {
-    const bool folded = round_.CutStream(id);
+    const std::string id = key.substr(0, key.find('#'));  // a part's stream key is id#part
+    bool folded = round_.CutStream(key);
+    if (parts_.Discard(id)) folded = true;
     spdlog::warn(
         "push from {} for round {} cut as late: the round is due to close and the stream made no progress "
         "for coordinator.lease_s {} s (or was open longer than round_timeout_s){}",
         id, theta_->round() + 1, config_.coordinator.lease_s, folded ? "; it had chunks in the sums" : "");
-    if (folded) {
-      restart = true;
-      RecordBrokenPush(id, /*cut_as_stalled=*/true);
-    }
+    if (folded) broken.insert(id);
+  }
+  for (const std::string& id : parts_.Stalled(now, config_.coordinator.lease_s, config_.coordinator.round_timeout_s)) {
+    spdlog::warn("push in parts from {} for round {} cut as late: {} of its parts made no progress for lease_s", id,
+                 theta_->round() + 1, parts_.Progress(id).second - parts_.Progress(id).first);
+    if (parts_.Discard(id)) broken.insert(id);
+  }
+  for (const std::string& id : broken) {
+    restart = true;
+    RecordBrokenPush(id, /*cut_as_stalled=*/true);
   }
   if (!restart) return;
+  parts_.Clear();
   accumulator_.Reset();
   const size_t dropped = round_.RestartAggregation();
   spdlog::warn("round {}: restarting the aggregation after a stalled push was cut; {} worker(s) push again",

@@ -20,9 +20,15 @@ namespace diloco {
 StatusReply CoordinatorCore::Status() const {
   absl::MutexLock lock(&mu_);
   const std::vector<EvalRecord> evals = evals_->Records();
-  return BuildStatusReply({config_, theta_->round(), fragments(), model_.num_params, model_.fingerprint, round_, stats_,
-                           membership_, evals},
-                          clock_());
+  StatusReply reply = BuildStatusReply({config_, theta_->round(), fragments(), model_.num_params, model_.fingerprint,
+                                        round_, stats_, membership_, evals},
+                                       clock_());
+  for (WorkerStatus& w : *reply.mutable_workers()) {  // pushes in parts under way (push_parts.h)
+    const auto [received, parts] = parts_.Progress(w.id());
+    w.set_parts_received(received);
+    w.set_parts(parts);
+  }
+  return reply;
 }
 
 void CoordinatorCore::Run() {
@@ -66,19 +72,19 @@ void CoordinatorCore::RoundLoopPass() {
 
 CloseView CoordinatorCore::CloseViewNow() const {
   return {{UnquarantinedActiveIds(), round_.PushedIds(), round_.opened_at()},
-          {round_.pushed().size(), round_.streaming_count()}};
+          {round_.pushed().size(), round_.streaming_count() + parts_.partial_count()}};
 }
 
 RoundDecision CoordinatorCore::DecideClose(double now) {
   const OuterMode mode = config_.outer.mode;
   const RoundPolicyOptions options{config_.coordinator.min_workers, config_.coordinator.round_timeout_s};
   RoundDecision decision = DecideCloseOf(mode, CloseViewNow(), now, options);
-  if (StreamsHoldClose(mode, decision, CloseViewNow(), round_.partial_count())) {
+  if (StreamsHoldClose(mode, decision, CloseViewNow(), PartialPushes())) {
     CutStalledPushes(now);  // a close is due but streams hold it: cut those that stalled (round_policy.h)
     decision = DecideCloseOf(mode, CloseViewNow(), now, options);
   }
   if (!LogsWaitReasons(mode)) round_.set_phase_reason(decision.reason);
-  decision = HoldForPartialPushes(decision, round_.partial_count());
+  decision = HoldForPartialPushes(decision, PartialPushes());
   if (decision.reason != round_.phase_reason()) {
     round_.set_phase_reason(decision.reason);
     if (!decision.close) spdlog::info("round {}: {}", theta_->round() + 1, decision.reason);
@@ -91,6 +97,7 @@ CoordinatorCore::ClosingRound CoordinatorCore::BeginClose() {
   c.tokens = accumulator_.total_weight();
   c.delta = accumulator_.TakeAverage();    // no push folds while the round steps (phase stepping)
   c.contributors = round_.TakeForClose();  // phase stepping; their heartbeats still say "pushed"
+  parts_.Clear();                          // parts not yet in the sums are for a closed round now
   return c;
 }
 

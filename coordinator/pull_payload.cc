@@ -43,12 +43,13 @@ void ReleaseSnapshot(void* keep) { delete static_cast<std::shared_ptr<const Para
 }  // namespace
 
 PullPayload::PullPayload(std::shared_ptr<const ParamSnapshot> snapshot, NamedTensors tensors, int64_t chunk_bytes,
-                         Codec codec)
+                         Codec codec, std::optional<FlatRange> range)
     : key_(snapshot.get()),
       round_(snapshot->round),
       guard_(snapshot->guard),
       snapshot_(std::move(snapshot)),
-      chunker_(std::make_unique<TensorChunker>(std::move(tensors), chunk_bytes, codec)) {}
+      chunker_(range ? std::make_unique<TensorChunker>(std::move(tensors), chunk_bytes, codec, *range)
+                     : std::make_unique<TensorChunker>(std::move(tensors), chunk_bytes, codec)) {}
 
 absl::Status PullPayload::BuildUpTo(size_t i) {
   TensorChunk chunk;
@@ -112,12 +113,12 @@ bool PullPayload::Current() const {
 }
 
 std::shared_ptr<PullPayload> PullPayloadCache::Get(const std::shared_ptr<const ParamSnapshot>& snapshot, int fragment,
-                                                   NamedTensors tensors) {
+                                                   NamedTensors tensors, std::optional<FlatRange> range) {
   absl::MutexLock lock(&mu_);
-  Newest& newest = newest_[fragment];
+  Newest& newest = newest_[{fragment, range ? range->begin : -1, range ? range->end : -1}];
   std::shared_ptr<PullPayload> shared = newest.shared.lock();
   if (shared != nullptr && shared->Of(*snapshot)) return shared;
-  auto payload = std::make_shared<PullPayload>(snapshot, std::move(tensors), chunk_bytes_, codec_);
+  auto payload = std::make_shared<PullPayload>(snapshot, std::move(tensors), chunk_bytes_, codec_, range);
   if (shared == nullptr || shared->round() <= snapshot->round) {
     newest.shared = payload;
     newest.kept = codec_ == CODEC_RAW ? nullptr : payload;

@@ -28,7 +28,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -43,7 +45,9 @@ namespace diloco {
 class PullPayload {
  public:
   // `tensors`: the snapshot's tensors to send (all of them, or one fragment's), contiguous float32 on the CPU.
-  PullPayload(std::shared_ptr<const ParamSnapshot> snapshot, NamedTensors tensors, int64_t chunk_bytes, Codec codec);
+  // range: only those elements of the tensors flattened end to end (a pull in parts, PROTOCOL.md); within bounds.
+  PullPayload(std::shared_ptr<const ParamSnapshot> snapshot, NamedTensors tensors, int64_t chunk_bytes, Codec codec,
+              std::optional<FlatRange> range = std::nullopt);
 
   int64_t round() const { return round_; }
   // Whether this is the payload of `snapshot` (the same object, at the same round).
@@ -87,8 +91,9 @@ class PullPayloadCache {
 
   // The payload of `snapshot`'s tensors in `fragment` (-1: all; else fragment_members' positions, given by the
   // caller in `tensors`), shared with every other pull of the same snapshot and fragment while it is the newest.
+  // With a range, only those elements (a pull in parts), shared with the pulls of the same range.
   std::shared_ptr<PullPayload> Get(const std::shared_ptr<const ParamSnapshot>& snapshot, int fragment,
-                                   NamedTensors tensors);
+                                   NamedTensors tensors, std::optional<FlatRange> range = std::nullopt);
 
  private:
   const int64_t chunk_bytes_;
@@ -98,7 +103,8 @@ class PullPayloadCache {
     std::weak_ptr<PullPayload> shared;
     std::shared_ptr<PullPayload> kept;  // encoding codecs only
   };
-  std::map<int, Newest> newest_ ABSL_GUARDED_BY(mu_);  // by fragment
+  // By fragment and range ({-1, -1}: the whole fragment).
+  std::map<std::tuple<int, int64_t, int64_t>, Newest> newest_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace diloco

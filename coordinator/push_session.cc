@@ -32,7 +32,13 @@ absl::Status PushSession::Consume(const PushMessage& message) {
     if (!ticket.ok()) return ticket.status();
     ticket_ = std::make_unique<PushTicket>(std::move(*ticket));
     members_ = &core_->fragment_members(ticket_->fragment);
-    reader_ = std::make_unique<ChunkStreamReader>(core_->fragment_specs(ticket_->fragment));
+    if (ticket_->parts > 1) {  // a part: only its range of the fragment's flat buffer (PROTOCOL.md)
+      const ElementRange& range = message.header().range();
+      reader_ = std::make_unique<ChunkStreamReader>(core_->fragment_specs(ticket_->fragment),
+                                                    FlatRange{range.begin(), range.end()});
+    } else {
+      reader_ = std::make_unique<ChunkStreamReader>(core_->fragment_specs(ticket_->fragment));
+    }
     return absl::OkStatus();
   }
   if (message.has_header()) return absl::InvalidArgumentError("a push header may appear only once");

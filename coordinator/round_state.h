@@ -32,6 +32,12 @@ struct PushTicket {
   int64_t bytes = 0;
   bool folded_any = false;
   bool finished = false;
+  // A push in parts (push_parts.h): this stream is part `part` of `parts` (> 1), of the assembly `generation`; its
+  // stream is keyed `stream_key` (worker id + "#" + part) in RoundState. parts 0: a push in one stream, keyed by id.
+  int part = 0;
+  int parts = 0;
+  int64_t generation = 0;
+  std::string stream_key;
 };
 
 class RoundState {

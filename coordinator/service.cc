@@ -4,6 +4,7 @@
 
 #include <exception>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -311,14 +312,22 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* CoordinatorService::PullParameters(g
   PullHeader header;
   header.set_round((*snapshot)->round);
   header.set_run_complete((*snapshot)->complete);
-  header.set_num_tensors(static_cast<int64_t>(tensors.size()));
+  std::optional<FlatRange> range;
+  if (request.has_range()) range = FlatRange{request.range().begin(), request.range().end()};  // checked by BeginPull
   int64_t elements = 0;
-  for (const auto& [name, t] : tensors) elements += t.numel();
-  header.set_num_elements(elements);
+  int64_t touched = 0;  // tensors with elements in the range (all of them without one)
+  for (const auto& [name, t] : tensors) {
+    const FlatRange own{elements, elements + t.numel()};
+    if (!range || (own.begin < range->end && range->begin < own.end)) ++touched;
+    elements += t.numel();
+  }
+  header.set_num_tensors(touched);
+  header.set_num_elements(range ? range->size() : elements);
   header.set_fragment(fragment);
   header.set_inner_steps(coordinator_->InnerStepsFor(request.meta().worker_id()));
-  return new PullReactor(coordinator_, request.meta().worker_id(), pulls_.Get(*snapshot, fragment, std::move(tensors)),
-                         header);
+  if (range) *header.mutable_range() = request.range();
+  return new PullReactor(coordinator_, request.meta().worker_id(),
+                         pulls_.Get(*snapshot, fragment, std::move(tensors), range), header);
 }
 
 grpc::ServerReadReactor<PushMessage>* CoordinatorService::PushPseudoGradient(grpc::CallbackServerContext* ctx,

@@ -137,7 +137,8 @@ function render(s) {
     tr.setAttribute("data-worker", w.id);
     tr.setAttribute("data-state", w.state);
     const reported = w.pushed_this_round || w.rounds_contributed > 0;  // loss and tokens/s come with pushes
-    tr.append(cell(w.id), cell(w.state, "state state-" + w.state),
+    const parts = w.parts > 0 ? ` (parts ${w.parts_received}/${w.parts})` : "";  // a push in parts under way
+    tr.append(cell(w.id), cell(w.state + parts, "state state-" + w.state),
               cell(reported ? Math.round(w.tokens_per_s).toString() : "-"),
               cell(reported ? w.last_loss.toFixed(4) : "-"), cell(w.rounds_contributed), cell(w.tokens),
               cell(w.heartbeat_age_s.toFixed(1) + " s"));

@@ -20,7 +20,9 @@ nlohmann::json WorkerJson(const WorkerStatus& w) {
           {"inner_steps", w.inner_steps()},
           {"data_epochs", w.data_epochs()},
           {"broken_pushes", w.broken_pushes()},
-          {"quarantined_until_round", w.quarantined_until_round()}};
+          {"quarantined_until_round", w.quarantined_until_round()},
+          {"parts_received", w.parts_received()},
+          {"parts", w.parts()}};
 }
 
 nlohmann::json ModelJson(const ModelSpec& m) {

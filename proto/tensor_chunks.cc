@@ -1,6 +1,7 @@
 #include "proto/tensor_chunks.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -21,7 +22,22 @@ std::string ShapeForMessage(const google::protobuf::RepeatedField<int64_t>& shap
 
 TensorChunker::TensorChunker(NamedTensors tensors, int64_t chunk_bytes, Codec codec)
     : tensors_(std::move(tensors)), chunk_bytes_(std::max<int64_t>(chunk_bytes, kMinChunkBytes)), codec_(codec) {
-  for (auto& [name, t] : tensors_) t = t.contiguous();
+  for (auto& [name, t] : tensors_) {
+    t = t.contiguous();
+    remaining_ += t.numel();
+  }
+}
+
+TensorChunker::TensorChunker(NamedTensors tensors, int64_t chunk_bytes, Codec codec, FlatRange range)
+    : TensorChunker(std::move(tensors), chunk_bytes, codec) {
+  if (range.begin < 0 || range.end < range.begin || range.end > remaining_) {
+    throw std::out_of_range(
+        absl::StrCat("chunk range [", range.begin, ", ", range.end, ") outside the ", remaining_, " elements"));
+  }
+  int64_t skip = range.begin;
+  while (index_ < tensors_.size() && skip >= tensors_[index_].second.numel()) skip -= tensors_[index_++].second.numel();
+  offset_ = skip;
+  remaining_ = range.size();
 }
 
 bool TensorChunker::Next(TensorChunk* out) { return Next(out, nullptr); }
@@ -31,10 +47,11 @@ bool TensorChunker::Next(TensorChunk* out, std::string_view* raw_payload) {
     ++index_;
     offset_ = 0;
   }
-  if (index_ >= tensors_.size()) return false;
+  if (index_ >= tensors_.size() || remaining_ == 0) return false;
   const auto& [name, t] = tensors_[index_];
   const Codec codec = t.scalar_type() == at::kFloat ? codec_ : CODEC_RAW;
-  const int64_t count = std::min(ChunkElements(codec, chunk_bytes_, t.element_size()), t.numel() - offset_);
+  const int64_t count =
+      std::min({ChunkElements(codec, chunk_bytes_, t.element_size()), t.numel() - offset_, remaining_});
   out->Clear();
   out->set_name(name);
   out->set_dtype(ToWireDType(t.scalar_type()).value());
@@ -50,25 +67,47 @@ bool TensorChunker::Next(TensorChunk* out, std::string_view* raw_payload) {
     if (raw_payload != nullptr) *raw_payload = std::string_view();
   }
   offset_ += count;
+  remaining_ -= count;
   bytes_emitted_ +=
       static_cast<int64_t>(raw_payload != nullptr && !raw_payload->empty() ? raw_payload->size() : out->data().size());
   return true;
 }
 
 ChunkStreamReader::ChunkStreamReader(std::vector<TensorSpec> specs) : specs_(std::move(specs)) {
-  // Zero-element tensors carry no chunk: skip them up front.
-  while (index_ < specs_.size() && specs_[index_].numel() == 0) ++index_;
+  for (const TensorSpec& spec : specs_) remaining_ += spec.numel();
+  SkipEmpty();  // zero-element tensors carry no chunk
+}
+
+ChunkStreamReader::ChunkStreamReader(std::vector<TensorSpec> specs, FlatRange range)
+    : ChunkStreamReader(std::move(specs)) {
+  if (range.begin < 0 || range.end < range.begin || range.end > remaining_) {
+    throw std::out_of_range(
+        absl::StrCat("chunk range [", range.begin, ", ", range.end, ") outside the ", remaining_, " elements"));
+  }
+  index_ = 0;
+  int64_t skip = range.begin;
+  while (index_ < specs_.size() && skip >= specs_[index_].numel()) skip -= specs_[index_++].numel();
+  offset_ = skip;
+  remaining_ = range.size();
+}
+
+void ChunkStreamReader::SkipEmpty() {
+  while (index_ < specs_.size() && offset_ == specs_[index_].numel()) {
+    offset_ = 0;
+    ++index_;
+  }
 }
 
 std::string ChunkStreamReader::Position() const {
   if (Done()) return absl::StrCat("end of stream (", specs_.size(), " tensors)");
+  if (index_ >= specs_.size()) return "end of the tensors";
   return absl::StrCat("tensor ", index_ + 1, "/", specs_.size(), " '", specs_[index_].name, "' at element ", offset_);
 }
 
 absl::StatusOr<at::Tensor> ChunkStreamReader::Next(const TensorChunk& chunk) {
   if (Done()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("unexpected chunk '", Truncated(chunk.name()), "' after the last tensor"));
+        absl::StrCat("unexpected chunk '", Truncated(chunk.name()), "' after the last tensor (or past the range)"));
   }
   const TensorSpec& spec = specs_[index_];
   if (chunk.name() != spec.name) {
@@ -89,21 +128,19 @@ absl::StatusOr<at::Tensor> ChunkStreamReader::Next(const TensorChunk& chunk) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor '", spec.name, "': chunk at element ", chunk.offset(), ", expected ", offset_));
   }
-  const int64_t remaining = spec.numel() - offset_;
+  const int64_t remaining = std::min(spec.numel() - offset_, remaining_);
   if (chunk.count() <= 0 || chunk.count() > remaining) {
     return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "': chunk of ", chunk.count(),
-                                                   " elements at ", offset_, ", only ", remaining, " remain"));
+                                                   " elements at ", offset_, ", only ", remaining,
+                                                   " remain (of the tensor, or of the stream's range)"));
   }
   auto values = DecodeValues(chunk, spec.dtype);
   if (!values.ok()) return values.status();
   last_index_ = index_;
   last_offset_ = offset_;
   offset_ += chunk.count();
-  if (offset_ == spec.numel()) {
-    offset_ = 0;
-    ++index_;
-    while (index_ < specs_.size() && specs_[index_].numel() == 0) ++index_;
-  }
+  remaining_ -= chunk.count();
+  SkipEmpty();
   return values;
 }
 

@@ -20,6 +20,7 @@
 #include "proto/codec.h"
 #include "proto/diloco.pb.h"
 #include "proto/named_tensors.h"
+#include "proto/slice_plan.h"
 #include "proto/tensor_spec.h"
 
 namespace diloco {
@@ -31,6 +32,10 @@ class TensorChunker {
  public:
   // Tensors must be on the CPU; non-contiguous ones are made contiguous once, here.
   TensorChunker(NamedTensors tensors, int64_t chunk_bytes, Codec codec = CODEC_RAW);
+  // Only elements [range.begin, range.end) of the tensors flattened end to end (a part of a push or pull in parts,
+  // PROTOCOL.md): the first chunk may start mid-tensor, and a chunk never crosses range.end. The range must lie in
+  // [0, total elements] (std::out_of_range otherwise).
+  TensorChunker(NamedTensors tensors, int64_t chunk_bytes, Codec codec, FlatRange range);
 
   // Fills `out` with the next chunk; returns false when every tensor has been sent.
   bool Next(TensorChunk* out);
@@ -47,13 +52,18 @@ class TensorChunker {
   int64_t chunk_bytes_;
   Codec codec_;
   size_t index_ = 0;
-  int64_t offset_ = 0;  // in elements, within tensors_[index_]
+  int64_t offset_ = 0;     // in elements, within tensors_[index_]
+  int64_t remaining_ = 0;  // elements still to send
   int64_t bytes_emitted_ = 0;
 };
 
 class ChunkStreamReader {
  public:
   explicit ChunkStreamReader(std::vector<TensorSpec> specs);
+  // A stream of only elements [range.begin, range.end) of the specs' tensors flattened end to end (a part of a push
+  // in parts): it starts at the tensor and offset of range.begin and is done at range.end; a chunk may not cross it.
+  // The range must lie in [0, total elements] (std::out_of_range otherwise).
+  ChunkStreamReader(std::vector<TensorSpec> specs, FlatRange range);
 
   // Validates `chunk` as the next one of the stream. On success returns its count values as a 1-D tensor: for raw
   // chunks a view of chunk.data(), valid only while `chunk` is alive and unchanged; else decoded float32.
@@ -63,16 +73,18 @@ class ChunkStreamReader {
   size_t tensor_index() const { return last_index_; }
   int64_t chunk_offset() const { return last_offset_; }
 
-  // True once every element of every tensor has arrived.
-  bool Done() const { return index_ == specs_.size(); }
+  // True once every element of every tensor (of the range) has arrived.
+  bool Done() const { return remaining_ == 0; }
 
   // Where the stream stands, for error messages ("tensor 3/10 'blocks.0.attn.qkv.weight' at element 4096").
   std::string Position() const;
 
  private:
+  void SkipEmpty();  // moves past zero-element tensors and a finished tensor
   std::vector<TensorSpec> specs_;
   size_t index_ = 0;
   int64_t offset_ = 0;
+  int64_t remaining_ = 0;  // elements still expected
   size_t last_index_ = 0;
   int64_t last_offset_ = 0;
 };

@@ -72,6 +72,7 @@ void PrintHuman(const diloco::StatusReply& s) {
       printf("quarantined: %s until round %lld (%lld broken pushes)\n", w.id().c_str(),
              static_cast<long long>(w.quarantined_until_round()), static_cast<long long>(w.broken_pushes()));
     }
+    if (w.parts() > 0) printf("push in parts: %s %d/%d parts in\n", w.id().c_str(), w.parts_received(), w.parts());
   }
   if (s.evals_size() > 0) {
     printf("val_loss:");

@@ -5,8 +5,9 @@ It generates the Python messages and stubs from the proto into a temporary direc
 starts a real coordinator on config/tiny.yaml (min_workers 1, so it is the only member), and then, as PROTOCOL.md
 describes: GetStatus (run settings and fingerprint), Join with the ModelSpec, Pull the whole model and recompute the
 fingerprint from the pulled names, shapes and dtypes, push a pseudo-gradient in chunks of at most chunk_bytes (round 1
-raw fp32, round 2 bf16 encoded here), wait for each round to close, pull again and check the new parameters equal the
-outer step (Nesterov SGD with the config's outer lr and momentum) computed here to 1e-6, then Leave.
+raw fp32, round 2 bf16 encoded here, round 3 raw in two parts as a cluster of 2 would, PROTOCOL.md "Push and pull in
+parts"), wait for each round to close, pull again and check the new parameters equal the outer step (Nesterov SGD
+with the config's outer lr and momentum) computed here to 1e-6, pull theta in two parts, then Leave.
 
 Usage: foreign_worker.py --coordinator BIN --source-dir DIR --scratch DIR [--cache-dir DIR]
 Exit status 0 when every check holds; any failed check raises (non-zero exit) with what differed.
@@ -120,6 +121,47 @@ def push(stub, pb, meta, delta, codec):
     return stub.PushPseudoGradient(messages(), timeout=60)
 
 
+def part_ranges(numel, parts):
+    """PROTOCOL.md "Push and pull in parts", Layout: S = ceil(N / (n * A)) * A with A = chunk_bytes / 4."""
+    align = CHUNK_BYTES // 4
+    size = -(-numel // (parts * align)) * align
+    return [(min(r * size, numel), min((r + 1) * size, numel)) for r in range(parts)]
+
+
+def push_part(stub, pb, meta, delta, part, parts, begin, end):
+    """Part `part` of `parts`: the raw fp32 chunks of flat elements [begin, end), never crossing a tensor's end."""
+    def messages():
+        yield pb.PushMessage(header=pb.PushHeader(meta=meta, tokens=2560, inner_steps=10, loss=4.0, seconds=1.0,
+                                                  part=part, parts=parts,
+                                                  range=pb.ElementRange(begin=begin, end=end)))
+        base = 0
+        for name, dtype, shape, values in delta:
+            flat = values.reshape(-1).astype("<f4")
+            at = max(begin, base)
+            while at < min(end, base + flat.size):
+                count = min(CHUNK_BYTES // 4, base + flat.size - at, end - at)
+                yield pb.PushMessage(chunk=pb.TensorChunk(name=name, dtype=dtype, shape=shape, offset=at - base,
+                                                          count=count, codec=pb.CODEC_RAW,
+                                                          data=flat[at - base:at - base + count].tobytes()))
+                at += count
+            base += flat.size
+    return stub.PushPseudoGradient(messages(), timeout=60)
+
+
+def pull_range(stub, pb, meta, begin, end):
+    """The flat elements [begin, end) of theta (a pull in parts), as one float32 array."""
+    header, values = None, []
+    for message in stub.PullParameters(pb.PullRequest(meta=meta, range=pb.ElementRange(begin=begin, end=end)),
+                                       timeout=60):
+        if message.HasField("header"):
+            header = message.header
+        else:
+            values.append(decode(message.chunk, pb))
+    check(header is not None and header.num_elements == end - begin, f"ranged pull header {header}")
+    check(header.range.begin == begin and header.range.end == end, f"ranged pull header range {header.range}")
+    return np.concatenate(values).astype(np.float32) if values else np.zeros(0, np.float32)
+
+
 def as_received(delta, codec, pb):
     """What the coordinator decodes from our push (bf16 loses bits; raw is exact)."""
     if codec != pb.CODEC_BF16:
@@ -217,7 +259,8 @@ def exercise(address, pb, pb_grpc, grpc):
 
     # 2. Join with the ModelSpec the status shows; the reply repeats the settings.
     meta = pb.RequestMeta(worker_id=WORKER_ID, round=0, fingerprint=status.fingerprint)
-    join = stub.Join(pb.JoinRequest(meta=meta, model=status.model, threads=1, device="cpu", fragments=1), timeout=30)
+    join = stub.Join(pb.JoinRequest(meta=meta, model=status.model, threads=1, device="cpu", fragments=1,
+                                    cluster_size=2), timeout=30)
     check(join.lease_ms == 10000 and join.chunk_bytes == CHUNK_BYTES and join.inner_steps == 10, f"join {join}")
     check(join.max_message_bytes == status.max_message_bytes and join.fragments == 1, f"join {join}")
     check(join.model == status.model and join.round == 0 and 0 <= join.shard_index < join.shard_count, f"join {join}")
@@ -243,11 +286,21 @@ def exercise(address, pb, pb_grpc, grpc):
 
         outer = OuterNesterov(theta)
         rng = np.random.default_rng(19)
-        for round_, codec in ((0, pb.CODEC_RAW), (1, pb.CODEC_BF16)):
+        for round_, codec in ((0, pb.CODEC_RAW), (1, pb.CODEC_BF16), (2, "parts")):
             # 4. "Train": theta_local = theta + noise; the pseudo-gradient is theta - theta_local.
             delta = [(n, d, s, (-0.01 * rng.standard_normal(s)).astype(np.float32)) for n, d, s, _ in theta]
             meta.round = round_
-            reply = push(stub, pb, meta, delta, codec)
+            label = {pb.CODEC_RAW: "fp32", pb.CODEC_BF16: "bf16", "parts": "fp32 two-part"}[codec]
+            if codec == "parts":  # part 1 first; the member counts only once part 0 is in too
+                codec = pb.CODEC_RAW
+                ranges = part_ranges(sum(v.size for *_, v in delta), 2)
+                reply = push_part(stub, pb, meta, delta, 1, 2, *ranges[1])
+                me = [w for w in stub.GetStatus(pb.StatusRequest(), timeout=10).workers if w.id == WORKER_ID][0]
+                check((me.parts_received, me.parts, me.pushed_this_round) == (1, 2, False), f"after part 1: {me}")
+                check(reply.round == round_, f"part 1 reply round {reply.round}")
+                reply = push_part(stub, pb, meta, delta, 0, 2, *ranges[0])
+            else:
+                reply = push(stub, pb, meta, delta, codec)
             check(reply.round == round_, f"push reply round {reply.round}")
             expected = outer.step(as_received(delta, codec, pb))
             # 5. The round closes (the only member pushed); pull theta_{t+1} and compare with the outer step here.
@@ -258,10 +311,14 @@ def exercise(address, pb, pb_grpc, grpc):
             check(header.round == round_ + 1, f"pull header round {header.round}")
             worst = max(float(np.max(np.abs(v - e))) for (*_, v), e in zip(theta, expected))
             moved = max(float(np.max(np.abs(v - p))) for (*_, v), (*_, p) in zip(theta, previous))
-            print(f"round {round_ + 1} ({'bf16' if codec == pb.CODEC_BF16 else 'fp32'} push): max |coordinator - "
+            print(f"round {round_ + 1} ({label} push): max |coordinator - "
                   f"python outer step| = {worst:.3g}")
             check(worst <= 1e-6, f"round {round_ + 1}: parameters differ from the outer step by {worst}")
             check(moved > 1e-3, f"round {round_ + 1}: the parameters barely moved ({moved}): nothing was checked")
+        # A pull in two parts: the slices of the whole theta.
+        whole = np.concatenate([v.reshape(-1) for *_, v in theta])
+        sliced = np.concatenate([pull_range(stub, pb, meta, b, e) for b, e in part_ranges(whole.size, 2)])
+        check(np.array_equal(sliced, whole), "a pull in two parts differs from the whole pull")
         # A second push for a closed round is refused as stale (FAILED_PRECONDITION, PROTOCOL.md "Status codes").
         meta.round = 0
         try:
@@ -277,7 +334,7 @@ def exercise(address, pb, pb_grpc, grpc):
     stub.Leave(pb.LeaveRequest(meta=meta, reason="foreign worker test done"), timeout=30)
     states = {w.id: w.state for w in stub.GetStatus(pb.StatusRequest(), timeout=30).workers}
     check(states.get(WORKER_ID) == "left", f"after Leave: {states}")
-    print("foreign worker: joined, pulled, pushed 2 rounds, outer steps match, left")
+    print("foreign worker: joined, pulled, pushed 3 rounds (the last in two parts), outer steps match, left")
 
 
 def main():

@@ -1,0 +1,69 @@
+// CoordinatorCore, pushes in parts (coordinator.h, push_parts.h): a worker cluster's member pushes its
+// pseudo-gradient as n part streams, one per rank, each covering a range of the round's flat buffer. BeginPart
+// admits a part (a refused part breaks the member's whole push), CommitPart counts the member once every part is in.
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/coordinator.h"
+#include "proto/peer_text.h"
+
+namespace diloco {
+
+absl::Status CoordinatorCore::BeginPart(const PushHeader& header, PushTicket& ticket) {
+  const Member* m = membership_.Find(ticket.worker_id);
+  int64_t numel = 0;
+  for (const TensorSpec& spec : fragment_specs(ticket.fragment)) numel += spec.numel();
+  PartHeader part{ticket.worker_id,
+                  header.part(),
+                  header.parts(),
+                  m != nullptr ? m->cluster_size : 1,
+                  {header.range().begin(), header.range().end()},
+                  header.meta().round(),
+                  header.tokens(),
+                  round_.epoch(),
+                  numel};
+  if (round_.IsStreaming(ticket.worker_id)) {
+    return absl::UnavailableError(
+        absl::StrCat("a push from worker '", ticket.worker_id, "' in one stream is still streaming; retry later"));
+  }
+  auto generation = parts_.Begin(part, clock_());
+  if (!generation.ok()) {
+    DiscardParts(ticket.worker_id, std::string(generation.status().message()));
+    return generation.status();
+  }
+  ticket.part = header.part();
+  ticket.parts = header.parts();
+  ticket.generation = *generation;
+  ticket.stream_key = absl::StrCat(ticket.worker_id, "#", header.part());
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorCore::CommitPart(PushTicket& ticket) {
+  if (!parts_.IsCurrent(ticket.worker_id, ticket.generation)) {
+    return absl::AbortedError(absl::StrCat("another part of worker '", ticket.worker_id,
+                                           "''s push broke or was refused; push every part again"));
+  }
+  auto whole = parts_.Commit(ticket, ticket.part, clock_());
+  if (!whole.ok()) {  // every part came but they leave elements out: the parts in the sums must go
+    RestartAggregation(ticket.worker_id, ticket.round, std::string(whole.status().message()),
+                       /*cut_as_stalled=*/false);
+    return whole.status();
+  }
+  if (!whole->has_value()) {  // accepted; the member counts when its last part commits
+    spdlog::debug("push part {} of {} from {} for round {} in", ticket.part, ticket.parts, ticket.worker_id,
+                  ticket.round);
+    return absl::OkStatus();
+  }
+  return CountPush(**whole);
+}
+
+void CoordinatorCore::DiscardParts(const std::string& id, const std::string& why) {
+  if (parts_.Discard(id)) {
+    RestartAggregation(id, theta_->round(), why, /*cut_as_stalled=*/false);
+  } else {
+    spdlog::warn("push in parts from {} for round {} broken ({}); none of its parts was in the sums", id,
+                 theta_->round(), Truncated(why, 512));
+  }
+}
+
+}  // namespace diloco

@@ -1,0 +1,82 @@
+// PushParts: the members of the open round whose push comes in parts (a worker cluster: one part per rank, each on
+// its own stream; proto/PROTOCOL.md "Push and pull in parts"). Each part is a push stream of its own (a PushTicket);
+// this class keeps, per member, which parts began and which committed, and says when the member's push is complete:
+// every part committed and the parts' ranges cover the round's flat buffer exactly once. Only then does the core
+// count the member (one contribution, its tokens once). A part refused or broken discards the member's assembly
+// (Discard); the core restarts the round's aggregation when any part of it had chunks in the sums, so a member is
+// never partly in a round and nothing is applied twice. Part tickets carry the assembly's generation: a part of a
+// discarded assembly is stale (IsCurrent false) and is refused when it next folds or commits.
+// Not thread-safe: a plain value that CoordinatorCore guards with its mutex.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/round_state.h"
+#include "proto/slice_plan.h"
+
+namespace diloco {
+
+// A part's header, as CoordinatorCore::BeginPush read it.
+struct PartHeader {
+  std::string member;      // worker id
+  int part = 0;            // 0-based
+  int parts = 0;           // > 1
+  int declared = 1;        // the member's cluster_size at Join: parts must equal it
+  FlatRange range;         // elements of the round's flat buffer this part covers
+  int64_t push_round = 0;  // meta.round: the round its pseudo-gradient was computed against
+  int64_t tokens = 0;
+  int64_t epoch = 0;  // the round's aggregation epoch when the part began
+  int64_t numel = 0;  // elements of the round's flat buffer (the fragment's tensors)
+};
+
+class PushParts {
+ public:
+  // Checks a part against the member's assembly (started by its first part) and records it as begun; returns the
+  // generation to keep in its ticket. INVALID_ARGUMENT: part >= parts, a range outside the buffer or overlapping a
+  // part already begun, tokens differing from its first part's; FAILED_PRECONDITION: parts not the member's declared
+  // cluster_size, a part already pushed, parts of two different rounds. A refusal leaves the assembly as it was
+  // (the caller discards it: a refused part breaks the member's push).
+  absl::StatusOr<int64_t> Begin(const PartHeader& header, double now);
+  // Whether the ticket's part belongs to the member's live assembly.
+  bool IsCurrent(const std::string& member, int64_t generation) const;
+  void MarkFolded(const std::string& member, double now);  // a chunk of one of its parts reached the sums
+  // A part's stream ended complete. Returns the member's whole push when this was its last part (the header values
+  // of its first committed part, bytes summed), else nullopt. FAILED_PRECONDITION when every part is in but their
+  // ranges leave elements out (the assembly is then discarded).
+  absl::StatusOr<std::optional<PushTicket>> Commit(const PushTicket& part_ticket, int part, double now);
+  // Whether the member has an assembly with chunks in the sums (folded or committed parts).
+  bool HasFolded(const std::string& member) const;
+  // Drops the member's assembly (its push broke); returns whether it had chunks in the sums.
+  bool Discard(const std::string& member);
+  void Clear() { members_.clear(); }  // the aggregation restarted or the round closed
+  // Assemblies with chunks in the sums: a round may not close under them.
+  size_t partial_count() const;
+  // Members whose assembly made no progress for stall_s or is older than max_age_s.
+  std::vector<std::string> Stalled(double now, double stall_s, double max_age_s) const;
+  // Parts committed so far and parts of the member's push under way; {0, 0} when none.
+  std::pair<int, int> Progress(const std::string& member) const;
+
+ private:
+  struct Assembly {
+    int64_t generation = 0;
+    int parts = 0;
+    int64_t push_round = 0;
+    int64_t tokens = 0;
+    int64_t numel = 0;
+    std::map<int, FlatRange> begun;    // by part
+    std::map<int, int64_t> committed;  // part -> bytes
+    PushTicket first;                  // the first committed part's ticket: the member's header values
+    bool folded = false;
+    double opened_at = 0;
+    double progress_at = 0;
+  };
+  std::map<std::string, Assembly> members_;
+  int64_t next_generation_ = 0;
+};
+
+}  // namespace diloco

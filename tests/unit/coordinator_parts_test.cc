@@ -1,0 +1,230 @@
+// CoordinatorCore with pushes in parts (coordinator/push_parts.h, proto/PROTOCOL.md "Push and pull in parts"),
+// driven directly with a fake clock: a member of cluster_size n pushes n parts, each a range of the flat buffer folded
+// at its flat offsets. The round waits for the member's last part and steps with its whole pseudo-gradient (checked
+// against the token-weighted average and the Nesterov step computed here); a refused part restarts the aggregation
+// and makes the member's other parts stale; parts that stall are cut when the round is due.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coordinator/coordinator.h"
+#include "tests/unit/scratch_dir_test.h"
+#include "tests/unit/tiny_coordinator_config.h"
+
+namespace diloco {
+namespace {
+
+using ::testing::HasSubstr;
+using Tensors = std::vector<at::Tensor>;
+
+constexpr double kLr = 0.7;
+constexpr double kMu = 0.9;
+
+class CoordinatorPartsTest : public ScratchDirTest {
+ protected:
+  void SetUp() override {
+    ScratchDirTest::SetUp();
+    config_ = TinyCoordinatorConfig(dir_);
+    config_.outer.lr = kLr;
+    config_.outer.momentum = kMu;
+    config_.coordinator.min_workers = 1;
+    config_.coordinator.round_timeout_s = 100;
+    config_.coordinator.lease_s = 10;
+    auto core = CoordinatorCore::Create(config_, TinyTheta0(config_.model), nullptr, false, [this] { return now_; });
+    ASSERT_TRUE(core.ok()) << core.status();
+    core_ = std::move(*core);
+    for (const TensorSpec& s : core_->specs()) numel_ += s.numel();
+  }
+
+  RequestMeta Meta(const std::string& id, int64_t round = 0) const {
+    RequestMeta meta;
+    meta.set_worker_id(id);
+    meta.set_round(round);
+    meta.set_fingerprint(core_->fingerprint());
+    return meta;
+  }
+  void Join(const std::string& id, int cluster_size) {
+    JoinRequest r;
+    *r.mutable_meta() = Meta(id);
+    r.mutable_model()->set_vocab_size(config_.model.vocab_size);
+    r.mutable_model()->set_seq_len(config_.model.seq_len);
+    r.mutable_model()->set_n_layer(config_.model.n_layer);
+    r.mutable_model()->set_n_head(config_.model.n_head);
+    r.mutable_model()->set_d_model(config_.model.d_model);
+    r.set_cluster_size(cluster_size);
+    ASSERT_TRUE(core_->Join(r).ok()) << id;
+  }
+  bool Pushed(const std::string& id) {
+    HeartbeatRequest r;
+    *r.mutable_meta() = Meta(id);
+    auto reply = core_->Heartbeat(r);
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    return reply.ok() && reply->pushed();
+  }
+  PushHeader Header(const std::string& id, int64_t tokens, int part = 0, int parts = 0, FlatRange range = {}) const {
+    PushHeader h;
+    *h.mutable_meta() = Meta(id);
+    h.set_tokens(tokens);
+    h.set_inner_steps(5);
+    h.set_loss(3.5);
+    h.set_seconds(2.0);
+    if (parts > 1) {
+      h.set_part(part);
+      h.set_parts(parts);
+      h.mutable_range()->set_begin(range.begin);
+      h.mutable_range()->set_end(range.end);
+    }
+    return h;
+  }
+  // Folds the elements [range.begin, range.end) of the flat `delta` (every tensor end to end), one chunk per tensor
+  // piece, at their tensors and offsets.
+  absl::Status FoldRange(PushTicket& t, const at::Tensor& flat, FlatRange range) {
+    int64_t base = 0;
+    for (size_t i = 0; i < core_->specs().size(); ++i) {
+      const int64_t n = core_->specs()[i].numel();
+      const int64_t begin = std::max(range.begin, base), end = std::min(range.end, base + n);
+      if (begin < end) {
+        absl::Status s = core_->FoldChunk(t, i, begin - base, flat.narrow(0, begin, end - begin));
+        if (!s.ok()) return s;
+      }
+      base += n;
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<PushTicket> BeginPart(const std::string& id, int64_t tokens, int part, int parts, FlatRange range,
+                                       const at::Tensor& flat) {
+    auto t = core_->BeginPush(Header(id, tokens, part, parts, range));
+    if (!t.ok()) return t.status();
+    absl::Status s = FoldRange(*t, flat, range);
+    if (!s.ok()) return s;
+    return t;
+  }
+  absl::Status PushPart(const std::string& id, int64_t tokens, int part, int parts, FlatRange range,
+                        const at::Tensor& flat) {
+    auto t = BeginPart(id, tokens, part, parts, range, flat);
+    return t.ok() ? core_->CommitPush(*t) : t.status();
+  }
+  absl::Status PushWhole(const std::string& id, int64_t tokens, const at::Tensor& flat) {
+    auto t = core_->BeginPush(Header(id, tokens));
+    if (!t.ok()) return t.status();
+    absl::Status s = FoldRange(*t, flat, {0, numel_});
+    return s.ok() ? core_->CommitPush(*t) : s;
+  }
+  at::Tensor FlatTheta() {
+    PullRequest r;
+    *r.mutable_meta() = Meta("A");
+    auto snap = core_->BeginPull(r);
+    EXPECT_TRUE(snap.ok()) << snap.status();
+    Tensors flat;
+    for (const auto& [name, p] : (*snap)->params) flat.push_back(p.reshape({-1}).clone());
+    return at::cat(flat);
+  }
+  // The first Nesterov outer step (torch SGD, buf = delta): theta - lr * (delta + mu * delta).
+  static at::Tensor Step(const at::Tensor& theta, const at::Tensor& delta) { return theta - kLr * (1 + kMu) * delta; }
+  WorkerStatus Worker(const std::string& id) {
+    const StatusReply status = core_->Status();
+    for (const WorkerStatus& w : status.workers()) {
+      if (w.id() == id) return w;
+    }
+    ADD_FAILURE() << "no worker " << id;
+    return WorkerStatus();
+  }
+
+  Config config_;
+  double now_ = 0;
+  std::unique_ptr<CoordinatorCore> core_;
+  int64_t numel_ = 0;
+};
+
+// A of cluster_size 3 (parts of unequal size, one starting mid-tensor) and B in one stream. At round_timeout_s the
+// round is due, but A has parts in the sums that progressed within lease_s: the round waits for A's last part, then
+// steps with the token-weighted average of both whole pushes.
+TEST_F(CoordinatorPartsTest, TheRoundWaitsForTheLastPartAndStepsWithTheWholeMember) {
+  now_ = 90;  // the round opened at 0 and is due at round_timeout_s 100; the members join late (lease_s 10)
+  Join("A", 3);
+  Join("B", 1);
+  const at::Tensor theta0 = FlatTheta();
+  const at::Tensor dA = at::randn({numel_}), dB = at::randn({numel_});
+  const FlatRange p0{0, 7}, p1{7, numel_ / 2}, p2{numel_ / 2, numel_};
+  now_ = 95;
+  ASSERT_TRUE(PushWhole("B", 1000, dB).ok());
+  ASSERT_TRUE(PushPart("A", 3000, 2, 3, p2, dA).ok());
+  ASSERT_TRUE(PushPart("A", 3000, 0, 3, p0, dA).ok());
+  EXPECT_FALSE(Pushed("A")) << "not counted before its last part";
+  EXPECT_EQ(Worker("A").parts_received(), 2);
+  EXPECT_EQ(Worker("A").parts(), 3);
+  now_ = 104;  // the round is due (round_timeout_s 100); A's parts progressed 9 s ago (< lease_s 10)
+  EXPECT_TRUE(Pushed("B"));
+  core_->Poll();
+  EXPECT_EQ(core_->Status().round(), 0) << "closed over a member with parts in the sums";
+  EXPECT_THAT(core_->Status().phase_reason(), HasSubstr("push stream(s) in flight"));
+  ASSERT_TRUE(PushPart("A", 3000, 1, 3, p1, dA).ok());
+  EXPECT_TRUE(Pushed("A"));
+  EXPECT_EQ(Worker("A").parts(), 0);
+  core_->Poll();
+  ASSERT_EQ(core_->Status().round(), 1);
+  EXPECT_TRUE(at::allclose(FlatTheta(), Step(theta0, (dA * 3000 + dB * 1000) / 4000), 1e-5, 1e-6));
+  EXPECT_EQ(Worker("A").tokens(), 3000) << "a member in parts counts its tokens once";
+  EXPECT_EQ(Worker("A").rounds_contributed(), 1);
+}
+
+// A refused part breaks A's push: B (counted) must push again, A's part still streaming gets ABORTED, and the round
+// then steps with B's and A's second, complete push only.
+TEST_F(CoordinatorPartsTest, ARefusedPartRestartsTheAggregationAndMakesTheOtherPartsStale) {
+  Join("A", 3);
+  Join("B", 1);
+  const at::Tensor theta0 = FlatTheta();
+  const at::Tensor dA = at::randn({numel_}), dB = at::randn({numel_}), junk = at::randn({numel_}) * 100;
+  const FlatRange p0{0, 7}, p1{7, numel_ / 2}, p2{numel_ / 2, numel_};
+  ASSERT_TRUE(PushWhole("B", 1000, dB).ok());
+  ASSERT_TRUE(PushPart("A", 3000, 0, 3, p0, junk).ok());
+  auto streaming = core_->BeginPush(Header("A", 3000, 1, 3, p1));
+  ASSERT_TRUE(streaming.ok()) << streaming.status();
+  absl::Status overlap = PushPart("A", 3000, 2, 3, {numel_ / 2 - 1, numel_}, junk);
+  EXPECT_EQ(overlap.code(), absl::StatusCode::kInvalidArgument) << overlap;
+  EXPECT_THAT(std::string(overlap.message()), HasSubstr("overlaps part 1's"));
+  EXPECT_FALSE(Pushed("B")) << "A's part 0 was in the sums: B's counted push went with them";
+  absl::Status stale = FoldRange(*streaming, junk, p1);
+  EXPECT_EQ(stale.code(), absl::StatusCode::kAborted) << stale;
+  core_->AbortPush(*streaming, "refused");
+  EXPECT_EQ(Worker("A").broken_pushes(), 1);
+
+  ASSERT_TRUE(PushWhole("B", 1000, dB).ok());
+  ASSERT_TRUE(PushPart("A", 3000, 1, 3, p1, dA).ok());
+  ASSERT_TRUE(PushPart("A", 3000, 0, 3, p0, dA).ok());
+  ASSERT_TRUE(PushPart("A", 3000, 2, 3, p2, dA).ok());
+  core_->Poll();
+  ASSERT_EQ(core_->Status().round(), 1);
+  EXPECT_TRUE(at::allclose(FlatTheta(), Step(theta0, (dA * 3000 + dB * 1000) / 4000), 1e-5, 1e-6));
+}
+
+// A's part 0 is in the sums and its other parts never come: when the round is due (round_timeout_s) and the parts
+// made no progress for lease_s, they are cut, the aggregation restarts, A is quarantined, and the round closes on B.
+TEST_F(CoordinatorPartsTest, StalledPartsAreCutWhenTheRoundIsDue) {
+  Join("A", 2);
+  Join("B", 1);
+  const at::Tensor theta0 = FlatTheta();
+  const at::Tensor dB = at::randn({numel_}), junk = at::randn({numel_}) * 100;
+  ASSERT_TRUE(PushWhole("B", 1000, dB).ok());
+  ASSERT_TRUE(PushPart("A", 3000, 0, 2, {0, numel_ / 2}, junk).ok());
+  now_ = 150;
+  Pushed("A");  // both heartbeat: only A's push stalls
+  EXPECT_TRUE(Pushed("B"));
+  core_->Poll();
+  EXPECT_EQ(core_->Status().round(), 0);
+  EXPECT_FALSE(Pushed("B")) << "A's stalled part had chunks in the sums: B pushes again";
+  EXPECT_EQ(Worker("A").broken_pushes(), 1);
+  EXPECT_EQ(Worker("A").quarantined_until_round(), 1);
+  EXPECT_EQ(Worker("A").parts(), 0);
+  ASSERT_TRUE(PushWhole("B", 1000, dB).ok());
+  core_->Poll();
+  ASSERT_EQ(core_->Status().round(), 1);
+  EXPECT_TRUE(at::allclose(FlatTheta(), Step(theta0, dB), 1e-5, 1e-6));
+}
+
+}  // namespace
+}  // namespace diloco
