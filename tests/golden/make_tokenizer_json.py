@@ -7,6 +7,8 @@ emoji, tabs, runs of spaces and long digit runs plus tinyshakespeare lines, and 
 where ids are Tokenizer.encode(text, add_special_tokens=False).ids and decoded is Tokenizer.decode(ids).
 Kinds: gpt2 (ByteLevel pre-tokenizer), llama3 and qwen2 (Split regex + ByteLevel; qwen2 with NFC), llama2
 (byte_fallback, Prepend + Replace normalizer), metaspace (byte_fallback, Metaspace pre-tokenizer, prepend first).
+Also OUT/refused/<component>.json: tokenizer.json files with one component we do not implement (WordPiece,
+Unigram, the Lowercase normalizer, the Whitespace pre-tokenizer, the WordPiece decoder), each to be refused by name.
 Usage: make_tokenizer_json.py OUT SHAKESPEARE
 """
 
@@ -83,6 +85,26 @@ def add_byte_tokens(tok):
     return Tokenizer.from_str(json.dumps(j))
 
 
+def write_refused(out, text):
+    os.makedirs(out, exist_ok=True)
+    wordpiece = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    wordpiece.pre_tokenizer = pre_tokenizers.Whitespace()
+    wordpiece.train_from_iterator(text[:200], trainers.WordPieceTrainer(vocab_size=200, special_tokens=["[UNK]"],
+                                                                        show_progress=False))
+    wordpiece.save(os.path.join(out, "WordPiece.json"))
+    unigram = Tokenizer(models.Unigram())
+    unigram.train_from_iterator(text[:200], trainers.UnigramTrainer(vocab_size=100, show_progress=False))
+    unigram.save(os.path.join(out, "Unigram.json"))
+    variants = {"Lowercase": ("normalizer", normalizers.Lowercase()),
+                "Whitespace": ("pre_tokenizer", pre_tokenizers.Whitespace()),
+                "WordPiece-decoder": ("decoder", decoders.WordPiece())}
+    for name, (attribute, component) in variants.items():
+        tok, trainer = byte_level(None, False)
+        tok.train_from_iterator(text[:200], trainer)
+        setattr(tok, attribute, component)
+        tok.save(os.path.join(out, name + ".json"))
+
+
 def main():
     out, shakespeare = sys.argv[1], sys.argv[2]
     text = training_text(shakespeare)
@@ -114,6 +136,7 @@ def main():
         ids = [tok.encode(t, add_special_tokens=False).ids for t in texts]
         golden["kinds"][name] = {"ids": ids, "decoded": [tok.decode(i) for i in ids], "bos": bos, "eos": eos,
                                  "vocab_size": tok.get_vocab_size()}
+    write_refused(os.path.join(out, "refused"), text)
     with open(os.path.join(out, "golden.json"), "w") as f:
         json.dump(golden, f, ensure_ascii=False, indent=1)
 

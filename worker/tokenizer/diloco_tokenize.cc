@@ -107,8 +107,9 @@ std::string MakeTokenizer(const Options& o, const SplitPlan& plan, InputFormat f
   if (name != "tokenizer.json") return "";
   for (const char* sidecar : {"config.json", "tokenizer_config.json"}) {
     const fs::path from = fs::path(o.tokenizer_model).parent_path() / sidecar;
-    if (fs::is_regular_file(from, ec))
-      fs::copy_file(from, dir + "/" + sidecar, fs::copy_options::overwrite_existing, ec);
+    std::error_code missing;
+    if (!fs::is_regular_file(from, missing)) continue;
+    fs::copy_file(from, dir + "/" + sidecar, fs::copy_options::overwrite_existing, ec);
     if (ec) return "cannot copy " + from.string() + ": " + ec.message();
   }
   return "";
