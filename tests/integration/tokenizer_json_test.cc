@@ -142,6 +142,27 @@ TEST_F(TokenizerJsonTest, ShardsHoldTheIdsWithBosAndEosPerDocumentOnAnyNumberOfT
   }
 }
 
+TEST_F(TokenizerJsonTest, WithoutTheModelsConfigDocumentsHaveNoBosOrEos) {
+  std::filesystem::create_directories(dir_ + "/alone");
+  std::filesystem::copy_file(Model("gpt2"), dir_ + "/alone/tokenizer.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::ofstream(dir_ + "/one.jsonl") << nlohmann::json({{"text", golden_["texts"][0]}}).dump() << "\n";
+  std::ofstream(dir_ + "/one-val.jsonl") << nlohmann::json({{"text", "x"}}).dump() << "\n";
+  const std::string out = dir_ + "/cache-alone";
+  const auto [code, output] =
+      RunTokenizer({"--format", "jsonl", "--input", dir_ + "/one.jsonl", "--val-input", dir_ + "/one-val.jsonl",
+                    "--vocab-size", "1024", "--tokenizer-model", dir_ + "/alone/tokenizer.json", "--out", out});
+  ASSERT_EQ(code, 0) << output;
+  TokenManifest manifest;
+  std::string error;
+  ASSERT_TRUE(ReadTokenManifest(out + "/meta.json", &manifest, &error)) << error;
+  EXPECT_EQ(manifest.bos_id, -1);
+  EXPECT_EQ(manifest.eos_id, -1);
+  std::vector<uint32_t> expected;
+  for (int id : golden_["kinds"]["gpt2"]["ids"][0]) expected.push_back(static_cast<uint32_t>(id));
+  EXPECT_EQ(SplitIds(manifest.train), expected);
+}
+
 TEST_F(TokenizerJsonTest, DataTokenizerMakesTheTokenCacheWithIt) {
   std::ofstream(dir_ + "/train.txt") << "First Citizen:\nBefore we proceed any further, hear me speak.\n";
   std::ofstream(dir_ + "/valid.txt") << "All:\nSpeak, speak.\n";
