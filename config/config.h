@@ -67,8 +67,8 @@ struct DataConfig {
   std::string cache_dir;                                   // token shards; default <run.output_dir>/data
   DataSplit split = DataSplit::kIid;  // worker shards: iid (interleaved blocks) | contiguous (one region each)
   DataSampling sampling = DataSampling::kRandom;  // random windows (with replacement) | sequential (epochs, no repeats)
-  // A SentencePiece model to use instead of training one (its pieces must fit model.vocab_size); set from a Hugging
-  // Face init_from directory's tokenizer.model when unset.
+  // A SentencePiece model or tokenizer.json to use instead of training one (its pieces must fit model.vocab_size); set
+  // from a Hugging Face init_from directory's tokenizer.model, else its tokenizer.json, when unset.
   std::string tokenizer;
   int64_t tokenizer_threads = 0;    // encoding threads of diloco-tokenize; 0 = every core
   int64_t tokenizer_train_mb = 64;  // a tokenizer trained on the spot learns from the first this many MB of text

@@ -68,8 +68,9 @@ const std::vector<Field>& Fields() {
       MakeField("data.sampling", &Config::data, &DataConfig::sampling,
                 "random windows (with replacement) or sequential (a seeded shuffled order, no repeats in an epoch)"),
       MakeField("data.tokenizer", &Config::data, &DataConfig::tokenizer,
-                "a SentencePiece model file to use instead of training one (its pieces must fit model.vocab_size); "
-                "set from an init_from directory's tokenizer.model when unset"),
+                "a SentencePiece model file or a Hugging Face tokenizer.json to use instead of training one (its "
+                "pieces must fit model.vocab_size); set from an init_from directory's tokenizer.model, else its "
+                "tokenizer.json, when unset"),
       MakeField("data.tokenizer_threads", &Config::data, &DataConfig::tokenizer_threads, AtLeast(0),
                 "encoding threads of diloco-tokenize; 0 = every core"),
       MakeField("data.tokenizer_train_mb", &Config::data, &DataConfig::tokenizer_train_mb, Above(0),

@@ -100,7 +100,7 @@ absl::Status ApplyOverride(const std::string& override_text, Config& config, Set
 // model.init_from names a Hugging Face directory: the model keys its config.json determines fill those the YAML and
 // --set left unset; one they set to another value is an error naming both. model.seq_len (the training context, not a
 // shape key) left unset becomes min(its default, max_positions). data.tokenizer left unset becomes the directory's
-// SentencePiece tokenizer.model when it ships one.
+// SentencePiece tokenizer.model when it ships one, else its tokenizer.json.
 absl::Status MergeHfModelDir(Config& config, const SetKeys& set_keys) {
   const std::string& dir = config.model.init_from;
   auto hf = ReadHfModelConfig(dir);
@@ -119,10 +119,13 @@ absl::Status MergeHfModelDir(Config& config, const SetKeys& set_keys) {
   if (!set_keys.count("model.seq_len")) {
     config.model.seq_len = std::min(config.model.seq_len, config.model.MaxPositions());
   }
-  const std::string tokenizer = (std::filesystem::path(dir) / "tokenizer.model").string();
-  std::error_code ec;
-  if (!set_keys.count("data.tokenizer") && std::filesystem::is_regular_file(tokenizer, ec)) {
-    config.data.tokenizer = tokenizer;
+  for (const char* name : {"tokenizer.model", "tokenizer.json"}) {
+    const std::string tokenizer = (std::filesystem::path(dir) / name).string();
+    std::error_code ec;
+    if (!set_keys.count("data.tokenizer") && std::filesystem::is_regular_file(tokenizer, ec)) {
+      config.data.tokenizer = tokenizer;
+      break;
+    }
   }
   return absl::OkStatus();
 }
@@ -169,7 +172,8 @@ absl::Status ValidateData(const DataConfig& d) {
   std::error_code ec;
   if (!d.tokenizer.empty() && !std::filesystem::is_regular_file(d.tokenizer, ec)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("data.tokenizer: '", d.tokenizer, "' is not a file (a SentencePiece model; \"\" to train one)"));
+        absl::StrCat("data.tokenizer: '", d.tokenizer,
+                     "' is not a file (a SentencePiece model or tokenizer.json; \"\" to train one)"));
   }
   return absl::OkStatus();
 }

@@ -17,6 +17,16 @@
 #include "config/subprocess.h"
 
 namespace diloco {
+
+std::string TokenizerFileName(const std::string& path) {
+  return std::filesystem::path(path).extension() == ".json" ? "tokenizer.json" : "tokenizer.model";
+}
+
+std::string TokenCache::tokenizer_path() const {
+  std::error_code ec;
+  const std::string json = dir + "/tokenizer.json";
+  return std::filesystem::is_regular_file(json, ec) ? json : tokenizer_model_path();
+}
 namespace {
 
 // Bump when the tokenizer's output changes for the same inputs (v2: shards, manifest, BOS/EOS).
@@ -89,6 +99,15 @@ absl::StatusOr<TokenCache> Locate(const Config& config, const Inputs& inputs) {
     auto tokenizer_hash = HashFile(d.tokenizer, "data.tokenizer");
     if (!tokenizer_hash.ok()) return tokenizer_hash.status();
     absl::StrAppend(&key_text, "|tokenizer=", *tokenizer_hash);
+    const std::filesystem::path dir = std::filesystem::path(d.tokenizer).parent_path();
+    for (const char* sidecar : {"config.json", "tokenizer_config.json"}) {  // a tokenizer.json's BOS / EOS
+      std::error_code ec;
+      if (TokenizerFileName(d.tokenizer) != "tokenizer.json" || !std::filesystem::is_regular_file(dir / sidecar, ec))
+        continue;
+      auto sidecar_hash = HashFile((dir / sidecar).string(), "data.tokenizer");
+      if (!sidecar_hash.ok()) return sidecar_hash.status();
+      absl::StrAppend(&key_text, "|", sidecar, "=", *sidecar_hash);
+    }
   }
   char key[17];
   snprintf(key, sizeof(key), "%016llx", static_cast<unsigned long long>(XXH64(key_text.data(), key_text.size(), 0)));

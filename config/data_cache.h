@@ -5,7 +5,8 @@
 // worker/data/token_manifest.h: the ONLY file readers need), the shards it names (train-00000.tok, ..., val-00000.tok;
 // for data.format tokens it names the user's files in place instead) and tokenizer.model. <key> is an xxHash of
 // everything the output depends on: format, jsonl_field, token_dtype, on_bad_record, val_fraction, model.vocab_size,
-// the given tokenizer's bytes, tokenizer_train_mb, and each input's absolute path, size and mtime (not its contents:
+// the given tokenizer's bytes (with a tokenizer.json, those of the config.json / tokenizer_config.json beside it too,
+// which name its BOS / EOS), tokenizer_train_mb, and each input's absolute path, size and mtime (not its contents:
 // inputs can be many GB and every process computes the key), plus a format version. The directory appears
 // atomically (diloco-tokenize builds <dir>.partial and renames it). EnsureTokenized holds an flock on
 // tok-<key>.lock while it checks and, if needed, runs diloco-tokenize as a child process (SentencePiece cannot live
@@ -25,11 +26,17 @@ struct TokenCache {
   std::string dir;
   std::string meta_path() const { return dir + "/meta.json"; }  // the token manifest (worker/data/token_manifest.h)
   std::string tokenizer_model_path() const { return dir + "/tokenizer.model"; }
+  // The cache's tokenizer: tokenizer.json when it was made with one, else tokenizer.model.
+  std::string tokenizer_path() const;
   // The first shard of each split: what the single-file readers used until they read the manifest (a small corpus
   // fits in one shard). To be removed when every reader goes through meta_path().
   std::string train_path() const { return dir + "/train-00000.tok"; }
   std::string val_path() const { return dir + "/val-00000.tok"; }
 };
+
+// The name a tokenizer file keeps when copied (into a cache or an export): "tokenizer.json" for a .json file (a
+// Hugging Face tokenizer.json), else "tokenizer.model" (SentencePiece).
+std::string TokenizerFileName(const std::string& path);
 
 // Computes the cache location (expands data.files / data.val_files and stats every input). A missing file, an empty
 // glob or an empty directory is NotFound with one line naming the key and the path or pattern.

@@ -71,12 +71,13 @@ absl::Status CheckSameModel(const ExportOptions& options, const Config& config, 
   return absl::OkStatus();
 }
 
-// The run's SentencePiece model, if its token cache exists ("" otherwise: e.g. the text or cache is elsewhere).
+// The run's tokenizer (SentencePiece or tokenizer.json), if its token cache exists ("" otherwise: e.g. the text or
+// cache is elsewhere).
 std::string FindTokenizer(const Config& config) {
   auto cache = LocateTokenCache(config);
   if (!cache.ok()) return "";
   std::error_code ec;
-  return std::filesystem::is_regular_file(cache->tokenizer_model_path(), ec) ? cache->tokenizer_model_path() : "";
+  return std::filesystem::is_regular_file(cache->tokenizer_path(), ec) ? cache->tokenizer_path() : "";
 }
 
 nlohmann::ordered_json ModelJson(const Config& config, const CheckpointData& ckpt, const ExportOptions& options,
@@ -103,7 +104,8 @@ nlohmann::ordered_json ModelJson(const Config& config, const CheckpointData& ckp
   if (tokenizer_copy.empty()) {
     j["tokenizer"] = nullptr;
   } else {
-    j["tokenizer"] = {{"type", "sentencepiece"},
+    const bool json = TokenizerFileName(tokenizer_copy) == "tokenizer.json";
+    j["tokenizer"] = {{"type", json ? "tokenizer.json" : "sentencepiece"},
                       {"file", std::filesystem::path(tokenizer_copy).filename().string()},
                       {"vocab_size", m.vocab_size},
                       {"trained_on", config.data.text}};
@@ -130,7 +132,9 @@ absl::StatusOr<ExportResult> ExportHf(const ExportOptions& options, const Config
   ExportResult result;
   result.weights_path = options.out;
   result.config_path = (std::filesystem::path(options.out) / "config.json").string();
-  if (!hf.tokenizer.empty()) result.tokenizer_path = (std::filesystem::path(options.out) / "tokenizer.model").string();
+  if (!hf.tokenizer.empty()) {
+    result.tokenizer_path = (std::filesystem::path(options.out) / TokenizerFileName(hf.tokenizer)).string();
+  }
   result.round = ckpt.round;
   for (const auto& [name, t] : ckpt.params) result.parameters += t.numel();
   result.files = written->files;
@@ -179,7 +183,7 @@ absl::StatusOr<ExportResult> ExportCheckpoint(const ExportOptions& options) {
 
   if (const std::string tokenizer = FindTokenizer(*config); !tokenizer.empty()) {
     const std::string json = result.config_path;
-    result.tokenizer_path = json.substr(0, json.size() - 5) + ".tokenizer.model";
+    result.tokenizer_path = json.substr(0, json.size() - 5) + "." + TokenizerFileName(tokenizer);
     auto bytes = ReadAll(tokenizer);
     if (!bytes.ok()) return bytes.status();
     if (absl::Status s = WriteFileAtomically(result.tokenizer_path, *bytes); !s.ok()) return s;

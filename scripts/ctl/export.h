@@ -1,8 +1,8 @@
 // ExportCheckpoint: `diloco-ctl export`. Turns a coordinator checkpoint (theta_t of a run) into files that other
 // tools load: the parameters as safetensors (float32, the checkpoint's names, e.g. "blocks.0.qkv.weight" [3D, D]) and
 // a JSON file next to it with the model config (vocab_size, seq_len, n_layer, n_head, d_model and the fixed
-// architecture facts), the round, the fingerprint and, when the run's token cache has one, the SentencePiece model
-// (copied next to the export).
+// architecture facts), the round, the fingerprint and, when the run's token cache has one, the tokenizer
+// (SentencePiece model or tokenizer.json, copied next to the export).
 //
 // The checkpoint does not store model:, so the run's YAML config supplies it. The export is refused unless the model
 // that config builds (worker/lm/language_model.h) has exactly the checkpoint's fingerprint (tensor names, shapes and
@@ -36,7 +36,7 @@ struct ExportOptions {
 struct ExportResult {
   std::string weights_path;    // == options.out
   std::string config_path;     // the model JSON
-  std::string tokenizer_path;  // the copied SentencePiece model; empty when the run's token cache has none
+  std::string tokenizer_path;  // the copied tokenizer (SentencePiece or tokenizer.json); empty when the run has none
   int64_t round = 0;
   int64_t parameters = 0;
   std::vector<std::string> files;  // hf: every file written

@@ -32,17 +32,15 @@ absl::StatusOr<LanguageModelPtr> LoadModel(const Config& config) {
   return model;
 }
 
-// The SentencePiece model of the run: data.tokenizer (set from an HF directory's tokenizer.model), else the run's
-// token cache's ("" when there is none).
+// The tokenizer of the run (SentencePiece or tokenizer.json): data.tokenizer (set from an HF directory's), else the
+// run's token cache's ("" when there is none).
 std::string FindTokenizer(const Config& config) {
   std::error_code ec;
   if (!config.data.tokenizer.empty() && std::filesystem::is_regular_file(config.data.tokenizer, ec)) {
     return config.data.tokenizer;
   }
   auto cache = LocateTokenCache(config);
-  if (cache.ok() && std::filesystem::is_regular_file(cache->tokenizer_model_path(), ec)) {
-    return cache->tokenizer_model_path();
-  }
+  if (cache.ok() && std::filesystem::is_regular_file(cache->tokenizer_path(), ec)) return cache->tokenizer_path();
   return "";
 }
 

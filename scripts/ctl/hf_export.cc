@@ -129,7 +129,8 @@ absl::StatusOr<HfExportResult> WriteHfDirectory(const HfExportOptions& options, 
     result.files.push_back(path);
   }
   if (!options.tokenizer.empty()) {
-    const std::string path = (fs::path(options.out) / "tokenizer.model").string();
+    const bool json = fs::path(options.tokenizer).extension() == ".json";  // a tokenizer.json keeps its name
+    const std::string path = (fs::path(options.out) / (json ? "tokenizer.json" : "tokenizer.model")).string();
     if (absl::Status s = CopyFile(options.tokenizer, path); !s.ok()) return s;
     result.files.push_back(path);
   }

@@ -2,7 +2,7 @@
 //   config.json (config/hf_model_config.h), generation_config.json (bos/eos ids),
 //   model.safetensors, or, above max_shard_size bytes, model-0000i-of-0000N.safetensors shards plus
 //   model.safetensors.index.json ({"metadata": {"total_size"}, "weight_map": {name: shard}}) as save_pretrained does,
-//   tokenizer.model (the run's SentencePiece model) when the run has one.
+//   tokenizer.model (the run's SentencePiece model) or tokenizer.json (the run's tokenizer.json) when the run has one.
 // Tensor names: llama and gpt2 register Hugging Face's own names, so they are written as they are (a tied head has no
 // lm_head.weight, as in Hugging Face's files). Our gpt becomes a GPT2LMHeadModel: names mapped (HfTensorName) and
 // nn.Linear weights [out, in] transposed to GPT-2's Conv1D [in, out].
@@ -25,7 +25,7 @@ struct HfExportOptions {
   std::string out;                            // the directory (created)
   std::string dtype = "fp32";                 // fp32 | bf16
   int64_t max_shard_size = int64_t{2} << 30;  // bytes of tensor data per shard file
-  std::string tokenizer;                      // a SentencePiece model to copy as tokenizer.model; "" = none
+  std::string tokenizer;  // a SentencePiece model (copied as tokenizer.model) or tokenizer.json (as is); "" = none
 };
 
 struct HfExportResult {

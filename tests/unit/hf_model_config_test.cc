@@ -221,6 +221,18 @@ TEST_F(HfMergeTest, TokenizerModelBecomesDataTokenizer) {
   EXPECT_NE(other.status().message().find("data.tokenizer: '/no/such/tok.model'"), std::string::npos);
 }
 
+TEST_F(HfMergeTest, TokenizerJsonBecomesDataTokenizerWhenThereIsNoTokenizerModel) {
+  WriteConfig(kGpt2);
+  std::ofstream(dir_ / "tokenizer.json") << "{}";
+  auto c = Load("");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->data.tokenizer, (dir_ / "tokenizer.json").string());
+  std::ofstream(dir_ / "tokenizer.model") << "not really a model";  // both: the SentencePiece model, as before
+  c = Load("");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->data.tokenizer, (dir_ / "tokenizer.model").string());
+}
+
 TEST_F(HfMergeTest, DirectoryWithoutConfigJson) {
   auto c = Load("");
   ASSERT_FALSE(c.ok());

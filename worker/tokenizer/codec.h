@@ -2,8 +2,10 @@
 // SentencePiece itself (docs/development.md, "Platform hazards"):
 //   diloco-tokenize encode --model M --text TEXT   prints TEXT's token ids, space-separated, on one line
 //   diloco-tokenize decode --model M --ids "1 2 3" prints the text of the ids (no newline added)
-// A model with a newline id ("<nl>" in one this tool trained, "<0x0A>" in a byte-fallback one) encodes '\n' as it,
-// as the shards do; no BOS/EOS is added. Stateless; thread-safe.
+// M is a SentencePiece model or a tokenizer.json (text_tokenizer.h). A SentencePiece model with a newline id ("<nl>"
+// in one this tool trained, "<0x0A>" in a byte-fallback one) encodes '\n' as it, as the shards do; a tokenizer.json
+// prints exactly the tokenizers library's encode(text, add_special_tokens=False).ids. No BOS/EOS is added.
+// Stateless; thread-safe.
 #pragma once
 
 #include <string>

@@ -1,10 +1,12 @@
 // diloco-tokenize: turns a run's inputs into the token cache directory --out that workers and the coordinator read:
-// token shards plus meta.json (the token manifest, worker/data/token_manifest.h), tokenizer.model and args.json (the
+// token shards plus meta.json (the token manifest, worker/data/token_manifest.h), the tokenizer (tokenizer.model, or
+// tokenizer.json with the config.json / tokenizer_config.json next to the given one) and args.json (the
 // arguments and input files, with sizes and mtimes, that made it; for people and scripts, not for readers).
 //
 //   --format text | jsonl: streams the inputs (work_items.h) through a SentencePiece model, trained on the spot
-//     (tokenizer_model.h) or given (--tokenizer-model), on --threads encoder threads (parallel_encoder.h), into
-//     shards written and resumed by shard_output.h; progress on stderr (progress_meter.h).
+//     (tokenizer_model.h), or a given SentencePiece model or tokenizer.json (--tokenizer-model, text_tokenizer.h), on
+//     --threads encoder threads (parallel_encoder.h), into shards written and resumed by shard_output.h; progress on
+//     stderr (progress_meter.h).
 //   --format tokens: pre-tokenized files used in place (token_files.h); no SentencePiece involved.
 //   encode / decode: one prompt through a model, for `diloco-ctl generate` (codec.h).
 //
@@ -13,7 +15,6 @@
 // line on stdout.
 // Errors: every step throws TokenizeError (tokenize_error.h); main() is the one place that catches it, prints one line
 // ("diloco-tokenize: error: ...") and exits 1. Exit 3: stopped by --stop-after-shards (tests).
-#include <sentencepiece_processor.h>
 #include <sys/stat.h>
 
 #include <CLI/CLI.hpp>
@@ -21,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -33,6 +35,7 @@
 #include "worker/tokenizer/parallel_encoder.h"
 #include "worker/tokenizer/progress_meter.h"
 #include "worker/tokenizer/shard_output.h"
+#include "worker/tokenizer/text_tokenizer.h"
 #include "worker/tokenizer/token_files.h"
 #include "worker/tokenizer/tokenize_error.h"
 #include "worker/tokenizer/tokenizer_model.h"
@@ -89,16 +92,34 @@ nlohmann::json ResumeArgs(const Options& o) {
           {"item_bytes", o.item_bytes}};
 }
 
-// The tokenizer of a fresh run into dir/tokenizer.model: copied from --tokenizer-model or trained.
+// The tokenizer of a fresh run into dir: trained (tokenizer.model) or copied from --tokenizer-model under its cache
+// name; a tokenizer.json brings the config.json / tokenizer_config.json beside it (its BOS / EOS, hf_tokenizer.h).
 std::string MakeTokenizer(const Options& o, const SplitPlan& plan, InputFormat format, const std::string& dir) {
   if (o.tokenizer_model.empty()) {
     return TrainTokenizer(dir, plan.train, format, o.jsonl_field, o.train_mb, static_cast<int>(o.vocab_size),
                           o.threads);
   }
+  namespace fs = std::filesystem;
+  const std::string name = CacheFileNameOf(o.tokenizer_model);
   std::error_code ec;
-  std::filesystem::copy_file(o.tokenizer_model, dir + "/tokenizer.model",
-                             std::filesystem::copy_options::overwrite_existing, ec);
-  return ec ? "cannot copy --tokenizer-model " + o.tokenizer_model + ": " + ec.message() : "";
+  fs::copy_file(o.tokenizer_model, dir + "/" + name, fs::copy_options::overwrite_existing, ec);
+  if (ec) return "cannot copy --tokenizer-model " + o.tokenizer_model + ": " + ec.message();
+  if (name != "tokenizer.json") return "";
+  for (const char* sidecar : {"config.json", "tokenizer_config.json"}) {
+    const fs::path from = fs::path(o.tokenizer_model).parent_path() / sidecar;
+    std::error_code missing;
+    if (!fs::is_regular_file(from, missing)) continue;
+    fs::copy_file(from, dir + "/" + sidecar, fs::copy_options::overwrite_existing, ec);
+    if (ec) return "cannot copy " + from.string() + ": " + ec.message();
+  }
+  return "";
+}
+
+// The tokenizer file of the cache being written: tokenizer.json when there is one, else tokenizer.model.
+std::string CacheTokenizerPath(const ShardOutput& out) {
+  const std::string json = out.partial_dir() + "/tokenizer.json";
+  std::error_code ec;
+  return std::filesystem::is_regular_file(json, ec) ? json : out.partial_dir() + "/tokenizer.model";
 }
 
 void PrintResume(const ShardOutput& out, const SplitPlan& plan) {
@@ -114,15 +135,15 @@ void PrintResume(const ShardOutput& out, const SplitPlan& plan) {
   }
 }
 
-// Loads the tokenizer of the cache being written into *sp and checks it fits model.vocab_size.
-void LoadTokenizer(const Options& o, const ShardOutput& out, sentencepiece::SentencePieceProcessor* sp) {
-  if (const auto loaded = sp->Load(out.partial_dir() + "/tokenizer.model"); !loaded.ok()) {
-    throw TokenizeError("cannot load the tokenizer: " + loaded.ToString());
-  }
-  if (sp->GetPieceSize() > o.vocab_size) {
-    throw TokenizeError("the tokenizer has " + std::to_string(sp->GetPieceSize()) +
+// Loads the tokenizer of the cache being written and checks it fits model.vocab_size.
+std::unique_ptr<TextTokenizer> LoadTokenizer(const Options& o, const ShardOutput& out) {
+  std::unique_ptr<TextTokenizer> tokenizer;
+  ThrowIfError(LoadTextTokenizer(CacheTokenizerPath(out), &tokenizer));
+  if (tokenizer->size() > o.vocab_size) {
+    throw TokenizeError("the tokenizer has " + std::to_string(tokenizer->size()) +
                         " pieces, more than model.vocab_size (" + std::to_string(o.vocab_size) + ")");
   }
+  return tokenizer;
 }
 
 // Encodes the training, then the validation split from where the output stands into its shards; returns true if
@@ -153,15 +174,14 @@ bool EncodeSplits(const Options& o, const SplitPlan& plan, const DocumentEncoder
 }
 
 // Writes the manifest, publishes the cache and prints the one-line summary.
-void FinishCache(const Options& o, const SplitPlan& plan, const sentencepiece::SentencePieceProcessor& sp,
-                 ShardOutput& out) {
-  const SpecialIds special = SpecialIdsOf(sp);
+void FinishCache(const Options& o, const SplitPlan& plan, const TextTokenizer& tokenizer, ShardOutput& out) {
+  const SpecialIds special = tokenizer.special();
   TokenManifest manifest;
   manifest.vocab_size = o.vocab_size;
   manifest.bos_id = special.bos;
   manifest.eos_id = special.eos;
   manifest.newline_id = special.newline;
-  manifest.tokenizer = "tokenizer.model";
+  manifest.tokenizer = tokenizer.cache_file_name();
   const ResumeRecord record = out.record();
   std::ofstream(out.partial_dir() + "/args.json") << record.args.dump(1) << "\n";  // what made this cache, for people
   ThrowIfError(out.Finish(manifest));
@@ -190,14 +210,13 @@ int RunEncode(const Options& o, InputFormat format) {
     ThrowIfError(MakeTokenizer(o, plan, format, out.partial_dir()));
     ThrowIfError(out.Save());
   }
-  sentencepiece::SentencePieceProcessor sp;
-  LoadTokenizer(o, out, &sp);
-  const DocumentEncoder encoder(sp, format, o.jsonl_field, o.on_bad_record == "skip");
+  const std::unique_ptr<TextTokenizer> tokenizer = LoadTokenizer(o, out);
+  const DocumentEncoder encoder(*tokenizer, format, o.jsonl_field, o.on_bad_record == "skip");
   if (EncodeSplits(o, plan, encoder, out)) {
     std::cerr << "diloco-tokenize: stopped after " << o.stop_after_shards << " shards (--stop-after-shards)\n";
     return 3;
   }
-  FinishCache(o, plan, sp, out);
+  FinishCache(o, plan, *tokenizer, out);
   return 0;
 }
 
@@ -247,17 +266,18 @@ std::vector<CLI::Option*> AddFlags(CLI::App& app, Options& o, std::string& text,
   CLI::Option* vocab_opt = app.add_option("--vocab-size", o.vocab_size, "model.vocab_size");
   app.add_option("--val-fraction", o.val_fraction, "tail fraction kept for validation (without val inputs)");
   CLI::Option* out_opt = app.add_option("--out", o.out, "output directory (appears atomically)");
-  app.add_option("--tokenizer-model", o.tokenizer_model, "use this SentencePiece model instead of training one");
+  app.add_option("--tokenizer-model", o.tokenizer_model,
+                 "use this SentencePiece model or tokenizer.json instead of training one");
   app.add_option("--train-mb", o.train_mb, "train the tokenizer on the first this many MB of training text");
   app.add_option("--threads", o.threads, "encoding threads (0: every core)");
   app.add_option("--shard-tokens", o.shard_tokens, "ids per shard (cut at work-item boundaries)");
   app.add_option("--stop-after-shards", o.stop_after_shards)->group("");  // tests: exit 3 after N shards
   app.add_option("--work-item-bytes", o.item_bytes)->group("");           // tests: small work items
   codec.encode = app.add_subcommand("encode", "print a text's token ids");
-  codec.encode->add_option("--model", codec.model_path, "SentencePiece model")->required();
+  codec.encode->add_option("--model", codec.model_path, "SentencePiece model or tokenizer.json")->required();
   codec.encode->add_option("--text", codec.input, "the text")->required();
   codec.decode = app.add_subcommand("decode", "print the text of token ids");
-  codec.decode->add_option("--model", codec.model_path, "SentencePiece model")->required();
+  codec.decode->add_option("--model", codec.model_path, "SentencePiece model or tokenizer.json")->required();
   codec.decode->add_option("--ids", codec.input, "token ids, space- or comma-separated")->required();
   return {vocab_opt, out_opt};
 }

@@ -3,8 +3,6 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "worker/tokenizer/tokenizer_model.h"
-
 namespace diloco::tokenize {
 namespace {
 
@@ -17,45 +15,22 @@ bool Blank(const char* begin, const char* end) {
 
 }  // namespace
 
-SpecialIds SpecialIdsOf(const sentencepiece::SentencePieceProcessor& sp) {
-  SpecialIds ids;
-  ids.bos = sp.bos_id() >= 0 ? sp.bos_id() : -1;
-  ids.eos = sp.eos_id() >= 0 ? sp.eos_id() : -1;
-  for (const char* piece : {kNewlineSymbol, "<0x0A>"}) {
-    const int id = sp.PieceToId(piece);
-    if (id != sp.unk_id()) {
-      ids.newline = id;
-      break;
-    }
-  }
-  return ids;
-}
-
-DocumentEncoder::DocumentEncoder(const sentencepiece::SentencePieceProcessor& sp, InputFormat format,
-                                 std::string jsonl_field, bool skip_bad_records)
-    : sp_(sp),
-      special_(SpecialIdsOf(sp)),
+DocumentEncoder::DocumentEncoder(const TextTokenizer& tokenizer, InputFormat format, std::string jsonl_field,
+                                 bool skip_bad_records)
+    : tokenizer_(tokenizer),
+      special_(tokenizer.special()),
       format_(format),
       jsonl_field_(std::move(jsonl_field)),
       skip_bad_records_(skip_bad_records) {}
 
 bool DocumentEncoder::EncodeLines(const char* begin, const char* end, EncodedItem* out) const {
-  thread_local std::vector<int> piece_ids;
-  for (const char* line = begin; line < end;) {
-    const char* nl = static_cast<const char*>(memchr(line, '\n', end - line));
-    const char* line_end = nl != nullptr ? nl : end;
-    if (line_end > line) {
-      const auto status = sp_.Encode(std::string_view(line, line_end - line), &piece_ids);
-      if (!status.ok()) {
-        out->error = "encoding failed: " + status.ToString();
-        return false;
-      }
-      out->ids.insert(out->ids.end(), piece_ids.begin(), piece_ids.end());
-    }
-    if (nl == nullptr) break;
-    if (special_.newline >= 0) out->ids.push_back(static_cast<uint32_t>(special_.newline));
-    line = nl + 1;
+  thread_local std::vector<int> ids;
+  ids.clear();
+  if (std::string e = tokenizer_.Encode(std::string_view(begin, end - begin), &ids); !e.empty()) {
+    out->error = "encoding failed: " + e;
+    return false;
   }
+  out->ids.insert(out->ids.end(), ids.begin(), ids.end());
   return true;
 }
 

@@ -1,29 +1,24 @@
-// DocumentEncoder: turns one work item into token ids with a loaded SentencePiece model. A document is written as
-// [BOS] ids... [EOS] (each only when the model has that id); its lines are encoded one by one and every '\n' becomes
-// the newline id (our "<nl>" symbol, or "<0x0A>" in a byte-fallback model; dropped when the model has neither).
+// DocumentEncoder: turns one work item into token ids with a loaded tokenizer (text_tokenizer.h: SentencePiece or
+// tokenizer.json). A document is written as [BOS] ids... [EOS] (each only when the tokenizer has that id); with
+// SentencePiece its lines are encoded one by one and every '\n' becomes the newline id (our "<nl>" symbol, or "<0x0A>"
+// in a byte-fallback model; dropped when the model has neither), with a tokenizer.json the text is encoded whole
+// (a text document cut into work items is encoded item by item: the words at a cut may differ from one encode() of
+// the whole file, never inside an item).
 // text: a document is a whole range (a file or its part on one side of the train/validation cut), so BOS goes in
 // front of the item that starts it and EOS after the item that ends it. jsonl: each line is one JSON object whose
 // string field `jsonl_field` is a document; a bad line is an error "FILE:LINE: ..." or, when skipping, counted.
-// Encode() is const and thread-safe (SentencePieceProcessor::Encode is), so one encoder serves every thread.
+// Encode() is const and thread-safe (TextTokenizer::Encode is), so one encoder serves every thread.
 #pragma once
-
-#include <sentencepiece_processor.h>
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "worker/tokenizer/input_plan.h"
+#include "worker/tokenizer/text_tokenizer.h"
 #include "worker/tokenizer/work_items.h"
 
 namespace diloco::tokenize {
-
-struct SpecialIds {
-  int bos = -1, eos = -1, newline = -1;  // -1: the model has none
-};
-
-// The special ids of a model: its bos/eos ids and the id standing for '\n'.
-SpecialIds SpecialIdsOf(const sentencepiece::SentencePieceProcessor& sp);
 
 struct EncodedItem {
   uint64_t seq = 0;
@@ -37,17 +32,16 @@ struct EncodedItem {
 
 class DocumentEncoder {
  public:
-  DocumentEncoder(const sentencepiece::SentencePieceProcessor& sp, InputFormat format, std::string jsonl_field,
-                  bool skip_bad_records);
+  DocumentEncoder(const TextTokenizer& tokenizer, InputFormat format, std::string jsonl_field, bool skip_bad_records);
 
   void Encode(const WorkItem& item, const std::string& path, EncodedItem* out) const;
 
  private:
-  // Appends the ids of text (lines joined by the newline id). False and out->error on failure.
+  // Appends the ids of text. False and out->error on failure.
   bool EncodeLines(const char* begin, const char* end, EncodedItem* out) const;
   void EncodeJsonl(const WorkItem& item, const std::string& path, EncodedItem* out) const;
 
-  const sentencepiece::SentencePieceProcessor& sp_;
+  const TextTokenizer& tokenizer_;
   const SpecialIds special_;
   const InputFormat format_;
   const std::string jsonl_field_;

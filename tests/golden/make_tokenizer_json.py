@@ -1,0 +1,145 @@
+"""Golden tokenizer.json files and ids for tests/integration/tokenizer_json_test.cc, made by the tokenizers library.
+
+Trains one small BPE tokenizer per kind we read (worker/tokenizer/hf_tokenizer.h) on a text with accents, CJK,
+emoji, tabs, runs of spaces and long digit runs plus tinyshakespeare lines, and writes OUT/<kind>/tokenizer.json
+(with a config.json naming BOS / EOS, as a model directory has) and OUT/golden.json:
+  {"texts": [...], "kinds": {kind: {"ids": [[...] per text], "decoded": [...], "bos": id, "eos": id}}}
+where ids are Tokenizer.encode(text, add_special_tokens=False).ids and decoded is Tokenizer.decode(ids).
+Kinds: gpt2 (ByteLevel pre-tokenizer), llama3 and qwen2 (Split regex + ByteLevel; qwen2 with NFC), llama2
+(byte_fallback, Prepend + Replace normalizer), metaspace (byte_fallback, Metaspace pre-tokenizer, prepend first).
+Also OUT/refused/<component>.json: tokenizer.json files with one component we do not implement (WordPiece,
+Unigram, the Lowercase normalizer, the Whitespace pre-tokenizer, the WordPiece decoder), each to be refused by name.
+Usage: make_tokenizer_json.py OUT SHAKESPEARE
+"""
+
+import json
+import os
+import sys
+
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                r"\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+               r"\s*[\r\n]+|\s+(?!\S)|\s+")
+
+SPECIAL = ["<|bos|>", "<|eos|>", "<unk>"]
+ADDED = "<|tool|>"  # a non-special added token
+
+MIXED = [
+    "Café déjà vu, naïve façade — señor Müller's Ångström.",
+    "東京は日本の首都です。北京欢迎你！서울 특별시",
+    "Emoji: 😀🎉👍🏽 and 🇫🇷 flags, ❤️ hearts",
+    "tabs\there\t\tand\t\t\tmore",
+    "runs of    spaces     and       more   ",
+    "digits 1234567890123456789 and 3.14159265358979 and 007",
+    "line one\nline two\n\n\nafter blank lines\r\nwindows line",
+    "  leading spaces and trailing  ",
+    "It's I'll we've THEY'RE can't",
+    "e\u0301 (e + combining acute) and \u00e9 and \u212b",
+]
+
+
+def training_text(shakespeare):
+    lines = open(shakespeare, encoding="utf-8").read().splitlines()[:3000]
+    return MIXED * 20 + lines
+
+
+def byte_level(regex, nfc):
+    tok = Tokenizer(models.BPE(ignore_merges=regex is not None))
+    if nfc:
+        tok.normalizer = normalizers.NFC()
+    if regex is None:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(regex), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=SPECIAL,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    return tok, trainer
+
+
+def byte_fallback(metaspace):
+    tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True))
+    if metaspace:
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+        tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+    else:
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+        tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                         decoders.Strip(" ", 1, 0)])
+    # limit_alphabet leaves rare characters (CJK, emoji) out, so they take the byte fallback.
+    trainer = trainers.BpeTrainer(vocab_size=500, special_tokens=SPECIAL, limit_alphabet=80, show_progress=False)
+    return tok, trainer
+
+
+def add_byte_tokens(tok):
+    """Puts <0x00>..<0xFF> into the model's vocabulary (as Llama 2's converted file has them)."""
+    j = json.loads(tok.to_str())
+    vocab = j["model"]["vocab"]
+    for b in range(256):
+        vocab.setdefault("<0x%02X>" % b, len(vocab))
+    return Tokenizer.from_str(json.dumps(j))
+
+
+def write_refused(out, text):
+    os.makedirs(out, exist_ok=True)
+    wordpiece = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    wordpiece.pre_tokenizer = pre_tokenizers.Whitespace()
+    wordpiece.train_from_iterator(text[:200], trainers.WordPieceTrainer(vocab_size=200, special_tokens=["[UNK]"],
+                                                                        show_progress=False))
+    wordpiece.save(os.path.join(out, "WordPiece.json"))
+    unigram = Tokenizer(models.Unigram())
+    unigram.train_from_iterator(text[:200], trainers.UnigramTrainer(vocab_size=100, show_progress=False))
+    unigram.save(os.path.join(out, "Unigram.json"))
+    variants = {"Lowercase": ("normalizer", normalizers.Lowercase()),
+                "Whitespace": ("pre_tokenizer", pre_tokenizers.Whitespace()),
+                "WordPiece-decoder": ("decoder", decoders.WordPiece())}
+    for name, (attribute, component) in variants.items():
+        tok, trainer = byte_level(None, False)
+        tok.train_from_iterator(text[:200], trainer)
+        setattr(tok, attribute, component)
+        tok.save(os.path.join(out, name + ".json"))
+
+
+def main():
+    out, shakespeare = sys.argv[1], sys.argv[2]
+    text = training_text(shakespeare)
+    kinds = {
+        "gpt2": byte_level(None, False),
+        "llama3": byte_level(LLAMA3_REGEX, False),
+        "qwen2": byte_level(QWEN2_REGEX, True),
+        "llama2": byte_fallback(False),
+        "metaspace": byte_fallback(True),
+    }
+    texts = MIXED + [
+        "First Citizen:\nBefore we proceed any further, hear me speak.",
+        f"a {ADDED} b<|eos|>c<|bos|>",
+        " ",
+        "\n",
+        "x",
+    ]
+    golden = {"texts": texts, "kinds": {}}
+    for name, (tok, trainer) in kinds.items():
+        tok.train_from_iterator(text, trainer)
+        if tok.model.byte_fallback:
+            tok = add_byte_tokens(tok)
+        tok.add_tokens([ADDED])
+        os.makedirs(os.path.join(out, name), exist_ok=True)
+        tok.save(os.path.join(out, name, "tokenizer.json"))
+        bos, eos = tok.token_to_id("<|bos|>"), tok.token_to_id("<|eos|>")
+        with open(os.path.join(out, name, "config.json"), "w") as f:
+            json.dump({"bos_token_id": bos, "eos_token_id": eos}, f)
+        ids = [tok.encode(t, add_special_tokens=False).ids for t in texts]
+        golden["kinds"][name] = {"ids": ids, "decoded": [tok.decode(i) for i in ids], "bos": bos, "eos": eos,
+                                 "vocab_size": tok.get_vocab_size()}
+    write_refused(os.path.join(out, "refused"), text)
+    with open(os.path.join(out, "golden.json"), "w") as f:
+        json.dump(golden, f, ensure_ascii=False, indent=1)
+
+
+if __name__ == "__main__":
+    main()

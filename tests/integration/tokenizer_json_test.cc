@@ -1,0 +1,207 @@
+// tokenizer.json in diloco-tokenize (worker/tokenizer/hf_tokenizer.h) against the tokenizers library itself:
+// tests/golden/make_tokenizer_json.py trains, at test time, one small BPE tokenizer of each kind we read (GPT-2's
+// ByteLevel; Llama 3's and Qwen2's Split regex + ByteLevel, Qwen2 with NFC; Llama 2's byte_fallback with Prepend +
+// Replace; byte_fallback with Metaspace) on a text with accents, CJK, emoji, tabs, runs of spaces and long digit runs
+// plus tinyshakespeare lines, and writes Tokenizer.encode(text, add_special_tokens=False).ids and decode(ids). The
+// real binary must print exactly those ids and that text, put them in shards with the BOS / EOS of the config.json
+// beside the tokenizer (on several threads, as the SentencePiece path), and refuse what it does not implement with
+// one line naming the component.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "config/config_loader.h"
+#include "config/data_cache.h"
+#include "config/subprocess.h"
+#include "tests/process_harness.h"
+#include "worker/data/token_manifest.h"
+
+namespace diloco::testing {
+namespace {
+
+const std::string kTokenizer = "diloco-tokenize";
+const char* const kKinds[] = {"gpt2", "llama3", "qwen2", "llama2", "metaspace"};
+
+// The golden files, made once for the whole test binary.
+class TokenizerJsonTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = ScratchDir("tokenizer_json");
+    if (!std::filesystem::exists(DILOCO_PYTHON)) return;
+    ASSERT_EQ(Shell(std::string(DILOCO_PYTHON) + " " + SourceDir() + "/tests/golden/make_tokenizer_json.py " + dir_ +
+                    " " + SourceDir() + "/tests/data/tinyshakespeare.txt"),
+              0);
+    golden_ = ReadJson(dir_ + "/golden.json");
+  }
+  void SetUp() override {
+    if (!std::filesystem::exists(DILOCO_PYTHON)) GTEST_SKIP() << "no Python with tokenizers at " << DILOCO_PYTHON;
+  }
+  static std::string Model(const std::string& kind) { return dir_ + "/" + kind + "/tokenizer.json"; }
+
+  static std::string dir_;
+  static nlohmann::json golden_;
+};
+std::string TokenizerJsonTest::dir_;
+nlohmann::json TokenizerJsonTest::golden_;
+
+// Runs diloco-tokenize with args to its end: its exit code and its whole output (stdout + stderr).
+std::pair<int, std::string> RunTokenizer(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {BinDir() + "/" + kTokenizer};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Subprocess::Options options;
+  options.capture_output = true;
+  auto child = Subprocess::Start(argv, options);
+  EXPECT_TRUE(child.ok()) << child.status();
+  if (!child.ok()) return {-1, ""};
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = read(child->output_fd(), buf, sizeof(buf))) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return {child->Wait(), out};
+}
+
+std::string JoinIds(const std::vector<int>& ids) {
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) out += (i ? " " : "") + std::to_string(ids[i]);
+  return out;
+}
+
+std::vector<uint32_t> SplitIds(const std::vector<TokenSegment>& segments) {
+  std::vector<uint32_t> ids;
+  for (const TokenSegment& s : segments) {
+    std::ifstream in(s.path, std::ios::binary);
+    in.seekg(static_cast<std::streamoff>(s.offset));
+    for (uint64_t i = 0; i < s.count; ++i) {
+      uint32_t id = 0;
+      in.read(reinterpret_cast<char*>(&id), s.width);
+      ids.push_back(id);
+    }
+  }
+  return ids;
+}
+
+TEST_F(TokenizerJsonTest, EncodePrintsTheLibrarysIdsAndDecodeItsText) {
+  const auto& texts = golden_.at("texts");
+  for (const char* kind : kKinds) {
+    const auto& k = golden_.at("kinds").at(kind);
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const std::string text = texts[i].get<std::string>();
+      const std::string ids = JoinIds(k.at("ids")[i].get<std::vector<int>>());
+      const auto [encoded, ids_line] = RunTokenizer({"encode", "--model", Model(kind), "--text", text});
+      ASSERT_EQ(encoded, 0) << ids_line;
+      EXPECT_EQ(ids_line, ids + "\n") << kind << ": '" << text << "'";
+      const auto [decoded, back] = RunTokenizer({"decode", "--model", Model(kind), "--ids", ids});
+      ASSERT_EQ(decoded, 0) << back;
+      EXPECT_EQ(back, k.at("decoded")[i].get<std::string>()) << kind << ": '" << text << "'";
+      // Byte-level without a normalizer gives the text back (decode skips special tokens, as the library's does).
+      const bool lossless =
+          (std::string(kind) == "gpt2" || std::string(kind) == "llama3") && text.find("<|bos|>") == std::string::npos;
+      if (lossless) EXPECT_EQ(back, text) << kind;
+    }
+  }
+}
+
+TEST_F(TokenizerJsonTest, ShardsHoldTheIdsWithBosAndEosPerDocumentOnAnyNumberOfThreads) {
+  const auto& texts = golden_.at("texts");
+  std::string jsonl;
+  for (const auto& t : texts) jsonl += nlohmann::json({{"text", t}}).dump() + "\n";
+  std::ofstream(dir_ + "/docs.jsonl") << jsonl;
+  std::ofstream(dir_ + "/val.jsonl") << nlohmann::json({{"text", "All:\nSpeak, speak."}}).dump() << "\n";
+  for (const char* kind : {"gpt2", "llama2"}) {
+    const auto& k = golden_.at("kinds").at(kind);
+    std::vector<uint32_t> expected;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      expected.push_back(k.at("bos").get<uint32_t>());
+      for (int id : k.at("ids")[i]) expected.push_back(static_cast<uint32_t>(id));
+      expected.push_back(k.at("eos").get<uint32_t>());
+    }
+    for (const char* threads : {"1", "2"}) {
+      const std::string out = dir_ + "/cache-" + kind + "-" + threads;
+      const auto [code, output] = RunTokenizer(
+          {"--format", "jsonl", "--input", dir_ + "/docs.jsonl", "--val-input", dir_ + "/val.jsonl", "--vocab-size",
+           "1024", "--tokenizer-model", Model(kind), "--threads", threads, "--work-item-bytes", "100", "--out", out});
+      ASSERT_EQ(code, 0) << output;
+      TokenManifest manifest;
+      std::string error;
+      ASSERT_TRUE(ReadTokenManifest(out + "/meta.json", &manifest, &error)) << error;
+      EXPECT_EQ(manifest.bos_id, k.at("bos").get<int64_t>());
+      EXPECT_EQ(manifest.eos_id, k.at("eos").get<int64_t>());
+      EXPECT_EQ(manifest.tokenizer, "tokenizer.json");
+      EXPECT_EQ(manifest.documents, texts.size() + 1);
+      EXPECT_EQ(SplitIds(manifest.train), expected) << kind << " on " << threads << " threads";
+      EXPECT_EQ(ReadFile(out + "/tokenizer.json"), ReadFile(Model(kind)));
+    }
+  }
+}
+
+TEST_F(TokenizerJsonTest, WithoutTheModelsConfigDocumentsHaveNoBosOrEos) {
+  std::filesystem::create_directories(dir_ + "/alone");
+  std::filesystem::copy_file(Model("gpt2"), dir_ + "/alone/tokenizer.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::ofstream(dir_ + "/one.jsonl") << nlohmann::json({{"text", golden_["texts"][0]}}).dump() << "\n";
+  std::ofstream(dir_ + "/one-val.jsonl") << nlohmann::json({{"text", "x"}}).dump() << "\n";
+  const std::string out = dir_ + "/cache-alone";
+  const auto [code, output] =
+      RunTokenizer({"--format", "jsonl", "--input", dir_ + "/one.jsonl", "--val-input", dir_ + "/one-val.jsonl",
+                    "--vocab-size", "1024", "--tokenizer-model", dir_ + "/alone/tokenizer.json", "--out", out});
+  ASSERT_EQ(code, 0) << output;
+  TokenManifest manifest;
+  std::string error;
+  ASSERT_TRUE(ReadTokenManifest(out + "/meta.json", &manifest, &error)) << error;
+  EXPECT_EQ(manifest.bos_id, -1);
+  EXPECT_EQ(manifest.eos_id, -1);
+  std::vector<uint32_t> expected;
+  for (int id : golden_["kinds"]["gpt2"]["ids"][0]) expected.push_back(static_cast<uint32_t>(id));
+  EXPECT_EQ(SplitIds(manifest.train), expected);
+}
+
+TEST_F(TokenizerJsonTest, DataTokenizerMakesTheTokenCacheWithIt) {
+  std::ofstream(dir_ + "/train.txt") << "First Citizen:\nBefore we proceed any further, hear me speak.\n";
+  std::ofstream(dir_ + "/valid.txt") << "All:\nSpeak, speak.\n";
+  auto config = ParseConfig("model: {vocab_size: 1024}\n", "test", {"data.cache_dir=" + dir_ + "/cache"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  config->data.files = {dir_ + "/train.txt"};
+  config->data.val_files = {dir_ + "/valid.txt"};
+  config->data.tokenizer = Model("llama3");
+  auto cache = EnsureTokenized(*config, BinDir() + "/" + kTokenizer);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  EXPECT_EQ(cache->tokenizer_path(), cache->dir + "/tokenizer.json");
+  TokenManifest manifest;
+  std::string error;
+  ASSERT_TRUE(ReadTokenManifest(cache->meta_path(), &manifest, &error)) << error;
+  const auto [code, ids_line] = RunTokenizer({"encode", "--model", Model("llama3"), "--text",
+                                              "First Citizen:\nBefore we proceed any further, hear me speak.\n"});
+  ASSERT_EQ(code, 0) << ids_line;
+  std::vector<uint32_t> expected = {golden_["kinds"]["llama3"]["bos"].get<uint32_t>()};
+  std::istringstream in(ids_line);
+  for (uint32_t id; in >> id;) expected.push_back(id);
+  expected.push_back(golden_["kinds"]["llama3"]["eos"].get<uint32_t>());
+  EXPECT_EQ(SplitIds(manifest.train), expected);
+}
+
+TEST_F(TokenizerJsonTest, WhatIsNotImplementedIsRefusedWithOneLineNamingIt) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"WordPiece", "the model WordPiece is not supported"},
+      {"Unigram", "the model Unigram is not supported"},
+      {"Lowercase", "the normalizer Lowercase is not supported"},
+      {"Whitespace", "the pre-tokenizer Whitespace is not supported"},
+      {"WordPiece-decoder", "the decoder WordPiece is not supported"}};
+  for (const auto& [file, message] : cases) {
+    const std::string path = dir_ + "/refused/" + file + ".json";
+    const auto [code, output] = RunTokenizer({"encode", "--model", path, "--text", "hello"});
+    EXPECT_EQ(code, 1);
+    EXPECT_NE(output.find("diloco-tokenize: error: " + path + ": " + message), std::string::npos) << output;
+    EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
+  }
+}
+
+}  // namespace
+}  // namespace diloco::testing

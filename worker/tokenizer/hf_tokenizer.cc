@@ -1,0 +1,207 @@
+#include "worker/tokenizer/hf_tokenizer.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "worker/tokenizer/hf_text.h"
+
+namespace diloco::tokenize {
+namespace {
+
+bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+bool IsWordByte(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  return u >= 0x80 || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+
+// A JSON file, or null when it is missing or not JSON.
+nlohmann::json ReadJsonFile(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) return nullptr;
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception&) {
+    return nullptr;
+  }
+}
+
+// An id from config.json (an integer, or the first of a list), or -2 when the key says nothing.
+int ConfigId(const nlohmann::json& config, const char* key) {
+  if (!config.is_object() || !config.contains(key)) return -2;
+  const auto& v = config.at(key);
+  if (v.is_number_integer()) return v.get<int>();
+  if (v.is_array() && !v.empty() && v[0].is_number_integer()) return v[0].get<int>();
+  return -2;
+}
+
+// A token named by tokenizer_config.json (a string or {"content": ...}), or "".
+std::string ConfigToken(const nlohmann::json& config, const char* key) {
+  if (!config.is_object() || !config.contains(key)) return "";
+  const auto& v = config.at(key);
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v.at("content").is_string()) return v.at("content");
+  return "";
+}
+
+}  // namespace
+
+bool IsTokenizerJson(const std::string& path) { return std::filesystem::path(path).extension() == ".json"; }
+
+std::string HfTokenizer::Load(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return "cannot read the tokenizer " + path;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(in);
+    if (!j.is_object() || !j.contains("model")) return path + ": not a tokenizer.json (no \"model\")";
+    std::string e = model_.Parse(j.at("model"));
+    if (e.empty()) e = normalizer_.Parse(j.value("normalizer", nlohmann::json()));
+    if (e.empty()) e = pre_tokenizer_.Parse(j.value("pre_tokenizer", nlohmann::json()));
+    if (e.empty()) e = decoder_.Parse(j.value("decoder", nlohmann::json()));
+    if (e.empty()) e = LoadAddedTokens(j.value("added_tokens", nlohmann::json::array()));
+    if (!e.empty()) return path + ": " + e;
+    LoadSpecialIds(std::filesystem::path(path).parent_path().string(), j.value("post_processor", nlohmann::json()));
+  } catch (const nlohmann::json::exception& e) {
+    return path + ": not a valid tokenizer.json (" + e.what() + ")";
+  }
+  return "";
+}
+
+std::string HfTokenizer::LoadAddedTokens(const nlohmann::json& added) {
+  size_ = model_.size();
+  for (const auto& a : added) {
+    AddedToken t;
+    t.content = a.at("content").get<std::string>();
+    t.id = a.at("id").get<int>();
+    t.special = a.value("special", false);
+    t.normalized = a.value("normalized", !t.special);
+    t.match = t.content;
+    if (t.normalized) normalizer_.Apply(&t.match);
+    t.lstrip = a.value("lstrip", false);
+    t.rstrip = a.value("rstrip", false);
+    t.single_word = a.value("single_word", false);
+    if (t.id < 0) return "the added token '" + t.content + "' has a negative id";
+    size_ = std::max(size_, t.id + 1);
+    added_by_id_[t.id] = static_cast<int>(added_.size());
+    if (!t.match.empty()) added_by_first_byte_[static_cast<unsigned char>(t.match[0])].push_back(added_.size());
+    added_.push_back(std::move(t));
+  }
+  for (auto& list : added_by_first_byte_) {
+    std::stable_sort(list.begin(), list.end(),
+                     [&](int a, int b) { return added_[a].match.size() > added_[b].match.size(); });
+  }
+  return "";
+}
+
+void HfTokenizer::LoadSpecialIds(const std::string& dir, const nlohmann::json& post_processor) {
+  const nlohmann::json config = ReadJsonFile(std::filesystem::path(dir) / "config.json");
+  const nlohmann::json tokenizer_config = ReadJsonFile(std::filesystem::path(dir) / "tokenizer_config.json");
+  int template_ids[2] = {-1, -1};  // TemplateProcessing: the special token before $A, and after it
+  if (post_processor.is_object() && post_processor.value("type", "") == "TemplateProcessing") {
+    int side = 0;
+    for (const auto& item : post_processor.value("single", nlohmann::json::array())) {
+      if (item.contains("Sequence")) side = 1;
+      if (!item.contains("SpecialToken")) continue;
+      const std::string name = item.at("SpecialToken").value("id", "");
+      const auto& specials = post_processor.value("special_tokens", nlohmann::json::object());
+      if (specials.contains(name) && !specials.at(name).value("ids", nlohmann::json::array()).empty()) {
+        if (template_ids[side] < 0) template_ids[side] = specials.at(name).at("ids")[0].get<int>();
+      }
+    }
+  }
+  const char* id_keys[2] = {"bos_token_id", "eos_token_id"};
+  const char* token_keys[2] = {"bos_token", "eos_token"};
+  int* out[2] = {&bos_id_, &eos_id_};
+  for (int k = 0; k < 2; ++k) {
+    int id = ConfigId(config, id_keys[k]);
+    if (id == -2) {
+      const std::string token = ConfigToken(tokenizer_config, token_keys[k]);
+      id = token.empty() ? template_ids[k] : TokenToId(token);
+    }
+    *out[k] = id >= 0 && id < size_ ? id : -1;
+  }
+}
+
+int HfTokenizer::TokenToId(const std::string& token) const {
+  for (const AddedToken& t : added_) {
+    if (t.content == token) return t.id;
+  }
+  return model_.TokenToId(token);
+}
+
+const HfTokenizer::AddedToken* HfTokenizer::MatchAdded(std::string_view text, size_t at, size_t floor, bool normalized,
+                                                       size_t* begin, size_t* end) const {
+  for (int index : added_by_first_byte_[static_cast<unsigned char>(text[at])]) {
+    const AddedToken& t = added_[index];
+    if (t.normalized != normalized || text.compare(at, t.match.size(), t.match) != 0) continue;
+    size_t b = at, e = at + t.match.size();
+    if (t.single_word && ((b > 0 && IsWordByte(text[b - 1])) || (e < text.size() && IsWordByte(text[e])))) continue;
+    if (t.lstrip) {
+      while (b > floor && IsSpace(text[b - 1])) --b;
+    }
+    if (t.rstrip) {
+      while (e < text.size() && IsSpace(text[e])) ++e;
+    }
+    *begin = b;
+    *end = e;
+    return &t;
+  }
+  return nullptr;
+}
+
+void HfTokenizer::SplitAdded(std::string_view text, bool at_start, bool normalized, std::vector<int>* ids,
+                             const std::function<void(std::string_view, bool)>& on_piece) const {
+  size_t piece = 0;  // start of the text not yet handed out
+  for (size_t at = 0; at < text.size(); ++at) {
+    if (added_by_first_byte_[static_cast<unsigned char>(text[at])].empty()) continue;
+    size_t begin = 0, end = 0;
+    const AddedToken* t = MatchAdded(text, at, piece, normalized, &begin, &end);
+    if (t == nullptr) continue;
+    if (begin > piece) on_piece(text.substr(piece, begin - piece), at_start && piece == 0);
+    ids->push_back(t->id);
+    piece = end;
+    at = end - 1;
+  }
+  if (piece < text.size()) on_piece(text.substr(piece), at_start && piece == 0);
+}
+
+void HfTokenizer::EncodePiece(std::string_view piece, bool at_start, std::vector<int>* ids) const {
+  std::string text(piece);
+  normalizer_.Apply(&text);
+  const bool byte_level = pre_tokenizer_.byte_level();
+  SplitAdded(text, at_start, true, ids, [&](std::string_view part, bool part_at_start) {
+    const std::string word_text(part);
+    pre_tokenizer_.ForEachWord(word_text, part_at_start,
+                               [&](std::string_view word) { model_.Encode(word, byte_level, ids); });
+  });
+}
+
+void HfTokenizer::Encode(std::string_view input, std::vector<int>* ids) const {
+  std::string repaired;
+  std::string_view text = input;
+  if (!IsValidUtf8(input)) {
+    repaired = RepairUtf8(input);
+    text = repaired;
+  }
+  SplitAdded(text, true, false, ids, [&](std::string_view piece, bool at_start) { EncodePiece(piece, at_start, ids); });
+}
+
+std::string HfTokenizer::Decode(const std::vector<int>& ids, std::string* error) const {
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (int id : ids) {
+    if (const auto it = added_by_id_.find(id); it != added_by_id_.end()) {
+      if (!added_[it->second].special) tokens.push_back(added_[it->second].match);
+      continue;
+    }
+    const std::string* token = model_.IdToToken(id);
+    if (token == nullptr) {
+      *error = "token id " + std::to_string(id) + " is not in the vocabulary";
+      return "";
+    }
+    tokens.push_back(*token);
+  }
+  return decoder_.Decode(std::move(tokens));
+}
+
+}  // namespace diloco::tokenize

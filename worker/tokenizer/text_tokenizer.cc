@@ -1,0 +1,123 @@
+#include "worker/tokenizer/text_tokenizer.h"
+
+#include <sentencepiece_processor.h>
+
+#include <cstring>
+
+#include "worker/tokenizer/hf_tokenizer.h"
+#include "worker/tokenizer/tokenizer_model.h"
+
+namespace diloco::tokenize {
+namespace {
+
+// A SentencePiece model: lines encoded one by one and joined by the newline id when the model has one.
+class SentencePieceTokenizer : public TextTokenizer {
+ public:
+  std::string Load(const std::string& path) {
+    const auto loaded = sp_.Load(path);
+    if (!loaded.ok()) return "cannot load the tokenizer " + path + ": " + loaded.ToString();
+    special_.bos = sp_.bos_id() >= 0 ? sp_.bos_id() : -1;
+    special_.eos = sp_.eos_id() >= 0 ? sp_.eos_id() : -1;
+    for (const char* piece : {kNewlineSymbol, "<0x0A>"}) {
+      const int id = sp_.PieceToId(piece);
+      if (id != sp_.unk_id()) {
+        special_.newline = id;
+        break;
+      }
+    }
+    newline_symbol_ = sp_.PieceToId(kNewlineSymbol);
+    return "";
+  }
+
+  std::string Encode(std::string_view text, std::vector<int>* ids) const override {
+    thread_local std::vector<int> piece_ids;
+    const char* const end = text.data() + text.size();
+    for (const char* line = text.data(); line < end;) {
+      const char* nl = static_cast<const char*>(memchr(line, '\n', end - line));
+      const char* line_end = nl != nullptr ? nl : end;
+      if (line_end > line) {
+        const auto status = sp_.Encode(std::string_view(line, line_end - line), &piece_ids);
+        if (!status.ok()) return status.ToString();
+        ids->insert(ids->end(), piece_ids.begin(), piece_ids.end());
+      }
+      if (nl == nullptr) break;
+      if (special_.newline >= 0) ids->push_back(special_.newline);
+      line = nl + 1;
+    }
+    return "";
+  }
+
+  // Our newline symbol becomes '\n' (a byte piece "<0x0A>" decodes to it by itself).
+  std::string Decode(const std::vector<int>& ids, std::string* text) const override {
+    std::vector<int> line;
+    auto flush = [&]() -> std::string {
+      std::string piece;
+      const auto status = sp_.Decode(line, &piece);
+      if (!status.ok()) return status.ToString();
+      *text += piece;
+      line.clear();
+      return "";
+    };
+    for (int id : ids) {
+      if (id < 0 || id >= sp_.GetPieceSize()) return "token id " + std::to_string(id) + " is not in the vocabulary";
+      if (id == newline_symbol_ && newline_symbol_ != sp_.unk_id()) {
+        if (std::string e = flush(); !e.empty()) return e;
+        *text += "\n";
+      } else {
+        line.push_back(id);
+      }
+    }
+    return flush();
+  }
+
+  int size() const override { return sp_.GetPieceSize(); }
+  SpecialIds special() const override { return special_; }
+  const char* cache_file_name() const override { return "tokenizer.model"; }
+
+ private:
+  sentencepiece::SentencePieceProcessor sp_;
+  SpecialIds special_;
+  int newline_symbol_ = -1;
+};
+
+// A tokenizer.json: the whole text at once, newlines included.
+class JsonTokenizer : public TextTokenizer {
+ public:
+  std::string Load(const std::string& path) { return hf_.Load(path); }
+  std::string Encode(std::string_view text, std::vector<int>* ids) const override {
+    hf_.Encode(text, ids);
+    return "";
+  }
+  std::string Decode(const std::vector<int>& ids, std::string* text) const override {
+    std::string error;
+    *text += hf_.Decode(ids, &error);
+    return error;
+  }
+  int size() const override { return hf_.size(); }
+  SpecialIds special() const override { return {hf_.bos_id(), hf_.eos_id(), -1}; }
+  const char* cache_file_name() const override { return "tokenizer.json"; }
+
+ private:
+  HfTokenizer hf_;
+};
+
+}  // namespace
+
+std::string CacheFileNameOf(const std::string& path) {
+  return IsTokenizerJson(path) ? "tokenizer.json" : "tokenizer.model";
+}
+
+std::string LoadTextTokenizer(const std::string& path, std::unique_ptr<TextTokenizer>* out) {
+  if (IsTokenizerJson(path)) {
+    auto json = std::make_unique<JsonTokenizer>();
+    if (std::string e = json->Load(path); !e.empty()) return e;
+    *out = std::move(json);
+    return "";
+  }
+  auto sp = std::make_unique<SentencePieceTokenizer>();
+  if (std::string e = sp->Load(path); !e.empty()) return e;
+  *out = std::move(sp);
+  return "";
+}
+
+}  // namespace diloco::tokenize

@@ -1,0 +1,41 @@
+// TextTokenizer: the tokenizer diloco-tokenize encodes with, whichever file the user gives: a SentencePiece model
+// (tokenizer.model: lines are encoded one by one, each '\n' becoming the newline id, "<nl>" or "<0x0A>", since
+// SentencePiece drops it) or a Hugging Face tokenizer.json (hf_tokenizer.h: the whole text, newlines included, as the
+// tokenizers library encodes it). LoadTextTokenizer picks the kind by the file's extension (.json: tokenizer.json).
+// Encode and Decode are const and thread-safe for both kinds, so one tokenizer serves every encoder thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace diloco::tokenize {
+
+struct SpecialIds {
+  int bos = -1, eos = -1, newline = -1;  // -1: the model has none
+};
+
+class TextTokenizer {
+ public:
+  virtual ~TextTokenizer() = default;
+  // Appends the ids of text (no BOS/EOS); "" or the error.
+  virtual std::string Encode(std::string_view text, std::vector<int>* ids) const = 0;
+  // The text of ids into *text; "" or the error (an id outside the vocabulary).
+  virtual std::string Decode(const std::vector<int>& ids, std::string* text) const = 0;
+  // The number of ids the tokenizer can produce (one more than its largest id).
+  virtual int size() const = 0;
+  // BOS / EOS for documents, and the newline id (-1 when newlines are part of the encoded text).
+  virtual SpecialIds special() const = 0;
+  // The file name a token cache keeps it under: "tokenizer.model" or "tokenizer.json".
+  virtual const char* cache_file_name() const = 0;
+};
+
+// Loads a SentencePiece model or a tokenizer.json into *out; "" or one line naming the problem.
+std::string LoadTextTokenizer(const std::string& path, std::unique_ptr<TextTokenizer>* out);
+
+// The name a token cache gives the tokenizer file at path ("tokenizer.json" for a .json file, else
+// "tokenizer.model").
+std::string CacheFileNameOf(const std::string& path);
+
+}  // namespace diloco::tokenize
