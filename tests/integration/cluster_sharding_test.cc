@@ -44,7 +44,9 @@ Outcome RunCluster(const std::string& sharding) {
   auto checkpoint = LoadCheckpoint(dir + "/checkpoints/ckpt-00000003.bin");
   EXPECT_TRUE(checkpoint.ok()) << checkpoint.status();
   if (checkpoint.ok()) out.theta = checkpoint->params;
-  for (const auto& e : ReadJson(dir + "/summary.json")["evals"]) out.val_loss.push_back(e["val_loss"].get<double>());
+  const nlohmann::json summary =
+      ReadJson(dir + "/summary.json");  // kept: a range-for over a temporary's member dangles
+  for (const auto& e : summary["evals"]) out.val_loss.push_back(e["val_loss"].get<double>());
   return out;
 }
 
@@ -110,9 +112,8 @@ TEST(ClusterSharding, DataParallelModeShardsWithTheLossOfNone) {
     EXPECT_NE(ddp.output().find("replica check: parameters identical on all 4 ranks after each of 20 inner steps"),
               std::string::npos)
         << ddp.output();
-    for (const auto& e : ReadJson(dir + "/summary.json")["evals"]) {
-      losses[sharding].push_back(e["val_loss"].get<double>());
-    }
+    const nlohmann::json summary = ReadJson(dir + "/summary.json");
+    for (const auto& e : summary["evals"]) losses[sharding].push_back(e["val_loss"].get<double>());
   }
   ASSERT_EQ(losses["none"].size(), 3u);
   ASSERT_EQ(losses["gradients"].size(), 3u);
