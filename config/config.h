@@ -141,6 +141,9 @@ struct WorkersConfig {
   // restarted with the same --id resumes from it. "" = <run.output_dir>/worker-state.
   std::string state_dir;
   bool resume = true;  // false: a restarted worker starts cold (fresh moments, data from the start)
+  // A cluster's inner step sharded over its ranks (ZeRO-1 optimizer: each rank keeps the AdamW moments of its slice;
+  // ZeRO-2 gradients: also only its slice of the reduced gradient). Needs cluster_size > 1.
+  Sharding sharding = Sharding::kNone;
 };
 
 struct CommConfig {

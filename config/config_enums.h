@@ -23,6 +23,7 @@ enum class DataFormat { kText, kJsonl, kTokens };            // data.format
 enum class TokenDtype { kUint16, kUint32 };                  // data.token_dtype (raw token files)
 enum class BadRecordPolicy { kFail, kSkip };                 // data.on_bad_record
 enum class DataSampling { kRandom, kSequential };            // data.sampling
+enum class Sharding { kNone, kOptimizer, kGradients };       // workers.sharding
 
 // EnumNames<E>::kNames: every value of E with its YAML name, in declaration order.
 template <typename E>
@@ -97,6 +98,11 @@ template <>
 struct EnumNames<DataSampling> {
   static constexpr std::array<std::pair<DataSampling, std::string_view>, 2> kNames{
       {{DataSampling::kRandom, "random"}, {DataSampling::kSequential, "sequential"}}};
+};
+template <>
+struct EnumNames<Sharding> {
+  static constexpr std::array<std::pair<Sharding, std::string_view>, 3> kNames{
+      {{Sharding::kNone, "none"}, {Sharding::kOptimizer, "optimizer"}, {Sharding::kGradients, "gradients"}}};
 };
 
 // The YAML name of a value ("" for a value outside the table, which a cast could make).

@@ -174,6 +174,10 @@ const std::vector<Field>& Fields() {
                 "<run.output_dir>/worker-state"),
       MakeField("workers.resume", &Config::workers, &WorkersConfig::resume,
                 "a worker restarted with the same --id resumes from its state; false = starts cold"),
+      MakeField("workers.sharding", &Config::workers, &WorkersConfig::sharding,
+                "a cluster's inner step sharded over its ranks: none, optimizer (each rank keeps the AdamW moments of "
+                "its slice, ZeRO-1) or gradients (also only its slice of the reduced gradient, ZeRO-2); needs "
+                "workers.cluster_size > 1"),
       MakeField("comm.chunk_bytes", &Config::comm, &CommConfig::chunk_bytes, InRange(1, 268435456.0),
                 "payload bytes per streamed tensor chunk (at most 256 MiB)"),
       MakeField("comm.codec", &Config::comm, &CommConfig::codec, "encoding of the pushed pseudo-gradients"),

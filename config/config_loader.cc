@@ -188,6 +188,16 @@ absl::Status ValidateInner(const InnerConfig& i) {
   return absl::OkStatus();
 }
 
+// workers.sharding needs a cluster to shard over.
+absl::Status ValidateWorkers(const WorkersConfig& w) {
+  if (w.sharding != Sharding::kNone && w.cluster_size < 2) {
+    return absl::InvalidArgumentError(absl::StrCat("workers.sharding '", std::string(EnumName(w.sharding)),
+                                                   "' needs workers.cluster_size > 1 (got ", w.cluster_size,
+                                                   "): there is no cluster to shard the inner step over"));
+  }
+  return absl::OkStatus();
+}
+
 // comm.* against the model, the inner steps, the outer mode, the gRPC quota and TLS.
 absl::Status ValidateComm(const Config& c) {
   // The gRPC memory quota must hold two messages of the largest size or honest pushes would be reset
@@ -271,6 +281,7 @@ absl::Status ValidateConfig(const Config& c) {
     if (absl::Status s = f.check(c); !s.ok()) return s;
   }
   if (absl::Status s = ValidateInner(c.inner); !s.ok()) return s;
+  if (absl::Status s = ValidateWorkers(c.workers); !s.ok()) return s;
   if (absl::Status s = ValidateModel(c.model); !s.ok()) return s;
   if (absl::Status s = ValidateData(c.data); !s.ok()) return s;
   if (absl::Status s = ValidateComm(c); !s.ok()) return s;

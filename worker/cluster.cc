@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/collective_group.h"
+#include "worker/flat_adamw.h"
 #include "worker/trainer.h"
 
 namespace diloco {
@@ -200,14 +201,85 @@ void WorkerCluster::CheckReplicas(const std::vector<torch::Tensor>& params, int6
   ++replica_checks_;
 }
 
-void WorkerCluster::AttachTo(InnerTrainer& trainer, bool check_replicas) {
-  trainer.set_gradient_hook([this](const torch::Tensor& flat_gradients, bool want_stop) {
-    return AverageGradients(flat_gradients, want_stop);
-  });
-  if (check_replicas) {
-    trainer.set_step_hook(
-        [this](const std::vector<torch::Tensor>& params, int64_t step) { CheckReplicas(params, step); });
+bool WorkerCluster::ReduceScatterGradients(FlatAdamW& optimizer, bool want_stop) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor grads = optimizer.padded_gradients();
+  torch::Tensor piece = optimizer.gradient_piece();
+  if (grads.device() != group_->device()) {
+    throw std::invalid_argument(absl::StrCat("cluster reduce-scatter: gradients on ", grads.device().str(),
+                                             ", the cluster's collectives on ", group_->device().str()));
   }
+  const auto t0 = std::chrono::steady_clock::now();
+  group_->ReduceScatterSum(grads, piece);
+  piece.div_(static_cast<double>(size_));
+  optimizer.ReleaseGradients();  // gradients (ZeRO-2): only the slice is kept until the next backward
+  torch::Tensor norm_and_stop =
+      torch::cat({optimizer.SquaredSliceNorm(), torch::full({1}, want_stop ? 1.0 : 0.0, piece.options())});
+  std::vector<torch::Tensor> buffers = {norm_and_stop};
+  group_->AllReduceSum(buffers);
+  collective_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  squared_norm_ = norm_and_stop.narrow(0, 0, 1);
+  return norm_and_stop[1].item<float>() > 0;
+}
+
+void WorkerCluster::GatherParameters(FlatAdamW& optimizer) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor all = optimizer.padded_parameters();
+  torch::Tensor mine = optimizer.parameter_piece();
+  const auto t0 = std::chrono::steady_clock::now();
+  group_->AllGather(mine, all);
+  collective_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+absl::Status WorkerCluster::CheckLayout(const std::string& mine) {
+  try {
+    commands_->set(absl::StrCat("layout/", rank_), std::vector<uint8_t>(mine.begin(), mine.end()));
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      const std::vector<uint8_t> bytes = commands_->get(absl::StrCat("layout/", r));  // waits up to the timeout
+      const std::string theirs(bytes.begin(), bytes.end());
+      if (theirs != mine) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "cluster rank ", rank_, " has ", mine, " but rank ", r, " has ", theirs,
+            ": every rank of a cluster must run the same config (workers.sharding, model, comm.chunk_bytes)"));
+      }
+    }
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("cluster rank ", rank_, ": comparing slice layouts failed: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WorkerCluster::AttachTo(InnerTrainer& trainer, bool check_replicas) {
+  FlatAdamW& optimizer = trainer.optimizer();
+  const char* sharding = !optimizer.sharded() ? "none" : optimizer.owns_gradient_slice() ? "gradients" : "optimizer";
+  std::string layout =
+      absl::StrCat("workers.sharding ", sharding, " (", optimizer.flat_parameters().numel(), " parameters");
+  if (optimizer.sharded()) {
+    const int64_t piece = optimizer.gradient_piece().numel();
+    absl::StrAppend(&layout, " in ", optimizer.padded_parameters().numel() / piece, " slices of ", piece);
+  }
+  absl::Status s = CheckLayout(absl::StrCat(layout, ")"));
+  if (!s.ok()) return s;
+  if (!optimizer.sharded()) {
+    trainer.set_gradient_hook([this](const torch::Tensor& flat_gradients, bool want_stop) {
+      return AverageGradients(flat_gradients, want_stop);
+    });
+    if (check_replicas) {
+      trainer.set_step_hook(
+          [this](const std::vector<torch::Tensor>& params, int64_t step) { CheckReplicas(params, step); });
+    }
+    return absl::OkStatus();
+  }
+  trainer.set_gradient_hook([this, &optimizer](const torch::Tensor&, bool want_stop) {
+    return ReduceScatterGradients(optimizer, want_stop);
+  });
+  trainer.set_norm_hook([this] { return squared_norm_; });
+  trainer.set_step_hook([this, &optimizer, check_replicas](const std::vector<torch::Tensor>& params, int64_t step) {
+    GatherParameters(optimizer);
+    if (check_replicas) CheckReplicas(params, step);
+  });
+  return absl::OkStatus();
 }
 
 }  // namespace diloco

@@ -13,7 +13,10 @@
 // throws when a follower has not within workers.cluster_timeout_s, or has stopped polling for 10 s without taking
 // it (a dead follower: followers poll between commands). A dead rank makes the next collective or command throw (Gloo
 // sees the connection close, NCCL its timeout), which takes the whole cluster out of the run; restarted, it joins again
-// as the same worker. Not thread-safe: one thread of each process calls it (the inner loop's thread).
+// as the same worker. With workers.sharding (the trainer's FlatAdamW holds one slice, worker/flat_adamw.h) the inner
+// step is ZeRO's instead: reduce-scatter of the gradients into each rank's slice, one all-reduce of the squared slice
+// norms (global clipping) and the stop wishes, AdamW on the slice, all-gather of the parameters.
+// Not thread-safe: one thread of each process calls it (the inner loop's thread).
 #pragma once
 
 #include <torch/torch.h>
@@ -25,11 +28,13 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace diloco {
 
 class CollectiveGroup;
+class FlatAdamW;
 class InnerTrainer;
 
 class WorkerCluster {
@@ -68,9 +73,19 @@ class WorkerCluster {
   void CheckReplicas(const std::vector<torch::Tensor>& params, int64_t step);
   int64_t replica_checks() const { return replica_checks_; }  // CheckReplicas calls that passed
 
-  // Makes `trainer` a rank of this cluster: its gradients are averaged over the ranks every inner step, and with
-  // check_replicas every step ends with CheckReplicas. The cluster must outlive the trainer's training calls.
-  void AttachTo(InnerTrainer& trainer, bool check_replicas);
+  // Makes `trainer` a rank of this cluster: its gradients are averaged over the ranks every inner step (sharded:
+  // the ZeRO step above), and with check_replicas every step ends with CheckReplicas. The cluster must outlive the
+  // trainer's training calls. First every rank publishes its sharding and slice layout in the store and compares the
+  // others': an error naming both ranks' layouts when they differ (ranks started with different configs).
+  absl::Status AttachTo(InnerTrainer& trainer, bool check_replicas);
+
+  // The sharded step's collectives (AttachTo installs them; public for tests). ReduceScatterGradients: this rank's
+  // piece of the averaged gradients into the optimizer's gradient piece, then one all-reduce of [squared slice norm,
+  // stop wish]; returns whether any rank wants to stop. squared_gradient_norm: the sum of the squared slice norms
+  // (the whole gradient's squared norm) from its last call. GatherParameters: every rank's stepped slice to all.
+  bool ReduceScatterGradients(FlatAdamW& optimizer, bool want_stop);
+  const torch::Tensor& squared_gradient_norm() const { return squared_norm_; }
+  void GatherParameters(FlatAdamW& optimizer);
 
  private:
   WorkerCluster(int rank, int size, std::chrono::milliseconds timeout);
@@ -81,7 +96,9 @@ class WorkerCluster {
   c10::intrusive_ptr<c10d::Store> commands_;  // the cluster's store under the prefix "diloco/"
   int64_t command_seq_ = 0;                   // the next command's number (the same on every rank)
   std::unique_ptr<CollectiveGroup> group_;
-  torch::Tensor stop_flag_;  // one float on the group's device: the ranks' stop wishes, summed
+  absl::Status CheckLayout(const std::string& mine);  // every rank's against this one's (AttachTo)
+  torch::Tensor stop_flag_;                           // one float on the group's device: the ranks' stop wishes, summed
+  torch::Tensor squared_norm_;  // sharded: [1] on the group's device, the whole gradient's squared norm
   double collective_seconds_ = 0;
   int64_t replica_checks_ = 0;
 };

@@ -139,11 +139,14 @@ absl::Status RunClusterFollower(const Config& config, const TokenCache& cache, c
       return absl::OkStatus();  // StopCommand: the leader could not join
     }
     auto trainer = InnerTrainer::ForShard(config, cache.meta_path(), static_cast<int>(shard->shard_index),
-                                          static_cast<int>(shard->shard_count), options.rank, cluster.size());
+                                          static_cast<int>(shard->shard_count), options.rank, cluster.size(), nullptr,
+                                          ShardOf(config, options.rank, cluster.size()));
     cluster.Acknowledge();  // once its trainer is built: from now on it polls between commands
     if (!trainer.ok()) return WithExitCode(trainer.status(), kWorkerConfigError);
     InnerTrainer& t = **trainer;
-    cluster.AttachTo(t, config.workers.check_replicas);
+    if (absl::Status s = cluster.AttachTo(t, config.workers.check_replicas); !s.ok()) {
+      return WithExitCode(s, kWorkerClusterFailed);
+    }
     Follower follower(config, cluster, t, stop);
     spdlog::info("rank {} of {} of worker {}: shard {}/{} part {}", options.rank, cluster.size(), options.id,
                  shard->shard_index, shard->shard_count, shard->shard_index * cluster.size() + options.rank);

@@ -1,7 +1,11 @@
-// CollectiveGroup over c10d's ProcessGroupGloo (both LibTorch builds; worker/collective_group.h).
+// CollectiveGroup over c10d's ProcessGroupGloo (both LibTorch builds; worker/collective_group.h). ProcessGroupGloo
+// has a reduce-scatter in LibTorch 2.x but not in 1.13 (it throws "does not support reduce_scatter"): there
+// ReduceScatterSum all-reduces the whole buffer and takes this rank's piece, twice the bytes of a reduce-scatter.
+// The all-gather is the list form (allgather), which both have (1.13's Gloo lacks _allgather_base).
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include "worker/collective_group.h"
+#include "worker/lm/torch_compat.h"
 
 namespace diloco {
 namespace {
@@ -21,6 +25,30 @@ class GlooGroup : public CollectiveGroup {
     std::vector<at::Tensor> buffers = {tensor};
     pg_->broadcast(buffers)->wait();
   }
+  void ReduceScatterSum(torch::Tensor& input, torch::Tensor& output) override {
+    const int64_t piece = output.numel();
+    const int rank = pg_->getRank();
+    if constexpr (torch_compat::kGlooHasReduceScatter) {
+      std::vector<at::Tensor> pieces = input.split(piece);
+      // Gloo reads the pieces while it writes the output: an output inside the input gets a buffer of its own first.
+      const bool in_place = output.data_ptr() == pieces[rank].data_ptr();
+      std::vector<at::Tensor> outputs = {in_place ? torch::empty_like(output) : output};
+      std::vector<std::vector<at::Tensor>> inputs = {pieces};
+      pg_->reduce_scatter(outputs, inputs)->wait();
+      if (in_place) output.copy_(outputs[0]);
+      return;
+    }
+    std::vector<at::Tensor> buffers = {input};
+    pg_->allreduce(buffers)->wait();
+    torch::Tensor mine = input.narrow(0, rank * piece, piece);
+    if (output.data_ptr() != mine.data_ptr()) output.copy_(mine);
+  }
+  void AllGather(torch::Tensor& input, torch::Tensor& output) override {
+    std::vector<std::vector<at::Tensor>> outputs = {output.split(input.numel())};
+    std::vector<at::Tensor> inputs = {input};
+    pg_->allgather(outputs, inputs)->wait();
+  }
+  bool native_reduce_scatter() const override { return torch_compat::kGlooHasReduceScatter; }
 
  private:
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;

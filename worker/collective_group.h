@@ -26,6 +26,15 @@ class CollectiveGroup {
   virtual void AllReduceSum(std::vector<torch::Tensor>& tensors) = 0;
   // Rank 0's tensor overwrites the others', in place.
   virtual void Broadcast(torch::Tensor& tensor) = 0;
+  // Sharded clusters (workers.sharding). `input`: n * S elements (n ranks), contiguous; `output`: S elements, which
+  // may be piece r of `input` itself (this rank r's). ReduceScatterSum leaves in `output` piece r of the sum of the
+  // ranks' inputs; `input`'s other elements are undefined afterwards.
+  virtual void ReduceScatterSum(torch::Tensor& input, torch::Tensor& output) = 0;
+  // Every rank's `input` (S elements; may be piece r of `output`) lands in piece r of `output` (n * S) on all ranks.
+  virtual void AllGather(torch::Tensor& input, torch::Tensor& output) = 0;
+  // Whether ReduceScatterSum is the backend's reduce-scatter ((n - 1) / n of the buffer sent per rank), or (Gloo in
+  // LibTorch 1.13, which has none) an all-reduce of the whole buffer whose piece is then taken (2 (n - 1) / n).
+  virtual bool native_reduce_scatter() const = 0;
 };
 
 // Gloo over TCP; its connections bind to bind_host (this rank's own address).

@@ -27,6 +27,18 @@ class NcclGroup : public CollectiveGroup {
     std::vector<at::Tensor> buffers = {tensor};
     pg_->broadcast(buffers)->wait();
   }
+  // ncclReduceScatter / ncclAllGather on the flat buffers (LibTorch 2.x: _reduce_scatter_base and _allgather_base, kept
+  // as aliases of reduce_scatter_single and all_gather_single where those are the new names). NCCL works in place
+  // when the piece is the rank's own piece of the full buffer.
+  void ReduceScatterSum(torch::Tensor& input, torch::Tensor& output) override {
+    c10::cuda::CUDAGuard guard(device_);
+    pg_->_reduce_scatter_base(output, input)->wait();
+  }
+  void AllGather(torch::Tensor& input, torch::Tensor& output) override {
+    c10::cuda::CUDAGuard guard(device_);
+    pg_->_allgather_base(output, input)->wait();
+  }
+  bool native_reduce_scatter() const override { return true; }
 
  private:
   c10::intrusive_ptr<c10d::ProcessGroupNCCL> pg_;

@@ -127,9 +127,9 @@ absl::Status DataParallelRun::LoadTheta0() {
 absl::Status DataParallelRun::SetUp(const TokenCache& cache) {
   if (absl::Status s = CheckOptions(); !s.ok()) return s;
   // Rank g reads what rank g % cs of DiLoCo worker g / cs reads.
-  auto trainer =
-      InnerTrainer::ForShard(config_, cache.meta_path(), options_.rank / cluster_size_,
-                             static_cast<int>(config_.workers.count), options_.rank % cluster_size_, cluster_size_);
+  auto trainer = InnerTrainer::ForShard(config_, cache.meta_path(), options_.rank / cluster_size_,
+                                        static_cast<int>(config_.workers.count), options_.rank % cluster_size_,
+                                        cluster_size_, nullptr, ShardOf(config_, options_.rank, ranks_));
   if (!trainer.ok()) return WithExitCode(trainer.status(), kWorkerConfigError);
   trainer_ = std::move(*trainer);
   if (!config_.model.init_from.empty()) {  // every rank reads the same theta_0, as DiLoCo's workers pull it
@@ -145,7 +145,9 @@ absl::Status DataParallelRun::SetUp(const TokenCache& cache) {
                              options_.cluster_bind, torch::Device(config_.workers.device));
   if (!connected.ok()) return WithExitCode(connected.status(), kWorkerClusterFailed);
   cluster_ = std::move(*connected);
-  cluster_->AttachTo(*trainer_, config_.workers.check_replicas);
+  if (absl::Status s = cluster_->AttachTo(*trainer_, config_.workers.check_replicas); !s.ok()) {
+    return WithExitCode(s, kWorkerClusterFailed);
+  }
   for (const auto& p : trainer_->model()->parameters()) params_ += p.numel();
   bytes_per_step_ = ranks_ > 1 ? 2 * (ranks_ - 1) * 4 * params_ : 0;
   if (options_.rank == 0) eval_.emplace(config_.model, config_.run.seed, torch::Device(config_.workers.device));

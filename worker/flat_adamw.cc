@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "proto/slice_plan.h"
 #include "worker/lm/torch_compat.h"
 
 namespace diloco {
@@ -31,7 +32,7 @@ void AdamWKernel(float* __restrict p, const float* __restrict g, float* __restri
 
 }  // namespace
 
-FlatAdamW::FlatAdamW(std::vector<torch::Tensor> params, AdamWSettings settings)
+FlatAdamW::FlatAdamW(std::vector<torch::Tensor> params, AdamWSettings settings, const std::optional<FlatShard>& shard)
     : views_(std::move(params)), settings_(settings) {
   if (views_.empty()) throw std::invalid_argument("FlatAdamW: no parameters");
   int64_t total = 0;
@@ -43,10 +44,7 @@ FlatAdamW::FlatAdamW(std::vector<torch::Tensor> params, AdamWSettings settings)
   }
   const auto options = views_[0].options().requires_grad(false);
   torch::NoGradGuard no_grad;
-  params_ = torch::empty({total}, options);
-  grads_ = torch::zeros({total}, options);
-  exp_avg_ = torch::zeros({total}, options);
-  exp_avg_sq_ = torch::zeros({total}, options);
+  SetUpShard(total, options, shard);
   // Decayed tensors first (all of them, in the order given, unless 1-D tensors are exempt), then the exempt ones.
   std::vector<torch::Tensor*> layout;
   for (torch::Tensor& p : views_) {
@@ -76,7 +74,65 @@ FlatAdamW::FlatAdamW(std::vector<torch::Tensor> params, AdamWSettings settings)
   }
 }
 
-void FlatAdamW::ZeroGrad() { grads_.zero_(); }
+void FlatAdamW::SetUpShard(int64_t total, const torch::TensorOptions& options, const std::optional<FlatShard>& shard) {
+  int64_t padded = total;
+  begin_ = 0;
+  end_ = total;
+  if (shard) {
+    const SlicePlan plan(total, shard->parts, shard->align);
+    const FlatRange range = plan.slice(shard->rank);
+    sharded_ = true;
+    own_gradient_slice_ = shard->own_gradient_slice;
+    padded = plan.padded_numel();
+    begin_ = range.begin;
+    end_ = range.end;
+    piece_begin_ = shard->rank * plan.slice_length();
+    piece_length_ = plan.slice_length();
+  }
+  params_ = sharded_ ? torch::zeros({padded}, options) : torch::empty({padded}, options);
+  grads_ = torch::zeros({padded}, options);
+  flat_params_ = params_.narrow(0, 0, total);
+  flat_grads_ = grads_.narrow(0, 0, total);
+  exp_avg_ = torch::zeros({end_ - begin_}, options);
+  exp_avg_sq_ = torch::zeros({end_ - begin_}, options);
+  if (!sharded_) {
+    step_grads_ = grads_;
+  } else if (own_gradient_slice_) {
+    gradient_piece_ = torch::zeros({piece_length_}, options);
+    step_grads_ = gradient_piece_.narrow(0, 0, end_ - begin_);
+  } else {
+    gradient_piece_ = grads_.narrow(0, piece_begin_, piece_length_);
+    step_grads_ = grads_.narrow(0, begin_, end_ - begin_);
+  }
+}
+
+torch::Tensor FlatAdamW::parameter_piece() const {
+  return sharded_ ? params_.narrow(0, piece_begin_, piece_length_) : params_;
+}
+
+torch::Tensor FlatAdamW::SquaredSliceNorm() const {
+  torch::NoGradGuard no_grad;
+  return step_grads_.norm().square().reshape({1});
+}
+
+void FlatAdamW::ReleaseGradients() {
+  if (!own_gradient_slice_ || released_) return;
+  c10::StorageImpl* storage = grads_.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(c10::DataPtr(nullptr, grads_.device()));
+  storage->set_nbytes(0);
+  released_ = true;
+}
+
+void FlatAdamW::ZeroGrad() {
+  if (released_) {  // the same storage gets new memory: the gradient views see it again
+    c10::StorageImpl* storage = grads_.storage().unsafeGetStorageImpl();
+    const size_t bytes = static_cast<size_t>(grads_.numel()) * sizeof(float);
+    storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+    storage->set_nbytes(bytes);
+    released_ = false;
+  }
+  grads_.zero_();
+}
 
 double FlatAdamW::GradNorm() const { return grads_.norm().item<double>(); }
 
@@ -96,27 +152,30 @@ void FlatAdamW::Step(double lr, const torch::Tensor& grad_scale) {
   if (fused_) {
     // The kernel divides the gradients by its scale: pass 1 / grad_scale (on the device).
     const torch::Tensor inverse = grad_scale.defined() ? grad_scale.reciprocal() : torch::ones({1}, params_.options());
-    const int64_t n = params_.numel();
-    for (const auto& [begin, end, decay] : {std::tuple<int64_t, int64_t, double>{0, decayed_, settings_.weight_decay},
-                                            std::tuple<int64_t, int64_t, double>{decayed_, n, 0.0}}) {
+    const int64_t n = end_ - begin_;
+    const int64_t decayed = DecayedInWindow();
+    const torch::Tensor params = params_.narrow(0, begin_, n);
+    for (const auto& [begin, end, decay] : {std::tuple<int64_t, int64_t, double>{0, decayed, settings_.weight_decay},
+                                            std::tuple<int64_t, int64_t, double>{decayed, n, 0.0}}) {
       if (end == begin) continue;
       // The kernel takes each tensor's step count, this step included (a float on the device), as torch.optim does.
       torch::Tensor step = torch::full({1}, static_cast<double>(step_), params_.options());
-      torch_compat::FusedAdamW({params_.narrow(0, begin, end - begin)}, {grads_.narrow(0, begin, end - begin)},
+      torch_compat::FusedAdamW({params.narrow(0, begin, end - begin)}, {step_grads_.narrow(0, begin, end - begin)},
                                {exp_avg_.narrow(0, begin, end - begin)}, {exp_avg_sq_.narrow(0, begin, end - begin)},
                                {step}, lr, settings_.beta1, settings_.beta2, decay, settings_.eps, inverse);
     }
     return;
   }
-  UpdateWithTensorOps(lr, grad_scale.defined() ? grads_ * grad_scale : grads_);
+  UpdateWithTensorOps(lr, grad_scale.defined() ? step_grads_ * grad_scale : step_grads_);
 }
 
 void FlatAdamW::CheckViews() const {
   // Something that replaced a parameter's data or gradient (module zero_grad setting grads to none, .to(), a
   // set_data) would cut it off the flat buffers and train on nothing: refuse loudly instead.
   const torch::Tensor& first = views_[first_laid_];
+  // Released gradients (own_gradient_slice) have no memory until ZeroGrad; the step reads the own slice then.
   if (first.data_ptr() != params_.data_ptr() || !first.grad().defined() ||
-      first.grad().data_ptr() != grads_.data_ptr()) {
+      (!released_ && first.grad().data_ptr() != grads_.data_ptr())) {
     throw std::logic_error("FlatAdamW: the parameters or gradients are no longer views of the flat buffers");
   }
 }
@@ -124,11 +183,12 @@ void FlatAdamW::CheckViews() const {
 void FlatAdamW::UpdateWithTensorOps(double lr, const torch::Tensor& grads) {
   const double bias_correction1 = 1.0 - std::pow(settings_.beta1, static_cast<double>(step_));
   const double bias_correction2 = 1.0 - std::pow(settings_.beta2, static_cast<double>(step_));
-  params_.narrow(0, 0, decayed_).mul_(1.0 - lr * settings_.weight_decay);
+  torch::Tensor params = sharded_ ? params_.narrow(0, begin_, end_ - begin_) : params_;
+  params.narrow(0, 0, DecayedInWindow()).mul_(1.0 - lr * settings_.weight_decay);
   exp_avg_.mul_(settings_.beta1).add_(grads, 1.0 - settings_.beta1);
   exp_avg_sq_.mul_(settings_.beta2).addcmul_(grads, grads, 1.0 - settings_.beta2);
-  params_.addcdiv_(exp_avg_, (exp_avg_sq_.sqrt() / std::sqrt(bias_correction2)).add_(settings_.eps),
-                   -lr / bias_correction1);
+  params.addcdiv_(exp_avg_, (exp_avg_sq_.sqrt() / std::sqrt(bias_correction2)).add_(settings_.eps),
+                  -lr / bias_correction1);
 }
 
 void FlatAdamW::Step(double lr, double grad_scale) {
@@ -153,15 +213,17 @@ void FlatAdamW::Step(double lr, double grad_scale) {
                           static_cast<float>(settings_.eps),
                           static_cast<float>(step_size),
                           static_cast<float>(grad_scale)};
-    float* p = params_.data_ptr<float>();
-    const float* g = grads_.data_ptr<float>();
+    // The window's elements, indexed from its start (everything when unsharded).
+    float* p = params_.data_ptr<float>() + begin_;
+    const float* g = step_grads_.data_ptr<float>();
     float* m = exp_avg_.data_ptr<float>();
     float* v = exp_avg_sq_.data_ptr<float>();
-    at::parallel_for(0, decayed_, int64_t{1} << 15,
+    const int64_t decayed = DecayedInWindow();
+    at::parallel_for(0, decayed, int64_t{1} << 15,
                      [&](int64_t begin, int64_t end) { AdamWKernel(p, g, m, v, c, begin, end); });
     StepConstants exempt = c;
     exempt.decay = 1.0f;
-    at::parallel_for(decayed_, params_.numel(), int64_t{1} << 15,
+    at::parallel_for(decayed, end_ - begin_, int64_t{1} << 15,
                      [&](int64_t begin, int64_t end) { AdamWKernel(p, g, m, v, exempt, begin, end); });
   }
 }

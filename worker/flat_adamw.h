@@ -8,12 +8,18 @@
 // The buffers hold the parameters in the order given, except with decay_1d false (see AdamWSettings).
 // Parameters must be float32 and on one device. Unlike torch's AdamW, a parameter that got no gradient in a step is
 // still decayed and moved by its momentum (every parameter of a LanguageModel gets one every step).
+// Sharded (FlatShard, a worker cluster's rank with workers.sharding): the parameter and gradient buffers are padded to
+// the SlicePlan's n * S elements, and the optimizer keeps moments for, and steps, only its own slice of them; the
+// gradient it reads is that slice of the reduced gradient (slice_gradients(): written there by the cluster's
+// reduce-scatter), and the cluster all-gathers the parameters after the step.
 // Owns the flat buffers and the moments. Not thread-safe: one training thread calls it.
 #pragma once
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace diloco {
@@ -31,11 +37,24 @@ struct AdamWSettings {
   enum class Fused { kAuto, kOn, kOff } fused = Fused::kAuto;
 };
 
+// One rank's part of a sharded inner step: slice `rank` of SlicePlan(numel, parts, align) (proto/slice_plan.h).
+// own_gradient_slice (workers.sharding gradients): the reduced gradient slice lives in a buffer of its own, and
+// ReleaseGradients may free the full gradient buffer until the next ZeroGrad; else (optimizer) it is a view of the
+// full gradient buffer.
+struct FlatShard {
+  int rank = 0;
+  int parts = 1;
+  int64_t align = 1;
+  bool own_gradient_slice = false;
+};
+
 class FlatAdamW {
  public:
-  // Re-homes `params` (their values are kept) and their gradients into flat buffers.
-  FlatAdamW(std::vector<torch::Tensor> params, AdamWSettings settings);
+  // Re-homes `params` (their values are kept) and their gradients into flat buffers. With `shard`, the moments and
+  // the step cover only its slice (see FlatShard).
+  FlatAdamW(std::vector<torch::Tensor> params, AdamWSettings settings, const std::optional<FlatShard>& shard = {});
 
+  // Zeroes the gradients (and re-allocates the full gradient buffer after ReleaseGradients).
   void ZeroGrad();
   // The L2 norm of all gradients together (as torch::nn::utils::clip_grad_norm_ computes it, up to float rounding).
   double GradNorm() const;
@@ -55,16 +74,44 @@ class FlatAdamW {
   // Replaces the moments and the step count (bias correction goes on from `steps`): a resumed worker. Throws
   // std::invalid_argument if a moment's element count differs from the buffers' (another model or layout).
   void RestoreState(int64_t steps, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq);
-  const torch::Tensor& flat_parameters() const { return params_; }
-  const torch::Tensor& flat_gradients() const { return grads_; }
+  // All parameters / gradients, flat (the first numel elements of the padded buffers when sharded).
+  const torch::Tensor& flat_parameters() const { return flat_params_; }
+  const torch::Tensor& flat_gradients() const { return flat_grads_; }
+
+  // Sharded optimizers (FlatShard); unsharded: one slice of everything, no padding.
+  bool sharded() const { return sharded_; }
+  bool owns_gradient_slice() const { return own_gradient_slice_; }  // FlatShard::own_gradient_slice
+  // The padded buffers (n * S elements; the padding stays zero) and this rank's piece of S elements of each: the
+  // reduce-scatter's input and output, the all-gather's input (the parameter piece) and output.
+  const torch::Tensor& padded_parameters() const { return params_; }
+  const torch::Tensor& padded_gradients() const { return grads_; }
+  torch::Tensor parameter_piece() const;
+  const torch::Tensor& gradient_piece() const { return gradient_piece_; }
+  // The squared L2 norm of the gradient this step reads (the slice's when sharded), a one-element float tensor on the
+  // parameters' device: the cluster sums the ranks' for global clipping.
+  torch::Tensor SquaredSliceNorm() const;
+  // own_gradient_slice: frees the full gradient buffer (its gradient views dangle until ZeroGrad re-allocates it;
+  // nothing may read them meanwhile). No-op otherwise.
+  void ReleaseGradients();
 
  private:
   void CheckViews() const;
   void UpdateWithTensorOps(double lr, const torch::Tensor& grads);  // devices other than the CPU, without fusion
+  // The decayed elements of the window: [0, this) of it get weight decay.
+  int64_t DecayedInWindow() const { return std::clamp(decayed_ - begin_, int64_t{0}, end_ - begin_); }
+  void SetUpShard(int64_t total, const torch::TensorOptions& options, const std::optional<FlatShard>& shard);
 
   std::vector<torch::Tensor> views_;  // the parameters, now views into params_
   AdamWSettings settings_;
   torch::Tensor params_, grads_, exp_avg_, exp_avg_sq_;
+  torch::Tensor flat_params_, flat_grads_;  // params_, grads_ without the padding
+  // The stepped window [begin_, end_) of the buffers (everything unless sharded), the gradient the step reads for it
+  // (a view of grads_ or, own_gradient_slice, of its own buffer) and the S-element piece the reduce-scatter fills.
+  bool sharded_ = false;
+  bool own_gradient_slice_ = false;
+  bool released_ = false;  // ReleaseGradients freed grads_' memory
+  int64_t begin_ = 0, end_ = 0, piece_begin_ = 0, piece_length_ = 0;
+  torch::Tensor step_grads_, gradient_piece_;
   size_t first_laid_ = 0;  // the view at offset 0
   bool fused_ = false;
   int64_t decayed_ = 0;  // params_[0, decayed_) get weight decay, the rest none

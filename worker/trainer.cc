@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <numeric>
 #include <stdexcept>
 #include <thread>
@@ -39,8 +40,14 @@ class AutocastScope {
 
 }  // namespace
 
+std::optional<FlatShard> ShardOf(const Config& config, int rank, int ranks) {
+  if (config.workers.sharding == Sharding::kNone || ranks < 2) return std::nullopt;
+  return FlatShard{rank, ranks, std::max<int64_t>(1, config.comm.chunk_bytes / 4),
+                   config.workers.sharding == Sharding::kGradients};
+}
+
 InnerTrainer::InnerTrainer(const Config& config, TokenData train, torch::Device device, uint64_t seed,
-                           LanguageModelPtr model)
+                           LanguageModelPtr model, const std::optional<FlatShard>& shard)
     : config_(config),
       train_(std::move(train)),
       sampler_(config.data.sampling, train_.layout(), seed),
@@ -53,13 +60,14 @@ InnerTrainer::InnerTrainer(const Config& config, TokenData train, torch::Device 
   adamw.beta2 = config.inner.beta2;
   adamw.weight_decay = config.inner.weight_decay;
   adamw.decay_1d = config.inner.weight_decay_1d;
-  optimizer_ = std::make_unique<FlatAdamW>(model_->parameters(), adamw);
+  optimizer_ = std::make_unique<FlatAdamW>(model_->parameters(), adamw, shard);
 }
 
 absl::StatusOr<std::unique_ptr<InnerTrainer>> InnerTrainer::ForShard(const Config& config,
                                                                      const std::string& manifest_path, int shard_index,
                                                                      int shard_count, int rank, int cluster_size,
-                                                                     LanguageModelPtr model) {
+                                                                     LanguageModelPtr model,
+                                                                     const std::optional<FlatShard>& shard) {
   auto train = TokenData::Load(manifest_path, TokenSplit::kTrain, config.model.seq_len);
   if (!train.ok()) return train.status();
   const int part = shard_index * cluster_size + rank;  // with one rank: the worker's shard itself
@@ -67,7 +75,7 @@ absl::StatusOr<std::unique_ptr<InnerTrainer>> InnerTrainer::ForShard(const Confi
   if (!s.ok()) return s;
   const uint64_t seed = static_cast<uint64_t>(config.run.seed) * 1000003ULL + static_cast<uint64_t>(part) + 1;
   return std::make_unique<InnerTrainer>(config, std::move(*train), torch::Device(config.workers.device), seed,
-                                        std::move(model));
+                                        std::move(model), shard);
 }
 
 SamplerState InnerTrainer::sampler_state() const { return sampler_.state(); }
@@ -130,6 +138,26 @@ torch::Tensor InnerTrainer::ForwardBackward(const Batch& batch) {
   return total;
 }
 
+void InnerTrainer::ClippedStep(double lr) {
+  // Clipping as torch::nn::utils::clip_grad_norm_ does it, its scale folded into the step: on the CPU a double
+  // (one read of the norm), on a GPU a one-element tensor computed there and handed to the fused AdamW kernel.
+  // A sharded cluster's norm is the sum of its ranks' squared slice norms (the norm hook).
+  const double clip = config_.inner.grad_clip;
+  if (device_.is_cpu()) {
+    double grad_scale = 1.0;
+    if (clip > 0) {
+      const double norm = norm_hook_ ? std::sqrt(norm_hook_().item<double>()) : optimizer_->GradNorm();
+      grad_scale = std::min(1.0, clip / (norm + 1e-6));
+    }
+    optimizer_->Step(lr, grad_scale);
+  } else if (clip > 0 && norm_hook_) {
+    torch::NoGradGuard no_grad;
+    optimizer_->Step(lr, (clip / (norm_hook_().sqrt() + 1e-6)).clamp_max(1.0).reshape({1}));
+  } else {
+    optimizer_->Step(lr, clip > 0 ? optimizer_->ClipScale(clip) : torch::Tensor());
+  }
+}
+
 StepStats InnerTrainer::TrainSteps(int64_t first_step, int64_t n, const std::atomic<bool>* stop) {
   const auto start = std::chrono::steady_clock::now();
   const int64_t total_steps = config_.outer.rounds * config_.inner.steps;
@@ -151,18 +179,7 @@ StepStats InnerTrainer::TrainSteps(int64_t first_step, int64_t n, const std::ato
       stats.abandoned = true;
       break;
     }
-    // Clipping as torch::nn::utils::clip_grad_norm_ does it, its scale folded into the step: on the CPU a double
-    // (one read of the norm), on a GPU a one-element tensor computed there and handed to the fused AdamW kernel.
-    if (device_.is_cpu()) {
-      double grad_scale = 1.0;
-      if (config_.inner.grad_clip > 0) {
-        grad_scale = std::min(1.0, config_.inner.grad_clip / (optimizer_->GradNorm() + 1e-6));
-      }
-      optimizer_->Step(lr, grad_scale);
-    } else {
-      optimizer_->Step(lr,
-                       config_.inner.grad_clip > 0 ? optimizer_->ClipScale(config_.inner.grad_clip) : torch::Tensor());
-    }
+    ClippedStep(lr);
     if (step_hook_) step_hook_(params, first_step + i);
     losses.push_back(loss);
     stats.last_lr = lr;

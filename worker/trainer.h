@@ -31,12 +31,17 @@
 
 namespace diloco {
 
+// Rank `rank` of `ranks`' slice of the inner step when config.workers.sharding is not none and ranks > 1 (slices
+// aligned to comm.chunk_bytes / 4 elements, the wire's chunk); nullopt otherwise.
+std::optional<FlatShard> ShardOf(const Config& config, int rank, int ranks);
+
 class InnerTrainer {
  public:
   // Trains on `train`'s selected shard; `seed` seeds the sampler (data.sampling). `model`: the model to train (made
   // from config.model and run.seed when null; a caller that needed the model before it had the shard passes it).
+  // `shard`: this rank's slice of a sharded cluster's inner step (ShardOf), none: the full AdamW state.
   InnerTrainer(const Config& config, TokenData train, torch::Device device, uint64_t seed,
-               LanguageModelPtr model = nullptr);
+               LanguageModelPtr model = nullptr, const std::optional<FlatShard>& shard = {});
 
   // The trainer of rank `rank` of a worker cluster of `cluster_size` (1: a plain worker) that reads shard
   // shard_index of shard_count of the training split of the token manifest at manifest_path: the rank reads its own
@@ -44,7 +49,8 @@ class InnerTrainer {
   // manifest, the token file or the shard.
   static absl::StatusOr<std::unique_ptr<InnerTrainer>> ForShard(const Config& config, const std::string& manifest_path,
                                                                 int shard_index, int shard_count, int rank,
-                                                                int cluster_size, LanguageModelPtr model = nullptr);
+                                                                int cluster_size, LanguageModelPtr model = nullptr,
+                                                                const std::optional<FlatShard>& shard = {});
 
   // The data position (worker/data/window_sampler.h): save it with the optimizer state, restore it after a restart to
   // continue the same stream of windows. RestoreSampler fails (and changes nothing) for a state that does not fit.
@@ -83,6 +89,10 @@ class InnerTrainer {
   using GradientHook = std::function<bool(const torch::Tensor& flat_gradients, bool want_stop)>;
   using StepHook = std::function<void(const std::vector<torch::Tensor>& params, int64_t step)>;
   void set_gradient_hook(GradientHook hook) { gradient_hook_ = std::move(hook); }
+  // Sharded clusters: the norm hook returns the squared L2 norm of the whole reduced gradient (one-element tensor on
+  // the device; the ranks' slices summed), which clipping then uses instead of the optimizer's own gradient norm.
+  using NormHook = std::function<torch::Tensor()>;
+  void set_norm_hook(NormHook hook) { norm_hook_ = std::move(hook); }
   void set_step_hook(StepHook hook) { step_hook_ = std::move(hook); }
   // The inner AdamW (its moments and step count: the worker's local state, worker/worker_state.h).
   FlatAdamW& optimizer() { return *optimizer_; }
@@ -93,6 +103,8 @@ class InnerTrainer {
   // workers.precision's autocast: leaves the gradient of the whole batch's mean loss in .grad (zeroed before) and
   // returns that loss as a 0-dim tensor on the device (no host sync).
   torch::Tensor ForwardBackward(const Batch& batch);
+  // The AdamW step on the gradients in place, clipped to inner.grad_clip over the global norm.
+  void ClippedStep(double lr);
 
   Config config_;
   TokenData train_;
@@ -102,6 +114,7 @@ class InnerTrainer {
   LanguageModelPtr model_;
   std::unique_ptr<FlatAdamW> optimizer_;
   GradientHook gradient_hook_;
+  NormHook norm_hook_;
   StepHook step_hook_;
 };
 

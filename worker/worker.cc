@@ -66,12 +66,14 @@ absl::Status Worker::SetUp(const TokenCache& cache) {
 absl::Status Worker::SetUpTrainer(const TokenCache& cache, LanguageModelPtr model, const std::string& fingerprint) {
   const JoinReply& join = session_->join();
   auto trainer = InnerTrainer::ForShard(config_, cache.meta_path(), join.shard_index(), join.shard_count(), 0,
-                                        ClusterSize(), std::move(model));
+                                        ClusterSize(), std::move(model), ShardOf(config_, 0, ClusterSize()));
   if (!trainer.ok()) return WithExitCode(trainer.status(), kWorkerConfigError);
   trainer_ = std::move(*trainer);
   if (leader_) {
     leader_->Shard(join.shard_index(), join.shard_count());
-    cluster_->AttachTo(*trainer_, config_.workers.check_replicas);
+    if (absl::Status s = cluster_->AttachTo(*trainer_, config_.workers.check_replicas); !s.ok()) {
+      return WithExitCode(s, kWorkerClusterFailed);
+    }
   }
   StateIdentity identity{options_.id,
                          fingerprint,

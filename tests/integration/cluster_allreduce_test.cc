@@ -2,9 +2,13 @@
 // the same path on CUDA): the in-place all-reduce of the inner optimizer's flat gradient buffer gives every parameter
 // the mean of the ranks' gradients, tensor by tensor, as a per-tensor reference computes it, also when the flat buffer
 // lays the tensors out in another order than the model's (weight_decay_1d false); and the ranks' stop wishes are ORed.
+// The sharded step (workers.sharding optimizer and gradients) on four ranks against torch.optim.AdamW on the full model
+// (tests/golden/make_sharded_adamw_golden.py): reduce-scatter, global clipping, AdamW on each slice, all-gather.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,6 +21,8 @@
 
 namespace diloco::testing {
 namespace {
+
+#include "tests/integration/sharded_adamw_golden.inc"
 
 struct Rank {
   LanguageModelPtr model;
@@ -74,6 +80,69 @@ TEST(ClusterAllReduce, FlatBufferInPlaceMatchesPerTensorMeanAndOrsStopWishes) {
         EXPECT_TRUE(params[i].grad().equal(expected)) << "rank " << r << " parameter " << i;
       }
     }
+  }
+}
+
+// One rank of the golden sharded step: the golden parameters, FlatAdamW over slice `rank` (align 4: slices of 16 of
+// the 54 elements, the last one 6), fed the rank's golden gradients.
+struct ShardedRank {
+  std::vector<torch::Tensor> params;
+  std::unique_ptr<FlatAdamW> optimizer;
+};
+
+ShardedRank MakeShardedRank(int rank, bool own_gradient_slice) {
+  ShardedRank out;
+  for (size_t i = 0; i < kGoldenShapes.size(); ++i) {
+    out.params.push_back(torch::tensor(kGoldenParams[i]).reshape(kGoldenShapes[i]).requires_grad_(true));
+  }
+  AdamWSettings settings;
+  settings.weight_decay = kGoldenWeightDecay;
+  settings.decay_1d = false;
+  out.optimizer =
+      std::make_unique<FlatAdamW>(out.params, settings, FlatShard{rank, kGoldenRanks, /*align=*/4, own_gradient_slice});
+  return out;
+}
+
+TEST(ClusterShardedStep, FourRanksMatchTorchAdamWOnTheFullModel) {
+  for (const bool own_gradient_slice : {false, true}) {
+    SCOPED_TRACE(own_gradient_slice ? "workers.sharding gradients" : "workers.sharding optimizer");
+    const std::string store = "127.0.0.1:" + std::to_string(FreePort());
+    std::vector<ShardedRank> ranks;
+    for (int r = 0; r < kGoldenRanks; ++r) ranks.push_back(MakeShardedRank(r, own_gradient_slice));
+    std::vector<std::string> errors(kGoldenRanks);
+    auto run = [&](int r) {
+      auto cluster = WorkerCluster::Connect(r, kGoldenRanks, store, 60);
+      if (!cluster.ok()) {
+        errors[r] = std::string(cluster.status().message());
+        return;
+      }
+      FlatAdamW& opt = *ranks[r].optimizer;
+      for (int step = 0; step < kGoldenSteps; ++step) {
+        opt.ZeroGrad();
+        for (size_t i = 0; i < ranks[r].params.size(); ++i) {
+          ranks[r].params[i].mutable_grad().copy_(torch::tensor(kGoldenGrads[step][r][i]).reshape(kGoldenShapes[i]));
+        }
+        if ((*cluster)->ReduceScatterGradients(opt, false)) errors[r] = "a rank wanted to stop";
+        const double norm = std::sqrt((*cluster)->squared_gradient_norm().item<double>());
+        opt.Step(kGoldenLr, std::min(1.0, kGoldenMaxNorm / (norm + 1e-6)));
+        (*cluster)->GatherParameters(opt);
+      }
+    };
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kGoldenRanks; ++r) threads.emplace_back(run, r);
+    for (std::thread& t : threads) t.join();
+    for (int r = 0; r < kGoldenRanks; ++r) {
+      ASSERT_EQ(errors[r], "") << "rank " << r;
+      EXPECT_EQ(ranks[r].optimizer->exp_avg().numel(), r < 3 ? 16 : 6) << "moments of the slice only, rank " << r;
+      for (size_t i = 0; i < kGoldenShapes.size(); ++i) {
+        const torch::Tensor expected = torch::tensor(kGoldenAfter[kGoldenSteps - 1][i]).reshape(kGoldenShapes[i]);
+        const double diff = (ranks[r].params[i].detach() - expected).abs().max().item<double>();
+        EXPECT_LE(diff, 1e-6) << "rank " << r << " parameter " << i;
+        EXPECT_TRUE(ranks[r].params[i].equal(ranks[0].params[i])) << "rank " << r << " differs from rank 0";
+      }
+    }
+    // The padding of the parameter buffer stays zero.
+    EXPECT_EQ(ranks[0].optimizer->padded_parameters().narrow(0, 54, 10).abs().sum().item<double>(), 0.0);
   }
 }
 

@@ -247,5 +247,25 @@ TEST(ConfigLoaderTest, MetricsListenIsOffByDefaultAndMustBeHostPort) {
   }
 }
 
+TEST(ConfigLoaderTest, ShardingNeedsAClusterAndNamesBothKeys) {
+  absl::StatusOr<Config> none = ParseConfig("", "my.yaml");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->workers.sharding, Sharding::kNone);
+  for (const char* mode : {"optimizer", "gradients"}) {
+    absl::StatusOr<Config> alone = ParseConfig("", "my.yaml", {std::string("workers.sharding=") + mode});
+    ASSERT_FALSE(alone.ok()) << mode;
+    EXPECT_THAT(Message(alone.status()), HasSubstr("workers.sharding")) << mode;
+    EXPECT_THAT(Message(alone.status()), HasSubstr("workers.cluster_size")) << mode;
+    absl::StatusOr<Config> cluster =
+        ParseConfig("workers: {cluster_size: 4}\n", "my.yaml", {std::string("workers.sharding=") + mode});
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    EXPECT_EQ(cluster->workers.sharding,
+              std::string(mode) == "optimizer" ? Sharding::kOptimizer : Sharding::kGradients);
+  }
+  absl::StatusOr<Config> bad = ParseConfig("workers: {cluster_size: 4, sharding: zero3}\n", "my.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(Message(bad.status()), HasSubstr("workers.sharding"));
+}
+
 }  // namespace
 }  // namespace diloco

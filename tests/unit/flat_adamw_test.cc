@@ -184,4 +184,41 @@ TEST(FlatAdamWTest, OneDimensionalTensorsWithoutDecayMatchTorchParamGroups) {
   }
 }
 
+// A sharded rank (FlatShard: workers.sharding): the buffers are padded to n x S, the moments cover the slice only, the
+// step moves only the slice (with the one-process stand-in for the cluster's reduce-scatter: the piece copied from the
+// full gradient), and with its own gradient slice the full gradient buffer can be freed and comes back, still
+// aliased by the parameters' gradients, at the next zeroing.
+TEST(FlatAdamWTest, ShardedRankStepsItsSliceAndReleasesTheFullGradient) {
+  for (const bool own : {false, true}) {
+    SCOPED_TRACE(own ? "own gradient slice" : "slice of the full gradient");
+    torch::manual_seed(3);
+    Net net;
+    const int64_t n = 50 * 16 + 16 * 32 + 32 + 32 * 16 + 16;  // 1872
+    FlatAdamW flat(net.parameters(), AdamWSettings{}, FlatShard{1, 4, 100, own});
+    EXPECT_TRUE(flat.sharded());
+    EXPECT_EQ(flat.flat_parameters().numel(), n);
+    EXPECT_EQ(flat.padded_parameters().numel(), 4 * 500);  // S = ceil(1872 / 400) x 100
+    EXPECT_EQ(flat.exp_avg().numel(), 500);
+    EXPECT_EQ(flat.gradient_piece().numel(), 500);
+    for (int step = 0; step < 2; ++step) {
+      flat.ZeroGrad();
+      net.Loss(torch::randint(50, {4, 8}), torch::randint(50, {4, 8})).backward();
+      const torch::Tensor full = flat.flat_gradients().clone();
+      EXPECT_GT(full.abs().sum().item<double>(), 0);
+      if (own) flat.gradient_piece().copy_(flat.padded_gradients().narrow(0, 500, 500));
+      flat.ReleaseGradients();
+      const torch::Tensor before = flat.flat_parameters().clone();
+      flat.Step(1e-2);
+      const torch::Tensor moved = (flat.flat_parameters() - before).abs() > 0;
+      EXPECT_EQ(moved.narrow(0, 0, 500).sum().item<int64_t>(), 0) << "slice 0 is not this rank's";
+      EXPECT_EQ(moved.narrow(0, 1000, n - 1000).sum().item<int64_t>(), 0) << "slices 2 and 3 are not this rank's";
+      EXPECT_GT(moved.narrow(0, 500, 500).sum().item<int64_t>(), 400);
+      EXPECT_NEAR(flat.SquaredSliceNorm().item<double>(), full.narrow(0, 500, 500).square().sum().item<double>(), 1e-4);
+    }
+    flat.ZeroGrad();  // after a release: the memory is back and the gradients are views of it again
+    EXPECT_EQ(net.fc->weight.grad().data_ptr<float>(), flat.padded_gradients().data_ptr<float>() + 50 * 16);
+    EXPECT_EQ(flat.flat_gradients().abs().sum().item<double>(), 0);
+  }
+}
+
 }  // namespace diloco
