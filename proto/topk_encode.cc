@@ -51,6 +51,31 @@ class BitWriter {
   int fill_ = 0;
 };
 
+// The keep-th largest of mag[0..n). Exact, and mostly fast: a block of 1024 or more first takes t0, the
+// (keep / 16)-th largest of every 8th element; when at least `keep` elements are >= t0, the answer is the keep-th
+// largest of those few (every element of the top keep is >= t0); otherwise of the whole block. scratch: n floats.
+float KthLargest(const float* mag, int64_t n, int64_t keep, float* scratch) {
+  constexpr int64_t kStride = 8;
+  const int64_t sample_rank = keep / 16;
+  if (n >= 1024 && sample_rank >= 1) {
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i += kStride) scratch[m++] = mag[i];
+    std::nth_element(scratch, scratch + sample_rank, scratch + m, std::greater<float>());
+    const float t0 = scratch[sample_rank];
+    int64_t c = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (mag[i] >= t0) scratch[c++] = mag[i];
+    }
+    if (c >= keep) {
+      std::nth_element(scratch, scratch + keep - 1, scratch + c, std::greater<float>());
+      return scratch[keep - 1];
+    }
+  }
+  std::copy(mag, mag + n, scratch);
+  std::nth_element(scratch, scratch + keep - 1, scratch + n, std::greater<float>());
+  return scratch[keep - 1];
+}
+
 // One block's selection: the positions of its `keep` largest magnitudes (ties: lower position), ascending, written
 // to `positions`. mag holds |x| with NaN read as +inf; scratch is a buffer of at least n floats.
 void SelectBlock(const float* mag, int64_t n, int64_t keep, float* scratch, std::vector<int32_t>& positions) {
@@ -59,9 +84,7 @@ void SelectBlock(const float* mag, int64_t n, int64_t keep, float* scratch, std:
     for (int64_t i = 0; i < n; ++i) positions.push_back(static_cast<int32_t>(i));
     return;
   }
-  std::copy(mag, mag + n, scratch);
-  std::nth_element(scratch, scratch + keep - 1, scratch + n, std::greater<float>());
-  const float t = scratch[keep - 1];  // the k-th largest magnitude
+  const float t = KthLargest(mag, n, keep, scratch);  // the k-th largest magnitude
   int64_t above = 0;
   for (int64_t i = 0; i < n; ++i) above += mag[i] > t;
   int64_t ties = keep - above;  // how many of the values equal to t are kept: the lowest positions
