@@ -148,7 +148,7 @@ struct WorkersConfig {
 
 struct CommConfig {
   int64_t chunk_bytes = 1 << 20;            // payload bytes per streamed chunk
-  WireCodec codec = WireCodec::kFp32;       // pseudo-gradient push: fp32 | bf16 | fp16 | int8 | int4
+  WireCodec codec = WireCodec::kFp32;       // pseudo-gradient push: fp32 | bf16 | fp16 | int8 | int4 | topk
   WireCodec pull_codec = WireCodec::kFp32;  // global parameters pull (lossless fp32 by default)
   bool error_feedback = false;              // worker keeps the quantization residual, adds it next round
   // Streaming DiLoCo (arXiv 2501.18512): the model is split into `fragments` groups of layers (strided), and one
@@ -160,6 +160,11 @@ struct CommConfig {
   // connection beside gRPC, proto/push_frames.h: fewer copies; plaintext, so not with security.tls_*).
   PushTransport transport = PushTransport::kGrpc;
   int64_t tcp_port = 0;  // transport tcp: the coordinator's push port (0: any free one)
+  // codec topk (SparseLoCo, proto/topk_codec.h): per block of topk_chunk elements keep topk_per_chunk values, from
+  // the error-feedback accumulator e <- error_decay * e + delta (always on with topk).
+  int64_t topk_chunk = 4096;
+  int64_t topk_per_chunk = 64;
+  double error_decay = 0.95;
 };
 
 // Transport security (docs/operations.md "Security"). The same keys on every process: the coordinator serves with

@@ -10,20 +10,20 @@
 
 namespace diloco {
 
-enum class OuterMode { kSync, kAsync };                      // outer.mode
-enum class OuterOptimizerKind { kNesterov, kSgd };           // outer.optimizer
-enum class LatePolicy { kDrop, kReuseLocal };                // outer.late_policy
-enum class InnerOptimizerKind { kAdamW };                    // inner.optimizer
-enum class DataSplit { kIid, kContiguous };                  // data.split
-enum class WireCodec { kFp32, kBf16, kFp16, kInt8, kInt4 };  // comm.codec, comm.pull_codec
-enum class PushTransport { kGrpc, kTcp };                    // comm.transport
-enum class Precision { kFp32, kBf16 };                       // workers.precision
-enum class ModelArch { kGpt, kGpt2, kLlama };                // model.arch (worker/lm/model_registry.cc)
-enum class DataFormat { kText, kJsonl, kTokens };            // data.format
-enum class TokenDtype { kUint16, kUint32 };                  // data.token_dtype (raw token files)
-enum class BadRecordPolicy { kFail, kSkip };                 // data.on_bad_record
-enum class DataSampling { kRandom, kSequential };            // data.sampling
-enum class Sharding { kNone, kOptimizer, kGradients };       // workers.sharding
+enum class OuterMode { kSync, kAsync };                             // outer.mode
+enum class OuterOptimizerKind { kNesterov, kSgd };                  // outer.optimizer
+enum class LatePolicy { kDrop, kReuseLocal };                       // outer.late_policy
+enum class InnerOptimizerKind { kAdamW };                           // inner.optimizer
+enum class DataSplit { kIid, kContiguous };                         // data.split
+enum class WireCodec { kFp32, kBf16, kFp16, kInt8, kInt4, kTopk };  // comm.codec, comm.pull_codec (not topk)
+enum class PushTransport { kGrpc, kTcp };                           // comm.transport
+enum class Precision { kFp32, kBf16 };                              // workers.precision
+enum class ModelArch { kGpt, kGpt2, kLlama };                       // model.arch (worker/lm/model_registry.cc)
+enum class DataFormat { kText, kJsonl, kTokens };                   // data.format
+enum class TokenDtype { kUint16, kUint32 };                         // data.token_dtype (raw token files)
+enum class BadRecordPolicy { kFail, kSkip };                        // data.on_bad_record
+enum class DataSampling { kRandom, kSequential };                   // data.sampling
+enum class Sharding { kNone, kOptimizer, kGradients };              // workers.sharding
 
 // EnumNames<E>::kNames: every value of E with its YAML name, in declaration order.
 template <typename E>
@@ -56,11 +56,12 @@ struct EnumNames<DataSplit> {
 };
 template <>
 struct EnumNames<WireCodec> {
-  static constexpr std::array<std::pair<WireCodec, std::string_view>, 5> kNames{{{WireCodec::kFp32, "fp32"},
+  static constexpr std::array<std::pair<WireCodec, std::string_view>, 6> kNames{{{WireCodec::kFp32, "fp32"},
                                                                                  {WireCodec::kBf16, "bf16"},
                                                                                  {WireCodec::kFp16, "fp16"},
                                                                                  {WireCodec::kInt8, "int8"},
-                                                                                 {WireCodec::kInt4, "int4"}}};
+                                                                                 {WireCodec::kInt4, "int4"},
+                                                                                 {WireCodec::kTopk, "topk"}}};
 };
 template <>
 struct EnumNames<PushTransport> {

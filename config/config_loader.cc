@@ -232,6 +232,15 @@ absl::Status ValidateComm(const Config& c) {
         c.outer.mode == OuterMode::kAsync ? "outer.mode async" : "inner.adaptive_steps",
         " needs comm.fragments 1 and comm.overlap_steps 0 (Streaming DiLoCo rounds are fixed fragments of H)"));
   }
+  if (c.comm.pull_codec == WireCodec::kTopk) {
+    return absl::InvalidArgumentError(
+        "comm.pull_codec: topk is for pushes only; pulls carry the dense theta "
+        "(fp32, bf16, fp16, int8 or int4)");
+  }
+  if (c.comm.topk_per_chunk > c.comm.topk_chunk) {
+    return absl::InvalidArgumentError(absl::StrCat("comm.topk_per_chunk (", c.comm.topk_per_chunk,
+                                                   ") must be at most comm.topk_chunk (", c.comm.topk_chunk, ")"));
+  }
   return absl::OkStatus();
 }
 

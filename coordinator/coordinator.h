@@ -61,6 +61,7 @@
 #include "proto/diloco.pb.h"
 #include "proto/fragment_plan.h"
 #include "proto/tensor_spec.h"
+#include "proto/topk_codec.h"
 
 namespace diloco {
 
@@ -93,6 +94,10 @@ class CoordinatorCore {
   // chunk's encoded payload size, for the byte counters (-1: the size of `values`).
   absl::Status FoldChunk(PushTicket& ticket, size_t index, int64_t offset, const at::Tensor& values,
                          int64_t wire_bytes = -1) ABSL_LOCKS_EXCLUDED(mu_);
+  // The same for a validated topk chunk (comm.codec topk), folded straight from its kept values: no dense copy
+  // (coordinator/coordinator_sparse.cc). `count`: the chunk's elements.
+  absl::Status FoldSparseChunk(PushTicket& ticket, size_t index, int64_t offset, int64_t count,
+                               const SparseChunk& sparse, int64_t wire_bytes) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status CommitPush(PushTicket& ticket) ABSL_LOCKS_EXCLUDED(mu_);
   void AbortPush(PushTicket& ticket, const std::string& why) ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -44,6 +44,12 @@ absl::Status PushSession::Consume(const PushMessage& message) {
   if (message.has_header()) return absl::InvalidArgumentError("a push header may appear only once");
   if (!message.has_chunk()) return absl::InvalidArgumentError("push message holds neither a header nor a chunk");
   const TensorChunk& chunk = message.chunk();
+  if (chunk.codec() == CODEC_TOPK) {  // folded from its kept values (coordinator_sparse.cc)
+    auto sparse = reader_->NextSparse(chunk);
+    if (!sparse.ok()) return sparse.status();
+    return core_->FoldSparseChunk(*ticket_, (*members_)[reader_->tensor_index()], reader_->chunk_offset(),
+                                  chunk.count(), *sparse, static_cast<int64_t>(chunk.data().size()));
+  }
   auto view = reader_->Next(chunk);
   if (!view.ok()) return view.status();
   return core_->FoldChunk(*ticket_, (*members_)[reader_->tensor_index()], reader_->chunk_offset(), *view,

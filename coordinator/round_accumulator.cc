@@ -29,6 +29,15 @@ void RoundAccumulator::Fold(size_t index, int64_t offset, const at::Tensor& valu
   flat.narrow(0, offset, values.numel()).add_(values.to(at::kFloat), weight);
 }
 
+void RoundAccumulator::FoldSparse(size_t index, int64_t offset, const at::Tensor& positions, const at::Tensor& values,
+                                  double weight) {
+  float* sum = sums_.at(index).data_ptr<float>() + offset;
+  const int64_t* p = positions.data_ptr<int64_t>();
+  const float* v = values.data_ptr<float>();
+  const auto w = static_cast<float>(weight);  // as Fold's add_ does: float32 arithmetic
+  for (int64_t i = 0; i < values.numel(); ++i) sum[p[i]] += w * v[i];
+}
+
 void RoundAccumulator::AddContribution(double weight) {
   total_weight_ += weight;
   ++contributions_;

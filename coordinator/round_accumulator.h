@@ -25,6 +25,9 @@ class RoundAccumulator {
 
   // Adds weight * values to elements [offset, offset + values.numel()) of tensor `index`. values: 1-D, any float dtype.
   void Fold(size_t index, int64_t offset, const at::Tensor& values, double weight);
+  // Adds weight * values[i] to element offset + positions[i] of tensor `index` (a sparse chunk: positions int64,
+  // values float32, both 1-D of one length; positions checked by the caller), touching only those elements.
+  void FoldSparse(size_t index, int64_t offset, const at::Tensor& positions, const at::Tensor& values, double weight);
 
   // Counts one complete contribution of the given weight.
   void AddContribution(double weight);

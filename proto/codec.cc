@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "proto/topk_codec.h"
 
 namespace diloco {
 namespace {
@@ -23,7 +24,8 @@ absl::StatusOr<Codec> CodecFromName(const std::string& name) {
   if (name == "fp16") return CODEC_FP16;
   if (name == "int8") return CODEC_INT8;
   if (name == "int4") return CODEC_INT4;
-  return absl::InvalidArgumentError(absl::StrCat("codec '", name, "': expected fp32, bf16, fp16, int8 or int4"));
+  if (name == "topk") return CODEC_TOPK;
+  return absl::InvalidArgumentError(absl::StrCat("codec '", name, "': expected fp32, bf16, fp16, int8, int4 or topk"));
 }
 
 Codec CodecOf(WireCodec codec) {
@@ -38,6 +40,8 @@ Codec CodecOf(WireCodec codec) {
       return CODEC_INT8;
     case WireCodec::kInt4:
       return CODEC_INT4;
+    case WireCodec::kTopk:
+      return CODEC_TOPK;
   }
   return CODEC_RAW;
 }
@@ -54,6 +58,8 @@ const char* CodecName(Codec codec) {
       return "int8";
     case CODEC_INT4:
       return "int4";
+    case CODEC_TOPK:
+      return "topk";
     default:
       return "unknown";
   }
@@ -68,6 +74,8 @@ int64_t EncodedBytes(Codec codec, int64_t count, int64_t element_size) {
       return count;
     case CODEC_INT4:
       return (count + 1) / 2;
+    case CODEC_TOPK:
+      return TopkEncodedBytes(count, TopkParams{});
     default:
       return count * element_size;
   }
@@ -82,6 +90,8 @@ int64_t ChunkElements(Codec codec, int64_t chunk_bytes, int64_t element_size) {
       return std::max<int64_t>(1, chunk_bytes);
     case CODEC_INT4:
       return std::max<int64_t>(2, 2 * chunk_bytes);
+    case CODEC_TOPK:
+      return TopkChunkElements(chunk_bytes, TopkParams{});
     default:
       return std::max<int64_t>(1, chunk_bytes / element_size);
   }
@@ -118,6 +128,9 @@ void EncodeValues(const at::Tensor& values, Codec codec, TensorChunk* chunk) {
       SetBytes(pairs.select(1, 0).bitwise_or(pairs.select(1, 1).bitwise_left_shift(4)).contiguous(), chunk);
       return;
     }
+    case CODEC_TOPK:
+      EncodeTopk(values.contiguous(), TopkParams{}, chunk);
+      return;
     default:
       SetBytes(values.contiguous(), chunk);
   }
@@ -130,8 +143,13 @@ absl::StatusOr<at::Tensor> DecodeValues(const TensorChunk& chunk, at::ScalarType
     return absl::InvalidArgumentError(
         absl::StrCat("tensor '", chunk.name(), "': codec ", CodecName(codec), " is only for float32 tensors"));
   }
-  if (codec < CODEC_RAW || codec > CODEC_INT4) {
+  if (codec < CODEC_RAW || codec > CODEC_TOPK) {
     return absl::InvalidArgumentError(absl::StrCat("tensor '", chunk.name(), "': unknown codec ", codec));
+  }
+  if (codec == CODEC_TOPK) {
+    absl::StatusOr<SparseChunk> sparse = DecodeTopk(chunk);
+    if (!sparse.ok()) return sparse.status();
+    return at::zeros({count}, at::kFloat).index_put_({sparse->index}, sparse->values);
   }
   const int64_t expected = EncodedBytes(codec, count, c10::elementSize(dtype));
   if (static_cast<int64_t>(chunk.data().size()) != expected) {

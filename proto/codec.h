@@ -4,6 +4,8 @@
 //   bf16  bfloat16 (relative error <= 2^-8 per element), fp16 (relative <= 2^-11 within fp16 range)
 //   int8  affine per chunk: q = round((x - lo) / scale), scale = (hi - lo) / 255, |error| <= scale / 2
 //   int4  the same with 15 levels, two values per byte, |error| <= scale / 2
+//   topk  sparse: per block the largest values, 2 bits each (proto/topk_codec.h; here with its default block and
+//         count: TensorChunker takes others)
 // scale and lo travel in the chunk (value = lo + q * scale). Pure functions; thread-safe.
 #pragma once
 

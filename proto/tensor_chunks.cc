@@ -20,16 +20,19 @@ std::string ShapeForMessage(const google::protobuf::RepeatedField<int64_t>& shap
 
 }  // namespace
 
-TensorChunker::TensorChunker(NamedTensors tensors, int64_t chunk_bytes, Codec codec)
-    : tensors_(std::move(tensors)), chunk_bytes_(std::max<int64_t>(chunk_bytes, kMinChunkBytes)), codec_(codec) {
+TensorChunker::TensorChunker(NamedTensors tensors, int64_t chunk_bytes, Codec codec, TopkParams topk)
+    : tensors_(std::move(tensors)),
+      chunk_bytes_(std::max<int64_t>(chunk_bytes, kMinChunkBytes)),
+      codec_(codec),
+      topk_(topk) {
   for (auto& [name, t] : tensors_) {
     t = t.contiguous();
     remaining_ += t.numel();
   }
 }
 
-TensorChunker::TensorChunker(NamedTensors tensors, int64_t chunk_bytes, Codec codec, FlatRange range)
-    : TensorChunker(std::move(tensors), chunk_bytes, codec) {
+TensorChunker::TensorChunker(NamedTensors tensors, int64_t chunk_bytes, Codec codec, FlatRange range, TopkParams topk)
+    : TensorChunker(std::move(tensors), chunk_bytes, codec, topk) {
   if (range.begin < 0 || range.end < range.begin || range.end > remaining_) {
     throw std::out_of_range(
         absl::StrCat("chunk range [", range.begin, ", ", range.end, ") outside the ", remaining_, " elements"));
@@ -50,8 +53,9 @@ bool TensorChunker::Next(TensorChunk* out, std::string_view* raw_payload) {
   if (index_ >= tensors_.size() || remaining_ == 0) return false;
   const auto& [name, t] = tensors_[index_];
   const Codec codec = t.scalar_type() == at::kFloat ? codec_ : CODEC_RAW;
-  const int64_t count =
-      std::min({ChunkElements(codec, chunk_bytes_, t.element_size()), t.numel() - offset_, remaining_});
+  const int64_t elements = codec == CODEC_TOPK ? TopkChunkElements(chunk_bytes_, topk_)
+                                               : ChunkElements(codec, chunk_bytes_, t.element_size());
+  const int64_t count = std::min({elements, t.numel() - offset_, remaining_});
   out->Clear();
   out->set_name(name);
   out->set_dtype(ToWireDType(t.scalar_type()).value());
@@ -62,6 +66,9 @@ bool TensorChunker::Next(TensorChunk* out, std::string_view* raw_payload) {
     out->set_codec(CODEC_RAW);
     const char* base = static_cast<const char*>(t.data_ptr()) + offset_ * t.element_size();
     *raw_payload = std::string_view(base, static_cast<size_t>(count * t.element_size()));
+  } else if (codec == CODEC_TOPK) {
+    EncodeTopk(t.view({-1}).narrow(0, offset_, count), topk_, out);
+    if (raw_payload != nullptr) *raw_payload = std::string_view();
   } else {
     EncodeValues(t.view({-1}).narrow(0, offset_, count), codec, out);
     if (raw_payload != nullptr) *raw_payload = std::string_view();
@@ -104,7 +111,7 @@ std::string ChunkStreamReader::Position() const {
   return absl::StrCat("tensor ", index_ + 1, "/", specs_.size(), " '", specs_[index_].name, "' at element ", offset_);
 }
 
-absl::StatusOr<at::Tensor> ChunkStreamReader::Next(const TensorChunk& chunk) {
+absl::Status ChunkStreamReader::CheckNext(const TensorChunk& chunk) const {
   if (Done()) {
     return absl::InvalidArgumentError(
         absl::StrCat("unexpected chunk '", Truncated(chunk.name()), "' after the last tensor (or past the range)"));
@@ -134,14 +141,35 @@ absl::StatusOr<at::Tensor> ChunkStreamReader::Next(const TensorChunk& chunk) {
                                                    " elements at ", offset_, ", only ", remaining,
                                                    " remain (of the tensor, or of the stream's range)"));
   }
-  auto values = DecodeValues(chunk, spec.dtype);
-  if (!values.ok()) return values.status();
+  return absl::OkStatus();
+}
+
+void ChunkStreamReader::Advance(int64_t count) {
   last_index_ = index_;
   last_offset_ = offset_;
-  offset_ += chunk.count();
-  remaining_ -= chunk.count();
+  offset_ += count;
+  remaining_ -= count;
   SkipEmpty();
+}
+
+absl::StatusOr<at::Tensor> ChunkStreamReader::Next(const TensorChunk& chunk) {
+  if (absl::Status s = CheckNext(chunk); !s.ok()) return s;
+  auto values = DecodeValues(chunk, specs_[index_].dtype);
+  if (!values.ok()) return values.status();
+  Advance(chunk.count());
   return values;
+}
+
+absl::StatusOr<SparseChunk> ChunkStreamReader::NextSparse(const TensorChunk& chunk) {
+  if (absl::Status s = CheckNext(chunk); !s.ok()) return s;
+  if (chunk.codec() != CODEC_TOPK || specs_[index_].dtype != at::kFloat) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", specs_[index_].name, "': a sparse chunk must be a topk chunk of a float32 tensor"));
+  }
+  auto sparse = DecodeTopk(chunk);
+  if (!sparse.ok()) return sparse.status();
+  Advance(chunk.count());
+  return sparse;
 }
 
 ChunkAssembler::ChunkAssembler(NamedTensors dest) : dest_(std::move(dest)), reader_(SpecsOf(dest_)) {}

@@ -22,6 +22,7 @@
 #include "proto/named_tensors.h"
 #include "proto/slice_plan.h"
 #include "proto/tensor_spec.h"
+#include "proto/topk_codec.h"
 
 namespace diloco {
 
@@ -30,12 +31,13 @@ constexpr int64_t kMinChunkBytes = 64;  // smaller chunk_bytes are raised to thi
 
 class TensorChunker {
  public:
-  // Tensors must be on the CPU; non-contiguous ones are made contiguous once, here.
-  TensorChunker(NamedTensors tensors, int64_t chunk_bytes, Codec codec = CODEC_RAW);
+  // Tensors must be on the CPU; non-contiguous ones are made contiguous once, here. With CODEC_TOPK a float32
+  // tensor travels in chunks of TopkChunkElements(chunk_bytes, topk) elements, each encoded with `topk`.
+  TensorChunker(NamedTensors tensors, int64_t chunk_bytes, Codec codec = CODEC_RAW, TopkParams topk = {});
   // Only elements [range.begin, range.end) of the tensors flattened end to end (a part of a push or pull in parts,
   // PROTOCOL.md): the first chunk may start mid-tensor, and a chunk never crosses range.end. The range must lie in
   // [0, total elements] (std::out_of_range otherwise).
-  TensorChunker(NamedTensors tensors, int64_t chunk_bytes, Codec codec, FlatRange range);
+  TensorChunker(NamedTensors tensors, int64_t chunk_bytes, Codec codec, FlatRange range, TopkParams topk = {});
 
   // Fills `out` with the next chunk; returns false when every tensor has been sent.
   bool Next(TensorChunk* out);
@@ -51,6 +53,7 @@ class TensorChunker {
   NamedTensors tensors_;
   int64_t chunk_bytes_;
   Codec codec_;
+  TopkParams topk_;
   size_t index_ = 0;
   int64_t offset_ = 0;     // in elements, within tensors_[index_]
   int64_t remaining_ = 0;  // elements still to send
@@ -68,6 +71,9 @@ class ChunkStreamReader {
   // Validates `chunk` as the next one of the stream. On success returns its count values as a 1-D tensor: for raw
   // chunks a view of chunk.data(), valid only while `chunk` is alive and unchanged; else decoded float32.
   absl::StatusOr<at::Tensor> Next(const TensorChunk& chunk);
+  // The same for a CODEC_TOPK chunk of a float32 tensor, without densifying it: the kept values and their positions
+  // relative to the chunk's first element (proto/topk_codec.h DecodeTopk, with all its checks).
+  absl::StatusOr<SparseChunk> NextSparse(const TensorChunk& chunk);
 
   // Index into specs of the tensor the last accepted chunk belonged to, and that chunk's element offset.
   size_t tensor_index() const { return last_index_; }
@@ -80,7 +86,9 @@ class ChunkStreamReader {
   std::string Position() const;
 
  private:
-  void SkipEmpty();  // moves past zero-element tensors and a finished tensor
+  void SkipEmpty();                                        // moves past zero-element tensors and a finished tensor
+  absl::Status CheckNext(const TensorChunk& chunk) const;  // name, dtype, shape, offset, count
+  void Advance(int64_t count);                             // after an accepted chunk
   std::vector<TensorSpec> specs_;
   size_t index_ = 0;
   int64_t offset_ = 0;

@@ -126,7 +126,7 @@ absl::StatusOr<int64_t> CoordinatorClient::Push(int64_t round, const RoundResult
   *header->mutable_meta() = Meta(round);
   FillPushHeader(result.report, header);
   if (const int port = push_port_; port > 0) {
-    TensorChunker chunker(result.pseudo_gradient, chunk_bytes_, push_codec_);
+    TensorChunker chunker(result.pseudo_gradient, chunk_bytes_, push_codec_, topk_);
     absl::StatusOr<int64_t> pushed = tcp_pusher_->Push(port, *header, chunker);
     if (pushed.ok() || !absl::IsUnavailable(pushed.status())) return pushed;
     // The TCP port failed (coordinator restarted on another port, the port unreachable, the connection cut, or the
@@ -135,7 +135,7 @@ absl::StatusOr<int64_t> CoordinatorClient::Push(int64_t round, const RoundResult
     spdlog::warn("{}; pushing over gRPC until the next join", std::string(pushed.status().message()));
     push_port_ = 0;
   }
-  TensorChunker chunker(result.pseudo_gradient, chunk_bytes_, push_codec_);
+  TensorChunker chunker(result.pseudo_gradient, chunk_bytes_, push_codec_, topk_);
   grpc::ClientContext ctx;
   Prepare(&ctx);
   PushReply reply;

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/diloco.grpc.pb.h"
+#include "proto/topk_params.h"
 #include "proto/transport_security.h"
 
 namespace diloco {
@@ -50,6 +51,8 @@ class CoordinatorClient {
   // Sends the pseudo-gradient (of fragment result.report.fragment) computed against round `round`, after a header
   // with the round's report (FillPushHeader); returns the payload bytes sent.
   absl::StatusOr<int64_t> Push(int64_t round, const RoundResult& result);
+  // push_codec topk: the block length and kept values per block (comm.topk_chunk, comm.topk_per_chunk).
+  void set_topk(TopkParams topk) { topk_ = topk; }
 
  private:
   RequestMeta Meta(int64_t round) const;
@@ -63,6 +66,7 @@ class CoordinatorClient {
   double rpc_timeout_s_;
   int64_t chunk_bytes_;
   Codec push_codec_;
+  TopkParams topk_;
   TransportSecurity security_;
   // comm.transport tcp: the push port the last Join named (0: push over gRPC) and the connection to it.
   std::atomic<int> push_port_{0};

@@ -40,6 +40,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorSession>> CoordinatorSession::Open(con
   auto client =
       std::make_unique<CoordinatorClient>(options.coordinator, options.id, fingerprint, config.workers.rpc_timeout_s,
                                           config.comm.chunk_bytes, CodecOf(config.comm.codec), std::move(*security));
+  client->set_topk({config.comm.topk_chunk, config.comm.topk_per_chunk});
   return std::unique_ptr<CoordinatorSession>(
       new CoordinatorSession(config, options, cluster_size, flags, std::move(client)));
 }

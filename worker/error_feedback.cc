@@ -1,20 +1,57 @@
 #include "worker/error_feedback.h"
 
+#include <spdlog/spdlog.h>
+
 #include "proto/tensor_chunks.h"
 
 namespace diloco {
+namespace {
+
+// Splits a flat residual along delta's tensors; empty when the sizes differ.
+std::vector<torch::Tensor> Split(const torch::Tensor& flat, const NamedTensors& delta) {
+  int64_t total = 0;
+  for (const auto& [name, d] : delta) total += d.numel();
+  if (flat.numel() != total) {
+    spdlog::warn("error feedback: the saved residual has {} values, the pseudo-gradient {}; starting from zero",
+                 flat.numel(), total);
+    return {};
+  }
+  std::vector<torch::Tensor> out;
+  int64_t offset = 0;
+  for (const auto& [name, d] : delta) {
+    out.push_back(flat.narrow(0, offset, d.numel()).view_as(d).to(d.device()).clone());
+    offset += d.numel();
+  }
+  return out;
+}
+
+}  // namespace
 
 void ErrorFeedback::Compensate(NamedTensors& delta) {
+  if (residual_.empty() && pending_.defined()) residual_ = Split(pending_, delta);
+  pending_ = torch::Tensor();
   if (residual_.empty()) {
     for (const auto& [name, d] : delta) residual_.push_back(torch::zeros_like(d));
   }
-  const int64_t chunk_elements = ChunkElements(codec_, std::max(chunk_bytes_, kMinChunkBytes), sizeof(float));
+  const int64_t chunk_bytes = std::max(chunk_bytes_, kMinChunkBytes);
   for (size_t i = 0; i < delta.size(); ++i) {
-    torch::Tensor compensated = (delta[i].second + residual_[i]).contiguous();
-    torch::Tensor sent = RoundTrip(compensated.view({-1}), codec_, chunk_elements).view_as(compensated);
-    residual_[i] = compensated - sent;
+    // beta * residual, then + delta: the order of tests/golden/topk_reference.py (two float32 roundings).
+    torch::Tensor compensated =
+        (beta_ == 1.0 ? delta[i].second + residual_[i] : delta[i].second + residual_[i].mul(beta_)).contiguous();
+    torch::Tensor flat = compensated.view({-1});
+    torch::Tensor sent = codec_ == CODEC_TOPK
+                             ? TopkRoundTrip(flat.cpu(), topk_, TopkChunkElements(chunk_bytes, topk_)).to(flat.device())
+                             : RoundTrip(flat, codec_, ChunkElements(codec_, chunk_bytes, sizeof(float)));
+    residual_[i] = compensated - sent.view_as(compensated);
     delta[i].second = compensated;
   }
+}
+
+torch::Tensor ErrorFeedback::Flat() const {
+  if (residual_.empty()) return pending_;
+  std::vector<torch::Tensor> flat;
+  for (const torch::Tensor& r : residual_) flat.push_back(r.reshape({-1}).cpu());
+  return torch::cat(flat);
 }
 
 }  // namespace diloco

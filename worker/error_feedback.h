@@ -1,7 +1,10 @@
-// ErrorFeedback: keeps what quantization dropped from a worker's pseudo-gradient and adds it back next round
-// (comm.error_feedback), so the coordinator receives, summed over rounds, the pseudo-gradients themselves:
-//   compensated = delta + residual;  sent = Q(compensated);  residual = compensated - sent
-// where Q is exactly what the coordinator decodes (codec.h RoundTrip with the push's chunk boundaries).
+// ErrorFeedback: keeps what compression dropped from a worker's pseudo-gradient and adds it back next round
+// (comm.error_feedback with int8/int4; always with comm.codec topk), so the coordinator receives, summed over rounds,
+// the pseudo-gradients themselves:
+//   compensated = delta + beta * residual;  sent = Q(compensated);  residual = compensated - sent
+// where Q is exactly what the coordinator decodes (codec.h RoundTrip, or topk_codec.h TopkRoundTrip, with the push's
+// chunk boundaries). beta = 1 for int8/int4 (the classic error feedback); comm.error_decay (default 0.95) for topk,
+// where the residual is SparseLoCo's error-feedback accumulator e <- beta * e + delta (arXiv 2508.15706).
 // Shapes: one float32 residual per parameter. Not thread-safe: owned by the worker's main loop.
 #pragma once
 
@@ -13,22 +16,33 @@
 
 #include "proto/codec.h"
 #include "proto/named_tensors.h"
+#include "proto/topk_codec.h"
 
 namespace diloco {
 
 class ErrorFeedback {
  public:
-  ErrorFeedback(Codec codec, int64_t chunk_bytes) : codec_(codec), chunk_bytes_(chunk_bytes) {}
+  ErrorFeedback(Codec codec, int64_t chunk_bytes, TopkParams topk = {}, double beta = 1.0)
+      : codec_(codec), chunk_bytes_(chunk_bytes), topk_(topk), beta_(beta) {}
 
-  // Replaces each delta by delta + residual (the tensor to push) and stores the new residual.
+  // Replaces each delta by delta + beta * residual (the tensor to push) and stores the new residual.
   void Compensate(NamedTensors& delta);
 
   const std::vector<torch::Tensor>& residual() const { return residual_; }
+  // The residual as one flat float32 tensor (the tensors concatenated in push order); undefined before the first
+  // Compensate. For the worker's resumable state.
+  torch::Tensor Flat() const;
+  // Restores a residual saved by Flat: it is split along the next Compensate's tensors, or dropped there with a
+  // warning when its size does not match them.
+  void Restore(torch::Tensor flat) { pending_ = std::move(flat); }
 
  private:
   Codec codec_;
   int64_t chunk_bytes_;
+  TopkParams topk_;
+  double beta_;
   std::vector<torch::Tensor> residual_;
+  torch::Tensor pending_;  // a restored residual, until the first Compensate
 };
 
 }  // namespace diloco

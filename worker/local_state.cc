@@ -14,7 +14,12 @@ LocalState::LocalState(const Config& config, InnerTrainer& trainer, StateIdentit
     : config_(config), trainer_(trainer), identity_(std::move(identity)), state_dir_(config.WorkerStateDir()) {
   const Codec codec = CodecOf(config_.comm.codec);
   error_feedback_.resize(static_cast<size_t>(fragments));
-  if (config_.comm.error_feedback && codec != CODEC_RAW) {
+  if (codec == CODEC_TOPK) {  // SparseLoCo: the error-feedback accumulator is part of the codec
+    const TopkParams topk{config_.comm.topk_chunk, config_.comm.topk_per_chunk};
+    for (auto& ef : error_feedback_) {
+      ef = std::make_unique<ErrorFeedback>(codec, config_.comm.chunk_bytes, topk, config_.comm.error_decay);
+    }
+  } else if (config_.comm.error_feedback && codec != CODEC_RAW) {
     for (auto& ef : error_feedback_) ef = std::make_unique<ErrorFeedback>(codec, config_.comm.chunk_bytes);
   }
   std::error_code ec;
@@ -86,6 +91,7 @@ void LocalState::Resume() {
   if (absl::Status s = trainer_.RestoreSampler(sampler); !s.ok()) {
     spdlog::warn("data position not restored ({}); the data stream starts over", std::string(s.message()));
   }
+  RestoreErrorFeedback(saved->error_feedback);
   resumed_ = true;
   spdlog::info(
       "resuming from {}: last pushed round {}, AdamW step {}, data position epoch {} window {} ({:.3f} epochs)", path,
@@ -95,7 +101,8 @@ void LocalState::Resume() {
 void LocalState::Save(int64_t round) {
   if (state_dir_.empty()) return;
   const FlatAdamW& adam = trainer_.optimizer();
-  WorkerState state{identity_, round, adam.steps(), trainer_.sampler_state(), adam.exp_avg(), adam.exp_avg_sq()};
+  WorkerState state{identity_, round, adam.steps(), trainer_.sampler_state(), adam.exp_avg(), adam.exp_avg_sq(), {}};
+  for (const auto& ef : error_feedback_) state.error_feedback.push_back(ef ? ef->Flat() : torch::Tensor());
   absl::Status s = SaveWorkerState(StatePath(state_dir_, identity_.worker_id), state);
   if (!s.ok()) spdlog::warn("local state not saved: {}", std::string(s.message()));
 }
@@ -106,6 +113,16 @@ void LocalState::BeforeFirstStep() {
   const FlatAdamW& adam = trainer_.optimizer();
   spdlog::info("first inner step after resume: AdamW step {} from saved moments, |exp_avg| = {:.9g}", adam.steps() + 1,
                adam.exp_avg().norm().item<double>());
+}
+
+void LocalState::RestoreErrorFeedback(const std::vector<torch::Tensor>& saved) {
+  int restored = 0;
+  for (size_t f = 0; f < saved.size() && f < error_feedback_.size(); ++f) {
+    if (!saved[f].defined() || !error_feedback_[f]) continue;
+    error_feedback_[f]->Restore(saved[f]);
+    ++restored;
+  }
+  if (restored > 0) spdlog::info("error feedback: restored the residual of {} fragment(s)", restored);
 }
 
 void LocalState::Compensate(int fragment, NamedTensors& pseudo_gradient) {

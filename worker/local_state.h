@@ -2,7 +2,8 @@
 // with the same --id resumes where it stopped (worker/worker_state.h has the files): the inner AdamW's moments and
 // step count and the data sampler's position (both live in the InnerTrainer; this class saves and restores them),
 // the per-step position journal and the window trace (data.trace_windows), and each fragment's error feedback
-// (comm.error_feedback: what quantization dropped from the last push, worker/error_feedback.h).
+// (comm.error_feedback, or codec topk's accumulator: what compression dropped from the last push,
+// worker/error_feedback.h), saved with the state and restored on resume.
 // Owns the state directory's files, the trace file and the error feedback; the trainer is the worker's.
 // Worker clusters keep no state on disk yet (every restart starts cold); they do keep error feedback.
 // Thread-safety: not thread-safe; the worker's main thread only (the window observer it installs runs inside the
@@ -38,6 +39,7 @@ class LocalState {
 
  private:
   void Resume();
+  void RestoreErrorFeedback(const std::vector<torch::Tensor>& saved);
   void OnWindow(const WindowDraw& draw);  // the trainer's window observer
 
   struct FileCloser {

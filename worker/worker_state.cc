@@ -11,6 +11,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "worker/lm/safetensors.h"
@@ -98,10 +99,19 @@ absl::Status SaveWorkerState(const std::string& path, const WorkerState& state) 
   PutSampler(state.sampler, m);
   const torch::Tensor avg = state.exp_avg.to(torch::kCPU).contiguous();
   const torch::Tensor avg_sq = state.exp_avg_sq.to(torch::kCPU).contiguous();
-  return WriteSafetensors(path,
-                          {{"exp_avg", {avg.numel()}, avg.data_ptr<float>(), SafetensorsDtype::kF32},
-                           {"exp_avg_sq", {avg_sq.numel()}, avg_sq.data_ptr<float>(), SafetensorsDtype::kF32}},
-                          m);
+  std::vector<SafetensorsEntry> entries{
+      {"exp_avg", {avg.numel()}, avg.data_ptr<float>(), SafetensorsDtype::kF32},
+      {"exp_avg_sq", {avg_sq.numel()}, avg_sq.data_ptr<float>(), SafetensorsDtype::kF32}};
+  std::vector<torch::Tensor> residuals;  // keeps the CPU copies alive until written
+  for (size_t f = 0; f < state.error_feedback.size(); ++f) {
+    if (!state.error_feedback[f].defined()) continue;
+    residuals.push_back(state.error_feedback[f].to(torch::kCPU, torch::kFloat).contiguous().view({-1}));
+    entries.push_back({absl::StrCat("error_feedback.", f),
+                       {residuals.back().numel()},
+                       residuals.back().data_ptr<float>(),
+                       SafetensorsDtype::kF32});
+  }
+  return WriteSafetensors(path, entries, m);
 }
 
 absl::StatusOr<WorkerState> LoadWorkerState(const std::string& path) {
@@ -123,6 +133,12 @@ absl::StatusOr<WorkerState> LoadWorkerState(const std::string& path) {
   for (auto& [name, t] : *tensors) {
     if (name == "exp_avg") state.exp_avg = t;
     if (name == "exp_avg_sq") state.exp_avg_sq = t;
+    size_t fragment = 0;
+    if (absl::StartsWith(name, "error_feedback.") && absl::SimpleAtoi(absl::string_view(name).substr(15), &fragment) &&
+        fragment < 4096) {
+      if (state.error_feedback.size() <= fragment) state.error_feedback.resize(fragment + 1);
+      state.error_feedback[fragment] = t;
+    }
   }
   if (!state.exp_avg.defined() || !state.exp_avg_sq.defined() || state.exp_avg.numel() != state.exp_avg_sq.numel()) {
     return absl::DataLossError(absl::StrCat(path, ": exp_avg and exp_avg_sq missing or of different sizes"));

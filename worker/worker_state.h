@@ -5,7 +5,8 @@
 // Files in workers.state_dir (default <run.output_dir>/worker-state), per worker id:
 //   <id>.state     safetensors: "exp_avg", "exp_avg_sq" (flat float32, FlatAdamW's buffer order) and __metadata__
 //                  {format: "diloco-worker-state-1", worker_id, fingerprint, seed, data, shard, shard_count, sampling,
-//                  round, adam_steps, sampler_epoch, sampler_position, sampler_rng}. Written after every push
+//                  round, adam_steps, sampler_epoch, sampler_position, sampler_rng}; with error feedback also
+//                  "error_feedback.<fragment>" (flat float32 residuals). Written after every push
 //                  (temp file, fsync, rename: a kill -9 leaves the old state or the new one).
 //   <id>.position  the sampler's state after the latest inner step (the same identity keys and sampler keys as JSON),
 //                  replaced by rename after every step (no fsync): windows drawn in a round that a kill cut short are
@@ -19,6 +20,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "worker/data/window_sampler.h"
@@ -41,6 +43,9 @@ struct WorkerState {
   int64_t adam_steps = 0;  // FlatAdamW::steps()
   SamplerState sampler;
   torch::Tensor exp_avg, exp_avg_sq;  // flat float32
+  // comm.error_feedback / codec topk: each fragment's residual, its tensors flattened and concatenated in push order
+  // (float32); undefined for a fragment with none yet. Saved as "error_feedback.<fragment>".
+  std::vector<torch::Tensor> error_feedback;
 };
 
 std::string StatePath(const std::string& dir, const std::string& worker_id);

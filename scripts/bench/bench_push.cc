@@ -366,6 +366,7 @@ int main(int argc, char** argv) {
     bench.clients.push_back(std::make_unique<diloco::CoordinatorClient>(
         address, "push-" + std::to_string(w), bench.fingerprint, bench.RpcTimeout(), config->comm.chunk_bytes,
         diloco::CodecOf(config->comm.codec)));
+    bench.clients.back()->set_topk({config->comm.topk_chunk, config->comm.topk_per_chunk});
   }
   std::atomic<bool> stop_heartbeats{false};
   std::thread heartbeats([&] { bench.Heartbeats(stop_heartbeats); });

@@ -142,7 +142,7 @@ TEST(ConfigReferenceTest, ListsEveryKeyWithTypeDefaultAllowedValuesAndDoc) {
     EXPECT_THAT(md, HasSubstr("| `" + key + "` | " + f->type + " | `" + value + "` | ")) << key;
   }
   EXPECT_THAT(md, HasSubstr("| `outer.momentum` | number | `0.9` | in [0, 1) | outer momentum |\n"));
-  EXPECT_THAT(md, HasSubstr("| `comm.codec` | enum | `fp32` | `fp32`, `bf16`, `fp16`, `int8`, `int4` | "));
+  EXPECT_THAT(md, HasSubstr("| `comm.codec` | enum | `fp32` | `fp32`, `bf16`, `fp16`, `int8`, `int4`, `topk` | "));
   EXPECT_THAT(md, HasSubstr("| `coordinator.metrics_listen` | string | `\"\"` | HOST:PORT"));
   EXPECT_THAT(md, HasSubstr("\\<run.output_dir>/data")) << "'<' escaped: it would open an HTML tag";
   // Every section opens with its one-line doc before its table.

@@ -157,7 +157,7 @@ TEST(ConfigLoaderTest, ModesAreEnumsWithTheirAllowedNames) {
         Case{"outer.late_policy", "keep", "expected 'drop' or 'reuse_local', got 'keep'"},
         Case{"inner.optimizer", "sgd", "inner.optimizer: expected 'adamw', got 'sgd'"},
         Case{"data.split", "random", "data.split: expected 'iid' or 'contiguous', got 'random'"},
-        Case{"comm.codec", "int2", "expected 'fp32', 'bf16', 'fp16', 'int8' or 'int4', got 'int2'"},
+        Case{"comm.codec", "int2", "expected 'fp32', 'bf16', 'fp16', 'int8', 'int4' or 'topk', got 'int2'"},
         Case{"comm.pull_codec", "FP32", "comm.pull_codec: expected 'fp32', 'bf16'"},
         Case{"comm.transport", "udp", "comm.transport: expected 'grpc' or 'tcp', got 'udp'"},
         Case{"workers.precision", "fp16", "workers.precision: expected 'fp32' or 'bf16', got 'fp16'"}}) {
