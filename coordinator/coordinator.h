@@ -175,6 +175,11 @@ class CoordinatorCore {
   void PublishRound(const ClosingRound& closing, std::vector<at::Tensor> zeroed_sums, double now, ClosedRound& closed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AssignAdaptiveSteps() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // DyLU: next round's H of every active worker
+  // The non-finite guard (issue 32): round `round`'s step would have made theta or the momentum non-finite and was
+  // not committed. Logs each push's norm and quarantines the largest-norm push's member at once (the others push
+  // again, so the round is redone without it).
+  void DiscardNonFiniteRound(int64_t round, const RoundState::Pushes& pushes, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Fixed at creation.
   const Config config_;

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/aggregation_rule.h"
 #include "coordinator/coordinator.h"
 #include "proto/peer_text.h"
 
@@ -90,6 +91,7 @@ absl::Status CoordinatorCore::FoldChunk(PushTicket& ticket, size_t index, int64_
     return absl::InvalidArgumentError(absl::StrCat("pseudo-gradient of '", model_.specs[index].name,
                                                    "' holds NaN or Inf near element ", offset, "; push refused"));
   }
+  const double squared_norm = SquaredNorm(values);  // outside the lock: the push's norm (aggregation_rule.h)
   absl::MutexLock lock(&mu_);
   if (ticket.round != theta_->round() || round_.phase() != RoundPhase::kTraining) {
     return absl::FailedPreconditionError(absl::StrCat("round ", ticket.round, " closed while the push was streaming"));
@@ -100,6 +102,7 @@ absl::Status CoordinatorCore::FoldChunk(PushTicket& ticket, size_t index, int64_
   }
   accumulator_.Fold(index, offset, values, ticket.weight);
   ticket.folded_any = true;
+  ticket.squared_norm += squared_norm;
   round_.MarkFolded(ticket.worker_id, clock_());
   ticket.bytes += wire_bytes;
   stats_.bytes_received += wire_bytes;

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "config/text_file.h"
+#include "coordinator/aggregation_rule.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/inner_steps.h"
 #include "proto/status_json.h"
@@ -50,8 +51,13 @@ void CoordinatorCore::RoundLoopPass() {
   ClosingRound closing = BeginClose();  // under the same lock as the decision
   mu_.Unlock();
   bool discarded = false;
+  std::string non_finite;
   try {
     FinishClose(closing, decision.reason);
+  } catch (const NonFiniteStep& e) {  // the non-finite guard: nothing committed, the round is redone
+    non_finite = e.what();
+    discarded = true;
+    for (at::Tensor& d : closing.delta) d.zero_();
   } catch (const std::exception& e) {  // a failed round is discarded, not fatal
     spdlog::error("round {} discarded: {}; its workers push again", closing_round, e.what());
     discarded = true;
@@ -62,6 +68,24 @@ void CoordinatorCore::RoundLoopPass() {
     accumulator_.Restore(std::move(closing.delta));
     round_.EndClose(RoundPhase::kTraining);
   }
+  if (!non_finite.empty()) DiscardNonFiniteRound(closing_round, closing.contributors, non_finite);
+}
+
+void CoordinatorCore::DiscardNonFiniteRound(int64_t round, const RoundState::Pushes& pushes, const std::string& why) {
+  spdlog::error("round {} discarded: {}; theta and the momentum keep their values; its pushes: {}", round, why,
+                DescribePushNorms(pushes));
+  const std::string blamed = LargestNormPush(pushes);
+  if (blamed.empty()) return;
+  Member* m = membership_.Find(blamed);
+  if (m == nullptr) return;
+  ++m->broken_pushes;
+  ++m->strikes;
+  // At once (as a push cut as stalled), or the same push would come back and the round would never close.
+  m->quarantined_until_round = theta_->round() + QuarantineRounds(m->strikes, /*cut_as_stalled=*/true);
+  spdlog::warn(
+      "quarantined: worker {} until round {} (the largest push norm of a round whose outer step would not be "
+      "finite); the other workers push again",
+      blamed, m->quarantined_until_round);
 }
 
 CloseView CoordinatorCore::CloseViewNow() const {
@@ -101,7 +125,7 @@ const std::vector<size_t>* CoordinatorCore::FragmentToStep() const {
 
 void CoordinatorCore::FinishClose(ClosingRound& closing, const std::string& reason) {
   for (const at::Tensor& d : closing.delta) {
-    if (!AllFinite(d)) throw std::runtime_error("the averaged pseudo-gradient is not finite");
+    if (!AllFinite(d)) throw NonFiniteStep("the averaged pseudo-gradient is not finite");
   }
   ClosedRound closed;
   const double t0 = clock_();

@@ -30,6 +30,7 @@ struct PushTicket {
   double seconds = 0;
   double data_epochs = 0;  // the worker's passes over its shard so far
   int64_t bytes = 0;
+  double squared_norm = 0;  // sum of the squares of its folded values (float64), aggregation_rule.h
   bool folded_any = false;
   bool finished = false;
 };

@@ -794,3 +794,67 @@ TEST_F(CoordinatorCoreTest, AdaptiveStepsGiveTheSlowerWorkerFewerInnerSteps) {
 
 }  // namespace
 }  // namespace diloco
+
+namespace diloco {
+namespace {
+
+// The non-finite guard (issue 32 item 4) with outer.aggregation mean: one member's well-formed (finite) push makes
+// the token-weighted sums overflow. The round is discarded with theta and the momentum as they were, the pushes are
+// logged with their norms, the largest-norm member is quarantined at once and the others push again; the redone
+// round is exactly the honest members' step.
+TEST_F(CoordinatorCoreTest, ARoundWhoseSumsOverflowIsDiscardedAndRedoneWithoutTheLargestPush) {
+  Start();
+  Join("A");
+  Join("B");
+  Join("C");
+  const Tensors theta0 = Theta();
+  const Tensors dB = RandomDelta(), dC = RandomDelta();
+  Tensors huge;
+  for (const at::Tensor& d : dB) huge.push_back(at::full_like(d, 1.0e38f));  // x 1000 tokens: Inf in the sums
+  auto log = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(200);
+  spdlog::default_logger()->sinks().push_back(log);
+  ASSERT_TRUE(Push("A", 0, 1000, huge).ok());
+  ASSERT_TRUE(Push("B", 0, 1000, dB).ok());
+  ASSERT_TRUE(Push("C", 0, 1000, dC).ok());
+  core_->Poll();
+  spdlog::default_logger()->sinks().pop_back();
+  EXPECT_EQ(core_->Status().round(), 0);
+  ExpectAllClose(Theta("B"), theta0);
+  EXPECT_FALSE(Beat("B").pushed()) << "B's push was discarded with the round: it must push again";
+  EXPECT_GT(Worker(core_->Status(), "A").quarantined_until_round(), 0);
+  std::string logged;
+  for (const std::string& line : log->last_formatted()) logged += line;
+  EXPECT_THAT(logged, HasSubstr("round 1 discarded: the averaged pseudo-gradient is not finite"));
+  EXPECT_THAT(logged, HasSubstr("A norm "));
+  EXPECT_THAT(logged, HasSubstr("quarantined: worker A"));
+  EXPECT_EQ(Push("A", 0, 1000, huge).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(Push("B", 0, 1000, dB).ok());
+  ASSERT_TRUE(Push("C", 0, 1000, dC).ok());
+  core_->Poll();
+  EXPECT_EQ(core_->Status().round(), 1);
+  ExpectAllClose(Theta("B"), Step(theta0, Average({dB, dC}, {1000, 1000})));
+}
+
+// The sums are finite but the outer step would overflow theta (a one-token push of 3e38: Nesterov's update is 1.9 x
+// the delta): the store's guard (OuterStep NonFiniteStep) refuses it before writing, theta stays theta_0.
+TEST_F(CoordinatorCoreTest, AStepThatWouldOverflowThetaIsNotCommitted) {
+  config_.coordinator.min_workers = 1;
+  Start();
+  Join("A");
+  const Tensors theta0 = Theta();
+  Tensors huge;
+  for (const at::Tensor& t : theta0) huge.push_back(at::full_like(t, 3.0e38f));
+  ASSERT_TRUE(Push("A", 0, 1, huge).ok());
+  core_->Poll();
+  EXPECT_EQ(core_->Status().round(), 0);
+  ExpectAllClose(Theta("A"), theta0);
+  Join("B");
+  const Tensors dB = RandomDelta();
+  ASSERT_TRUE(Push("B", 0, 1000, dB).ok());
+  core_->Poll();
+  EXPECT_EQ(core_->Status().round(), 1);
+  ExpectAllClose(Theta("B"), Step(theta0, dB));
+}
+
+}  // namespace
+}  // namespace diloco
