@@ -108,4 +108,32 @@ at::Tensor CenteredClip(const at::Tensor& rows, double tau, int64_t iterations) 
   return v;
 }
 
+bool ClipGate::TryOpen(const std::vector<std::string>& expected, bool force, size_t min_declared) {
+  if (open_) return true;
+  bool all = !declared_.empty();
+  for (const std::string& id : expected) all = all && declared_.count(id) != 0;
+  if (!(all || force) || declared_.size() < std::max<size_t>(min_declared, 1)) return false;
+  std::vector<double> norms, tokens;
+  for (const auto& [id, d] : declared_) {
+    norms.push_back(d.norm);
+    tokens.push_back(d.tokens);
+  }
+  median_norm_ = Median(norms);
+  median_tokens_ = Median(tokens);
+  open_ = true;
+  return true;
+}
+
+double ClipGate::Scale(double norm) const { return norm > 0 ? std::min(1.0, clip_factor_ * median_norm_ / norm) : 1.0; }
+
+double ClipGate::Weight(double tokens) const {
+  return max_token_weight_ > 0 ? std::min(tokens, max_token_weight_ * median_tokens_) : tokens;
+}
+
+void ClipGate::Reset() {
+  declared_.clear();
+  open_ = false;
+  median_norm_ = median_tokens_ = 0;
+}
+
 }  // namespace diloco

@@ -16,6 +16,7 @@
 
 #include <ATen/ATen.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,37 @@ std::string DescribePushNorms(const RoundState::Pushes& pushes);
 // The worker id of the push with the largest norm (a non-finite norm counts as largest; ties: the first id in
 // order); "" when `pushes` is empty.
 std::string LargestNormPush(const RoundState::Pushes& pushes);
+
+// ClipGate: outer.aggregation clip's state for the open round (docs/operations.md "Robust aggregation"): the norms
+// and token counts the round's push headers declared and, once the fold is open, the medians fixed from them. A push
+// folds with weight Weight(tokens) x Scale(norm) and counts Weight(tokens) in the total. Not thread-safe: the core
+// guards it with its mutex.
+class ClipGate {
+ public:
+  ClipGate(double clip_factor, double max_token_weight)
+      : clip_factor_(clip_factor), max_token_weight_(max_token_weight) {}
+  void Declare(const std::string& id, double norm, double tokens) { declared_[id] = {norm, tokens}; }
+  size_t declared() const { return declared_.size(); }
+  bool open() const { return open_; }
+  // Opens the fold when at least `min_declared` have declared and either every id of `expected` has or `force`;
+  // returns open().
+  bool TryOpen(const std::vector<std::string>& expected, bool force, size_t min_declared);
+  double median_norm() const { return median_norm_; }
+  double median_tokens() const { return median_tokens_; }
+  double Scale(double norm) const;     // min(1, clip_factor x median norm / norm); 1 for norm 0. Requires open().
+  double Weight(double tokens) const;  // min(tokens, max_token_weight x median tokens). Requires open().
+  void Reset();                        // the next round: nothing declared, closed
+
+ private:
+  struct Declared {
+    double norm = 0;
+    double tokens = 0;
+  };
+  double clip_factor_, max_token_weight_;
+  std::map<std::string, Declared> declared_;
+  bool open_ = false;
+  double median_norm_ = 0, median_tokens_ = 0;
+};
 
 double Median(std::vector<double> values);  // requires values non-empty
 std::vector<double> ClipScales(const std::vector<double>& norms, double clip_factor);

@@ -75,17 +75,20 @@ void CoordinatorCore::DiscardNonFiniteRound(int64_t round, const RoundState::Pus
   spdlog::error("round {} discarded: {}; theta and the momentum keep their values; its pushes: {}", round, why,
                 DescribePushNorms(pushes));
   const std::string blamed = LargestNormPush(pushes);
-  if (blamed.empty()) return;
-  Member* m = membership_.Find(blamed);
+  if (!blamed.empty()) {
+    QuarantineForRound(blamed, "the largest push norm of a round whose outer step would not be finite");
+  }
+}
+
+void CoordinatorCore::QuarantineForRound(const std::string& id, const std::string& reason) {
+  Member* m = membership_.Find(id);
   if (m == nullptr) return;
   ++m->broken_pushes;
   ++m->strikes;
   // At once (as a push cut as stalled), or the same push would come back and the round would never close.
   m->quarantined_until_round = theta_->round() + QuarantineRounds(m->strikes, /*cut_as_stalled=*/true);
-  spdlog::warn(
-      "quarantined: worker {} until round {} (the largest push norm of a round whose outer step would not be "
-      "finite); the other workers push again",
-      blamed, m->quarantined_until_round);
+  spdlog::warn("quarantined: worker {} until round {} ({}); the other workers push again", id,
+               m->quarantined_until_round, reason);
 }
 
 CloseView CoordinatorCore::CloseViewNow() const {
@@ -115,6 +118,7 @@ CoordinatorCore::ClosingRound CoordinatorCore::BeginClose() {
   c.tokens = accumulator_.total_weight();
   c.delta = accumulator_.TakeAverage();    // no push folds while the round steps (phase stepping)
   c.contributors = round_.TakeForClose();  // phase stepping; their heartbeats still say "pushed"
+  clip_gate_.Reset();                      // outer.aggregation clip: the next round (or the redo) declares anew
   return c;
 }
 

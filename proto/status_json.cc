@@ -20,7 +20,11 @@ nlohmann::json WorkerJson(const WorkerStatus& w) {
           {"inner_steps", w.inner_steps()},
           {"data_epochs", w.data_epochs()},
           {"broken_pushes", w.broken_pushes()},
-          {"quarantined_until_round", w.quarantined_until_round()}};
+          {"quarantined_until_round", w.quarantined_until_round()},
+          {"last_push_norm", w.last_push_norm()},
+          {"last_clip_scale", w.last_clip_scale()},
+          {"clipped_in_a_row", w.clipped_in_a_row()},
+          {"suspect", w.suspect()}};
 }
 
 nlohmann::json ModelJson(const ModelSpec& m) {

@@ -10,6 +10,8 @@
 #include <future>
 
 #include "absl/strings/str_cat.h"
+#include "proto/codec.h"
+#include "proto/tensor_chunks.h"
 #include "proto/tensor_spec.h"
 #include "worker/lr_schedule.h"
 
@@ -163,6 +165,19 @@ StepStats Worker::Train(int64_t round) {
   return stats;
 }
 
+double Worker::PushedNorm(const NamedTensors& delta) const {
+  const Codec codec = CodecOf(config_.comm.codec);  // as the client's TensorChunker encodes it
+  const int64_t elements =
+      ChunkElements(codec, std::max<int64_t>(config_.comm.chunk_bytes, kMinChunkBytes), sizeof(float));
+  double squared = 0;
+  for (const auto& [name, d] : delta) {
+    const at::Tensor flat = d.contiguous().view({-1});
+    const at::Tensor sent = codec == CODEC_RAW ? flat : RoundTrip(flat, codec, elements);
+    squared += sent.to(at::kDouble).square().sum().item<double>();
+  }
+  return std::sqrt(squared);
+}
+
 bool Worker::TrainingStayedFinite(int64_t round, const StepStats& stats) {
   FlatAdamW& optimizer = trainer_->optimizer();
   if (std::isfinite(stats.loss_sum) && std::isfinite(stats.first_loss) &&
@@ -182,6 +197,7 @@ RoundResult Worker::Pack(int64_t round, int f, const StepStats& stats) {
                      ReportRound(stats, f, ClusterSize(), trainer_->epochs())};
   local_->Compensate(f, result.pseudo_gradient);
   if (attacker_) attacker_->Apply(result);
+  result.report.norm = PushedNorm(result.pseudo_gradient);
   const RoundReport& r = result.report;
   spdlog::info("round {}{}: {} inner steps, loss {:.4f} -> {:.4f}, lr {:.2e}, {:.0f} tokens/s, {:.2f} s", round + 1,
                P > 1 ? absl::StrCat(" (fragment ", f, "/", P, ")") : std::string(), r.steps, r.first_loss, r.mean_loss,

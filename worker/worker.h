@@ -60,6 +60,8 @@ class Worker {
   // Whether this round's training stayed finite (its loss and the parameters). If not, says so in one line and
   // resets the inner optimizer's moments (the caller pulls the global model again and goes on: issue 32 item 4).
   bool TrainingStayedFinite(int64_t round, const StepStats& stats);
+  // The L2 norm of `delta` as the coordinator will decode it (comm.codec's rounding): PushHeader.claimed_norm.
+  double PushedNorm(const NamedTensors& delta) const;
   // The pseudo-gradient of fragment f, error-compensated, with the round's report; logs the round.
   RoundResult Pack(int64_t round, int f, const StepStats& stats);
   // Push and pull of the fragment, overlapped with tau steps of the next round (into carried_) when tau > 0.

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -49,6 +50,39 @@ TEST(Robust, OverflowingPushesAreNeverCommittedAndTheHonestMembersCompleteTheRun
     if (w["id"] == "bad") EXPECT_EQ(w["rounds_contributed"].get<int64_t>(), 0) << w.dump();
     if (w["id"] != "bad") EXPECT_EQ(w["rounds_contributed"].get<int64_t>(), kRounds) << w.dump();
   }
+}
+
+// outer.aggregation clip under attack (issue 32 items 2 and 5): two honest workers and one that pushes its delta
+// flipped and scaled x1000 (test-only --attack scale:-1000). Each round's fold waits for the three headers, the
+// attacker's push is scaled down to the median norm and its 1/3 share cannot undo the honest ones: the run completes,
+// every evaluation is finite and the validation loss falls.
+TEST(Robust, ClipKeepsTheLossFallingUnderASignFlipTimesAThousand) {
+  const std::string dir = ScratchDir("robust_clip");
+  const std::vector<std::string> args = TinyArgs(dir, {"outer.rounds=" + std::to_string(kRounds), "workers.count=3",
+                                                       "coordinator.min_workers=3", "outer.aggregation=clip"});
+  RunningProcess coordinator("diloco-coordinator", With(args, {"--port-file", dir + "/addr"}));
+  const std::string address = WaitForAddress(coordinator, dir + "/addr");
+  ASSERT_FALSE(address.empty()) << coordinator.output();
+  RunningProcess bad("diloco-worker", With(args, {"--coordinator", address, "--id", "bad", "--attack", "scale:-1000"}));
+  ASSERT_TRUE(coordinator.WaitForOutput("joined: worker bad", 60)) << coordinator.output();
+  RunningProcess w0("diloco-worker", With(args, {"--coordinator", address, "--id", "w0"}));
+  ASSERT_TRUE(coordinator.WaitForOutput("joined: worker w0", 60)) << coordinator.output();
+  RunningProcess w1("diloco-worker", With(args, {"--coordinator", address, "--id", "w1"}));
+  EXPECT_EQ(w0.Wait(240), 0) << w0.output();
+  EXPECT_EQ(w1.Wait(240), 0) << w1.output();
+  EXPECT_NE(bad.Wait(60), -1) << bad.output();
+  ASSERT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+  const std::string log = coordinator.output();
+  EXPECT_NE(log.find("clip fold open with 3 pushes declared"), std::string::npos) << log;
+  const nlohmann::json summary = ReadJson(dir + "/summary.json");
+  ASSERT_TRUE(summary.is_object()) << log;
+  EXPECT_EQ(summary["round"].get<int64_t>(), kRounds);
+  ASSERT_GE(summary["evals"].size(), static_cast<size_t>(kRounds)) << summary.dump();
+  for (const auto& e : summary["evals"]) EXPECT_TRUE(std::isfinite(e["val_loss"].get<double>())) << e.dump();
+  const double first = summary["evals"].front()["val_loss"].get<double>();
+  const double last = summary["evals"].back()["val_loss"].get<double>();
+  EXPECT_LT(last, first) << summary.dump();
+  std::cout << "clip under scale:-1000: val_loss " << first << " -> " << last << "\n";
 }
 
 }  // namespace
