@@ -104,6 +104,14 @@ struct OuterConfig {
   int64_t max_staleness = 16;         // async: pushes computed more than this many versions ago are refused
   LatePolicy late_policy = LatePolicy::kDrop;  // a push refused as late: drop (restart from the new global) |
                                                // reuse_local (keep training from the worker's own parameters)
+  // mean | clip (docs/operations.md "Robust aggregation and the non-finite guard")
+  Aggregation aggregation = Aggregation::kMean;
+  // clip: each push scaled to at most this x the round's median push norm
+  double clip_factor = 1.0;
+  // clip: token weights capped at this x the round's median token count; 0 = no cap
+  double max_token_weight = 2.0;
+  // clip: a member whose pushes were clipped this many rounds in a row is logged and shown as suspect; 0 = never
+  int64_t flag_rounds = 3;
 };
 
 struct CoordinatorConfig {

@@ -10,11 +10,12 @@
 
 namespace diloco {
 
-enum class OuterMode { kSync, kAsync };                             // outer.mode
-enum class OuterOptimizerKind { kNesterov, kSgd };                  // outer.optimizer
-enum class LatePolicy { kDrop, kReuseLocal };                       // outer.late_policy
-enum class InnerOptimizerKind { kAdamW };                           // inner.optimizer
-enum class DataSplit { kIid, kContiguous };                         // data.split
+enum class OuterMode { kSync, kAsync };             // outer.mode
+enum class OuterOptimizerKind { kNesterov, kSgd };  // outer.optimizer
+enum class LatePolicy { kDrop, kReuseLocal };       // outer.late_policy
+enum class Aggregation { kMean, kClip };            // outer.aggregation (coordinator/aggregation_rule.h)
+enum class InnerOptimizerKind { kAdamW };           // inner.optimizer
+enum class DataSplit { kIid, kContiguous };         // data.split
 enum class WireCodec { kFp32, kBf16, kFp16, kInt8, kInt4, kTopk };  // comm.codec, comm.pull_codec (not topk)
 enum class PushTransport { kGrpc, kTcp };                           // comm.transport
 enum class Precision { kFp32, kBf16 };                              // workers.precision
@@ -43,6 +44,11 @@ template <>
 struct EnumNames<LatePolicy> {
   static constexpr std::array<std::pair<LatePolicy, std::string_view>, 2> kNames{
       {{LatePolicy::kDrop, "drop"}, {LatePolicy::kReuseLocal, "reuse_local"}}};
+};
+template <>
+struct EnumNames<Aggregation> {
+  static constexpr std::array<std::pair<Aggregation, std::string_view>, 2> kNames{
+      {{Aggregation::kMean, "mean"}, {Aggregation::kClip, "clip"}}};
 };
 template <>
 struct EnumNames<InnerOptimizerKind> {

@@ -113,6 +113,16 @@ const std::vector<Field>& Fields() {
                 "async Delayed Nesterov: the momentum moves every N pushes; 0 = workers.count"),
       MakeField("outer.max_staleness", &Config::outer, &OuterConfig::max_staleness, AtLeast(0),
                 "async: a push computed more than this many versions ago is refused"),
+      MakeField("outer.aggregation", &Config::outer, &OuterConfig::aggregation,
+                "how the round's pushes combine: mean (token-weighted), or clip (each push scaled to at most "
+                "outer.clip_factor x the round's median norm; docs/operations.md \"Robust aggregation\")"),
+      MakeField("outer.clip_factor", &Config::outer, &OuterConfig::clip_factor, Above(0),
+                "clip: a push's norm is scaled to at most this x the median norm of the round's pushes"),
+      MakeField("outer.max_token_weight", &Config::outer, &OuterConfig::max_token_weight, AtLeast(0),
+                "clip: no push weighs more than this x the round's median token count; 0 = no cap"),
+      MakeField("outer.flag_rounds", &Config::outer, &OuterConfig::flag_rounds, AtLeast(0),
+                "clip: a member whose pushes were clipped this many rounds in a row is logged and shown as suspect; "
+                "0 = never"),
       MakeField("coordinator.listen", &Config::coordinator, &CoordinatorConfig::listen,
                 "HOST:PORT of the gRPC service; port 0 picks a free one"),
       MakeField("coordinator.min_workers", &Config::coordinator, &CoordinatorConfig::min_workers, Above(0),

@@ -48,6 +48,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "config/config.h"
+#include "coordinator/aggregation_rule.h"
 #include "coordinator/evaluator.h"
 #include "coordinator/membership.h"
 #include "coordinator/push_parts.h"
@@ -195,6 +196,25 @@ class CoordinatorCore {
   void PublishRound(const ClosingRound& closing, std::vector<at::Tensor> zeroed_sums, double now, ClosedRound& closed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AssignAdaptiveSteps() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // DyLU: next round's H of every active worker
+  // The non-finite guard (issue 32): round `round`'s step would have made theta or the momentum non-finite and was
+  // not committed. Logs each push's norm and quarantines the largest-norm push's member at once (the others push
+  // again, so the round is redone without it).
+  void DiscardNonFiniteRound(int64_t round, const RoundState::Pushes& pushes, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Quarantines member `id` for the rest of the open round at once (a strike; the reason for the log line).
+  void QuarantineForRound(const std::string& id, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // outer.aggregation clip (sync rounds): declares the header's claimed norm and tokens; UNAVAILABLE until the
+  // round's fold is open (ClipGate), else sets the ticket's capped weight and fold scale.
+  absl::Status AdmitToClip(const PushHeader& header, PushTicket& ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // outer.aggregation clip at the end of a push: its real norm against the claim (2% relative). A mismatch restarts
+  // the round's aggregation, quarantines the member and returns INVALID_ARGUMENT.
+  absl::Status CheckClaimedNorm(const PushTicket& ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The checks a chunk passes before it folds (its round still open, its stream and parts current, no restart since
+  // it began), and the bookkeeping after (norm, progress, bytes): shared by the dense and the sparse fold.
+  absl::Status AdmitFold(const PushTicket& ticket) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NoteFold(PushTicket& ticket, double squared_norm, int64_t wire_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A counted push's norm and clip factor on its member; the suspect flag (outer.flag_rounds), logged once.
+  void RecordPushNorm(Member& m, const PushTicket& ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Fixed at creation.
   const Config config_;
@@ -214,6 +234,7 @@ class CoordinatorCore {
   Membership membership_ ABSL_GUARDED_BY(mu_);
   RoundState round_ ABSL_GUARDED_BY(mu_);
   PushParts parts_ ABSL_GUARDED_BY(mu_);
+  ClipGate clip_gate_ ABSL_GUARDED_BY(mu_){config_.outer.clip_factor, config_.outer.max_token_weight};
   RunStats stats_ ABSL_GUARDED_BY(mu_);
   bool complete_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/aggregation_rule.h"
 #include "coordinator/coordinator.h"
 #include "proto/peer_text.h"
 
@@ -85,12 +86,18 @@ absl::StatusOr<PushTicket> CoordinatorCore::BeginPush(const PushHeader& header) 
   t.round = theta_->round();
   t.fragment = static_cast<int>(theta_->round() % fragments());
   t.epoch = round_.epoch();
-  t.weight = static_cast<double>(header.tokens());
   t.tokens = header.tokens();
   t.inner_steps = header.inner_steps();
   t.loss = header.loss();
   t.seconds = header.seconds();
   t.data_epochs = header.data_epochs();
+  if (config_.outer.aggregation == Aggregation::kClip && config_.outer.mode == OuterMode::kSync) {
+    if (header.parts() > 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "worker '", id, "': outer.aggregation clip does not take pushes in parts yet; push in one stream"));
+    }
+    if (absl::Status admitted = AdmitToClip(header, t); !admitted.ok()) return admitted;
+  }
   if (header.parts() > 1) {
     s = BeginPart(header, t);
     if (!s.ok()) return s;
@@ -110,7 +117,15 @@ absl::Status CoordinatorCore::FoldChunk(PushTicket& ticket, size_t index, int64_
     return absl::InvalidArgumentError(absl::StrCat("pseudo-gradient of '", model_.specs[index].name,
                                                    "' holds NaN or Inf near element ", offset, "; push refused"));
   }
+  const double squared_norm = SquaredNorm(values);  // outside the lock: the push's norm (aggregation_rule.h)
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = AdmitFold(ticket); !s.ok()) return s;
+  accumulator_.Fold(index, offset, values, ticket.weight * ticket.fold_scale);
+  NoteFold(ticket, squared_norm, wire_bytes);
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorCore::AdmitFold(const PushTicket& ticket) const {
   if (ticket.round != theta_->round() || round_.phase() != RoundPhase::kTraining) {
     return absl::FailedPreconditionError(absl::StrCat("round ", ticket.round, " closed while the push was streaming"));
   }
@@ -122,13 +137,16 @@ absl::Status CoordinatorCore::FoldChunk(PushTicket& ticket, size_t index, int64_
     return absl::AbortedError(absl::StrCat("another part of worker '", ticket.worker_id,
                                            "''s push broke or was refused; push every part again"));
   }
-  accumulator_.Fold(index, offset, values, ticket.weight);
+  return absl::OkStatus();
+}
+
+void CoordinatorCore::NoteFold(PushTicket& ticket, double squared_norm, int64_t wire_bytes) {
   ticket.folded_any = true;
+  ticket.squared_norm += squared_norm;
   round_.MarkFolded(ticket.stream_key, clock_());
   if (ticket.parts > 1) parts_.MarkFolded(ticket.worker_id, clock_());
   ticket.bytes += wire_bytes;
   stats_.bytes_received += wire_bytes;
-  return absl::OkStatus();
 }
 
 absl::Status CoordinatorCore::CommitPush(PushTicket& ticket) {
@@ -141,6 +159,7 @@ absl::Status CoordinatorCore::CommitPush(PushTicket& ticket) {
   }
   if (!current) return CutRefusal(ticket);
   if (ticket.epoch != round_.epoch()) return absl::AbortedError("the round's aggregation restarted; push again");
+  if (absl::Status s = CheckClaimedNorm(ticket); !s.ok()) return s;
   if (ticket.parts > 1) return CommitPart(ticket);
   return CountPush(ticket);
 }
@@ -153,6 +172,7 @@ absl::Status CoordinatorCore::CountPush(const PushTicket& ticket) {
     m->last_loss = ticket.loss;
     m->last_tokens_per_s = ticket.seconds > 0 ? ticket.tokens / ticket.seconds : 0;
     m->data_epochs = ticket.data_epochs;
+    RecordPushNorm(*m, ticket);
   }
   cv_.SignalAll();
   return absl::OkStatus();
@@ -244,6 +264,62 @@ absl::Status CoordinatorCore::CutRefusal(const PushTicket& ticket) const {
       "push from worker '", ticket.worker_id, "' for round ", ticket.round,
       " cut as late: the round was due to close and this stream made no progress for coordinator.lease_s (",
       config_.coordinator.lease_s, " s); pull the current parameters"));
+}
+
+absl::Status CoordinatorCore::AdmitToClip(const PushHeader& header, PushTicket& ticket) {
+  const double norm = header.claimed_norm();
+  if (!std::isfinite(norm) || norm <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("push header: claimed_norm (", norm, ") must be finite and > 0 with outer.aggregation clip"));
+  }
+  clip_gate_.Declare(header.meta().worker_id(), norm, static_cast<double>(header.tokens()));
+  if (!clip_gate_.open()) {
+    const std::vector<std::string> expected = UnquarantinedActiveIds();
+    const bool force = clock_() - round_.opened_at() >= config_.coordinator.round_timeout_s;
+    if (!clip_gate_.TryOpen(expected, force, static_cast<size_t>(config_.coordinator.min_workers))) {
+      return absl::UnavailableError(absl::StrCat("outer.aggregation clip: waiting for the round's other push headers (",
+                                                 clip_gate_.declared(), " of ", expected.size(), " declared); retry"));
+    }
+    spdlog::info("round {}: clip fold open with {} pushes declared: median norm {:.4g}, median tokens {}",
+                 theta_->round() + 1, clip_gate_.declared(), clip_gate_.median_norm(), clip_gate_.median_tokens());
+  }
+  ticket.claimed_norm = norm;
+  ticket.fold_scale = clip_gate_.Scale(norm);
+  ticket.weight = clip_gate_.Weight(ticket.weight);
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorCore::CheckClaimedNorm(const PushTicket& ticket) {
+  if (ticket.claimed_norm < 0) return absl::OkStatus();
+  constexpr double kTolerance = 0.02;  // relative: room for a lossy codec's rounding (docs/operations.md)
+  const double real = std::sqrt(ticket.squared_norm);
+  if (std::fabs(real - ticket.claimed_norm) <= kTolerance * ticket.claimed_norm) return absl::OkStatus();
+  const std::string why = absl::StrCat("push from worker '", ticket.worker_id, "' claimed norm ", ticket.claimed_norm,
+                                       " but its values have norm ", real, "; push refused");
+  if (ticket.folded_any) {
+    accumulator_.Reset();
+    parts_.Clear();
+    const size_t dropped = round_.RestartAggregation();
+    spdlog::warn("{}; restarting the round's aggregation, {} worker(s) push again", why, dropped);
+  }
+  QuarantineForRound(ticket.worker_id, "its claimed norm did not match its values");
+  cv_.SignalAll();
+  return absl::InvalidArgumentError(why);
+}
+
+void CoordinatorCore::RecordPushNorm(Member& m, const PushTicket& ticket) {
+  m.last_push_norm = std::sqrt(ticket.squared_norm);
+  m.last_clip_scale = ticket.fold_scale;
+  m.clipped_in_a_row = ticket.fold_scale < 1 ? m.clipped_in_a_row + 1 : 0;
+  const int64_t flag = config_.outer.flag_rounds;
+  const bool suspect = flag > 0 && m.clipped_in_a_row >= flag;
+  if (suspect && !m.suspect) {
+    spdlog::warn(
+        "suspect: worker {} had its push clipped in {} rounds in a row (norm {:.4g}, scaled by {:.3g}); "
+        "diloco-ctl leave removes it",
+        m.id, m.clipped_in_a_row, m.last_push_norm, m.last_clip_scale);
+  }
+  m.suspect = suspect;
 }
 
 }  // namespace diloco

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "config/text_file.h"
+#include "coordinator/aggregation_rule.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/inner_steps.h"
 #include "proto/status_json.h"
@@ -56,8 +57,13 @@ void CoordinatorCore::RoundLoopPass() {
   ClosingRound closing = BeginClose();  // under the same lock as the decision
   mu_.Unlock();
   bool discarded = false;
+  std::string non_finite;
   try {
     FinishClose(closing, decision.reason);
+  } catch (const NonFiniteStep& e) {  // the non-finite guard: nothing committed, the round is redone
+    non_finite = e.what();
+    discarded = true;
+    for (at::Tensor& d : closing.delta) d.zero_();
   } catch (const std::exception& e) {  // a failed round is discarded, not fatal
     spdlog::error("round {} discarded: {}; its workers push again", closing_round, e.what());
     discarded = true;
@@ -68,6 +74,27 @@ void CoordinatorCore::RoundLoopPass() {
     accumulator_.Restore(std::move(closing.delta));
     round_.EndClose(RoundPhase::kTraining);
   }
+  if (!non_finite.empty()) DiscardNonFiniteRound(closing_round, closing.contributors, non_finite);
+}
+
+void CoordinatorCore::DiscardNonFiniteRound(int64_t round, const RoundState::Pushes& pushes, const std::string& why) {
+  spdlog::error("round {} discarded: {}; theta and the momentum keep their values; its pushes: {}", round, why,
+                DescribePushNorms(pushes));
+  const std::string blamed = LargestNormPush(pushes);
+  if (!blamed.empty()) {
+    QuarantineForRound(blamed, "the largest push norm of a round whose outer step would not be finite");
+  }
+}
+
+void CoordinatorCore::QuarantineForRound(const std::string& id, const std::string& reason) {
+  Member* m = membership_.Find(id);
+  if (m == nullptr) return;
+  ++m->broken_pushes;
+  ++m->strikes;
+  // At once (as a push cut as stalled), or the same push would come back and the round would never close.
+  m->quarantined_until_round = theta_->round() + QuarantineRounds(m->strikes, /*cut_as_stalled=*/true);
+  spdlog::warn("quarantined: worker {} until round {} ({}); the other workers push again", id,
+               m->quarantined_until_round, reason);
 }
 
 CloseView CoordinatorCore::CloseViewNow() const {
@@ -98,6 +125,7 @@ CoordinatorCore::ClosingRound CoordinatorCore::BeginClose() {
   c.delta = accumulator_.TakeAverage();    // no push folds while the round steps (phase stepping)
   c.contributors = round_.TakeForClose();  // phase stepping; their heartbeats still say "pushed"
   parts_.Clear();                          // parts not yet in the sums are for a closed round now
+  clip_gate_.Reset();                      // outer.aggregation clip: the next round (or the redo) declares anew
   return c;
 }
 
@@ -108,7 +136,7 @@ const std::vector<size_t>* CoordinatorCore::FragmentToStep() const {
 
 void CoordinatorCore::FinishClose(ClosingRound& closing, const std::string& reason) {
   for (const at::Tensor& d : closing.delta) {
-    if (!AllFinite(d)) throw std::runtime_error("the averaged pseudo-gradient is not finite");
+    if (!AllFinite(d)) throw NonFiniteStep("the averaged pseudo-gradient is not finite");
   }
   ClosedRound closed;
   const double t0 = clock_();

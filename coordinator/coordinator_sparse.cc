@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/aggregation_rule.h"
 #include "coordinator/coordinator.h"
 
 namespace diloco {
@@ -19,19 +20,11 @@ absl::Status CoordinatorCore::FoldSparseChunk(PushTicket& ticket, size_t index, 
     return absl::InvalidArgumentError(absl::StrCat("pseudo-gradient of '", model_.specs[index].name,
                                                    "' holds NaN or Inf near element ", offset, "; push refused"));
   }
+  const double squared_norm = SquaredNorm(sparse.values);  // the values not sent are 0: the push's norm is theirs
   absl::MutexLock lock(&mu_);
-  if (ticket.round != theta_->round() || round_.phase() != RoundPhase::kTraining) {
-    return absl::FailedPreconditionError(absl::StrCat("round ", ticket.round, " closed while the push was streaming"));
-  }
-  if (!round_.IsCurrent(ticket.worker_id, ticket.stream)) return CutRefusal(ticket);
-  if (ticket.epoch != round_.epoch()) {
-    return absl::AbortedError("the round's aggregation restarted after a broken push; push again");
-  }
-  accumulator_.FoldSparse(index, offset, sparse.index, sparse.values, ticket.weight);
-  ticket.folded_any = true;
-  round_.MarkFolded(ticket.worker_id, clock_());
-  ticket.bytes += wire_bytes;
-  stats_.bytes_received += wire_bytes;
+  if (absl::Status s = AdmitFold(ticket); !s.ok()) return s;
+  accumulator_.FoldSparse(index, offset, sparse.index, sparse.values, ticket.weight * ticket.fold_scale);
+  NoteFold(ticket, squared_norm, wire_bytes);
   return absl::OkStatus();
 }
 

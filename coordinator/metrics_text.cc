@@ -140,6 +140,20 @@ void WorkerMetrics(const StatusReply& s, Exposition& e) {
   for (const WorkerStatus& w : s.workers()) {
     e.Sample("diloco_worker_quarantined", {{"worker", w.id()}}, w.quarantined_until_round() > 0 ? "1" : "0");
   }
+  e.Family("diloco_worker_push_norm", "gauge", "L2 norm of the worker's last counted pseudo-gradient (0 before one).");
+  for (const WorkerStatus& w : s.workers()) {
+    e.Sample("diloco_worker_push_norm", {{"worker", w.id()}}, Real(w.last_push_norm()));
+  }
+  e.Family("diloco_worker_clip_scale", "gauge",
+           "The factor outer.aggregation clip scaled the worker's last counted push by (1: not clipped).");
+  for (const WorkerStatus& w : s.workers()) {
+    e.Sample("diloco_worker_clip_scale", {{"worker", w.id()}}, Real(w.last_clip_scale()));
+  }
+  e.Family("diloco_worker_suspect", "gauge",
+           "1 once the worker's pushes were clipped outer.flag_rounds rounds in a row.");
+  for (const WorkerStatus& w : s.workers()) {
+    e.Sample("diloco_worker_suspect", {{"worker", w.id()}}, w.suspect() ? "1" : "0");
+  }
   e.Family("diloco_worker_heartbeat_age_seconds", "gauge", "Seconds since the worker was last heard from.");
   for (const WorkerStatus& w : s.workers()) {
     e.Sample("diloco_worker_heartbeat_age_seconds", {{"worker", w.id()}}, Real(w.heartbeat_age_s()));

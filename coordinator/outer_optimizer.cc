@@ -2,6 +2,8 @@
 
 #include <ATen/Parallel.h>
 
+#include <atomic>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -64,6 +66,47 @@ void InPlaceMomentumKernel(float* __restrict pt, const float* __restrict pd, flo
 
 void InPlacePlainKernel(float* __restrict pt, const float* __restrict pd, float minus_lr, int64_t begin, int64_t end) {
   for (int64_t j = begin; j < end; ++j) pt[j] = pt[j] + minus_lr * pd[j];
+}
+
+// The non-finite guard (outer_step.h NonFiniteStep): whether InPlaceMomentumKernel / InPlacePlainKernel would write
+// only finite values, computed by the same operations in the same order (so the prediction is exact) without writing
+// anything: one more read pass over theta, delta and the buffer, and no extra memory. kHasBuffer false: the first
+// step, whose b is delta exactly.
+inline uint32_t NotFiniteBit(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);  // all exponent bits set: Inf or NaN
+}
+
+template <bool kHasBuffer, bool kNesterov>
+bool InPlaceResultFinite(const float* __restrict pt, const float* __restrict pd, const float* __restrict pb, float mu,
+                         float minus_lr, int64_t begin, int64_t end) {
+  uint32_t bad = 0;
+  for (int64_t j = begin; j < end; ++j) {
+    const float b = kHasBuffer ? mu * pb[j] + pd[j] : pd[j];
+    const float update = kNesterov ? pd[j] + mu * b : b;
+    bad |= NotFiniteBit(b) | NotFiniteBit(pt[j] + minus_lr * update);
+  }
+  return bad == 0;
+}
+
+bool PlainResultFinite(const float* __restrict pt, const float* __restrict pd, float minus_lr, int64_t begin,
+                       int64_t end) {
+  uint32_t bad = 0;
+  for (int64_t j = begin; j < end; ++j) bad |= NotFiniteBit(pt[j] + minus_lr * pd[j]);
+  return bad == 0;
+}
+
+// Whether every value of a contiguous float32 tensor is finite.
+bool TensorFinite(const at::Tensor& t) {
+  const float* p = t.data_ptr<float>();
+  std::atomic<bool> finite{true};
+  at::parallel_for(0, t.numel(), 1 << 15, [&](int64_t begin, int64_t end) {
+    uint32_t bad = 0;
+    for (int64_t j = begin; j < end; ++j) bad |= NotFiniteBit(p[j]);
+    if (bad != 0) finite = false;
+  });
+  return finite;
 }
 
 // Which of `count` positions a step updates: `only`'s (one fragment), or all when null.
@@ -155,6 +198,12 @@ std::vector<at::Tensor> OuterOptimizer::Step(const std::vector<at::Tensor>& thet
     next[i] = out;
     if (momentum) next_buffers[i] = buf;
   }
+  for (size_t i = 0; i < theta.size(); ++i) {  // the guard, before the momentum is committed
+    if (stepped[i] && (!TensorFinite(next[i]) || (momentum && !TensorFinite(next_buffers[i])))) {
+      throw NonFiniteStep("the outer step's result (theta or momentum) of tensor " + std::to_string(i) +
+                          " would not be finite; nothing committed");
+    }
+  }
   if (momentum) {
     spare_buffers_ = std::move(buffers_);  // reused next step unless someone (a checkpoint) still holds them
     buffers_ = std::move(next_buffers);
@@ -190,6 +239,7 @@ void OuterOptimizer::StepInPlace(const std::vector<at::Tensor>& theta, const std
       throw std::invalid_argument("OuterOptimizer::StepInPlace: a momentum buffer's shape differs from its parameter");
     }
   }
+  CheckInPlaceFinite(theta, delta, stepped);  // the guard: throws NonFiniteStep before anything is written
   // Reserve's buffers, else new zeroed ones (the first step's kernel reads them: finite and >= 0). With no momentum
   // yet, the spares can only be Reserve's: Step() leaves a momentum behind, and set_momentum_buffers clears them.
   if (momentum && first) {
@@ -221,6 +271,44 @@ void OuterOptimizer::StepInPlace(const std::vector<at::Tensor>& theta, const std
                  : InPlaceMomentumKernel<false, false>(pt, pd, pb, mu, minus_lr, begin, end);
       }
     });
+  }
+}
+
+}  // namespace diloco
+
+namespace diloco {
+
+void OuterOptimizer::CheckInPlaceFinite(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& delta,
+                                        const std::vector<char>& stepped) const {
+  const bool momentum = momentum_ != 0;
+  const bool has_buffer = momentum && !buffers_.empty();
+  const bool nesterov = kind_ == Kind::kNesterov;
+  const float mu = static_cast<float>(momentum_);
+  const float minus_lr = static_cast<float>(-lr_);
+  for (size_t i = 0; i < theta.size(); ++i) {
+    if (!stepped[i]) continue;
+    const at::Tensor d = delta[i].contiguous();
+    const float* pt = theta[i].data_ptr<float>();
+    const float* pd = d.data_ptr<float>();
+    const float* pb = has_buffer ? buffers_[i].data_ptr<float>() : nullptr;
+    std::atomic<bool> finite{true};
+    at::parallel_for(0, theta[i].numel(), 1 << 15, [&](int64_t begin, int64_t end) {
+      bool ok;
+      if (!momentum) {
+        ok = PlainResultFinite(pt, pd, minus_lr, begin, end);
+      } else if (!has_buffer) {
+        ok = nesterov ? InPlaceResultFinite<false, true>(pt, pd, pb, mu, minus_lr, begin, end)
+                      : InPlaceResultFinite<false, false>(pt, pd, pb, mu, minus_lr, begin, end);
+      } else {
+        ok = nesterov ? InPlaceResultFinite<true, true>(pt, pd, pb, mu, minus_lr, begin, end)
+                      : InPlaceResultFinite<true, false>(pt, pd, pb, mu, minus_lr, begin, end);
+      }
+      if (!ok) finite = false;
+    });
+    if (!finite) {
+      throw NonFiniteStep("the outer step's result (theta or momentum) of tensor " + std::to_string(i) +
+                          " would not be finite; nothing written");
+    }
   }
 }
 

@@ -52,6 +52,10 @@ class OuterOptimizer : public OuterStep {
   }
 
  private:
+  // StepInPlace's guard: throws NonFiniteStep when the step would write a NaN or an Inf into theta or the momentum.
+  void CheckInPlaceFinite(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& delta,
+                          const std::vector<char>& stepped) const;
+
   Kind kind_;
   double lr_;
   double momentum_;

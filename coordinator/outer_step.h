@@ -18,6 +18,13 @@
 
 namespace diloco {
 
+// Thrown by an outer step whose result (theta_t or the momentum) would hold a NaN or an Inf: nothing was committed
+// (theta and the momentum keep their values), so the caller can discard the round and redo it (issue 32 item 4).
+class NonFiniteStep : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class OuterStep {
  public:
   virtual ~OuterStep() = default;
@@ -25,13 +32,16 @@ class OuterStep {
   // theta_t in tensors other than `theta`, which is left untouched (pulls in flight may still read it).
   // `recycle`: tensors the caller no longer needs (e.g. theta_{t-2}) that an implementation may overwrite with the
   // result; `only`: the positions to step (one fragment of Streaming DiLoCo), nullptr for all. An implementation
-  // that cannot honour `only` refuses it (std::invalid_argument).
+  // that cannot honour `only` refuses it (std::invalid_argument). A result that would not be finite throws
+  // NonFiniteStep with the state (the momentum) as it was.
   virtual std::vector<at::Tensor> Step(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& delta,
                                        std::vector<at::Tensor> recycle, const std::vector<size_t>* only) = 0;
   // theta_t written over theta_{t-1} (and the momentum updated in place): the synchronous coordinator's step, which
   // keeps one copy of theta and serves pulls from it under a ThetaGuard (theta_store.h). Checks every tensor before it
-  // writes any, so a refusal (std::invalid_argument) leaves theta and the momentum as they were. An implementation
-  // without an in-place form throws std::logic_error (the asynchronous Delayed Nesterov: the core uses Step there).
+  // writes any, so a refusal (std::invalid_argument) leaves theta and the momentum as they were; so does
+  // NonFiniteStep (theta_t or the momentum would hold a NaN or an Inf: a read-only pass computes the result first, no
+  // extra copy of the model). An implementation without an in-place form throws std::logic_error (the asynchronous
+  // Delayed Nesterov: the core uses Step there).
   virtual void StepInPlace(const std::vector<at::Tensor>& theta, const std::vector<at::Tensor>& delta,
                            const std::vector<size_t>* only) {
     (void)theta, (void)delta, (void)only;

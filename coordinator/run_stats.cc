@@ -55,6 +55,10 @@ void AddWorkers(const StatusSources& in, double now, StatusReply& s) {
     w->set_data_epochs(m.data_epochs);
     w->set_broken_pushes(m.broken_pushes);
     if (m.quarantined_until_round > in.round) w->set_quarantined_until_round(m.quarantined_until_round);
+    w->set_last_push_norm(m.last_push_norm);
+    w->set_last_clip_scale(m.last_clip_scale);
+    w->set_clipped_in_a_row(m.clipped_in_a_row);
+    w->set_suspect(m.suspect);
   }
 }
 

@@ -22,7 +22,11 @@ nlohmann::json WorkerJson(const WorkerStatus& w) {
           {"broken_pushes", w.broken_pushes()},
           {"quarantined_until_round", w.quarantined_until_round()},
           {"parts_received", w.parts_received()},
-          {"parts", w.parts()}};
+          {"parts", w.parts()},
+          {"last_push_norm", w.last_push_norm()},
+          {"last_clip_scale", w.last_clip_scale()},
+          {"clipped_in_a_row", w.clipped_in_a_row()},
+          {"suspect", w.suspect()}};
 }
 
 nlohmann::json ModelJson(const ModelSpec& m) {

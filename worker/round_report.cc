@@ -31,6 +31,7 @@ void FillPushHeader(const RoundReport& report, PushHeader* header) {
   header->set_tokens(report.tokens);
   header->set_inner_steps(report.steps);
   header->set_loss(report.mean_loss);
+  header->set_claimed_norm(report.norm);
   header->set_seconds(report.seconds);
   header->set_fragment(report.fragment);
   header->set_data_epochs(report.data_epochs);

@@ -32,6 +32,7 @@ struct RoundReport {
   double last_lr = 0;
   double seconds = 0;      // training (inner steps)
   double data_epochs = 0;  // passes over the shard so far (InnerTrainer::epochs())
+  double norm = 0;         // the pushed pseudo-gradient's L2 norm (PushHeader.claimed_norm), set by the worker
 };
 
 // The report of a round trained as `stats` by each of cluster_size ranks (1: a plain worker).

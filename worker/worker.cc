@@ -3,12 +3,17 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <future>
 
 #include "absl/strings/str_cat.h"
+#include "proto/codec.h"
+#include "proto/tensor_chunks.h"
 #include "proto/tensor_spec.h"
+#include "proto/topk_codec.h"
 #include "worker/lr_schedule.h"
 
 namespace diloco {
@@ -45,6 +50,12 @@ absl::Status Worker::Run(const TokenCache& cache) {
 }
 
 absl::Status Worker::SetUp(const TokenCache& cache) {
+  auto attack = ParseAttack(options_.attack);
+  if (!attack.ok()) return WithExitCode(attack.status(), kWorkerConfigError);
+  if (attack->kind != AttackSpec::Kind::kNone) {
+    spdlog::warn("test-only --attack {}: this worker pushes wrong pseudo-gradients", options_.attack);
+    attacker_ = std::make_unique<Attacker>(*attack, static_cast<uint64_t>(config_.run.seed) + 7919);
+  }
   // The model the trainer will train (made now: its parameters name the model to the coordinator at Join, before
   // the Join reply says which shard the trainer reads).
   LanguageModelPtr model = MakeLanguageModel(config_.model, config_.run.seed);
@@ -105,6 +116,10 @@ void Worker::RunRounds() {
     const int f = plan_.FragmentOfRound(round);
     const StepStats stats = Train(round);
     if (stats.abandoned) return;
+    if (!TrainingStayedFinite(round, stats)) {
+      need_full_pull = true;
+      continue;
+    }
     const RoundResult result = Pack(round, f, stats);
     const std::optional<PullResult> pulled = ExchangeRound(round, f, result);
     if (pulled) local_->Save(round + 1);
@@ -154,11 +169,43 @@ StepStats Worker::Train(int64_t round) {
   return stats;
 }
 
+double Worker::PushedNorm(const NamedTensors& delta) const {
+  const Codec codec = CodecOf(config_.comm.codec);  // as the client's TensorChunker encodes it
+  const int64_t chunk_bytes = std::max<int64_t>(config_.comm.chunk_bytes, kMinChunkBytes);
+  const TopkParams topk{config_.comm.topk_chunk, config_.comm.topk_per_chunk};
+  const int64_t elements =
+      codec == CODEC_TOPK ? TopkChunkElements(chunk_bytes, topk) : ChunkElements(codec, chunk_bytes, sizeof(float));
+  double squared = 0;
+  for (const auto& [name, d] : delta) {
+    const at::Tensor flat = d.contiguous().view({-1});
+    const at::Tensor sent = codec == CODEC_RAW    ? flat
+                            : codec == CODEC_TOPK ? TopkRoundTrip(flat, topk, elements)
+                                                  : RoundTrip(flat, codec, elements);
+    squared += sent.to(at::kDouble).square().sum().item<double>();
+  }
+  return std::sqrt(squared);
+}
+
+bool Worker::TrainingStayedFinite(int64_t round, const StepStats& stats) {
+  FlatAdamW& optimizer = trainer_->optimizer();
+  if (std::isfinite(stats.loss_sum) && std::isfinite(stats.first_loss) &&
+      torch::isfinite(optimizer.flat_parameters()).all().item<bool>()) {
+    return true;
+  }
+  spdlog::warn("round {}: training turned non-finite (loss {}); not pushing, pulling the global model again", round + 1,
+               stats.loss_sum / static_cast<double>(std::max<int64_t>(1, stats.steps)));
+  // The moments may hold NaN too: start them over (bias correction from step 0).
+  optimizer.RestoreState(0, torch::zeros_like(optimizer.exp_avg()), torch::zeros_like(optimizer.exp_avg_sq()));
+  return false;
+}
+
 RoundResult Worker::Pack(int64_t round, int f, const StepStats& stats) {
   const int P = plan_.fragments();
   RoundResult result{trainer_->PseudoGradient(fragment_theta_[static_cast<size_t>(f)], plan_.members(f)),
                      ReportRound(stats, f, ClusterSize(), trainer_->epochs())};
   local_->Compensate(f, result.pseudo_gradient);
+  if (attacker_) attacker_->Apply(result);
+  result.report.norm = PushedNorm(result.pseudo_gradient);
   const RoundReport& r = result.report;
   spdlog::info("round {}{}: {} inner steps, loss {:.4f} -> {:.4f}, lr {:.2e}, {:.0f} tokens/s, {:.2f} s", round + 1,
                P > 1 ? absl::StrCat(" (fragment ", f, "/", P, ")") : std::string(), r.steps, r.first_loss, r.mean_loss,

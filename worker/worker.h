@@ -23,6 +23,7 @@
 #include "config/data_cache.h"
 #include "proto/fragment_plan.h"
 #include "proto/named_tensors.h"
+#include "worker/attack.h"
 #include "worker/cluster.h"
 #include "worker/cluster_protocol.h"
 #include "worker/coordinator_session.h"
@@ -56,6 +57,11 @@ class Worker {
   bool PullAll(int64_t* round);
   // Trains the rest of this round's H steps (after those carried over from the overlap).
   StepStats Train(int64_t round);
+  // Whether this round's training stayed finite (its loss and the parameters). If not, says so in one line and
+  // resets the inner optimizer's moments (the caller pulls the global model again and goes on: issue 32 item 4).
+  bool TrainingStayedFinite(int64_t round, const StepStats& stats);
+  // The L2 norm of `delta` as the coordinator will decode it (comm.codec's rounding): PushHeader.claimed_norm.
+  double PushedNorm(const NamedTensors& delta) const;
   // The pseudo-gradient of fragment f, error-compensated, with the round's report; logs the round.
   RoundResult Pack(int64_t round, int f, const StepStats& stats);
   // Push and pull of the fragment, overlapped with tau steps of the next round (into carried_) when tau > 0.
@@ -79,6 +85,7 @@ class Worker {
   std::unique_ptr<CoordinatorSession> session_;  // [exchange] (see above; set in SetUp)
   std::unique_ptr<InnerTrainer> trainer_;        // [main]
   std::unique_ptr<LocalState> local_;            // [main]
+  std::unique_ptr<Attacker> attacker_;           // [main] test-only --attack (worker/attack.h); null without it
   // Streaming DiLoCo: round r syncs fragment r mod P after S = H / P inner steps. [any] read-only after SetUp.
   FragmentPlan plan_;
   // theta_: the global value of every tensor as last received (what pseudo-gradients are computed against);

@@ -18,6 +18,7 @@ struct WorkerOptions {
   int rank = 0;               // workers.cluster_size > 1: this process's rank in its worker's cluster
   std::string cluster_store;  // ... and HOST:PORT of the cluster's c10d store (hosted by rank 0)
   std::string cluster_bind;   // this rank's own address for Gloo (default: the store's host)
+  std::string attack;         // TEST-ONLY (--attack): push a wrong pseudo-gradient, worker/attack.h
 };
 
 // kWorkerClusterFailed: a rank of this worker's cluster died or a collective failed; the cluster left the run.

@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -790,6 +791,169 @@ TEST_F(CoordinatorCoreTest, AdaptiveStepsGiveTheSlowerWorkerFewerInnerSteps) {
   EXPECT_EQ(core_->InnerStepsFor("A"), 40);
   EXPECT_EQ(core_->InnerStepsFor("B"), 10);
   EXPECT_EQ(Worker(core_->Status(), "B").inner_steps(), 10);
+}
+
+}  // namespace
+}  // namespace diloco
+
+namespace diloco {
+namespace {
+
+// The non-finite guard (issue 32 item 4) with outer.aggregation mean: one member's well-formed (finite) push makes
+// the token-weighted sums overflow. The round is discarded with theta and the momentum as they were, the pushes are
+// logged with their norms, the largest-norm member is quarantined at once and the others push again; the redone
+// round is exactly the honest members' step.
+TEST_F(CoordinatorCoreTest, ARoundWhoseSumsOverflowIsDiscardedAndRedoneWithoutTheLargestPush) {
+  Start();
+  Join("A");
+  Join("B");
+  Join("C");
+  const Tensors theta0 = Theta();
+  const Tensors dB = RandomDelta(), dC = RandomDelta();
+  Tensors huge;
+  for (const at::Tensor& d : dB) huge.push_back(at::full_like(d, 1.0e38f));  // x 1000 tokens: Inf in the sums
+  auto log = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(200);
+  spdlog::default_logger()->sinks().push_back(log);
+  ASSERT_TRUE(Push("A", 0, 1000, huge).ok());
+  ASSERT_TRUE(Push("B", 0, 1000, dB).ok());
+  ASSERT_TRUE(Push("C", 0, 1000, dC).ok());
+  core_->Poll();
+  spdlog::default_logger()->sinks().pop_back();
+  EXPECT_EQ(core_->Status().round(), 0);
+  ExpectAllClose(Theta("B"), theta0);
+  EXPECT_FALSE(Beat("B").pushed()) << "B's push was discarded with the round: it must push again";
+  EXPECT_GT(Worker(core_->Status(), "A").quarantined_until_round(), 0);
+  std::string logged;
+  for (const std::string& line : log->last_formatted()) logged += line;
+  EXPECT_THAT(logged, HasSubstr("round 1 discarded: the averaged pseudo-gradient is not finite"));
+  EXPECT_THAT(logged, HasSubstr("A norm "));
+  EXPECT_THAT(logged, HasSubstr("quarantined: worker A"));
+  EXPECT_EQ(Push("A", 0, 1000, huge).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(Push("B", 0, 1000, dB).ok());
+  ASSERT_TRUE(Push("C", 0, 1000, dC).ok());
+  core_->Poll();
+  EXPECT_EQ(core_->Status().round(), 1);
+  ExpectAllClose(Theta("B"), Step(theta0, Average({dB, dC}, {1000, 1000})));
+}
+
+// The sums are finite but the outer step would overflow theta (a one-token push of 3e38: Nesterov's update is 1.9 x
+// the delta): the store's guard (OuterStep NonFiniteStep) refuses it before writing, theta stays theta_0.
+TEST_F(CoordinatorCoreTest, AStepThatWouldOverflowThetaIsNotCommitted) {
+  config_.coordinator.min_workers = 1;
+  Start();
+  Join("A");
+  const Tensors theta0 = Theta();
+  Tensors huge;
+  for (const at::Tensor& t : theta0) huge.push_back(at::full_like(t, 3.0e38f));
+  ASSERT_TRUE(Push("A", 0, 1, huge).ok());
+  core_->Poll();
+  EXPECT_EQ(core_->Status().round(), 0);
+  ExpectAllClose(Theta("A"), theta0);
+  Join("B");
+  const Tensors dB = RandomDelta();
+  ASSERT_TRUE(Push("B", 0, 1000, dB).ok());
+  core_->Poll();
+  EXPECT_EQ(core_->Status().round(), 1);
+  ExpectAllClose(Theta("B"), Step(theta0, dB));
+}
+
+}  // namespace
+}  // namespace diloco
+
+namespace diloco {
+namespace {
+
+double NormOf(const Tensors& delta) {
+  double squared = 0;
+  for (const at::Tensor& d : delta) squared += d.to(at::kDouble).square().sum().item<double>();
+  return std::sqrt(squared);
+}
+
+class ClipAggregationTest : public CoordinatorCoreTest {
+ protected:
+  void SetUp() override {
+    CoordinatorCoreTest::SetUp();
+    config_.outer.aggregation = Aggregation::kClip;
+  }
+  // A push whose header claims `claimed` (the delta's own norm by default).
+  absl::Status PushClaimed(const std::string& id, int64_t tokens, const Tensors& delta, double claimed = -1) {
+    PushHeader h = Header(id, 0, tokens);
+    h.set_claimed_norm(claimed >= 0 ? claimed : NormOf(delta));
+    auto ticket = core_->BeginPush(h);
+    if (!ticket.ok()) return ticket.status();
+    for (size_t i = 0; i < delta.size(); ++i) {
+      if (absl::Status s = FoldTensor(*ticket, i, delta[i]); !s.ok()) return s;
+    }
+    return core_->CommitPush(*ticket);
+  }
+};
+
+// outer.aggregation clip: the fold opens once every active member's header has declared its norm (the early ones
+// are told UNAVAILABLE and retry); each push is scaled to at most clip_factor x the median norm and each token
+// weight capped at max_token_weight x the median: delta = sum_i w_i s_i d_i / sum_i w_i.
+TEST_F(ClipAggregationTest, TheFoldWaitsForEveryHeaderThenScalesToTheMedianNormAndCapsTokens) {
+  Start();
+  Join("A");
+  Join("B");
+  Join("C");
+  const Tensors theta0 = Theta();
+  const Tensors dA = RandomDelta(), dB = RandomDelta();
+  Tensors dC;
+  for (const at::Tensor& d : RandomDelta()) dC.push_back(d * -1000);  // sign flip x1000 of an honest-looking delta
+  EXPECT_EQ(PushClaimed("A", 1000, dA).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(PushClaimed("B", 1200, dB).code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(PushClaimed("C", 1000000, dC).ok());  // the last header: the fold opens
+  ASSERT_TRUE(PushClaimed("A", 1000, dA).ok());
+  ASSERT_TRUE(PushClaimed("B", 1200, dB).ok());
+  core_->Poll();
+  ASSERT_EQ(core_->Status().round(), 1);
+  const std::vector<double> norms = {NormOf(dA), NormOf(dB), NormOf(dC)};
+  std::vector<double> sorted = norms;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[1];
+  const std::vector<double> weights = {1000, 1200, 2 * 1200.0};  // C's 1e6 tokens capped at 2 x median (1200)
+  const std::vector<Tensors> deltas = {dA, dB, dC};
+  Tensors want;
+  double total = 0;
+  for (double w : weights) total += w;
+  for (size_t t = 0; t < dA.size(); ++t) {
+    at::Tensor sum = at::zeros_like(dA[t]);
+    for (size_t i = 0; i < 3; ++i) sum.add_(deltas[i][t], weights[i] * std::min(1.0, median / norms[i]));
+    want.push_back(sum / total);
+  }
+  ExpectAllClose(Theta(), Step(theta0, want));
+}
+
+// A push whose values' norm differs from its header's claim (beyond 2%) is refused at the end of its stream; the
+// round's aggregation restarts (B, already counted, pushes again) and the liar is quarantined for the round.
+TEST_F(ClipAggregationTest, AClaimedNormThatDoesNotMatchRefusesThePushAndRestartsTheAggregation) {
+  config_.coordinator.min_workers = 1;  // the redo closes with B alone
+  Start();
+  Join("A");
+  Join("B");
+  const Tensors theta0 = Theta();
+  const Tensors dA = RandomDelta(), dB = RandomDelta();
+  EXPECT_EQ(PushClaimed("B", 1000, dB).code(), absl::StatusCode::kUnavailable);
+  PushHeader h = Header("A", 0, 1000);
+  h.set_claimed_norm(NormOf(dA));   // but it sends 100 x dA
+  auto liar = core_->BeginPush(h);  // the last header: the fold opens
+  ASSERT_TRUE(liar.ok()) << liar.status();
+  for (size_t i = 0; i < dA.size(); ++i) ASSERT_TRUE(FoldTensor(*liar, i, dA[i] * 100).ok());
+  ASSERT_TRUE(PushClaimed("B", 1000, dB).ok());
+  EXPECT_TRUE(Beat("B").pushed());
+  const absl::Status lie = core_->CommitPush(*liar);
+  EXPECT_EQ(lie.code(), absl::StatusCode::kInvalidArgument) << lie;
+  EXPECT_THAT(std::string(lie.message()), HasSubstr("claimed norm"));
+  EXPECT_FALSE(Beat("B").pushed()) << "the aggregation restarted: B pushes again";
+  EXPECT_GT(Worker(core_->Status(), "A").quarantined_until_round(), 0);
+  ASSERT_TRUE(PushClaimed("B", 1000, dB).ok());
+  core_->Poll();
+  ASSERT_EQ(core_->Status().round(), 1);
+  // The fold's medians stay those of the two declared headers (A's claim and B's norm): B is clipped to them.
+  const double scale = std::min(1.0, 0.5 * (NormOf(dA) + NormOf(dB)) / NormOf(dB));
+  Tensors want;
+  for (const at::Tensor& d : dB) want.push_back(d * scale);
+  ExpectAllClose(Theta(), Step(theta0, want));
 }
 
 }  // namespace

@@ -61,3 +61,25 @@ TEST(DelayedNesterovTest, MismatchedShapesThrow) {
 
 }  // namespace
 }  // namespace diloco
+
+namespace diloco {
+namespace {
+
+// The non-finite guard (outer_step.h NonFiniteStep): a refused arrival leaves m and acc as they were, so the
+// trajectory goes on as if it never came.
+TEST(DelayedNesterovTest, AnArrivalThatWouldOverflowIsRefusedAndLeavesNoTrace) {
+  DelayedNesterov guarded(0.7, 0.9, 2), clean(0.7, 0.9, 2);
+  std::vector<at::Tensor> theta = {T({0.5f, -1.25f, 2.0f, -3.0e38f})};  // finite, near the float32 limit
+  std::vector<at::Tensor> theta_clean = theta;
+  const std::vector<at::Tensor> g1 = {T({0.1f, -0.2f, 0.3f, 0.05f})}, g2 = {T({0.2f, 0.1f, -0.1f, 0.0f})};
+  theta = guarded.Step(theta, g1);
+  theta_clean = clean.Step(theta_clean, g1);
+  EXPECT_THROW(guarded.Step(theta, {T({0.0f, 0.0f, 0.0f, 3.0e38f})}), NonFiniteStep);  // theta[3] -> -Inf
+  theta = guarded.Step(theta, g2);
+  theta_clean = clean.Step(theta_clean, g2);
+  EXPECT_TRUE(at::equal(theta[0], theta_clean[0]));
+  EXPECT_TRUE(at::equal(guarded.momentum_buffers()[0], clean.momentum_buffers()[0]));
+}
+
+}  // namespace
+}  // namespace diloco

@@ -43,10 +43,16 @@ StatusReply TwoWorkers() {
   a->set_tokens_per_s(1234.5);
   a->set_bytes_pushed(8000);
   a->set_heartbeat_age_s(0.5);
+  a->set_last_push_norm(12.5);
+  a->set_last_clip_scale(1);
   WorkerStatus* b = s.add_workers();  // joined, never pushed, then went silent
   b->set_id("w1");
   b->set_broken_pushes(3);  // its pushes broke off three times in a row: quarantined
   b->set_quarantined_until_round(4);
+  b->set_last_push_norm(2000);  // and its pushes were clipped (outer.aggregation clip) until it became suspect
+  b->set_last_clip_scale(0.25);
+  b->set_clipped_in_a_row(3);
+  b->set_suspect(true);
   b->set_state("lost");
   b->set_heartbeat_age_s(12);
   for (auto [round, loss] : {std::pair<int, double>{0, 4.5}, {1, 4.0}, {2, 3.75}}) {
@@ -132,6 +138,18 @@ diloco_worker_broken_pushes_total{worker="w1"} 3
 # TYPE diloco_worker_quarantined gauge
 diloco_worker_quarantined{worker="w0"} 0
 diloco_worker_quarantined{worker="w1"} 1
+# HELP diloco_worker_push_norm L2 norm of the worker's last counted pseudo-gradient (0 before one).
+# TYPE diloco_worker_push_norm gauge
+diloco_worker_push_norm{worker="w0"} 12.5
+diloco_worker_push_norm{worker="w1"} 2000
+# HELP diloco_worker_clip_scale The factor outer.aggregation clip scaled the worker's last counted push by (1: not clipped).
+# TYPE diloco_worker_clip_scale gauge
+diloco_worker_clip_scale{worker="w0"} 1
+diloco_worker_clip_scale{worker="w1"} 0.25
+# HELP diloco_worker_suspect 1 once the worker's pushes were clipped outer.flag_rounds rounds in a row.
+# TYPE diloco_worker_suspect gauge
+diloco_worker_suspect{worker="w0"} 0
+diloco_worker_suspect{worker="w1"} 1
 # HELP diloco_worker_heartbeat_age_seconds Seconds since the worker was last heard from.
 # TYPE diloco_worker_heartbeat_age_seconds gauge
 diloco_worker_heartbeat_age_seconds{worker="w0"} 0.5

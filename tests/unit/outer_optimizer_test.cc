@@ -295,3 +295,61 @@ TEST(OuterOptimizerTest, TensorsOffTheCpuAreRefusedNamingTheirDevice) {
 
 }  // namespace
 }  // namespace diloco
+
+// The non-finite guard (outer_step.h NonFiniteStep, issue 32): a step whose theta or momentum would overflow is
+// refused with both as they were, bit for bit, in place and out of place, on the first step and a later one.
+namespace diloco {
+namespace {
+
+TEST(OuterOptimizerGuardTest, AStepThatWouldOverflowCommitsNothing) {
+  const float big = 3.0e38f;  // finite, but theta - lr * (d + mu * b) with d = -big overflows
+  for (bool in_place : {true, false}) {
+    for (int warm : {0, 1}) {
+      OuterOptimizer opt(OuterOptimizer::Kind::kNesterov, 0.7, 0.9);
+      std::vector<at::Tensor> theta = {at::tensor({0.5f, -1.0f, 2.0f}, at::kFloat), at::tensor({1.0f}, at::kFloat)};
+      for (int i = 0; i < warm; ++i) {  // a momentum to keep
+        const std::vector<at::Tensor> d = {at::tensor({0.1f, 0.2f, 0.3f}), at::tensor({0.4f})};
+        if (in_place) {
+          opt.StepInPlace(theta, d);
+        } else {
+          theta = opt.Step(theta, d);
+        }
+      }
+      const std::vector<at::Tensor> theta_before = {theta[0].clone(), theta[1].clone()};
+      std::vector<at::Tensor> momentum_before;
+      for (const at::Tensor& b : opt.momentum_buffers()) momentum_before.push_back(b.clone());
+      const std::vector<at::Tensor> bad = {at::tensor({0.1f, -big, 0.3f}), at::tensor({0.4f})};
+      if (in_place) {
+        EXPECT_THROW(opt.StepInPlace(theta, bad), NonFiniteStep);
+      } else {
+        EXPECT_THROW(opt.Step(theta, bad), NonFiniteStep);
+      }
+      for (size_t i = 0; i < theta.size(); ++i) EXPECT_TRUE(at::equal(theta[i], theta_before[i])) << i;
+      ASSERT_EQ(opt.momentum_buffers().size(), momentum_before.size()) << "in_place " << in_place << " warm " << warm;
+      for (size_t i = 0; i < momentum_before.size(); ++i) {
+        EXPECT_TRUE(at::equal(opt.momentum_buffers()[i], momentum_before[i])) << i;
+      }
+      // The next, finite step goes on as if the refused one never happened.
+      const std::vector<at::Tensor> d = {at::tensor({0.1f, 0.2f, 0.3f}), at::tensor({0.4f})};
+      if (in_place) {
+        EXPECT_NO_THROW(opt.StepInPlace(theta, d));
+      } else {
+        EXPECT_NO_THROW(theta = opt.Step(theta, d));
+      }
+      EXPECT_TRUE(at::isfinite(theta[0]).all().item<bool>());
+    }
+  }
+}
+
+// Plain SGD without momentum (FedAvg with lr 1) is guarded too.
+TEST(OuterOptimizerGuardTest, PlainStepIsGuarded) {
+  OuterOptimizer opt(OuterOptimizer::Kind::kSgd, 1.0, 0.0);
+  std::vector<at::Tensor> theta = {at::tensor({3.0e38f, 1.0f})};
+  EXPECT_THROW(opt.StepInPlace(theta, {at::tensor({-1.0e38f, 0.0f})}), NonFiniteStep);
+  EXPECT_EQ(theta[0][0].item<float>(), 3.0e38f);
+  EXPECT_NO_THROW(opt.StepInPlace(theta, {at::tensor({1.0e38f, 0.0f})}));
+  EXPECT_FLOAT_EQ(theta[0][0].item<float>(), 3.0e38f - 1.0e38f);
+}
+
+}  // namespace
+}  // namespace diloco

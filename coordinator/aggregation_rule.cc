@@ -1,0 +1,139 @@
+#include "coordinator/aggregation_rule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace diloco {
+
+double SquaredNorm(const at::Tensor& values) {
+  if (values.scalar_type() != at::kFloat || !values.is_contiguous()) {
+    return values.to(at::kDouble).square().sum().item<double>();
+  }
+  const float* v = values.data_ptr<float>();
+  const int64_t n = values.numel();
+  double sum = 0;
+  for (int64_t j = 0; j < n; ++j) sum += static_cast<double>(v[j]) * static_cast<double>(v[j]);
+  return sum;
+}
+
+namespace {
+
+// (norm, id) with non-finite norms as +Inf, largest first, ties by id.
+std::vector<std::pair<double, std::string>> ByNorm(const RoundState::Pushes& pushes) {
+  std::vector<std::pair<double, std::string>> out;
+  for (const auto& [id, ticket] : pushes) {
+    const double norm = std::sqrt(ticket.squared_norm);
+    out.emplace_back(std::isfinite(norm) ? norm : HUGE_VAL, id);
+  }
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  return out;
+}
+
+}  // namespace
+
+std::string DescribePushNorms(const RoundState::Pushes& pushes) {
+  std::string line;
+  for (const auto& [norm, id] : ByNorm(pushes)) {
+    absl::StrAppend(&line, line.empty() ? "" : ", ", id, " norm ", absl::StrFormat("%.4g", norm), " (",
+                    pushes.at(id).tokens, " tokens)");
+  }
+  return line;
+}
+
+std::string LargestNormPush(const RoundState::Pushes& pushes) {
+  const auto sorted = ByNorm(pushes);
+  return sorted.empty() ? std::string() : sorted.front().second;
+}
+
+double Median(std::vector<double> values) {
+  if (values.empty()) throw std::invalid_argument("Median of no values");
+  std::sort(values.begin(), values.end());
+  const size_t k = values.size();
+  return k % 2 == 1 ? values[k / 2] : 0.5 * (values[k / 2 - 1] + values[k / 2]);
+}
+
+std::vector<double> ClipScales(const std::vector<double>& norms, double clip_factor) {
+  std::vector<double> scales(norms.size(), 1.0);
+  if (norms.empty()) return scales;
+  const double bound = clip_factor * Median(norms);
+  for (size_t i = 0; i < norms.size(); ++i) {
+    if (norms[i] > 0) scales[i] = std::min(1.0, bound / norms[i]);
+  }
+  return scales;
+}
+
+std::vector<double> CappedWeights(const std::vector<double>& tokens, double max_token_weight) {
+  std::vector<double> weights = tokens;
+  if (tokens.empty() || max_token_weight <= 0) return weights;
+  const double cap = max_token_weight * Median(tokens);
+  for (double& w : weights) w = std::min(w, cap);
+  return weights;
+}
+
+namespace {
+
+// numpy.median along dim 0 of a [k, n] float64 tensor.
+at::Tensor CoordinateMedian(const at::Tensor& rows) {
+  const at::Tensor sorted = std::get<0>(rows.sort(0));
+  const int64_t k = rows.size(0);
+  if (k % 2 == 1) return sorted[k / 2].clone();
+  return (sorted[k / 2 - 1] + sorted[k / 2]) * 0.5;
+}
+
+}  // namespace
+
+at::Tensor TrimmedMean(const at::Tensor& rows, int64_t trim) {
+  const at::Tensor x = rows.to(at::kDouble);
+  const int64_t k = x.size(0);
+  const int64_t b = std::min<int64_t>(std::max<int64_t>(trim, 0), (k - 1) / 2);
+  return std::get<0>(x.sort(0)).narrow(0, b, k - 2 * b).mean(0);
+}
+
+at::Tensor CenteredClip(const at::Tensor& rows, double tau, int64_t iterations) {
+  const at::Tensor x = rows.to(at::kDouble);
+  at::Tensor v = CoordinateMedian(x);
+  for (int64_t l = 0; l < iterations; ++l) {
+    const at::Tensor z = x - v;
+    const at::Tensor norms = z.norm(2, {1}, /*keepdim=*/true);
+    const at::Tensor factor = at::where(norms > 0, at::clamp_max(tau / norms, 1.0), at::ones_like(norms));
+    v = v + (z * factor).mean(0);
+  }
+  return v;
+}
+
+bool ClipGate::TryOpen(const std::vector<std::string>& expected, bool force, size_t min_declared) {
+  if (open_) return true;
+  bool all = !declared_.empty();
+  for (const std::string& id : expected) all = all && declared_.count(id) != 0;
+  if (!(all || force) || declared_.size() < std::max<size_t>(min_declared, 1)) return false;
+  std::vector<double> norms, tokens;
+  for (const auto& [id, d] : declared_) {
+    norms.push_back(d.norm);
+    tokens.push_back(d.tokens);
+  }
+  median_norm_ = Median(norms);
+  median_tokens_ = Median(tokens);
+  open_ = true;
+  return true;
+}
+
+double ClipGate::Scale(double norm) const { return norm > 0 ? std::min(1.0, clip_factor_ * median_norm_ / norm) : 1.0; }
+
+double ClipGate::Weight(double tokens) const {
+  return max_token_weight_ > 0 ? std::min(tokens, max_token_weight_ * median_tokens_) : tokens;
+}
+
+void ClipGate::Reset() {
+  declared_.clear();
+  open_ = false;
+  median_norm_ = median_tokens_ = 0;
+}
+
+}  // namespace diloco

@@ -1,0 +1,76 @@
+// Robust aggregation (issue 32): the per-push facts the coordinator keeps to judge a round's pushes without holding
+// one copy of the model per worker, and the rules over them.
+//   SquaredNorm         sum of v^2 over one chunk in float64, added up per push while it folds (PushTicket)
+//   DescribePushNorms   "id norm x (tokens t)" for each push of a round, for the log line of a discarded round
+//   LargestNormPush     the push blamed when a round's outer step would not be finite (the non-finite guard)
+// The rules (numpy's definitions; golden values from tests/golden/make_robust_golden.py):
+//   Median              numpy.median: an even count gives the mean of the two middle values
+//   ClipScales          Templar's clip: s_i = min(1, clip_factor x median_j n_j / n_i) (n_i = 0: 1)
+//   CappedWeights       w_i = min(t_i, max_token_weight x median_j t_j) (max_token_weight 0: no cap)
+//   TrimmedMean         per coordinate, the mean after dropping the `trim` smallest and largest values
+//   CenteredClip        BTARD's CenteredClip over rows x_i: v = coordinate-wise median, then `iterations` times
+//                       v += mean_i(clip_tau(x_i - v)), clip_tau(z) = z min(1, tau / |z|); streamed chunk by chunk,
+//                       |z| is the norm over the rows' coordinates (one chunk of each push)
+// Pure functions of their arguments: thread-safe.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "coordinator/round_state.h"
+
+namespace diloco {
+
+// sum_j values[j]^2 in float64 (any float dtype, any layout); +Inf when the sum itself overflows float64.
+double SquaredNorm(const at::Tensor& values);
+
+// One line listing every push of `pushes` with its L2 norm and tokens, largest norm first.
+std::string DescribePushNorms(const RoundState::Pushes& pushes);
+
+// The worker id of the push with the largest norm (a non-finite norm counts as largest; ties: the first id in
+// order); "" when `pushes` is empty.
+std::string LargestNormPush(const RoundState::Pushes& pushes);
+
+// ClipGate: outer.aggregation clip's state for the open round (docs/operations.md "Robust aggregation"): the norms
+// and token counts the round's push headers declared and, once the fold is open, the medians fixed from them. A push
+// folds with weight Weight(tokens) x Scale(norm) and counts Weight(tokens) in the total. Not thread-safe: the core
+// guards it with its mutex.
+class ClipGate {
+ public:
+  ClipGate(double clip_factor, double max_token_weight)
+      : clip_factor_(clip_factor), max_token_weight_(max_token_weight) {}
+  void Declare(const std::string& id, double norm, double tokens) { declared_[id] = {norm, tokens}; }
+  size_t declared() const { return declared_.size(); }
+  bool open() const { return open_; }
+  // Opens the fold when at least `min_declared` have declared and either every id of `expected` has or `force`;
+  // returns open().
+  bool TryOpen(const std::vector<std::string>& expected, bool force, size_t min_declared);
+  double median_norm() const { return median_norm_; }
+  double median_tokens() const { return median_tokens_; }
+  double Scale(double norm) const;     // min(1, clip_factor x median norm / norm); 1 for norm 0. Requires open().
+  double Weight(double tokens) const;  // min(tokens, max_token_weight x median tokens). Requires open().
+  void Reset();                        // the next round: nothing declared, closed
+
+ private:
+  struct Declared {
+    double norm = 0;
+    double tokens = 0;
+  };
+  double clip_factor_, max_token_weight_;
+  std::map<std::string, Declared> declared_;
+  bool open_ = false;
+  double median_norm_ = 0, median_tokens_ = 0;
+};
+
+double Median(std::vector<double> values);  // requires values non-empty
+std::vector<double> ClipScales(const std::vector<double>& norms, double clip_factor);
+std::vector<double> CappedWeights(const std::vector<double>& tokens, double max_token_weight);
+// rows: [k, n], row i = push i's values of one chunk (any float dtype); returns [n] float64. trim is lowered to
+// (k - 1) / 2 when 2 x trim >= k.
+at::Tensor TrimmedMean(const at::Tensor& rows, int64_t trim);
+at::Tensor CenteredClip(const at::Tensor& rows, double tau, int64_t iterations);
+
+}  // namespace diloco

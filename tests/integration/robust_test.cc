@@ -1,0 +1,89 @@
+// Robust aggregation end to end (issue 32): a real diloco-coordinator on config/tiny.yaml with real diloco-worker
+// processes, one of which pushes wrong pseudo-gradients through the test-only --attack option (worker/attack.h).
+// The non-finite guard with outer.aggregation mean: the attacker's well-formed pushes (finite values, max |v| 1e38)
+// overflow the token-weighted sums every round it pushes; no such round is committed (theta stays finite, every
+// evaluation is finite), the attacker is quarantined for the redo and the honest members complete the run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/process_harness.h"
+
+namespace diloco::testing {
+namespace {
+
+constexpr int kRounds = 3;
+
+TEST(Robust, OverflowingPushesAreNeverCommittedAndTheHonestMembersCompleteTheRun) {
+  const std::string dir = ScratchDir("robust_overflow");
+  const std::vector<std::string> args =
+      TinyArgs(dir, {"outer.rounds=" + std::to_string(kRounds), "workers.count=3", "coordinator.min_workers=2"});
+  RunningProcess coordinator("diloco-coordinator", With(args, {"--port-file", dir + "/addr"}));
+  const std::string address = WaitForAddress(coordinator, dir + "/addr");
+  ASSERT_FALSE(address.empty()) << coordinator.output();
+  // The attacker joins first, so that it is a member before the first round can close.
+  RunningProcess bad("diloco-worker", With(args, {"--coordinator", address, "--id", "bad", "--attack", "max:1e38"}));
+  ASSERT_TRUE(coordinator.WaitForOutput("joined: worker bad", 60)) << coordinator.output();
+  RunningProcess w0("diloco-worker", With(args, {"--coordinator", address, "--id", "w0"}));
+  ASSERT_TRUE(coordinator.WaitForOutput("joined: worker w0", 60)) << coordinator.output();
+  RunningProcess w1("diloco-worker", With(args, {"--coordinator", address, "--id", "w1"}));
+  EXPECT_EQ(w0.Wait(240), 0) << w0.output();
+  EXPECT_EQ(w1.Wait(240), 0) << w1.output();
+  EXPECT_NE(bad.Wait(60), -1) << "the attacker should leave when the run completes\n" << bad.output();
+  ASSERT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+  const std::string log = coordinator.output();
+  EXPECT_NE(log.find("discarded: the averaged pseudo-gradient is not finite"), std::string::npos) << log;
+  EXPECT_NE(log.find("bad norm "), std::string::npos) << log;
+  EXPECT_NE(log.find("quarantined: worker bad"), std::string::npos) << log;
+  const nlohmann::json summary = ReadJson(dir + "/summary.json");
+  ASSERT_TRUE(summary.is_object()) << log;
+  EXPECT_EQ(summary["round"].get<int64_t>(), kRounds);
+  EXPECT_EQ(summary["phase"].get<std::string>(), "complete");
+  ASSERT_GE(summary["evals"].size(), static_cast<size_t>(kRounds)) << summary.dump();
+  for (const auto& e : summary["evals"]) EXPECT_TRUE(std::isfinite(e["val_loss"].get<double>())) << e.dump();
+  EXPECT_LT(summary["evals"].back()["val_loss"].get<double>(), summary["evals"].front()["val_loss"].get<double>());
+  for (const auto& w : summary["workers"]) {
+    if (w["id"] == "bad") EXPECT_EQ(w["rounds_contributed"].get<int64_t>(), 0) << w.dump();
+    if (w["id"] != "bad") EXPECT_EQ(w["rounds_contributed"].get<int64_t>(), kRounds) << w.dump();
+  }
+}
+
+// outer.aggregation clip under attack (issue 32 items 2 and 5): two honest workers and one that pushes its delta
+// flipped and scaled x1000 (test-only --attack scale:-1000). Each round's fold waits for the three headers, the
+// attacker's push is scaled down to the median norm and its 1/3 share cannot undo the honest ones: the run completes,
+// every evaluation is finite and the validation loss falls.
+TEST(Robust, ClipKeepsTheLossFallingUnderASignFlipTimesAThousand) {
+  const std::string dir = ScratchDir("robust_clip");
+  const std::vector<std::string> args = TinyArgs(dir, {"outer.rounds=" + std::to_string(kRounds), "workers.count=3",
+                                                       "coordinator.min_workers=3", "outer.aggregation=clip"});
+  RunningProcess coordinator("diloco-coordinator", With(args, {"--port-file", dir + "/addr"}));
+  const std::string address = WaitForAddress(coordinator, dir + "/addr");
+  ASSERT_FALSE(address.empty()) << coordinator.output();
+  RunningProcess bad("diloco-worker", With(args, {"--coordinator", address, "--id", "bad", "--attack", "scale:-1000"}));
+  ASSERT_TRUE(coordinator.WaitForOutput("joined: worker bad", 60)) << coordinator.output();
+  RunningProcess w0("diloco-worker", With(args, {"--coordinator", address, "--id", "w0"}));
+  ASSERT_TRUE(coordinator.WaitForOutput("joined: worker w0", 60)) << coordinator.output();
+  RunningProcess w1("diloco-worker", With(args, {"--coordinator", address, "--id", "w1"}));
+  EXPECT_EQ(w0.Wait(240), 0) << w0.output();
+  EXPECT_EQ(w1.Wait(240), 0) << w1.output();
+  EXPECT_NE(bad.Wait(60), -1) << bad.output();
+  ASSERT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+  const std::string log = coordinator.output();
+  EXPECT_NE(log.find("clip fold open with 3 pushes declared"), std::string::npos) << log;
+  const nlohmann::json summary = ReadJson(dir + "/summary.json");
+  ASSERT_TRUE(summary.is_object()) << log;
+  EXPECT_EQ(summary["round"].get<int64_t>(), kRounds);
+  ASSERT_GE(summary["evals"].size(), static_cast<size_t>(kRounds)) << summary.dump();
+  for (const auto& e : summary["evals"]) EXPECT_TRUE(std::isfinite(e["val_loss"].get<double>())) << e.dump();
+  const double first = summary["evals"].front()["val_loss"].get<double>();
+  const double last = summary["evals"].back()["val_loss"].get<double>();
+  EXPECT_LT(last, first) << summary.dump();
+  std::cout << "clip under scale:-1000: val_loss " << first << " -> " << last << "\n";
+}
+
+}  // namespace
+}  // namespace diloco::testing

@@ -1,0 +1,91 @@
+// The robust aggregation rules (coordinator/aggregation_rule.h) against numpy: golden values from
+// tests/golden/make_robust_golden.py (odd and even counts, ties at the median, one push, an outlier, inflated tokens).
+#include "coordinator/aggregation_rule.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "coordinator/round_accumulator.h"
+
+namespace robust_golden {
+#include "tests/unit/robust_golden.inc"
+}  // namespace robust_golden
+
+namespace diloco {
+namespace {
+
+using robust_golden::Cases;
+using robust_golden::RobustCase;
+
+at::Tensor Rows(const RobustCase& c) {  // float32, as pushed
+  return at::tensor(c.d, at::kDouble).reshape({c.k, c.n}).to(at::kFloat);
+}
+
+void ExpectNear(const std::vector<double>& got, const std::vector<double>& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], tol * std::max(1.0, std::fabs(want[i]))) << what << " [" << i << "]";
+  }
+}
+
+std::vector<double> Values(const at::Tensor& t) {
+  const at::Tensor d = t.to(at::kDouble).contiguous();
+  return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
+}
+
+TEST(AggregationRuleTest, MedianIsNumpys) {
+  EXPECT_EQ(Median({3, 1, 2}), 2);
+  EXPECT_EQ(Median({4, 1, 3, 2}), 2.5);
+  EXPECT_EQ(Median({7}), 7);
+  EXPECT_EQ(Median({1, 1, 5, 5}), 3);
+  EXPECT_THROW(Median({}), std::invalid_argument);
+}
+
+TEST(AggregationRuleTest, WeightsScalesAndTheClippedMeanMatchNumpy) {
+  for (const RobustCase& c : Cases()) {
+    const at::Tensor rows = Rows(c);
+    ExpectNear(CappedWeights(c.tokens, robust_golden::kMaxTokenWeight), c.weights, 0, c.name);
+    std::vector<double> norms;
+    for (int i = 0; i < c.k; ++i) norms.push_back(std::sqrt(SquaredNorm(rows[i])));
+    const std::vector<double> scales = ClipScales(norms, robust_golden::kClipFactor);
+    ExpectNear(scales, c.scales, 1e-12, c.name);
+    // As the coordinator folds: weight w_i s_i into the float32 sums, w_i into the total.
+    for (bool clip : {false, true}) {
+      RoundAccumulator acc({TensorSpec{"x", {c.n}}});
+      for (int i = 0; i < c.k; ++i) {
+        acc.Fold(0, 0, rows[i], c.weights[i] * (clip ? scales[i] : 1.0));
+        acc.AddContribution(c.weights[i]);
+      }
+      ExpectNear(Values(acc.Average()[0]), clip ? c.clip : c.mean, 1e-5, std::string(c.name) + (clip ? " clip" : ""));
+    }
+  }
+}
+
+TEST(AggregationRuleTest, TrimmedMeanAndCenteredClipMatchNumpy) {
+  for (const RobustCase& c : Cases()) {
+    ExpectNear(Values(TrimmedMean(Rows(c), robust_golden::kTrim)), c.trimmed, 1e-12, c.name);
+    ExpectNear(Values(CenteredClip(Rows(c), robust_golden::kTau, robust_golden::kIterations)), c.cclip, 1e-12, c.name);
+  }
+}
+
+TEST(AggregationRuleTest, NormsAndTheLargestPush) {
+  EXPECT_EQ(SquaredNorm(at::tensor({3.0f, -4.0f})), 25.0);
+  EXPECT_EQ(SquaredNorm(at::tensor({3.0f, -4.0f}).to(at::kBFloat16)), 25.0);
+  const double big = 1e38f;
+  EXPECT_DOUBLE_EQ(SquaredNorm(at::full({2}, 1e38f)), 2 * big * big);  // float64: no overflow
+  RoundState::Pushes pushes;
+  pushes["a"].squared_norm = 4;
+  pushes["b"].squared_norm = 9;
+  pushes["c"].squared_norm = 9;
+  EXPECT_EQ(LargestNormPush(pushes), "b");  // ties: the first id
+  pushes["d"].squared_norm = INFINITY;
+  EXPECT_EQ(LargestNormPush(pushes), "d");
+  EXPECT_EQ(LargestNormPush({}), "");
+  EXPECT_NE(DescribePushNorms(pushes).find("b norm 3 ("), std::string::npos) << DescribePushNorms(pushes);
+}
+
+}  // namespace
+}  // namespace diloco
