@@ -10,12 +10,16 @@
 #include <torch/torch.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <string>
 
 #include "config/config.h"
 #include "config/hf_model_config.h"
 #include "config/model_rules.h"
+#include "proto/checkpoint.h"
+#include "proto/tensor_spec.h"
 #include "worker/lm/generate.h"
 #include "worker/lm/hf_weights.h"
 #include "worker/lm/language_model.h"
@@ -142,6 +146,16 @@ TEST_P(HfGoldenTest, GenerateGreedyGivesHuggingFacesIds) {
   EXPECT_TRUE(torch::equal(torch::tensor(*ids, torch::kLong).unsqueeze(0), g.generated));
 }
 
+// Runs `command` through the shell; its exit code and its stdout + stderr.
+std::pair<int, std::string> Shell(const std::string& command) {
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return {-1, "popen failed"};
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), pipe)) > 0;) out.append(buf, n);
+  return {pclose(pipe), out};
+}
+
 // What `diloco-ctl generate --init-from DIR --prompt-ids ... --max-new-tokens 32 --print-ids` prints (stdout and
 // stderr) and its exit code; config.json fills model:.
 std::pair<int, std::string> CtlGenerate(const std::string& dir, const std::string& tag, const torch::Tensor& prompt) {
@@ -150,13 +164,8 @@ std::pair<int, std::string> CtlGenerate(const std::string& dir, const std::strin
   std::string ids;
   for (int64_t i = 0; i < prompt.numel(); ++i) ids += (i ? "," : "") + std::to_string(prompt[0][i].item<int64_t>());
   const std::string command = std::string(DILOCO_CTL) + " generate --config " + yaml + " --init-from " + dir +
-                              " --prompt-ids " + ids + " --max-new-tokens 32 --print-ids 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return {-1, "popen failed"};
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof(buf), pipe)) > 0;) out.append(buf, n);
-  return {pclose(pipe), out};
+                              " --prompt-ids " + ids + " --max-new-tokens 32 --print-ids";
+  return Shell(command);
 }
 
 std::string IdsText(const torch::Tensor& ids) {
@@ -259,6 +268,35 @@ TEST_P(HfFamilyGoldenTest, CtlGeneratePrintsHuggingFacesIds) {
   const auto [code, out] = CtlGenerate(kFamiliesDir + "/" + GetParam().name, GetParam().name, g.prompt);
   EXPECT_EQ(code, 0) << out;
   EXPECT_EQ(out, IdsText(g.generated));
+}
+
+// The export: a checkpoint of the imported parameters goes through `diloco-ctl export --format hf` (model: from the
+// directory's config.json), and tests/golden/check_family_export.py loads the result with transformers (no missing or
+// unexpected keys, the family's class) and gets the golden logits within 1e-4.
+TEST_P(HfFamilyGoldenTest, ExportLoadsInTransformersWithTheGoldenLogits) {
+  const std::string name = GetParam().name, dir = kFamiliesDir + "/" + name;
+  const std::string scratch = ::testing::TempDir() + "/family_export_" + name;
+  std::filesystem::remove_all(scratch);
+  std::filesystem::create_directories(scratch);
+  auto model = Import(Config(), name, kFamiliesDir);
+  CheckpointData data;
+  data.round = 1;
+  for (const auto& [param, value] : NamedParameters(*model)) data.params.emplace_back(param, value.detach().clone());
+  data.fingerprint = Fingerprint(SpecsOf(data.params));
+  ASSERT_TRUE(SaveCheckpoint(scratch + "/ckpt.bin", data).ok());
+  std::ofstream(scratch + "/run.yaml") << "run:\n  output_dir: " << scratch << "/run\nmodel:\n  init_from: " << dir
+                                       << "\n";
+  const auto [code, out] = Shell(std::string(DILOCO_CTL) + " export --checkpoint " + scratch + "/ckpt.bin --config " +
+                                 scratch + "/run.yaml --format hf --out " + scratch + "/hf");
+  ASSERT_EQ(code, 0) << out;
+  const char* classes[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
+  const std::string cls = classes[static_cast<int>(GetParam().arch) - static_cast<int>(ModelArch::kLlama)];
+  const auto [check_code, check] =
+      Shell(std::string(DILOCO_PYTHON) + " " + DILOCO_SOURCE_DIR + "/tests/golden/check_family_export.py --dir " +
+            scratch + "/hf --golden " + kFamiliesDir + "/" + name + "_golden.safetensors --class " + cls);
+  EXPECT_EQ(check_code, 0) << check;
+  EXPECT_NE(check.find("check_family_export: OK " + cls), std::string::npos) << check;
+  std::cout << "[export " << name << "] " << check;
 }
 
 INSTANTIATE_TEST_SUITE_P(
