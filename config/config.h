@@ -20,7 +20,8 @@ struct RunConfig {
 // The model (worker/lm/language_model.h). Shape keys describe the parameters; seq_len is the training context.
 // A Hugging Face directory in init_from fills every key the YAML leaves unset (config/hf_model_config.h).
 struct ModelConfig {
-  ModelArch arch = ModelArch::kGpt;  // gpt (ours) | gpt2 (GPT2LMHeadModel) | llama (LlamaForCausalLM)
+  // gpt (ours) | gpt2 (GPT2LMHeadModel) | llama (LlamaForCausalLM) | mistral | qwen2 | qwen3 (llama-shaped)
+  ModelArch arch = ModelArch::kGpt;
   int64_t vocab_size = 512;
   int64_t seq_len = 64;  // training context (tokens per sample); <= max_positions
   int64_t n_layer = 2;
@@ -39,13 +40,34 @@ struct ModelConfig {
   // Training recomputes each transformer block's forward during backward instead of keeping its activations
   // (worker/lm/checkpointed.h): less memory, about one more forward per step. Eval and generation are unaffected.
   bool activation_checkpointing = false;
+  // Llama-shaped archs (llama, mistral, qwen2, qwen3): the head size (0 = d_model / n_head), the rotary embedding's
+  // scaling (transformers' rope_parameters: worker/lm/rope.h) and mistral's sliding attention window (0 = none).
+  int64_t head_dim = 0;
+  RopeType rope_type = RopeType::kDefault;
+  double rope_factor = 1;                   // linear, llama3, yarn: the context extension factor
+  double rope_low_freq_factor = 1;          // llama3
+  double rope_high_freq_factor = 4;         // llama3
+  int64_t rope_original_max_positions = 0;  // llama3, yarn: the pretraining context; 0 = max_positions
+  double rope_attention_factor = 0;         // yarn: cos/sin scale; 0 = 0.1 ln(rope_factor) + 1
+  double rope_beta_fast = 32;               // yarn
+  double rope_beta_slow = 1;                // yarn
+  int64_t sliding_window = 0;               // mistral: a query sees the last sliding_window keys; 0 = all
 
   int64_t KvHeads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t MaxPositions() const { return max_positions > 0 ? max_positions : seq_len; }
+  int64_t HeadDim() const { return head_dim > 0 ? head_dim : d_model / n_head; }
+  int64_t RopeOriginalMaxPositions() const {
+    return rope_original_max_positions > 0 ? rope_original_max_positions : MaxPositions();
+  }
+  // llama and the archs built from its code (worker/lm/llama_family.h).
+  bool LlamaShaped() const {
+    return arch == ModelArch::kLlama || arch == ModelArch::kMistral || arch == ModelArch::kQwen2 ||
+           arch == ModelArch::kQwen3;
+  }
   // llama with ffn_hidden 0: Meta's rule, 2/3 of 4 x d_model rounded up to a multiple of 256.
   int64_t FfnHidden() const {
     if (ffn_hidden > 0) return ffn_hidden;
-    if (arch != ModelArch::kLlama) return 4 * d_model;
+    if (!LlamaShaped()) return 4 * d_model;
     return (8 * d_model / 3 + 255) / 256 * 256;
   }
 };

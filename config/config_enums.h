@@ -19,12 +19,15 @@ enum class DataSplit { kIid, kContiguous };         // data.split
 enum class WireCodec { kFp32, kBf16, kFp16, kInt8, kInt4, kTopk };  // comm.codec, comm.pull_codec (not topk)
 enum class PushTransport { kGrpc, kTcp };                           // comm.transport
 enum class Precision { kFp32, kBf16 };                              // workers.precision
-enum class ModelArch { kGpt, kGpt2, kLlama };                       // model.arch (worker/lm/model_registry.cc)
 enum class DataFormat { kText, kJsonl, kTokens };                   // data.format
 enum class TokenDtype { kUint16, kUint32 };                         // data.token_dtype (raw token files)
 enum class BadRecordPolicy { kFail, kSkip };                        // data.on_bad_record
 enum class DataSampling { kRandom, kSequential };                   // data.sampling
 enum class Sharding { kNone, kOptimizer, kGradients };              // workers.sharding
+// model.arch (worker/lm/model_registry.cc)
+enum class ModelArch { kGpt, kGpt2, kLlama, kMistral, kQwen2, kQwen3 };
+// model.rope_type (worker/lm/rope.h)
+enum class RopeType { kDefault, kLinear, kLlama3, kYarn };
 
 // EnumNames<E>::kNames: every value of E with its YAML name, in declaration order.
 template <typename E>
@@ -82,8 +85,19 @@ struct EnumNames<Precision> {
 
 template <>
 struct EnumNames<ModelArch> {
-  static constexpr std::array<std::pair<ModelArch, std::string_view>, 3> kNames{
-      {{ModelArch::kGpt, "gpt"}, {ModelArch::kGpt2, "gpt2"}, {ModelArch::kLlama, "llama"}}};
+  static constexpr std::array<std::pair<ModelArch, std::string_view>, 6> kNames{{{ModelArch::kGpt, "gpt"},
+                                                                                 {ModelArch::kGpt2, "gpt2"},
+                                                                                 {ModelArch::kLlama, "llama"},
+                                                                                 {ModelArch::kMistral, "mistral"},
+                                                                                 {ModelArch::kQwen2, "qwen2"},
+                                                                                 {ModelArch::kQwen3, "qwen3"}}};
+};
+template <>
+struct EnumNames<RopeType> {
+  static constexpr std::array<std::pair<RopeType, std::string_view>, 4> kNames{{{RopeType::kDefault, "default"},
+                                                                                {RopeType::kLinear, "linear"},
+                                                                                {RopeType::kLlama3, "llama3"},
+                                                                                {RopeType::kYarn, "yarn"}}};
 };
 
 template <>

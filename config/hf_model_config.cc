@@ -1,5 +1,7 @@
 #include "config/hf_model_config.h"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -76,61 +78,160 @@ class Reader {
 // The dtype of the stored weights: 5.x "dtype", 4.x "torch_dtype".
 std::string Dtype(Reader& r) { return r.String("dtype", r.String("torch_dtype", "")); }
 
-// rope_theta and the rope type: 5.x rope_parameters {rope_theta, rope_type}; 4.x top-level rope_theta and
-// rope_scaling (null, or {"rope_type" or "type": ...}). Only the plain rotary embedding ("default") is implemented.
-double RopeTheta(Reader& r, const json& j) {
-  double theta = r.Number("rope_theta", 10000.0);
+// A number of the rope dict `p` (`key` absent or null: `fallback`).
+double RopeNumber(Reader& r, const json& p, const char* key, double fallback) {
+  if (!p.contains(key) || p[key].is_null()) return fallback;
+  if (!p[key].is_number()) r.Error(absl::StrCat("rope ", key, ": expected a number, got ", p[key].dump()));
+  return p[key].is_number() ? p[key].get<double>() : fallback;
+}
+
+// YaRN's mscale: 0.1 k ln(factor) + 1 (1 for factor <= 1).
+double YarnMscale(double factor, double k) { return factor <= 1 ? 1.0 : 0.1 * k * std::log(factor) + 1.0; }
+
+// The rope dict's scaling keys for m.rope_type (worker/lm/rope.h), transformers' defaults where absent.
+void ReadRopeScaling(Reader& r, const json& p, ModelConfig& m) {
+  m.rope_factor = RopeNumber(r, p, "factor", 1.0);
+  m.rope_original_max_positions =
+      static_cast<int64_t>(RopeNumber(r, p, "original_max_position_embeddings", static_cast<double>(m.MaxPositions())));
+  if (m.rope_original_max_positions == m.MaxPositions()) m.rope_original_max_positions = 0;
+  if (m.rope_type == RopeType::kLlama3) {
+    m.rope_low_freq_factor = RopeNumber(r, p, "low_freq_factor", 1.0);
+    m.rope_high_freq_factor = RopeNumber(r, p, "high_freq_factor", 4.0);
+  }
+  if (m.rope_type != RopeType::kYarn) return;
+  if (!p.contains("factor") || p["factor"].is_null()) {
+    m.rope_factor = static_cast<double>(m.MaxPositions()) / static_cast<double>(m.RopeOriginalMaxPositions());
+  }
+  const double ms = RopeNumber(r, p, "mscale", 0), ms_all = RopeNumber(r, p, "mscale_all_dim", 0);
+  const double derived =
+      ms != 0 && ms_all != 0 ? YarnMscale(m.rope_factor, ms) / YarnMscale(m.rope_factor, ms_all) : 0.0;
+  m.rope_attention_factor = RopeNumber(r, p, "attention_factor", derived);
+  m.rope_beta_fast = RopeNumber(r, p, "beta_fast", 32);
+  m.rope_beta_slow = RopeNumber(r, p, "beta_slow", 1);
+  if (p.contains("truncate") && p["truncate"] != json(true)) {
+    r.Error(absl::StrCat("rope truncate is ", p["truncate"].dump(), "; only true (the default) is supported"));
+  }
+}
+
+// rope_theta and the rope scaling: 5.x rope_parameters {rope_theta, rope_type, ...}; 4.x top-level rope_theta and
+// rope_scaling (null, or {"rope_type" or "type": ..., ...}). Types default, linear, llama3 and yarn; any other is
+// refused naming it. Reads after max_positions (the default of original_max_position_embeddings).
+void ReadRope(Reader& r, const json& j, ModelConfig& m) {
+  m.rope_theta = r.Number("rope_theta", 10000.0);
   std::string type = "default";
+  const json* scaling = nullptr;
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
     if (!r.Present(key)) continue;
     const json& p = j[key];
-    if (!p.is_object()) {
-      r.Error(absl::StrCat(key, ": expected an object or null, got ", p.dump()));
-      return theta;
-    }
-    if (p.contains("rope_theta") && p["rope_theta"].is_number()) theta = p["rope_theta"].get<double>();
-    for (const char* type_key : {"rope_type", "type"}) {
+    if (!p.is_object()) return r.Error(absl::StrCat(key, ": expected an object or null, got ", p.dump()));
+    if (p.contains("rope_theta") && p["rope_theta"].is_number()) m.rope_theta = p["rope_theta"].get<double>();
+    for (const char* type_key : {"type", "rope_type"}) {
       if (p.contains(type_key) && p[type_key].is_string()) type = p[type_key].get<std::string>();
     }
+    scaling = &p;
   }
-  if (type != "default") {
-    r.Error(absl::StrCat("rope type '", type, "' (rope scaling) is not supported; only 'default' (plain rotary ",
-                         "embedding with rope_theta)"));
+  if (!EnumFromName(type, &m.rope_type)) {
+    return r.Error(absl::StrCat("rope type '", type, "' is not supported (supported: default, linear, llama3, yarn)"));
   }
-  return theta;
+  if (scaling == nullptr) return;
+  if (RopeNumber(r, *scaling, "partial_rotary_factor", 1.0) != 1.0) {
+    return r.Error("rope partial_rotary_factor other than 1 is not supported");
+  }
+  ReadRopeScaling(r, *scaling, m);
 }
 
-const std::vector<std::string> kLlamaKeys = {
-    "model.arch",           "model.vocab_size",   "model.n_layer",       "model.n_head",     "model.d_model",
-    "model.n_kv_head",      "model.ffn_hidden",   "model.max_positions", "model.rope_theta", "model.norm_eps",
-    "model.tie_embeddings", "model.bos_token_id", "model.eos_token_id"};
+const std::vector<std::string> kLlamaKeys = {"model.arch",
+                                             "model.vocab_size",
+                                             "model.n_layer",
+                                             "model.n_head",
+                                             "model.d_model",
+                                             "model.n_kv_head",
+                                             "model.ffn_hidden",
+                                             "model.max_positions",
+                                             "model.rope_theta",
+                                             "model.norm_eps",
+                                             "model.tie_embeddings",
+                                             "model.bos_token_id",
+                                             "model.eos_token_id",
+                                             "model.head_dim",
+                                             "model.rope_type",
+                                             "model.rope_factor",
+                                             "model.rope_low_freq_factor",
+                                             "model.rope_high_freq_factor",
+                                             "model.rope_original_max_positions",
+                                             "model.rope_attention_factor",
+                                             "model.rope_beta_fast",
+                                             "model.rope_beta_slow",
+                                             "model.sliding_window"};
 const std::vector<std::string> kGpt2Keys = {"model.arch",          "model.vocab_size",  "model.n_layer",
                                             "model.n_head",        "model.d_model",     "model.ffn_hidden",
                                             "model.max_positions", "model.norm_eps",    "model.tie_embeddings",
                                             "model.bos_token_id",  "model.eos_token_id"};
 
-// LlamaConfig (transformers 5.25) defaults for absent keys.
-void ReadLlama(Reader& r, const json& j, HfModelConfig& out) {
+// A llama-shaped family: its model_type, class and transformers 5.25 config defaults for absent keys.
+struct LlamaFamily {
+  ModelArch arch;
+  const char* model_type;
+  const char* class_name;
+  int64_t vocab_size, hidden_size, intermediate_size, max_positions;
+  int64_t num_key_value_heads;  // 0: num_attention_heads
+  int64_t head_dim;             // 0: hidden_size / num_attention_heads
+  int64_t bos, eos;             // -1: none
+};
+
+constexpr LlamaFamily kLlamaFamilies[] = {
+    {ModelArch::kLlama, "llama", "LlamaForCausalLM", 32000, 4096, 11008, 2048, 0, 0, 1, 2},
+    {ModelArch::kMistral, "mistral", "MistralForCausalLM", 32000, 4096, 14336, 131072, 8, 0, 1, 2},
+    {ModelArch::kQwen2, "qwen2", "Qwen2ForCausalLM", 151936, 4096, 22016, 32768, 0, 0, -1, -1},
+    {ModelArch::kQwen3, "qwen3", "Qwen3ForCausalLM", 151936, 4096, 22016, 32768, 0, 128, -1, -1},
+};
+
+const LlamaFamily* FindFamily(ModelArch arch) {
+  for (const LlamaFamily& f : kLlamaFamilies) {
+    if (f.arch == arch) return &f;
+  }
+  return nullptr;
+}
+
+// Sliding-window attention: mistral's sliding_window (null: none; a window at least the context is none too);
+// qwen2 and qwen3 only without it (use_sliding_window false and no "sliding_attention" layer).
+void ReadSlidingWindow(Reader& r, const json& j, ModelConfig& m) {
+  if (m.arch == ModelArch::kMistral) {
+    m.sliding_window =
+        j.contains("sliding_window") && j["sliding_window"].is_null() ? 0 : r.Int("sliding_window", 4096);
+    if (m.sliding_window >= m.MaxPositions()) m.sliding_window = 0;
+    return;
+  }
+  bool sliding = r.Bool("use_sliding_window", false);
+  if (r.Present("layer_types") && j["layer_types"].is_array()) {
+    for (const json& t : j["layer_types"]) sliding = sliding || t == json("sliding_attention");
+  }
+  if (sliding) r.Error("use_sliding_window / sliding_attention layers are not supported (only mistral's window)");
+}
+
+void ReadLlamaFamily(Reader& r, const json& j, const LlamaFamily& f, HfModelConfig& out) {
   ModelConfig& m = out.model;
-  m.arch = ModelArch::kLlama;
-  m.vocab_size = r.Int("vocab_size", 32000);
-  m.d_model = r.Int("hidden_size", 4096);
+  m.arch = f.arch;
+  m.vocab_size = r.Int("vocab_size", f.vocab_size);
+  m.d_model = r.Int("hidden_size", f.hidden_size);
   m.n_layer = r.Int("num_hidden_layers", 32);
   m.n_head = r.Int("num_attention_heads", 32);
-  m.n_kv_head = r.Int("num_key_value_heads", m.n_head);
-  m.ffn_hidden = r.Int("intermediate_size", 11008);
-  m.max_positions = r.Int("max_position_embeddings", 2048);
+  m.n_kv_head = r.Int("num_key_value_heads", f.num_key_value_heads > 0 ? f.num_key_value_heads : m.n_head);
+  m.ffn_hidden = r.Int("intermediate_size", f.intermediate_size);
+  m.max_positions = r.Int("max_position_embeddings", f.max_positions);
   m.norm_eps = r.Number("rms_norm_eps", 1e-6);
   m.tie_embeddings = r.Bool("tie_word_embeddings", false);
-  m.rope_theta = RopeTheta(r, j);
-  m.bos_token_id = r.TokenId("bos_token_id", 1, m.vocab_size);
-  m.eos_token_id = r.TokenId("eos_token_id", 2, m.vocab_size);
-  if (m.n_head > 0 && r.Present("head_dim") && r.Int("head_dim", 0) != m.d_model / m.n_head) {
-    r.Error(absl::StrCat("head_dim ", r.Int("head_dim", 0), " is not hidden_size / num_attention_heads (",
-                         m.d_model / m.n_head, "); only that head size is supported"));
-  }
-  r.Require("attention_bias", false, "llama without biases");
-  r.Require("mlp_bias", false, "llama without biases");
+  ReadRope(r, j, m);
+  m.bos_token_id = r.TokenId("bos_token_id", f.bos, m.vocab_size);
+  m.eos_token_id = r.TokenId("eos_token_id", f.eos, m.vocab_size);
+  // head_dim: kept 0 when it is d_model / n_head (the keys of a llama without head_dim stay as they were).
+  const bool divisible = m.n_head > 0 && m.d_model % m.n_head == 0;
+  const int64_t derived = m.n_head > 0 ? m.d_model / m.n_head : 0;
+  const int64_t head_dim = r.Int("head_dim", f.head_dim > 0 ? f.head_dim : derived);
+  m.head_dim = divisible && head_dim == derived ? 0 : head_dim;
+  ReadSlidingWindow(r, j, m);
+  if (f.arch != ModelArch::kQwen2) r.Require("attention_bias", false, "no attention biases but qwen2's q/k/v");
+  r.Require("mlp_bias", false, "an MLP without biases");
   r.Require("hidden_act", "silu", "SwiGLU with SiLU");
   out.keys = kLlamaKeys;
 }
@@ -166,14 +267,19 @@ absl::StatusOr<HfModelConfig> ParseHfModelConfig(const json& j, const std::strin
   const std::string type = r.String("model_type", "");
   HfModelConfig out;
   out.dtype = Dtype(r);
-  if (type == "llama") {
-    ReadLlama(r, j, out);
+  const LlamaFamily* family = nullptr;
+  for (const LlamaFamily& f : kLlamaFamilies) {
+    if (type == f.model_type) family = &f;
+  }
+  if (family != nullptr) {
+    ReadLlamaFamily(r, j, *family, out);
   } else if (type == "gpt2") {
     ReadGpt2(r, out);
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(origin, ": model_type '", type,
-                                                   "' is not supported (supported: 'llama' for LlamaForCausalLM, ",
-                                                   "'gpt2' for GPT2LMHeadModel)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, ": model_type '", type,
+                     "' is not supported (supported: 'llama' for LlamaForCausalLM, 'mistral' for MistralForCausalLM, ",
+                     "'qwen2' for Qwen2ForCausalLM, 'qwen3' for Qwen3ForCausalLM, 'gpt2' for GPT2LMHeadModel)"));
   }
   if (!r.status().ok()) return r.status();
   return out;
@@ -201,30 +307,62 @@ void PutTokenIds(const ModelConfig& m, nlohmann::ordered_json& j) {
   j["eos_token_id"] = m.eos_token_id >= 0 ? json(m.eos_token_id) : json(nullptr);
 }
 
+// The rope dict of `m` (transformers' rope_parameters; rope_theta added by the caller where the layout wants it).
+nlohmann::ordered_json RopeJson(const ModelConfig& m) {
+  nlohmann::ordered_json p;
+  p["rope_type"] = std::string(EnumName(m.rope_type));
+  if (m.rope_type == RopeType::kDefault) return p;
+  p["factor"] = m.rope_factor;
+  if (m.rope_type == RopeType::kLinear) return p;
+  p["original_max_position_embeddings"] = m.RopeOriginalMaxPositions();
+  if (m.rope_type == RopeType::kLlama3) {
+    p["low_freq_factor"] = m.rope_low_freq_factor;
+    p["high_freq_factor"] = m.rope_high_freq_factor;
+  } else {  // yarn
+    if (m.rope_attention_factor > 0) p["attention_factor"] = m.rope_attention_factor;
+    p["beta_fast"] = m.rope_beta_fast;
+    p["beta_slow"] = m.rope_beta_slow;
+  }
+  return p;
+}
+
+void PutLlamaFamily(const ModelConfig& m, nlohmann::ordered_json& j) {
+  const LlamaFamily& f = *FindFamily(m.arch);
+  j["architectures"] = {f.class_name};
+  j["model_type"] = f.model_type;
+  j["vocab_size"] = m.vocab_size;
+  j["hidden_size"] = m.d_model;
+  j["intermediate_size"] = m.FfnHidden();
+  j["num_hidden_layers"] = m.n_layer;
+  j["num_attention_heads"] = m.n_head;
+  j["num_key_value_heads"] = m.KvHeads();
+  j["head_dim"] = m.HeadDim();
+  j["hidden_act"] = "silu";
+  j["max_position_embeddings"] = m.MaxPositions();
+  j["rms_norm_eps"] = m.norm_eps;
+  nlohmann::ordered_json rope = RopeJson(m);
+  j["rope_theta"] = m.rope_theta;                                                           // 4.x
+  j["rope_scaling"] = m.rope_type == RopeType::kDefault ? nlohmann::ordered_json() : rope;  // 4.x
+  rope["rope_theta"] = m.rope_theta;
+  j["rope_parameters"] = rope;  // 5.x
+  if (m.arch != ModelArch::kQwen2) j["attention_bias"] = false;
+  j["mlp_bias"] = false;
+  if (m.arch == ModelArch::kMistral) {
+    j["sliding_window"] = m.sliding_window > 0 ? json(m.sliding_window) : json(nullptr);
+  } else if (m.arch != ModelArch::kLlama) {
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = nullptr;
+  }
+  j["tie_word_embeddings"] = m.tie_embeddings;
+}
+
 }  // namespace
 
 nlohmann::ordered_json HfConfigJson(const ModelConfig& m, const std::string& dtype,
                                     const std::string& transformers_version) {
   nlohmann::ordered_json j;
-  if (m.arch == ModelArch::kLlama) {
-    j["architectures"] = {"LlamaForCausalLM"};
-    j["model_type"] = "llama";
-    j["vocab_size"] = m.vocab_size;
-    j["hidden_size"] = m.d_model;
-    j["intermediate_size"] = m.FfnHidden();
-    j["num_hidden_layers"] = m.n_layer;
-    j["num_attention_heads"] = m.n_head;
-    j["num_key_value_heads"] = m.KvHeads();
-    j["head_dim"] = m.d_model / m.n_head;
-    j["hidden_act"] = "silu";
-    j["max_position_embeddings"] = m.MaxPositions();
-    j["rms_norm_eps"] = m.norm_eps;
-    j["rope_theta"] = m.rope_theta;                                                   // 4.x
-    j["rope_scaling"] = nullptr;                                                      // 4.x
-    j["rope_parameters"] = {{"rope_theta", m.rope_theta}, {"rope_type", "default"}};  // 5.x
-    j["attention_bias"] = false;
-    j["mlp_bias"] = false;
-    j["tie_word_embeddings"] = m.tie_embeddings;
+  if (m.LlamaShaped()) {
+    PutLlamaFamily(m, j);
   } else {  // gpt2, and our gpt as a GPT2LMHeadModel with the exact (erf) GELU
     j["architectures"] = {"GPT2LMHeadModel"};
     j["model_type"] = "gpt2";

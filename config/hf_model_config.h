@@ -1,13 +1,16 @@
 // Hugging Face `config.json` <-> our model: keys. Reads the config.json of a Hugging Face model directory
 // (model.init_from) into ModelConfig values plus the list of model keys it determines, and writes a config.json and a
 // generation_config.json for a ModelConfig (diloco-ctl export --format hf). One small table per architecture:
-//   llama (model_type "llama", LlamaForCausalLM) and gpt2 (model_type "gpt2", GPT2LMHeadModel); our arch gpt is
-//   written as a GPT2LMHeadModel with activation_function "gelu" (exact erf, what gpt computes), never read back.
+//   the llama-shaped families llama (LlamaForCausalLM), mistral (MistralForCausalLM), qwen2 (Qwen2ForCausalLM) and
+//   qwen3 (Qwen3ForCausalLM), one row each of defaults, and gpt2 (model_type "gpt2", GPT2LMHeadModel); our arch gpt
+//   is written as a GPT2LMHeadModel with activation_function "gelu" (exact erf, what gpt computes), never read back.
 // Both layouts transformers writes are read: 4.x (top-level rope_theta, rope_scaling, torch_dtype) and 5.x
-// (rope_parameters {rope_theta, rope_type}, dtype). A key absent from config.json takes transformers' default for
-// that class (LlamaConfig / GPT2Config in transformers 5.25). Token ids outside the vocabulary (GPT2Config's default
-// 50256 on a small vocabulary) are read as -1 (none), as transformers only warns about them.
-// Pure functions over nlohmann-json; thread-safe.
+// (rope_parameters {rope_theta, rope_type, ...}, dtype); rope types default, linear, llama3 and yarn with their keys
+// (worker/lm/rope.h), any other refused naming it; head_dim; mistral's sliding_window (qwen's is refused). A key
+// absent from config.json takes transformers' default for that class (LlamaConfig, MistralConfig, Qwen2Config,
+// Qwen3Config, GPT2Config in transformers 5.25). The export writes both layouts' rope keys. Token ids outside the
+// vocabulary (GPT2Config's default 50256 on a small vocabulary) are read as -1 (none), as transformers only warns about
+// them. Pure functions over nlohmann-json; thread-safe.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -26,7 +29,7 @@ struct HfModelConfig {
 };
 
 // `origin` names the file in error messages (e.g. "<dir>/config.json"). Errors: unknown model_type (naming the
-// supported ones), a feature we do not implement (rope scaling, biases, another activation), a wrong type.
+// supported ones), a feature we do not implement (another rope type, biases, another activation), a wrong type.
 absl::StatusOr<HfModelConfig> ParseHfModelConfig(const nlohmann::json& config_json, const std::string& origin);
 
 // Reads <dir>/config.json. NotFound (naming the path) when the file is missing.

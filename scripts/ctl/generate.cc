@@ -89,7 +89,8 @@ absl::StatusOr<std::vector<int64_t>> PromptIds(const GenerateCommand& c, const C
   auto out = RunTokenizer({"encode", "--model", tokenizer, "--text", c.prompt});
   if (!out.ok()) return out.status();
   auto ids = ParseIds(*out, "diloco-tokenize encode");
-  if (ids.ok() && config.model.arch == ModelArch::kLlama && config.model.bos_token_id >= 0) {
+  const bool bos_first = config.model.arch == ModelArch::kLlama || config.model.arch == ModelArch::kMistral;
+  if (ids.ok() && bos_first && config.model.bos_token_id >= 0) {
     ids->insert(ids->begin(), config.model.bos_token_id);
   }
   return ids;

@@ -2,7 +2,8 @@
 // by transformers' own save_pretrained in bf16 (made here with the reference stack, DILOCO_PYTHON) whose config.json
 // supplies every model key tiny.yaml leaves unset (arch, n_kv_head, ffn_hidden, max_positions, rope_theta, norm_eps,
 // tie_embeddings). DiLoCo with 2 workers trains 3 rounds from it and the validation loss falls; the data-parallel
-// baseline starts from the same theta_0 (same round-0 loss); the export goes back to transformers' format.
+// baseline starts from the same theta_0 (same round-0 loss); the export goes back to transformers' format. Then one
+// round from each llama-shaped family's directory (HfFamilyRound).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -99,6 +100,78 @@ TEST(HfImport, LlamaDirectoryTrainsWithDiLoCoAndDataParallelAndExportsBack) {
               evals.back()["val_loss"].get<double>(), 1e-4)
       << loss;
 }
+
+// One DiLoCo round from each llama-shaped family's directory (tiny.yaml's shapes, made by transformers in float32):
+// mistral with a window (16) shorter than the training context (32), qwen2 with its q/k/v biases and a tied head,
+// qwen3 with q/k norms and head_dim 24, llama with Llama 3.1's rope scaling. The round must run and lower the
+// validation loss; the export of its checkpoint loads in transformers with no missing or unexpected key and gives our
+// coordinator's validation loss of that theta (tests/integration/hf_val_loss.py).
+constexpr char kMakeFamily[] = R"(
+import sys, torch, transformers
+torch.manual_seed(0)
+family, out = sys.argv[1], sys.argv[2]
+common = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+              num_key_value_heads=1, max_position_embeddings=64, tie_word_embeddings=False, bos_token_id=None,
+              eos_token_id=None)
+if family == "mistral":
+    m = transformers.MistralForCausalLM(transformers.MistralConfig(**common, sliding_window=16))
+elif family == "qwen2":
+    m = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**{**common, "tie_word_embeddings": True}))
+elif family == "qwen3":
+    m = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**common, head_dim=24))
+else:
+    m = transformers.LlamaForCausalLM(transformers.LlamaConfig(**common, rope_parameters={
+        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 16}))
+m.save_pretrained(out)
+)";
+
+constexpr char kLoadStrict[] = R"(
+import sys, transformers
+m, info = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1], output_loading_info=True)
+bad = {k: v for k, v in info.items() if v}
+print(type(m).__name__, "problems:", bad if bad else "none")
+)";
+
+class HfFamilyRound : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HfFamilyRound, OneDiLoCoRoundFromTheDirectoryAndExportBack) {
+  const std::string family = GetParam();
+  const std::string hf = ScratchDir("hf_" + family);
+  std::string made;
+  ASSERT_EQ(RunPython({"-c", kMakeFamily, family, hf}, &made), 0) << made;
+  const std::vector<std::string> overrides = {"model.init_from=" + hf, "outer.rounds=1"};
+
+  std::string output;
+  const std::string run = ScratchDir("hf_round_" + family);
+  const nlohmann::json summary = Launch(run, overrides, false, &output);
+  EXPECT_NE(output.find("model.arch: " + family), std::string::npos) << output;
+  const auto& evals = summary["evals"];
+  ASSERT_EQ(evals.size(), 2u) << summary.dump();
+  EXPECT_LT(evals[1]["val_loss"].get<double>(), evals[0]["val_loss"].get<double>()) << evals.dump();
+
+  const std::string out = ScratchDir("hf_export_" + family);
+  RunningProcess exported("diloco-ctl", With({"export", "--checkpoint", run + "/checkpoints/ckpt-00000001.bin",
+                                              "--format", "hf", "--out", out},
+                                             TinyArgs(run, overrides)));
+  ASSERT_EQ(exported.Wait(60), 0) << exported.output();
+  std::string loaded;
+  ASSERT_EQ(RunPython({"-c", kLoadStrict, out}, &loaded), 0) << loaded;
+  EXPECT_NE(loaded.find("problems: none"), std::string::npos) << loaded;
+
+  std::string loss;
+  ASSERT_EQ(RunPython({SourceDir() + "/tests/integration/hf_val_loss.py", out, BinDir() + "/test-cache", "128", "32",
+                       "4", "8"},
+                      &loss),
+            0)
+      << loss;
+  const size_t last_line = loss.find_last_of('\n', loss.size() - 2);
+  EXPECT_NEAR(std::strtod(loss.c_str() + (last_line == std::string::npos ? 0 : last_line + 1), nullptr),
+              evals[1]["val_loss"].get<double>(), 1e-4)
+      << loss;
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, HfFamilyRound, ::testing::Values("mistral", "qwen2", "qwen3", "llama"));
 
 }  // namespace
 }  // namespace diloco::testing

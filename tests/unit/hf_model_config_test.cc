@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 
 #include "config/config_loader.h"
@@ -72,7 +73,7 @@ TEST(HfModelConfig, ReadsTransformers5Llama) {
   ExpectTinyLlama(hf->model);
   EXPECT_EQ(hf->dtype, "float32");
   EXPECT_EQ(hf->keys.front(), "model.arch");
-  EXPECT_EQ(hf->keys.size(), 13u);
+  EXPECT_EQ(hf->keys.size(), 23u);  // with head_dim, the rope scaling keys and sliding_window
 }
 
 TEST(HfModelConfig, ReadsTransformers4LlamaWithEosList) {
@@ -110,14 +111,17 @@ TEST(HfModelConfig, ReadsGpt2) {
 
 TEST(HfModelConfig, RefusesWhatWeDoNotImplement) {
   auto j = nlohmann::json::parse(kLlama5);
-  j["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0}};
+  j["rope_parameters"] = {{"rope_type", "dynamic"}, {"rope_theta", 500000.0}, {"factor", 8.0}};
   auto hf = ParseHfModelConfig(j, "d/config.json");
   ASSERT_FALSE(hf.ok());
-  EXPECT_NE(hf.status().message().find("rope type 'llama3'"), std::string::npos) << hf.status();
+  EXPECT_EQ(hf.status().message(),
+            "d/config.json: rope type 'dynamic' is not supported (supported: default, linear, llama3, yarn)");
 
   j = nlohmann::json::parse(kLlama4);
-  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
-  EXPECT_FALSE(ParseHfModelConfig(j, "d/config.json").ok());
+  j["rope_scaling"] = {{"type", "longrope"}, {"factor", 2.0}};
+  hf = ParseHfModelConfig(j, "d/config.json");
+  ASSERT_FALSE(hf.ok());
+  EXPECT_NE(hf.status().message().find("rope type 'longrope'"), std::string::npos) << hf.status();
 
   j = nlohmann::json::parse(kLlama5);
   j["attention_bias"] = true;
@@ -126,19 +130,80 @@ TEST(HfModelConfig, RefusesWhatWeDoNotImplement) {
   EXPECT_NE(hf.status().message().find("d/config.json: attention_bias is true"), std::string::npos) << hf.status();
 
   j = nlohmann::json::parse(kLlama5);
-  j["head_dim"] = 32;
-  EXPECT_FALSE(ParseHfModelConfig(j, "d/config.json").ok());
+  j["model_type"] = "qwen2";
+  j["use_sliding_window"] = true;
+  hf = ParseHfModelConfig(j, "d/config.json");
+  ASSERT_FALSE(hf.ok());
+  EXPECT_NE(hf.status().message().find("use_sliding_window"), std::string::npos) << hf.status();
 
   j = nlohmann::json::parse(kGpt2);
   j["activation_function"] = "relu";
   EXPECT_FALSE(ParseHfModelConfig(j, "d/config.json").ok());
 }
 
+// Llama 3.1's rope_scaling as its config.json has it (4.x layout), and yarn in the 5.x layout with transformers'
+// defaults (original_max_position_embeddings = max_position_embeddings, betas 32 / 1; attention factor from
+// mscale / mscale_all_dim when both are given).
+TEST(HfModelConfig, ReadsRopeScalingOfBothLayouts) {
+  auto j = nlohmann::json::parse(kLlama4);
+  j["rope_scaling"] = {{"factor", 8.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 64},
+                       {"rope_type", "llama3"}};
+  auto hf = ParseHfModelConfig(j, "d/config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->model.rope_type, RopeType::kLlama3);
+  EXPECT_EQ(hf->model.rope_factor, 8.0);
+  EXPECT_EQ(hf->model.rope_high_freq_factor, 4.0);
+  EXPECT_EQ(hf->model.RopeOriginalMaxPositions(), 64);
+  EXPECT_EQ(hf->model.rope_theta, 50000.0);
+
+  j = nlohmann::json::parse(kLlama5);
+  j["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 1e6}, {"factor", 4.0}};
+  hf = ParseHfModelConfig(j, "d/config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->model.rope_type, RopeType::kYarn);
+  EXPECT_EQ(hf->model.RopeOriginalMaxPositions(), 128);
+  EXPECT_EQ(hf->model.rope_beta_fast, 32.0);
+  EXPECT_EQ(hf->model.rope_attention_factor, 0.0);  // derived at run time: 0.1 ln(4) + 1
+  j["rope_parameters"]["mscale"] = 2.0;
+  j["rope_parameters"]["mscale_all_dim"] = 1.0;
+  hf = ParseHfModelConfig(j, "d/config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_DOUBLE_EQ(hf->model.rope_attention_factor, (0.2 * std::log(4.0) + 1) / (0.1 * std::log(4.0) + 1));
+}
+
+// Qwen3's explicit head_dim (128 with hidden 64 / 4 heads would be 16) and mistral's window (null: none).
+TEST(HfModelConfig, ReadsFamiliesHeadDimAndWindow) {
+  auto j = nlohmann::json::parse(kLlama5);
+  j["model_type"] = "qwen3";
+  j["head_dim"] = 32;
+  auto hf = ParseHfModelConfig(j, "d/config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->model.arch, ModelArch::kQwen3);
+  EXPECT_EQ(hf->model.HeadDim(), 32);
+  j.erase("head_dim");
+  hf = ParseHfModelConfig(j, "d/config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->model.HeadDim(), 128);  // Qwen3Config's default
+
+  j["model_type"] = "mistral";
+  j["sliding_window"] = 32;
+  hf = ParseHfModelConfig(j, "d/config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->model.sliding_window, 32);
+  EXPECT_EQ(hf->model.HeadDim(), 16);
+  j["sliding_window"] = nullptr;
+  EXPECT_EQ(ParseHfModelConfig(j, "d/config.json")->model.sliding_window, 0);
+}
+
 TEST(HfModelConfig, UnknownModelTypeNamesTheSupportedOnes) {
-  auto hf = Parse(R"({"model_type": "mistral"})");
+  auto hf = Parse(R"({"model_type": "gemma"})");
   ASSERT_FALSE(hf.ok());
   EXPECT_EQ(hf.status().message(),
-            "dir/config.json: model_type 'mistral' is not supported (supported: 'llama' for LlamaForCausalLM, "
+            "dir/config.json: model_type 'gemma' is not supported (supported: 'llama' for LlamaForCausalLM, "
+            "'mistral' for MistralForCausalLM, 'qwen2' for Qwen2ForCausalLM, 'qwen3' for Qwen3ForCausalLM, "
             "'gpt2' for GPT2LMHeadModel)");
 }
 
@@ -157,6 +222,41 @@ TEST(HfModelConfig, WrittenConfigReadsBack) {
     EXPECT_EQ(back->model.rope_theta, hf->model.rope_theta);
     EXPECT_EQ(back->model.norm_eps, hf->model.norm_eps);
     EXPECT_EQ(back->model.tie_embeddings, hf->model.tie_embeddings);
+  }
+}
+
+// Every family and rope type survives export -> import (the fields worker/lm/rope.h and llama_family.h read).
+TEST(HfModelConfig, FamiliesAndRopeScalingReadBack) {
+  auto base = Parse(kLlama5);
+  ASSERT_TRUE(base.ok());
+  for (ModelArch arch : {ModelArch::kLlama, ModelArch::kMistral, ModelArch::kQwen2, ModelArch::kQwen3}) {
+    for (RopeType rope : {RopeType::kDefault, RopeType::kLinear, RopeType::kLlama3, RopeType::kYarn}) {
+      ModelConfig m = base->model;
+      m.arch = arch;
+      m.head_dim = 24;
+      m.rope_type = rope;
+      m.rope_factor = 3;
+      m.rope_low_freq_factor = 2;
+      m.rope_high_freq_factor = 5;
+      m.rope_original_max_positions = rope == RopeType::kLlama3 || rope == RopeType::kYarn ? 32 : 0;
+      m.rope_attention_factor = rope == RopeType::kYarn ? 1.5 : 0;
+      m.rope_beta_fast = rope == RopeType::kYarn ? 16 : 32;
+      m.sliding_window = arch == ModelArch::kMistral ? 16 : 0;
+      const nlohmann::ordered_json written = HfConfigJson(m, "float32");
+      auto back = ParseHfModelConfig(nlohmann::json::parse(written.dump()), "x");
+      ASSERT_TRUE(back.ok()) << back.status() << "\n" << written.dump();
+      const ModelConfig& b = back->model;
+      const std::string what = std::string(EnumName(arch)) + " " + std::string(EnumName(rope));
+      EXPECT_EQ(b.arch, arch) << what;
+      EXPECT_EQ(b.HeadDim(), 24) << what;
+      EXPECT_EQ(b.rope_type, rope) << what;
+      EXPECT_EQ(b.rope_factor, rope == RopeType::kDefault ? 1.0 : 3.0) << what;
+      EXPECT_EQ(b.RopeOriginalMaxPositions(), m.RopeOriginalMaxPositions()) << what;
+      if (rope == RopeType::kLlama3) EXPECT_EQ(b.rope_low_freq_factor, 2.0) << what;
+      if (rope == RopeType::kYarn) EXPECT_EQ(b.rope_attention_factor, 1.5) << what;
+      if (rope == RopeType::kYarn) EXPECT_EQ(b.rope_beta_fast, 16.0) << what;
+      EXPECT_EQ(b.sliding_window, m.sliding_window) << what;
+    }
   }
 }
 
@@ -246,6 +346,37 @@ TEST_F(HfMergeTest, UnknownModelType) {
   auto c = Load("");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("model_type 'bert' is not supported"), std::string::npos) << c.status();
+}
+
+}  // namespace
+}  // namespace diloco
+
+namespace diloco {
+namespace {
+
+// config/model_rules.cc for the llama-shaped keys: each refusal names its key.
+TEST(ModelRules, LlamaShapedKeys) {
+  auto parse = [](const std::string& model) { return ParseConfig("model:\n" + model, "run.yaml", {}); };
+  auto ok = parse("  arch: qwen3\n  d_model: 32\n  n_head: 3\n  head_dim: 16\n");
+  EXPECT_TRUE(ok.ok()) << ok.status();
+  auto c = parse("  arch: qwen3\n  d_model: 32\n  n_head: 3\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("unless model.head_dim is set"), std::string::npos) << c.status();
+  c = parse("  arch: mistral\n  head_dim: 15\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("must be even"), std::string::npos) << c.status();
+  c = parse("  arch: llama\n  sliding_window: 8\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("model.sliding_window: only arch mistral"), std::string::npos) << c.status();
+  c = parse("  arch: gpt2\n  rope_type: yarn\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("arch gpt2 has no rotary attention"), std::string::npos) << c.status();
+  c = parse("  arch: llama\n  rope_type: llama3\n  rope_low_freq_factor: 4\n  rope_high_freq_factor: 4\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("model.rope_high_freq_factor (4) must exceed"), std::string::npos) << c.status();
+  c = parse("  arch: llama\n  rope_type: dynamic\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("model.rope_type"), std::string::npos) << c.status();
 }
 
 }  // namespace

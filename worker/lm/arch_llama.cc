@@ -1,24 +1,29 @@
 // model.arch: llama — exactly Hugging Face's LlamaForCausalLM (transformers' modeling_llama.py), with its parameter
 // names and shapes, so that this module's state dict is the Hugging Face checkpoint's:
 //   model.embed_tokens.weight [vocab, D]
-//   model.layers.<i>.self_attn.{q,o}_proj.weight [D, D], {k,v}_proj.weight [n_kv_head x hd, D]   (no biases)
+//   model.layers.<i>.self_attn.q_proj.weight [n_head x hd, D], {k,v}_proj.weight [n_kv_head x hd, D],
+//   model.layers.<i>.self_attn.o_proj.weight [D, n_head x hd]                                    (no biases)
 //   model.layers.<i>.mlp.{gate,up}_proj.weight [F, D], down_proj.weight [D, F]                    (F = FfnHidden())
 //   model.layers.<i>.{input,post_attention}_layernorm.weight [D]
 //   model.norm.weight [D], lm_head.weight [vocab, D] only when tie_embeddings is false.
 // Per layer: h = x + o_proj(Attention(RoPE(q), RoPE(k), v)) of input_layernorm(x); out = h + down(silu(gate(y)) *
 // up(y)) with y = post_attention_layernorm(h). RMSNorm in float32: w * x / sqrt(mean(x^2) + norm_eps). RoPE: hd = D /
-// n_head, inv_freq[j] = 1 / rope_theta^(2j / hd), angle = position x inv_freq (duplicated to hd), x * cos +
+// n_head or model.head_dim, cos/sin from worker/lm/rope.h (rope_type default, linear, llama3, yarn), x * cos +
 // rotate_half(x) * sin with rotate_half(x) = [-x2, x1]. Grouped-query attention: query head h reads key/value head h /
 // (n_head / n_kv_head). Training and forward() use the fused CPU attention (worker/lm/causal_attention.h): k and v are
 // repeated to n_head heads and concatenated with q into its [B, T, 3D] layout (the kernel stays MHA-only; the repeat
 // costs two [B, T, D] copies per layer, small next to the projections). ForwardCached keeps n_kv_head heads in the
 // cache. With model.activation_checkpointing, training recomputes each layer in backward (worker/lm/checkpointed.h).
+// The same code is mistral, qwen2 and qwen3 (worker/lm/llama_family.h: q/k/v biases, per-head q/k norms, a sliding
+// window, which takes the composite masked attention of CachedAttention when it is shorter than the sequence).
 #include <stdexcept>
 #include <string>
 
 #include "worker/lm/causal_attention.h"
 #include "worker/lm/checkpointed.h"
 #include "worker/lm/language_model.h"
+#include "worker/lm/llama_family.h"
+#include "worker/lm/rope.h"
 
 namespace diloco {
 namespace {
@@ -40,17 +45,6 @@ class RmsNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RmsNorm);
 
-// cos and sin [T, hd] of positions start .. start + T - 1 (float32 like Hugging Face's rotary embedding, then the
-// activations' dtype).
-std::pair<torch::Tensor, torch::Tensor> RotaryTables(int64_t start, int64_t T, int64_t hd, double theta,
-                                                     const torch::Tensor& like) {
-  auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(like.device());
-  auto inv_freq = 1.0 / torch::pow(theta, torch::arange(0, hd, 2, f32) / static_cast<double>(hd));  // [hd / 2]
-  auto freqs = torch::arange(start, start + T, f32).unsqueeze(1) * inv_freq.unsqueeze(0);           // [T, hd / 2]
-  auto angles = torch::cat({freqs, freqs}, -1);                                                     // [T, hd]
-  return {angles.cos().to(like.scalar_type()), angles.sin().to(like.scalar_type())};
-}
-
 // x [B, T, heads, hd]; cos, sin [T, hd].
 torch::Tensor ApplyRotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
   const int64_t half = x.size(-1) / 2;
@@ -64,33 +58,40 @@ struct Rotary {
 
 class LlamaAttentionImpl : public torch::nn::Module {
  public:
-  explicit LlamaAttentionImpl(const ModelConfig& c)
-      : n_head_(c.n_head), n_kv_head_(c.KvHeads()), hd_(c.d_model / c.n_head) {
-    auto linear = [](int64_t in, int64_t out) {
-      return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+  LlamaAttentionImpl(const ModelConfig& c, const LlamaVariant& variant)
+      : n_head_(c.n_head), n_kv_head_(c.KvHeads()), hd_(c.HeadDim()), window_(c.sliding_window) {
+    auto linear = [](int64_t in, int64_t out, bool bias) {
+      return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
     };
-    q_proj_ = register_module("q_proj", linear(c.d_model, n_head_ * hd_));
-    k_proj_ = register_module("k_proj", linear(c.d_model, n_kv_head_ * hd_));
-    v_proj_ = register_module("v_proj", linear(c.d_model, n_kv_head_ * hd_));
-    o_proj_ = register_module("o_proj", linear(n_head_ * hd_, c.d_model));
+    q_proj_ = register_module("q_proj", linear(c.d_model, n_head_ * hd_, variant.qkv_bias));
+    k_proj_ = register_module("k_proj", linear(c.d_model, n_kv_head_ * hd_, variant.qkv_bias));
+    v_proj_ = register_module("v_proj", linear(c.d_model, n_kv_head_ * hd_, variant.qkv_bias));
+    o_proj_ = register_module("o_proj", linear(n_head_ * hd_, c.d_model, false));
+    if (variant.qk_norm) {
+      q_norm_ = register_module("q_norm", RmsNorm(hd_, c.norm_eps));
+      k_norm_ = register_module("k_norm", RmsNorm(hd_, c.norm_eps));
+    }
   }
 
   // x [B, T, D] at positions 0..T-1 -> [B, T, D], through the fused causal attention.
   torch::Tensor forward(const torch::Tensor& x, const Rotary& rope) {
     const int64_t B = x.size(0), T = x.size(1), group = n_head_ / n_kv_head_, kv = n_kv_head_ * hd_;
-    // One matrix product for q, k and v (their weights side by side), one rotary pass over q and k together.
+    const int64_t D = n_head_ * hd_;
+    // One matrix product for q, k and v (their weights side by side).
     auto w = torch::cat({q_proj_->weight, k_proj_->weight, v_proj_->weight}, 0);  // [D + 2 kv, D]
     auto proj = torch::matmul(x, w.t());                                          // [B, T, D + 2 kv]
-    auto qk =
-        ApplyRotary(proj.narrow(-1, 0, n_head_ * hd_ + kv).view({B, T, n_head_ + n_kv_head_, hd_}), rope.cos, rope.sin);
-    auto q = qk.narrow(2, 0, n_head_);
-    auto k = qk.narrow(2, n_head_, n_kv_head_);
-    auto v = proj.narrow(-1, n_head_ * hd_ + kv, kv).view({B, T, n_kv_head_, hd_});
+    if (q_proj_->options.bias()) proj = proj + torch::cat({q_proj_->bias, k_proj_->bias, v_proj_->bias});
+    auto [q, k] = RotateQk(proj, B, T, rope);
+    auto v = proj.narrow(-1, D + kv, kv).view({B, T, n_kv_head_, hd_});
+    if (window_ > 0 && T > window_) {  // the fused kernel is causal only: masked composite attention
+      KvCache scratch;
+      return o_proj_->forward(
+          CachedAttention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scratch, 0, window_));
+    }
     if (group > 1) {
       k = k.repeat_interleave(group, 2);
       v = v.repeat_interleave(group, 2);
     }
-    const int64_t D = n_head_ * hd_;
     auto qkv = torch::cat({q.reshape({B, T, D}), k.reshape({B, T, D}), v.reshape({B, T, D})}, -1);  // [B, T, 3D]
     return o_proj_->forward(CausalSelfAttention(qkv, n_head_));
   }
@@ -98,15 +99,36 @@ class LlamaAttentionImpl : public torch::nn::Module {
   // x [B, T_new, D] at positions cache.length..; appends this layer's (rotated) keys and values to the cache.
   torch::Tensor ForwardCached(const torch::Tensor& x, const Rotary& rope, KvCache& cache, size_t layer) {
     const int64_t B = x.size(0), T = x.size(1);
-    auto q = ApplyRotary(q_proj_->forward(x).view({B, T, n_head_, hd_}), rope.cos, rope.sin).transpose(1, 2);
-    auto k = ApplyRotary(k_proj_->forward(x).view({B, T, n_kv_head_, hd_}), rope.cos, rope.sin).transpose(1, 2);
+    auto q = q_proj_->forward(x).view({B, T, n_head_, hd_});
+    auto k = k_proj_->forward(x).view({B, T, n_kv_head_, hd_});
+    if (!q_norm_.is_empty()) {
+      q = q_norm_->forward(q);
+      k = k_norm_->forward(k);
+    }
+    q = ApplyRotary(q, rope.cos, rope.sin).transpose(1, 2);
+    k = ApplyRotary(k, rope.cos, rope.sin).transpose(1, 2);
     auto v = v_proj_->forward(x).view({B, T, n_kv_head_, hd_}).transpose(1, 2);
-    return o_proj_->forward(CachedAttention(q, k, v, cache, layer));
+    return o_proj_->forward(CachedAttention(q, k, v, cache, layer, window_));
   }
 
  private:
-  int64_t n_head_, n_kv_head_, hd_;
+  // q [B, T, n_head, hd] and k [B, T, n_kv_head, hd] of the fused projection, normed (qwen3) and rotated; without
+  // the norms one rotary pass covers q and k together.
+  std::pair<torch::Tensor, torch::Tensor> RotateQk(const torch::Tensor& proj, int64_t B, int64_t T,
+                                                   const Rotary& rope) {
+    const int64_t D = n_head_ * hd_, kv = n_kv_head_ * hd_;
+    if (!q_norm_.is_empty()) {
+      auto q = q_norm_->forward(proj.narrow(-1, 0, D).view({B, T, n_head_, hd_}));
+      auto k = k_norm_->forward(proj.narrow(-1, D, kv).view({B, T, n_kv_head_, hd_}));
+      return {ApplyRotary(q, rope.cos, rope.sin), ApplyRotary(k, rope.cos, rope.sin)};
+    }
+    auto qk = ApplyRotary(proj.narrow(-1, 0, D + kv).view({B, T, n_head_ + n_kv_head_, hd_}), rope.cos, rope.sin);
+    return {qk.narrow(2, 0, n_head_), qk.narrow(2, n_head_, n_kv_head_)};
+  }
+
+  int64_t n_head_, n_kv_head_, hd_, window_;
   torch::nn::Linear q_proj_{nullptr}, k_proj_{nullptr}, v_proj_{nullptr}, o_proj_{nullptr};
+  RmsNorm q_norm_{nullptr}, k_norm_{nullptr};
 };
 TORCH_MODULE(LlamaAttention);
 
@@ -132,8 +154,8 @@ TORCH_MODULE(LlamaMlp);
 // One decoder layer; registration order is Hugging Face's LlamaDecoderLayer's.
 class LlamaLayerImpl : public torch::nn::Module {
  public:
-  explicit LlamaLayerImpl(const ModelConfig& c) {
-    self_attn_ = register_module("self_attn", LlamaAttention(c));
+  LlamaLayerImpl(const ModelConfig& c, const LlamaVariant& variant) {
+    self_attn_ = register_module("self_attn", LlamaAttention(c, variant));
     mlp_ = register_module("mlp", LlamaMlp(c.d_model, c.FfnHidden()));
     input_layernorm_ = register_module("input_layernorm", RmsNorm(c.d_model, c.norm_eps));
     post_attention_layernorm_ = register_module("post_attention_layernorm", RmsNorm(c.d_model, c.norm_eps));
@@ -157,10 +179,10 @@ TORCH_MODULE(LlamaLayer);
 // Hugging Face's LlamaModel: the "model." prefix of the parameter names.
 class LlamaBackboneImpl : public torch::nn::Module {
  public:
-  explicit LlamaBackboneImpl(const ModelConfig& c) {
+  LlamaBackboneImpl(const ModelConfig& c, const LlamaVariant& variant) {
     embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.d_model));
     layers = register_module("layers", torch::nn::ModuleList());
-    for (int64_t i = 0; i < c.n_layer; ++i) layers->push_back(LlamaLayer(c));
+    for (int64_t i = 0; i < c.n_layer; ++i) layers->push_back(LlamaLayer(c, variant));
     norm = register_module("norm", RmsNorm(c.d_model, c.norm_eps));
   }
   torch::nn::Embedding embed_tokens{nullptr};
@@ -171,14 +193,9 @@ TORCH_MODULE(LlamaBackbone);
 
 class LlamaModel : public LanguageModel {
  public:
-  explicit LlamaModel(const ModelConfig& config) : LanguageModel(config) {
-    if (config.n_head <= 0 || config.d_model % config.n_head != 0 || (config.d_model / config.n_head) % 2 != 0) {
-      throw std::invalid_argument("llama: model.d_model must be a multiple of model.n_head with an even head_dim");
-    }
-    if (config.n_head % config.KvHeads() != 0) {
-      throw std::invalid_argument("llama: model.n_head must be a multiple of model.n_kv_head");
-    }
-    model_ = register_module("model", LlamaBackbone(config));
+  LlamaModel(const ModelConfig& config, const LlamaVariant& variant)
+      : LanguageModel(config), rope_(ComputeRopeFrequencies(config)) {
+    model_ = register_module("model", LlamaBackbone(config, variant));
     if (!config.tie_embeddings) {
       lm_head_ = register_module(
           "lm_head", torch::nn::Linear(torch::nn::LinearOptions(config.d_model, config.vocab_size).bias(false)));
@@ -211,10 +228,10 @@ class LlamaModel : public LanguageModel {
  private:
   Rotary Rope(int64_t start, int64_t T, const torch::Tensor& like) const {
     if (start + T > config_.MaxPositions()) {
-      throw std::invalid_argument("llama: position " + std::to_string(start + T - 1) +
+      throw std::invalid_argument(std::string(EnumName(config_.arch)) + ": position " + std::to_string(start + T - 1) +
                                   " is past model.max_positions (" + std::to_string(config_.MaxPositions()) + ")");
     }
-    auto [cos, sin] = RotaryTables(start, T, config_.d_model / config_.n_head, config_.rope_theta, like);
+    auto [cos, sin] = RotaryTables(rope_, start, T, like);
     return {cos, sin};
   }
 
@@ -223,12 +240,24 @@ class LlamaModel : public LanguageModel {
     return !lm_head_.is_empty() ? lm_head_->forward(h) : torch::matmul(h, model_->embed_tokens->weight.t());
   }
 
+  RopeFrequencies rope_;
   LlamaBackbone model_{nullptr};
   torch::nn::Linear lm_head_{nullptr};
 };
 
 }  // namespace
 
-LanguageModelPtr MakeLlama(const ModelConfig& config) { return std::make_shared<LlamaModel>(config); }
+LanguageModelPtr MakeLlamaFamily(const ModelConfig& config, const LlamaVariant& variant) {
+  const std::string arch(EnumName(config.arch));
+  if (config.n_head <= 0 || config.HeadDim() <= 0 || config.HeadDim() % 2 != 0) {
+    throw std::invalid_argument(arch + ": the head size (model.head_dim or d_model / n_head) must be even");
+  }
+  if (config.n_head % config.KvHeads() != 0) {
+    throw std::invalid_argument(arch + ": model.n_head must be a multiple of model.n_kv_head");
+  }
+  return std::make_shared<LlamaModel>(config, variant);
+}
+
+LanguageModelPtr MakeLlama(const ModelConfig& config) { return MakeLlamaFamily(config, LlamaVariant{}); }
 
 }  // namespace diloco

@@ -122,7 +122,7 @@ torch::Tensor CausalSelfAttention(const torch::Tensor& qkv, int64_t n_head) {
 }
 
 torch::Tensor CachedAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, KvCache& cache,
-                              size_t layer) {
+                              size_t layer, int64_t window) {
   if (cache.keys.size() <= layer) {
     cache.keys.resize(layer + 1);
     cache.values.resize(layer + 1);
@@ -136,7 +136,10 @@ torch::Tensor CachedAttention(const torch::Tensor& q, const torch::Tensor& k, co
   torch::Tensor kk = group == 1 ? keys : keys.repeat_interleave(group, 1);  // [B, n_head, S, hd]
   torch::Tensor vv = group == 1 ? values : values.repeat_interleave(group, 1);
   auto opts = torch::TensorOptions().dtype(torch::kLong).device(q.device());
-  torch::Tensor hidden = torch::arange(S, opts).unsqueeze(0) > (torch::arange(T_new, opts) + start).unsqueeze(1);
+  const torch::Tensor key_pos = torch::arange(S, opts).unsqueeze(0);                  // [1, S]
+  const torch::Tensor query_pos = (torch::arange(T_new, opts) + start).unsqueeze(1);  // [T_new, 1]
+  torch::Tensor hidden = key_pos > query_pos;
+  if (window > 0) hidden = hidden.logical_or(key_pos <= query_pos - window);
   torch::Tensor scores = torch::matmul(q, kk.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
   scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
   return torch::matmul(torch::softmax(scores, -1), vv).transpose(1, 2).reshape({B, T_new, n_head * hd});

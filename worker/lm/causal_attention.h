@@ -31,9 +31,11 @@ torch::Tensor CausalSelfAttentionReference(const torch::Tensor& qkv, int64_t n_h
 // q: [B, n_head, T_new, hd]; k, v: [B, n_kv_head, T_new, hd] with n_head a multiple of n_kv_head (grouped-query
 // attention: query head h reads key/value head h / (n_head / n_kv_head)). The new positions are cache.length ..
 // cache.length + T_new - 1, causal among themselves; appends k, v to cache.keys/values[layer] (the caller advances
-// cache.length once all layers ran). Returns [B, T_new, n_head x hd].
+// cache.length once all layers ran). Returns [B, T_new, n_head x hd]. With window > 0 (mistral's sliding window) a
+// query at position p sees only the keys at p - window + 1 .. p. Differentiable (composite ops): with an empty cache
+// it is also the training path of a windowed attention.
 torch::Tensor CachedAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, KvCache& cache,
-                              size_t layer);
+                              size_t layer, int64_t window = 0);
 
 // The same from a fused projection qkv [B, T_new, 3 x D] laid out as CausalSelfAttention's (n_head heads each).
 torch::Tensor CachedAttention(const torch::Tensor& qkv, int64_t n_head, KvCache& cache, size_t layer);

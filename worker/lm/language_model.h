@@ -1,13 +1,13 @@
 // LanguageModel: the one interface every architecture of `model.arch` implements (gpt: ours; gpt2: Hugging Face's
-// GPT2LMHeadModel; llama: LlamaForCausalLM), and what the trainer, the coordinator's evaluation, the export and
-// generation use. An architecture is one file (worker/lm/arch_<name>.cc) plus one line in worker/lm/model_registry.cc.
-// Everything else works from the generic named-parameter list: the fingerprint (names, shapes, dtypes in
-// registration order), the wire's chunk streams, Streaming DiLoCo's fragments (the first integer component of a name
-// is its layer index: "blocks.3.ln1.weight", "model.layers.3.mlp.up_proj.weight", "transformer.h.3.attn.c_attn.bias"),
-// checkpoints and the export. gpt2 and llama register their parameters under Hugging Face's own names and layouts,
-// so their state dict is a Hugging Face checkpoint's (less a tied lm_head).
-// Shapes: tokens [B, T] int64, T <= the model's context -> logits [B, T, vocab_size].
-// A module instance is not thread-safe; use one per thread.
+// GPT2LMHeadModel; llama: LlamaForCausalLM; mistral, qwen2, qwen3: theirs, from llama's code), and what the trainer,
+// the coordinator's evaluation, the export and generation use. An architecture is one file (worker/lm/arch_<name>.cc)
+// plus one line in worker/lm/model_registry.cc. Everything else works from the generic named-parameter list: the
+// fingerprint (names, shapes, dtypes in registration order), the wire's chunk streams, Streaming DiLoCo's fragments
+// (the first integer component of a name is its layer index: "blocks.3.ln1.weight",
+// "model.layers.3.mlp.up_proj.weight", "transformer.h.3.attn.c_attn.bias"), checkpoints and the export. gpt2 and the
+// llama-shaped archs register their parameters under Hugging Face's own names and layouts, so their state dict is a
+// Hugging Face checkpoint's (less a tied lm_head). Shapes: tokens [B, T] int64, T <= the model's context -> logits [B,
+// T, vocab_size]. A module instance is not thread-safe; use one per thread.
 #pragma once
 
 #include <torch/torch.h>

@@ -7,9 +7,12 @@
 
 namespace diloco {
 
-LanguageModelPtr MakeGpt(const ModelConfig& config);    // worker/lm/arch_gpt.cc
-LanguageModelPtr MakeGpt2(const ModelConfig& config);   // worker/lm/arch_gpt2.cc
-LanguageModelPtr MakeLlama(const ModelConfig& config);  // worker/lm/arch_llama.cc
+LanguageModelPtr MakeGpt(const ModelConfig& config);      // worker/lm/arch_gpt.cc
+LanguageModelPtr MakeGpt2(const ModelConfig& config);     // worker/lm/arch_gpt2.cc
+LanguageModelPtr MakeLlama(const ModelConfig& config);    // worker/lm/arch_llama.cc
+LanguageModelPtr MakeMistral(const ModelConfig& config);  // worker/lm/arch_mistral.cc
+LanguageModelPtr MakeQwen2(const ModelConfig& config);    // worker/lm/arch_qwen2.cc
+LanguageModelPtr MakeQwen3(const ModelConfig& config);    // worker/lm/arch_qwen3.cc
 
 namespace {
 
@@ -19,9 +22,8 @@ struct Architecture {
 };
 
 constexpr Architecture kArchitectures[] = {
-    {ModelArch::kGpt, MakeGpt},
-    {ModelArch::kGpt2, MakeGpt2},
-    {ModelArch::kLlama, MakeLlama},
+    {ModelArch::kGpt, MakeGpt},         {ModelArch::kGpt2, MakeGpt2},   {ModelArch::kLlama, MakeLlama},
+    {ModelArch::kMistral, MakeMistral}, {ModelArch::kQwen2, MakeQwen2}, {ModelArch::kQwen3, MakeQwen3},
 };
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
