@@ -86,6 +86,7 @@ absl::StatusOr<PushTicket> CoordinatorCore::BeginPush(const PushHeader& header) 
   t.round = theta_->round();
   t.fragment = static_cast<int>(theta_->round() % fragments());
   t.epoch = round_.epoch();
+  t.weight = static_cast<double>(header.tokens());  // outer.aggregation clip may cap it (AdmitToClip)
   t.tokens = header.tokens();
   t.inner_steps = header.inner_steps();
   t.loss = header.loss();
