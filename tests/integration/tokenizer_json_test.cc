@@ -27,11 +27,12 @@ namespace {
 const std::string kTokenizer = "diloco-tokenize";
 const char* const kKinds[] = {"gpt2", "llama3", "qwen2", "llama2", "metaspace"};
 
-// The golden files, made once for the whole test binary.
+// The golden files, made once per test process, in a directory of the process's own (ctest runs each test in a
+// process of its own, two at a time with -j2: a shared directory would be remade under the other's feet).
 class TokenizerJsonTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = ScratchDir("tokenizer_json");
+    dir_ = ScratchDir("tokenizer_json_" + std::to_string(::getpid()));
     if (!std::filesystem::exists(DILOCO_PYTHON)) return;
     ASSERT_EQ(Shell(std::string(DILOCO_PYTHON) + " " + SourceDir() + "/tests/golden/make_tokenizer_json.py " + dir_ +
                     " " + SourceDir() + "/tests/data/tinyshakespeare.txt"),
