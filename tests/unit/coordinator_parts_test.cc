@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "coordinator/coordinator.h"
+#include "proto/slice_plan.h"
 #include "tests/unit/scratch_dir_test.h"
 #include "tests/unit/tiny_coordinator_config.h"
 
@@ -224,6 +225,24 @@ TEST_F(CoordinatorPartsTest, StalledPartsAreCutWhenTheRoundIsDue) {
   core_->Poll();
   ASSERT_EQ(core_->Status().round(), 1);
   EXPECT_TRUE(at::allclose(FlatTheta(), Step(theta0, dB), 1e-5, 1e-6));
+}
+
+// outer.aggregation clip takes a claimed norm per stream, not per member: a push in parts is refused under it with a
+// line that says so, and nothing of it is folded (the same member's one-stream push is admitted).
+TEST_F(CoordinatorPartsTest, ClipRefusesAPushInParts) {
+  config_.outer.aggregation = Aggregation::kClip;
+  auto core = CoordinatorCore::Create(config_, TinyTheta0(config_.model), nullptr, false, [this] { return now_; });
+  ASSERT_TRUE(core.ok()) << core.status();
+  core_ = std::move(*core);
+  Join("A", 2);
+  const SlicePlan plan(numel_, 2, 1);
+  const auto refused = core_->BeginPush(Header("A", 3000, 0, 2, plan.slice(0)));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("clip does not take pushes in parts"));
+  PushHeader whole = Header("A", 3000);
+  whole.set_claimed_norm(1.0);
+  EXPECT_TRUE(core_->BeginPush(whole).ok());
 }
 
 }  // namespace
