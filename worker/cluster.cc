@@ -231,6 +231,16 @@ void WorkerCluster::GatherParameters(FlatAdamW& optimizer) {
   collective_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+std::vector<std::string> WorkerCluster::ShareWithRanks(const std::string& topic, const std::string& mine) {
+  commands_->set(absl::StrCat(topic, "/", rank_), std::vector<uint8_t>(mine.begin(), mine.end()));
+  std::vector<std::string> lines;
+  for (int r = 0; r < size_; ++r) {
+    const std::vector<uint8_t> bytes = commands_->get(absl::StrCat(topic, "/", r));  // waits up to the timeout
+    lines.emplace_back(bytes.begin(), bytes.end());
+  }
+  return lines;
+}
+
 absl::Status WorkerCluster::CheckLayout(const std::string& mine) {
   try {
     commands_->set(absl::StrCat("layout/", rank_), std::vector<uint8_t>(mine.begin(), mine.end()));

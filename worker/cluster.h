@@ -68,6 +68,11 @@ class WorkerCluster {
   std::array<int64_t, 4> ReceiveWords();
   void Acknowledge();
 
+  // Publishes `mine` in the store under "<topic>/<rank>" and returns every rank's line, in rank order (each waited
+  // for up to the cluster's timeout). Throws when a rank's never comes. For what the ranks agree on at start
+  // (worker/local_state.h: the round they resume).
+  std::vector<std::string> ShareWithRanks(const std::string& topic, const std::string& mine);
+
   // Checks that this rank's parameters are bitwise identical to rank 0's (a checksum broadcast by rank 0);
   // throws naming the step if not. For workers.check_replicas.
   void CheckReplicas(const std::vector<torch::Tensor>& params, int64_t step);

@@ -8,11 +8,12 @@
 #include "absl/strings/str_cat.h"
 #include "proto/fragment_plan.h"
 #include "worker/lm/language_model.h"
+#include "worker/local_state.h"
 
 namespace diloco {
 namespace {
 
-enum CommandKind : int64_t { kShard = 1, kLoad = 2, kTrain = 3, kMerge = 4, kStop = 5 };
+enum CommandKind : int64_t { kShard = 1, kLoad = 2, kTrain = 3, kMerge = 4, kStop = 5, kSave = 6 };
 
 std::vector<torch::Tensor> TensorsOf(const NamedTensors& named) {
   std::vector<torch::Tensor> tensors;  // shallow handles: a broadcast into them writes the named tensors
@@ -33,6 +34,8 @@ CommandWords EncodeCommand(const ClusterCommand& command) {
   } else if (const auto* c = std::get_if<MergeCommand>(&command)) {
     w = {kMerge, c->fragment, 0, 0};
     std::memcpy(&w[3], &c->alpha, sizeof(double));
+  } else if (const auto* c = std::get_if<SaveCommand>(&command)) {
+    w = {kSave, c->round, 0, 0};
   } else {
     w[0] = kStop;
   }
@@ -54,6 +57,8 @@ ClusterCommand DecodeCommand(const CommandWords& w) {
     }
     case kStop:
       return StopCommand{};
+    case kSave:
+      return SaveCommand{w[1]};
     default:
       throw std::runtime_error(absl::StrCat("unknown cluster command kind ", w[0]));
   }
@@ -79,8 +84,9 @@ namespace {
 // fragment into buffers on their device.
 class Follower {
  public:
-  Follower(const Config& config, WorkerCluster& cluster, InnerTrainer& trainer, const std::atomic<bool>& stop)
-      : cluster_(cluster), trainer_(trainer), stop_(stop), params_(NamedParameters(*trainer.model())) {
+  Follower(const Config& config, WorkerCluster& cluster, InnerTrainer& trainer, LocalState& local,
+           const std::atomic<bool>& stop)
+      : cluster_(cluster), trainer_(trainer), local_(local), stop_(stop), params_(NamedParameters(*trainer.model())) {
     std::vector<std::string> names;
     for (const auto& [name, p] : params_) names.push_back(name);
     plan_ = FragmentPlan(names, config.comm.fragments);
@@ -97,12 +103,15 @@ class Follower {
         std::vector<torch::Tensor> tensors = TensorsOf(params_);
         cluster_.Broadcast(tensors);
       } else if (const auto* train = std::get_if<TrainCommand>(&command)) {
+        local_.BeforeFirstStep();
         if (trainer_.TrainSteps(train->first_step, train->steps, &stop_).abandoned) {
           spdlog::info("the cluster stopped training; leaving");
           return;
         }
       } else if (const auto* merge = std::get_if<MergeCommand>(&command)) {
         Merge(*merge);
+      } else if (const auto* save = std::get_if<SaveCommand>(&command)) {
+        local_.Save(save->round);
       } else {
         return;  // StopCommand (a second ShardCommand never comes)
       }
@@ -121,6 +130,7 @@ class Follower {
 
   WorkerCluster& cluster_;
   InnerTrainer& trainer_;
+  LocalState& local_;  // this rank's resumable state (worker/local_state.h)
   const std::atomic<bool>& stop_;
   NamedTensors params_;  // handles to the trained model's parameters (Load broadcasts into them)
   FragmentPlan plan_;
@@ -147,7 +157,13 @@ absl::Status RunClusterFollower(const Config& config, const TokenCache& cache, c
     if (absl::Status s = cluster.AttachTo(t, config.workers.check_replicas); !s.ok()) {
       return WithExitCode(s, kWorkerClusterFailed);
     }
-    Follower follower(config, cluster, t, stop);
+    // This rank's own state; the ranks agree on the round to resume (the leader does the same in its set-up).
+    LocalState local(
+        config, t,
+        IdentityOf(config, cache, options.id, t, shard->shard_index, shard->shard_count, options.rank, cluster.size()),
+        static_cast<int>(config.comm.fragments),
+        [&cluster](const std::string& topic, const std::string& mine) { return cluster.ShareWithRanks(topic, mine); });
+    Follower follower(config, cluster, t, local, stop);
     spdlog::info("rank {} of {} of worker {}: shard {}/{} part {}", options.rank, cluster.size(), options.id,
                  shard->shard_index, shard->shard_count, shard->shard_index * cluster.size() + options.rank);
     follower.Serve();

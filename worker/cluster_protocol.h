@@ -5,10 +5,13 @@
 //   TrainCommand  train `steps` inner steps from global inner step `first_step` (gradients averaged every step)
 //   MergeCommand  then a Broadcast of fragment `fragment`'s tensors: every rank merges them with `alpha`
 //   StopCommand   the follower leaves (exit 0)
+//   SaveCommand   after the leader saved its local state for `round` (the round's push counted): every rank saves its
+//                 own (worker/local_state.h), so that a cluster restarted with its id resumes every rank's state
 // On the wire a command is 4 int64 words [kind, w1, w2, w3] set in the cluster's store (WorkerCluster::SendWords and
 // ReceiveWords: a follower may wait for the next one for a whole round, longer than any collective may take):
 //   kind 1 shard: w1 shard_index, w2 shard_count; kind 2 load; kind 3 train: w1 first_step, w2 steps;
-//   kind 4 merge: w1 fragment, w3 the bits of alpha (IEEE double); kind 5 stop. Unused words are 0.
+//   kind 4 merge: w1 fragment, w3 the bits of alpha (IEEE double); kind 5 stop; kind 6 save: w1 round. Unused words
+//   are 0.
 // Thread-safety: ClusterLeader is used by the leader's inner-loop thread only; RunClusterFollower once per process.
 #pragma once
 
@@ -40,7 +43,10 @@ struct MergeCommand {
   double alpha = 0;  // comm.merge_alpha (0: replace)
 };
 struct StopCommand {};
-using ClusterCommand = std::variant<ShardCommand, LoadCommand, TrainCommand, MergeCommand, StopCommand>;
+struct SaveCommand {
+  int64_t round = 0;  // 1-based: the round whose push counted (LocalState::Save)
+};
+using ClusterCommand = std::variant<ShardCommand, LoadCommand, TrainCommand, MergeCommand, StopCommand, SaveCommand>;
 
 using CommandWords = std::array<int64_t, 4>;
 CommandWords EncodeCommand(const ClusterCommand& command);
@@ -58,6 +64,7 @@ class ClusterLeader {
   void Train(int64_t first_step, int64_t steps) { Send(TrainCommand{first_step, steps}); }
   void Merge(int fragment, double alpha, const NamedTensors& incoming);  // incoming: the fragment's tensors
   void Stop() { Send(StopCommand{}); }
+  void Save(int64_t round) { Send(SaveCommand{round}); }
 
  private:
   void Send(const ClusterCommand& command);

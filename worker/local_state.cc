@@ -4,14 +4,50 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "proto/codec.h"
+#include "proto/tensor_spec.h"
+#include "worker/lm/language_model.h"
 
 namespace diloco {
 
-LocalState::LocalState(const Config& config, InnerTrainer& trainer, StateIdentity identity, bool on_disk, int fragments)
-    : config_(config), trainer_(trainer), identity_(std::move(identity)), state_dir_(config.WorkerStateDir()) {
+std::string SliceLayoutOf(const FlatAdamW& optimizer) {
+  const int64_t piece = optimizer.gradient_piece().numel();
+  const int64_t parts = piece > 0 ? optimizer.padded_parameters().numel() / piece : 1;
+  return SliceLayout(optimizer.flat_parameters().numel(), optimizer.sharded(), optimizer.owns_gradient_slice(), parts,
+                     piece);
+}
+
+StateIdentity IdentityOf(const Config& config, const TokenCache& cache, const std::string& worker_id,
+                         InnerTrainer& trainer, int64_t shard_index, int64_t shard_count, int64_t cluster_rank,
+                         int64_t cluster_size) {
+  return {worker_id,
+          Fingerprint(SpecsOf(NamedParameters(*trainer.model()))),
+          config.run.seed,
+          std::filesystem::path(cache.dir).filename().string(),
+          shard_index,
+          shard_count,
+          std::string(EnumName(config.data.sampling)),
+          cluster_rank,
+          cluster_size,
+          SliceLayoutOf(trainer.optimizer())};
+}
+
+LocalState::LocalState(const Config& config, InnerTrainer& trainer, StateIdentity identity, int fragments,
+                       ShareWithRanks share)
+    : config_(config),
+      trainer_(trainer),
+      identity_(std::move(identity)),
+      key_(StateKey(identity_.worker_id, identity_.cluster_rank, identity_.cluster_size)),
+      share_(std::move(share)),
+      state_dir_(config.WorkerStateDir()) {
   const Codec codec = CodecOf(config_.comm.codec);
   error_feedback_.resize(static_cast<size_t>(fragments));
   if (codec == CODEC_TOPK) {  // SparseLoCo: the error-feedback accumulator is part of the codec
@@ -28,20 +64,15 @@ LocalState::LocalState(const Config& config, InnerTrainer& trainer, StateIdentit
     spdlog::warn("workers.state_dir: cannot create '{}' ({}); this worker keeps no local state", state_dir_,
                  ec.message());
     state_dir_.clear();
+    if (share_ && config_.workers.resume) ChooseRound({});  // the other ranks wait for this rank's (empty) offer
     return;
   }
-  if (!on_disk) {
-    spdlog::info("workers.resume: worker clusters do not keep local state yet; every restart starts cold");
-    state_dir_.clear();
-  } else if (config_.workers.resume) {
-    Resume();
-  }
-  if (config_.data.trace_windows && !state_dir_.empty()) {
-    const std::string path = WindowsPath(state_dir_, identity_.worker_id);
+  if (config_.workers.resume) Resume();
+  if (config_.data.trace_windows) {
+    const std::string path = WindowsPath(state_dir_, key_);
     windows_trace_.reset(std::fopen(path.c_str(), "a"));
     if (!windows_trace_) spdlog::warn("data.trace_windows: cannot append to {}", path);
   }
-  if (state_dir_.empty()) return;
   trainer_.set_window_observer([this](const WindowDraw& w) { OnWindow(w); });
 }
 
@@ -50,7 +81,7 @@ void LocalState::OnWindow(const WindowDraw& draw) {
   // kill -9 at any point never leaves a traced window that the restart draws again.
   pending_draws_.push_back(draw);
   if (static_cast<int64_t>(pending_draws_.size()) < config_.inner.batch_size) return;
-  absl::Status s = SavePosition(PositionPath(state_dir_, identity_.worker_id), identity_, trainer_.sampler_state());
+  absl::Status s = SavePosition(PositionPath(state_dir_, key_), identity_, trainer_.sampler_state());
   if (!s.ok() && !position_warned_) {
     spdlog::warn("data position not saved: {}", std::string(s.message()));
     position_warned_ = true;
@@ -65,37 +96,81 @@ void LocalState::OnWindow(const WindowDraw& draw) {
   pending_draws_.clear();
 }
 
-void LocalState::Resume() {
-  const std::string path = StatePath(state_dir_, identity_.worker_id);
-  absl::StatusOr<WorkerState> saved = LoadWorkerState(path);
-  if (!saved.ok()) {
-    if (!absl::IsNotFound(saved.status())) {
-      spdlog::warn("ignoring the saved state: {}; starting cold", std::string(saved.status().message()));
+std::vector<WorkerState> LocalState::UsableStates() const {
+  std::vector<std::string> paths = {StatePath(state_dir_, key_)};
+  if (identity_.cluster_size > 1) paths.push_back(PreviousStatePath(state_dir_, key_));
+  std::vector<WorkerState> usable;
+  const int64_t moments = trainer_.optimizer().exp_avg().numel();
+  for (const std::string& path : paths) {
+    absl::StatusOr<WorkerState> saved = LoadWorkerState(path);
+    std::string why;
+    if (!saved.ok()) {
+      if (!absl::IsNotFound(saved.status())) why = std::string(saved.status().message());
+    } else if (why = WhyNotResume(saved->identity, identity_); why.empty() && saved->exp_avg.numel() != moments) {
+      why = absl::StrCat("its moments have ", saved->exp_avg.numel(), " elements, this optimizer ", moments);
     }
-    return;
+    if (!why.empty()) spdlog::warn("ignoring the saved state {}: {}; not resuming from it", path, why);
+    if (saved.ok() && why.empty()) usable.push_back(std::move(*saved));
   }
-  if (std::string why = WhyNotResume(saved->identity, identity_); !why.empty()) {
-    spdlog::warn("ignoring the saved state {}: {}; starting cold", path, why);
-    return;
+  return usable;
+}
+
+std::optional<int64_t> LocalState::ChooseRound(const std::vector<WorkerState>& usable) const {
+  if (!share_) return usable.empty() ? std::nullopt : std::optional<int64_t>(usable[0].round);
+  std::vector<std::string> rounds;
+  for (const WorkerState& s : usable) rounds.push_back(absl::StrCat(s.round));
+  std::vector<std::vector<int64_t>> per_rank;
+  for (const std::string& line : share_("resume_rounds", absl::StrJoin(rounds, ","))) {
+    per_rank.emplace_back();
+    for (absl::string_view word : absl::StrSplit(line, ',', absl::SkipEmpty())) {
+      int64_t round = 0;
+      if (absl::SimpleAtoi(word, &round)) per_rank.back().push_back(round);
+    }
   }
-  try {
-    trainer_.optimizer().RestoreState(saved->adam_steps, saved->exp_avg, saved->exp_avg_sq);
-  } catch (const std::exception& e) {
-    spdlog::warn("ignoring the saved state {}: {}; starting cold", path, e.what());
-    return;
+  if (std::all_of(per_rank.begin(), per_rank.end(), [](const auto& rounds) { return rounds.empty(); })) {
+    return std::nullopt;  // no rank has a state: a first start, nothing to say
   }
-  // The journal is newer than the state when the kill came mid-round: its position skips the windows drawn then.
-  SamplerState sampler = saved->sampler;
-  auto journal = LoadPosition(PositionPath(state_dir_, identity_.worker_id));
+  const ResumeAgreement agreed = AgreeOnResumeRound(per_rank);
+  if (agreed.round) {
+    spdlog::info("cluster rank {}: resuming the optimizer state of {}", identity_.cluster_rank, agreed.reason);
+  } else {
+    spdlog::warn("cluster rank {}: {}; every rank starts its AdamW moments fresh", identity_.cluster_rank,
+                 agreed.reason);
+  }
+  return agreed.round;
+}
+
+void LocalState::Resume() {
+  const std::vector<WorkerState> usable = UsableStates();
+  const std::optional<int64_t> round = ChooseRound(usable);
+  const WorkerState* chosen = nullptr;
+  for (const WorkerState& s : usable) {
+    if (round && s.round == *round && chosen == nullptr) chosen = &s;
+  }
+  // The journal is newer than the state when the kill came mid-round: its position skips the windows drawn then. A
+  // cluster rank whose ranks agreed on no round still resumes its own data position.
+  std::optional<SamplerState> sampler;
+  if (chosen) sampler = chosen->sampler;
+  auto journal = LoadPosition(PositionPath(state_dir_, key_));
   if (journal.ok() && WhyNotResume(journal->first, identity_).empty()) sampler = journal->second;
-  if (absl::Status s = trainer_.RestoreSampler(sampler); !s.ok()) {
-    spdlog::warn("data position not restored ({}); the data stream starts over", std::string(s.message()));
+  if (chosen == nullptr && !sampler) return;
+  if (sampler) {
+    if (absl::Status s = trainer_.RestoreSampler(*sampler); !s.ok()) {
+      spdlog::warn("data position not restored ({}); the data stream starts over", std::string(s.message()));
+    }
   }
-  RestoreErrorFeedback(saved->error_feedback);
+  if (chosen == nullptr) {
+    spdlog::info("resuming the data position only: epoch {} window {} ({:.3f} epochs)", sampler->epoch,
+                 sampler->position, trainer_.epochs());
+    return;
+  }
+  trainer_.optimizer().RestoreState(chosen->adam_steps, chosen->exp_avg, chosen->exp_avg_sq);
+  RestoreErrorFeedback(chosen->error_feedback);
   resumed_ = true;
   spdlog::info(
-      "resuming from {}: last pushed round {}, AdamW step {}, data position epoch {} window {} ({:.3f} epochs)", path,
-      saved->round, saved->adam_steps, sampler.epoch, sampler.position, trainer_.epochs());
+      "resuming from {}: last pushed round {}, AdamW step {}, data position epoch {} window {} ({:.3f} epochs)",
+      StatePath(state_dir_, key_) + (chosen == &usable[0] ? "" : " (its previous state)"), chosen->round,
+      chosen->adam_steps, sampler->epoch, sampler->position, trainer_.epochs());
 }
 
 void LocalState::Save(int64_t round) {
@@ -103,7 +178,13 @@ void LocalState::Save(int64_t round) {
   const FlatAdamW& adam = trainer_.optimizer();
   WorkerState state{identity_, round, adam.steps(), trainer_.sampler_state(), adam.exp_avg(), adam.exp_avg_sq(), {}};
   for (const auto& ef : error_feedback_) state.error_feedback.push_back(ef ? ef->Flat() : torch::Tensor());
-  absl::Status s = SaveWorkerState(StatePath(state_dir_, identity_.worker_id), state);
+  // A cluster rank keeps its last state as the previous one: the ranks' files then always share a round, even when
+  // a kill came between two ranks' writes (AgreeOnResumeRound).
+  const std::string path = StatePath(state_dir_, key_);
+  if (identity_.cluster_size > 1 && std::filesystem::exists(path)) {
+    std::rename(path.c_str(), PreviousStatePath(state_dir_, key_).c_str());
+  }
+  absl::Status s = SaveWorkerState(path, state);
   if (!s.ok()) spdlog::warn("local state not saved: {}", std::string(s.message()));
 }
 

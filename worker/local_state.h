@@ -5,13 +5,19 @@
 // (comm.error_feedback, or codec topk's accumulator: what compression dropped from the last push,
 // worker/error_feedback.h), saved with the state and restored on resume.
 // Owns the state directory's files, the trace file and the error feedback; the trainer is the worker's.
-// Worker clusters keep no state on disk yet (every restart starts cold); they do keep error feedback.
+// Each rank of a worker cluster has its own LocalState and files (worker/worker_state.h: StateKey): its moments (its
+// slice's with workers.sharding), step, data position and residual. At set-up the ranks agree on the round they
+// resume their optimizer state from (AgreeOnResumeRound: the newest round every rank saved; none: all start their
+// moments fresh), so that no rank resumes moments of a round the others do not have; each rank's data position comes
+// from its own journal either way (each rank reads its own part of the data).
 // Thread-safety: not thread-safe; the worker's main thread only (the window observer it installs runs inside the
 // trainer's inner steps, on that thread).
 #pragma once
 
 #include <cstdio>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,11 +30,26 @@
 
 namespace diloco {
 
+// Whose state a trainer may resume (StateIdentity) for worker `worker_id`'s rank `cluster_rank` of `cluster_size`,
+// reading part `shard_index` of `shard_count` of `cache`: the model's fingerprint and slice layout from `trainer`.
+StateIdentity IdentityOf(const Config& config, const TokenCache& cache, const std::string& worker_id,
+                         InnerTrainer& trainer, int64_t shard_index, int64_t shard_count, int64_t cluster_rank,
+                         int64_t cluster_size);
+
+// The slice layout a state records for `optimizer` (SliceLayout of its sharding and SlicePlan).
+std::string SliceLayoutOf(const FlatAdamW& optimizer);
+
+// A cluster's exchange of one line per rank: publishes this rank's `mine` under `topic` and returns every rank's, in
+// rank order (WorkerCluster::ShareWithRanks); throws when a rank does not answer.
+using ShareWithRanks = std::function<std::vector<std::string>(const std::string& topic, const std::string& mine)>;
+
 class LocalState {
  public:
   // Resumes `trainer` from a saved state of this run (workers.resume; `identity` says whose state fits) and installs
-  // the position journal and the window trace. `on_disk` false (a worker cluster): no files.
-  LocalState(const Config& config, InnerTrainer& trainer, StateIdentity identity, bool on_disk, int fragments);
+  // the position journal and the window trace. A cluster's rank (identity.cluster_size > 1) passes `share`, through
+  // which the ranks agree on the round they resume (every rank constructs its LocalState at set-up, or it waits).
+  LocalState(const Config& config, InnerTrainer& trainer, StateIdentity identity, int fragments,
+             ShareWithRanks share = nullptr);
 
   // After each push of `round` (1-based): the optimizer state, the data position and the round, atomically.
   void Save(int64_t round);
@@ -39,6 +60,11 @@ class LocalState {
 
  private:
   void Resume();
+  // The saved states (a cluster rank's: the state and the previous one) that fit this run, newest first; each that
+  // does not fit is named in a warning.
+  std::vector<WorkerState> UsableStates() const;
+  // The round whose state to resume: the newest usable one, or for a cluster the one the ranks agree on.
+  std::optional<int64_t> ChooseRound(const std::vector<WorkerState>& usable) const;
   void RestoreErrorFeedback(const std::vector<torch::Tensor>& saved);
   void OnWindow(const WindowDraw& draw);  // the trainer's window observer
 
@@ -48,6 +74,8 @@ class LocalState {
   const Config& config_;
   InnerTrainer& trainer_;
   const StateIdentity identity_;
+  const std::string key_;  // the files' StateKey
+  const ShareWithRanks share_;
   std::string state_dir_;  // "" = none kept
   bool resumed_ = false;   // until BeforeFirstStep has logged
   bool position_warned_ = false;

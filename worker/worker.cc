@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <future>
 
 #include "absl/strings/str_cat.h"
@@ -71,10 +70,10 @@ absl::Status Worker::SetUp(const TokenCache& cache) {
     if (leader_) leader_->Stop();
     return joined;
   }
-  return SetUpTrainer(cache, std::move(model), fingerprint);
+  return SetUpTrainer(cache, std::move(model));
 }
 
-absl::Status Worker::SetUpTrainer(const TokenCache& cache, LanguageModelPtr model, const std::string& fingerprint) {
+absl::Status Worker::SetUpTrainer(const TokenCache& cache, LanguageModelPtr model) {
   const JoinReply& join = session_->join();
   auto trainer = InnerTrainer::ForShard(config_, cache.meta_path(), join.shard_index(), join.shard_count(), 0,
                                         ClusterSize(), std::move(model), ShardOf(config_, 0, ClusterSize()));
@@ -86,15 +85,15 @@ absl::Status Worker::SetUpTrainer(const TokenCache& cache, LanguageModelPtr mode
       return WithExitCode(s, kWorkerClusterFailed);
     }
   }
-  StateIdentity identity{options_.id,
-                         fingerprint,
-                         config_.run.seed,
-                         std::filesystem::path(cache.dir).filename().string(),
-                         join.shard_index(),
-                         join.shard_count(),
-                         std::string(EnumName(config_.data.sampling))};
-  local_ =
-      std::make_unique<LocalState>(config_, *trainer_, std::move(identity), cluster_ == nullptr, plan_.fragments());
+  // Every rank keeps its own local state; a cluster's ranks agree through the store on the round they resume.
+  ShareWithRanks share;
+  if (cluster_) {
+    share = [this](const std::string& topic, const std::string& mine) { return cluster_->ShareWithRanks(topic, mine); };
+  }
+  local_ = std::make_unique<LocalState>(
+      config_, *trainer_,
+      IdentityOf(config_, cache, options_.id, *trainer_, join.shard_index(), join.shard_count(), 0, ClusterSize()),
+      plan_.fragments(), std::move(share));
   theta_ = trainer_->MakeParameterBuffers();
   fragment_theta_.assign(static_cast<size_t>(plan_.fragments()), NamedTensors());
   for (int p = 0; p < plan_.fragments(); ++p) {
@@ -122,7 +121,7 @@ void Worker::RunRounds() {
     }
     const RoundResult result = Pack(round, f, stats);
     const std::optional<PullResult> pulled = ExchangeRound(round, f, result);
-    if (pulled) local_->Save(round + 1);
+    if (pulled) SaveLocalState(round + 1);
     if (!pulled || carried_.abandoned) return;
     if (pulled->run_complete) {
       spdlog::info("run complete at round {}; leaving", pulled->round);
@@ -229,6 +228,11 @@ std::optional<PullResult> Worker::ExchangeRound(int64_t round, int f, const Roun
     throw;
   }
   return exchange.get();
+}
+
+void Worker::SaveLocalState(int64_t round) {
+  local_->Save(round);
+  if (leader_ && !followers_left_) leader_->Save(round);  // then every follower saves its own
 }
 
 void Worker::Apply(int f) {

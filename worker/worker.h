@@ -50,7 +50,7 @@ class Worker {
   // The model's names and fingerprint, the session and its Join, then SetUpTrainer.
   absl::Status SetUp(const TokenCache& cache);
   // The trainer (of `model`), the cluster's shard, the local state and the buffers.
-  absl::Status SetUpTrainer(const TokenCache& cache, LanguageModelPtr model, const std::string& fingerprint);
+  absl::Status SetUpTrainer(const TokenCache& cache, LanguageModelPtr model);
   // The rounds, from the first pull until the run is complete or the worker must stop.
   void RunRounds();
   // Pulls all of theta into theta_ and loads it (unless reuse_local); sets *round. False: stop.
@@ -66,6 +66,8 @@ class Worker {
   RoundResult Pack(int64_t round, int f, const StepStats& stats);
   // Push and pull of the fragment, overlapped with tau steps of the next round (into carried_) when tau > 0.
   std::optional<PullResult> ExchangeRound(int64_t round, int f, const RoundResult& result);
+  // After the push of `round` (1-based) counted: the local state of this process and of every follower.
+  void SaveLocalState(int64_t round);
   // Merges the pulled fragment f into the local parameters, or keeps them (late_policy reuse_local).
   void Apply(int f);
   // Logs the run's figures, stops the heartbeat thread and leaves. Returns Run's result.

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "worker/lm/safetensors.h"
 
 namespace diloco {
@@ -31,6 +33,9 @@ void PutIdentity(const StateIdentity& id, Metadata& m) {
   m["shard"] = absl::StrCat(id.shard);
   m["shard_count"] = absl::StrCat(id.shard_count);
   m["sampling"] = id.sampling;
+  m["cluster_rank"] = absl::StrCat(id.cluster_rank);
+  m["cluster_size"] = absl::StrCat(id.cluster_size);
+  m["slice_layout"] = id.slice_layout;
 }
 
 void PutSampler(const SamplerState& s, Metadata& m) {
@@ -39,7 +44,8 @@ void PutSampler(const SamplerState& s, Metadata& m) {
   m["sampler_rng"] = s.rng;
 }
 
-// Reads the keys PutIdentity / PutSampler wrote; an error names the first missing or malformed key.
+// Reads the keys PutIdentity / PutSampler wrote; an error names the first missing or malformed key. The cluster keys
+// were added when clusters began to keep state: a file without them is a one-process worker's (rank 0 of 1, none).
 absl::Status GetAll(const Metadata& m, StateIdentity* id, SamplerState* s) {
   auto text = [&](const char* key, std::string* out) -> absl::Status {
     auto it = m.find(key);
@@ -53,6 +59,7 @@ absl::Status GetAll(const Metadata& m, StateIdentity* id, SamplerState* s) {
     if (!absl::SimpleAtoi(v, out)) return absl::DataLossError(absl::StrCat("key '", key, "' is not an integer"));
     return absl::OkStatus();
   };
+  const bool cluster_keys = m.count("cluster_rank") != 0;
   for (absl::Status st :
        {text("worker_id", &id->worker_id), text("fingerprint", &id->fingerprint), number("seed", &id->seed),
         text("data", &id->data), number("shard", &id->shard), number("shard_count", &id->shard_count),
@@ -60,13 +67,25 @@ absl::Status GetAll(const Metadata& m, StateIdentity* id, SamplerState* s) {
         text("sampler_rng", &s->rng)}) {
     if (!st.ok()) return st;
   }
+  if (!cluster_keys) return absl::OkStatus();
+  for (absl::Status st : {number("cluster_rank", &id->cluster_rank), number("cluster_size", &id->cluster_size),
+                          text("slice_layout", &id->slice_layout)}) {
+    if (!st.ok()) return st;
+  }
   return absl::OkStatus();
 }
 
 }  // namespace
 
+std::string StateKey(const std::string& worker_id, int64_t cluster_rank, int64_t cluster_size) {
+  return cluster_size > 1 ? absl::StrCat(worker_id, ".rank-", cluster_rank) : worker_id;
+}
+
 std::string StatePath(const std::string& dir, const std::string& worker_id) {
   return absl::StrCat(dir, "/", worker_id, ".state");
+}
+std::string PreviousStatePath(const std::string& dir, const std::string& worker_id) {
+  return absl::StrCat(StatePath(dir, worker_id), ".prev");
 }
 std::string PositionPath(const std::string& dir, const std::string& worker_id) {
   return absl::StrCat(dir, "/", worker_id, ".position");
@@ -90,7 +109,39 @@ std::string WhyNotResume(const StateIdentity& saved, const StateIdentity& curren
                   absl::StrCat(current.shard, " of ", current.shard_count));
   }
   if (saved.sampling != current.sampling) return differ("data.sampling", saved.sampling, current.sampling);
+  if (saved.cluster_rank != current.cluster_rank || saved.cluster_size != current.cluster_size) {
+    return differ("cluster rank", absl::StrCat(saved.cluster_rank, " of ", saved.cluster_size),
+                  absl::StrCat(current.cluster_rank, " of ", current.cluster_size));
+  }
+  if (saved.slice_layout != current.slice_layout) {
+    return differ("workers.sharding slice layout", saved.slice_layout, current.slice_layout);
+  }
   return "";
+}
+
+std::string SliceLayout(int64_t numel, bool sharded, bool own_gradient_slice, int64_t parts, int64_t slice_length) {
+  if (!sharded) return "none";
+  return absl::StrCat(own_gradient_slice ? "gradients " : "optimizer ", numel, " in ", parts, " slices of ",
+                      slice_length);
+}
+
+ResumeAgreement AgreeOnResumeRound(const std::vector<std::vector<int64_t>>& rounds_per_rank) {
+  std::string listed;
+  for (size_t r = 0; r < rounds_per_rank.size(); ++r) {
+    absl::StrAppend(&listed, r == 0 ? "" : "; ", "rank ", r, ": ",
+                    rounds_per_rank[r].empty() ? "none" : absl::StrJoin(rounds_per_rank[r], ","));
+  }
+  std::optional<int64_t> best;
+  if (!rounds_per_rank.empty()) {
+    for (int64_t candidate : rounds_per_rank[0]) {
+      const bool everywhere = std::all_of(rounds_per_rank.begin(), rounds_per_rank.end(), [&](const auto& rounds) {
+        return std::find(rounds.begin(), rounds.end(), candidate) != rounds.end();
+      });
+      if (everywhere && (!best || candidate > *best)) best = candidate;
+    }
+  }
+  if (!best) return {std::nullopt, absl::StrCat("no round that every rank saved (", listed, ")")};
+  return {best, absl::StrCat("round ", *best, ", the newest that every rank saved (", listed, ")")};
 }
 
 absl::Status SaveWorkerState(const std::string& path, const WorkerState& state) {

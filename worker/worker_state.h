@@ -5,9 +5,13 @@
 // Files in workers.state_dir (default <run.output_dir>/worker-state), per worker id:
 //   <id>.state     safetensors: "exp_avg", "exp_avg_sq" (flat float32, FlatAdamW's buffer order) and __metadata__
 //                  {format: "diloco-worker-state-1", worker_id, fingerprint, seed, data, shard, shard_count, sampling,
-//                  round, adam_steps, sampler_epoch, sampler_position, sampler_rng}; with error feedback also
-//                  "error_feedback.<fragment>" (flat float32 residuals). Written after every push
-//                  (temp file, fsync, rename: a kill -9 leaves the old state or the new one).
+//                  round, adam_steps, sampler_epoch, sampler_position, sampler_rng, cluster_rank, cluster_size,
+//                  slice_layout}; with error feedback also "error_feedback.<fragment>" (flat float32 residuals).
+//                  Written after every push (temp file, fsync, rename: a kill -9 leaves the old state or the new one).
+// A rank r of a worker cluster (workers.cluster_size n > 1) keeps the same files under the key "<id>.rank-<r>"
+// (StateKey): its own moments (with workers.sharding, its slice's only: slice_layout records SlicePlan's cut), its
+// step, its data position, and its round; its previous state is kept as "<id>.rank-<r>.state.prev" so that the
+// ranks can agree on a round they all saved (AgreeOnResumeRound) when a kill came between two ranks' writes.
 //   <id>.position  the sampler's state after the latest inner step (the same identity keys and sampler keys as JSON),
 //                  replaced by rename after every step (no fsync): windows drawn in a round that a kill cut short are
 //                  not drawn again after the restart.
@@ -19,6 +23,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +40,10 @@ struct StateIdentity {
   std::string data;         // the token cache the shard comes from (its directory name: inputs + tokenizer + split)
   int64_t shard = 0, shard_count = 1;
   std::string sampling;  // data.sampling
+  // A worker cluster's rank (0 of 1 for a one-process worker) and its optimizer's cut (SliceLayout): a state is
+  // resumed only by the same rank of a cluster of the same size and the same workers.sharding and slice layout.
+  int64_t cluster_rank = 0, cluster_size = 1;
+  std::string slice_layout = "none";
 };
 
 struct WorkerState {
@@ -48,12 +57,29 @@ struct WorkerState {
   std::vector<torch::Tensor> error_feedback;
 };
 
+// The key of a worker's files: its id, or "<id>.rank-<r>" for rank r of a cluster of cluster_size > 1.
+std::string StateKey(const std::string& worker_id, int64_t cluster_rank, int64_t cluster_size);
+// The paths below take a StateKey (a one-process worker's is its id).
 std::string StatePath(const std::string& dir, const std::string& worker_id);
+std::string PreviousStatePath(const std::string& dir, const std::string& worker_id);  // a cluster rank's last but one
 std::string PositionPath(const std::string& dir, const std::string& worker_id);
 std::string WindowsPath(const std::string& dir, const std::string& worker_id);
 
 // Why `saved` cannot resume into `current` ("" when it can): the first key that differs, with both values.
 std::string WhyNotResume(const StateIdentity& saved, const StateIdentity& current);
+
+// The optimizer's slice layout as a state records it: "none" unsharded; sharded "<sharding> <N> in <n> slices of
+// <S>" (workers.sharding, the parameters, SlicePlan's parts and slice length).
+std::string SliceLayout(int64_t numel, bool sharded, bool own_gradient_slice, int64_t parts, int64_t slice_length);
+
+// The round a cluster's ranks resume their optimizer state from: the newest round that every rank has a usable
+// state of (each rank's list: the rounds of its state and previous state that fit this run). nullopt when there is
+// none (every rank starts its moments fresh); the reason names each rank's rounds.
+struct ResumeAgreement {
+  std::optional<int64_t> round;
+  std::string reason;
+};
+ResumeAgreement AgreeOnResumeRound(const std::vector<std::vector<int64_t>>& rounds_per_rank);
 
 absl::Status SaveWorkerState(const std::string& path, const WorkerState& state);
 // NotFound when there is no file; DataLoss/InvalidArgument (naming the file) for a damaged or foreign one.

@@ -461,5 +461,131 @@ TEST(Fault, KilledWorkerRestartedWithItsIdResumesMomentsAndDataPosition) {
   EXPECT_GT(draws, 8 * 200 * 2) << "more than two rounds of batches were traced";
 }
 
+// A sharded worker cluster (workers.sharding gradients, 2 ranks) whose leader is killed with kill -9 mid-round:
+// the round closes with the other worker (at its deadline: the dead leader never left), the cluster restarted with
+// its id rejoins, and each rank resumes its own state (worker/local_state.h): the round every rank saved, its own
+// slice's AdamW moments (the first step's logged norm is that rank's saved slice's, and the slice is shorter than
+// the model) and step, and its own data position (each rank's journal at the kill, not the start of its data).
+TEST(Fault, KilledShardedClusterRankRestartedWithItsIdResumesEveryRanksState) {
+  const std::string dir = ScratchDir("resume_cluster");
+  const std::string address = Loopback();
+  // lease_s 60: the plain worker is held stopped while the cluster restarts; round_timeout_s (20, FaultArgs) closes the
+  // round the killed leader never pushed. comm.chunk_bytes 4096: slices of 1024-element multiples, so both ranks own
+  // parameters of the tiny model.
+  const auto args = FaultArgs(dir, address,
+                              {"outer.rounds=7", "workers.count=2", "coordinator.min_workers=1",
+                               "coordinator.lease_s=60", "comm.chunk_bytes=4096", "data.sampling=sequential"});
+  const auto cluster_args = With(args, {"--set", "workers.cluster_size=2", "--set", "workers.cluster_timeout_s=30",
+                                        "--set", "workers.sharding=gradients"});
+  auto coordinator_process = StartCoordinator(args);
+  RunningProcess& coordinator = *coordinator_process;
+  auto start_rank = [&](int rank, const std::string& store) {
+    return StartWorker(With(cluster_args, {"--rank", std::to_string(rank), "--cluster-store", store}), address, "c");
+  };
+  std::string store = Loopback();
+  std::vector<std::unique_ptr<RunningProcess>> ranks;
+  ranks.push_back(start_rank(0, store));
+  ranks.push_back(start_rank(1, store));
+  ASSERT_TRUE(coordinator.WaitForOutput("joined: worker c ", 120)) << coordinator.output() << ranks[0]->output();
+  auto plain = StartWorker(args, address, "p");
+
+  // Wait until both ranks saved their state after the cluster's second push and the leader has drawn batches of the
+  // next round, then kill the leader mid-round.
+  const std::string state_dir = dir + "/worker-state";
+  const std::vector<std::string> keys = {StateKey("c", 0, 2), StateKey("c", 1, 2)};
+  bool ready = false;
+  for (int i = 0; i < 18000 && !ready; ++i) {
+    auto s0 = LoadWorkerState(StatePath(state_dir, keys[0]));
+    auto s1 = LoadWorkerState(StatePath(state_dir, keys[1]));
+    auto drawn = LoadPosition(PositionPath(state_dir, keys[0]));
+    ready = s0.ok() && s1.ok() && s0->round >= 2 && s1->round == s0->round && drawn.ok() &&
+            drawn->second.position > s0->sampler.position;
+    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(ready) << ranks[0]->output() << ranks[1]->output();
+  ranks[0]->Signal(SIGKILL);
+  const auto killed = Clock::now();
+  ASSERT_NE(ranks[0]->Wait(30), 0);
+  EXPECT_NE(ranks[1]->Wait(120), 0) << "the follower leaves once its leader (the store's host) is gone";
+  // What each rank must resume: its state of the round both saved (the leader may have saved once more), its journal.
+  std::vector<WorkerState> saved;
+  std::vector<SamplerState> journal;
+  int64_t common = -1;
+  for (const std::string& key : keys) {
+    auto current = LoadWorkerState(StatePath(state_dir, key));
+    ASSERT_TRUE(current.ok()) << current.status();
+    common = common < 0 ? current->round : std::min(common, current->round);
+    auto position = LoadPosition(PositionPath(state_dir, key));
+    ASSERT_TRUE(position.ok()) << position.status();
+    journal.push_back(position->second);
+  }
+  for (const std::string& key : keys) {
+    auto current = LoadWorkerState(StatePath(state_dir, key));
+    auto state = current->round == common ? current : LoadWorkerState(PreviousStatePath(state_dir, key));
+    ASSERT_TRUE(state.ok() && state->round == common) << state.status();
+    saved.push_back(std::move(*state));
+  }
+  const std::string cut = "round " + std::to_string(saved[0].round + 1) + "/7 closed";  // the round of the kill
+  ASSERT_TRUE(coordinator.WaitForOutput(cut, 90)) << coordinator.output();
+  Measure("kill -9 of a sharded cluster's leader -> next round committed", SecondsSince(killed));
+
+  plain->Signal(SIGSTOP);  // until the cluster is back (else p alone finishes the run while the ranks rendezvous)
+  store = Loopback();
+  ranks.clear();
+  ranks.push_back(start_rank(0, store));
+  ranks.push_back(start_rank(1, store));
+  const bool rejoined = coordinator.WaitForOutput("rejoined: worker c", 120);
+  plain->Signal(SIGCONT);
+  ASSERT_TRUE(rejoined) << coordinator.output() << ranks[0]->output();
+  for (int r = 0; r < 2; ++r) {
+    RunningProcess& rank = *ranks[static_cast<size_t>(r)];
+    ASSERT_TRUE(rank.WaitForOutput("first inner step after resume", 120)) << rank.output();
+    const std::string log = rank.output();
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(log, m,
+                                  std::regex("resuming from \\S*" + keys[static_cast<size_t>(r)] +
+                                             "\\.state[^:]*: last pushed round (\\d+), AdamW step (\\d+), "
+                                             "data position epoch (\\d+) window (\\d+)")))
+        << log;
+    const WorkerState& s = saved[static_cast<size_t>(r)];
+    EXPECT_EQ(std::stoll(m[1]), s.round);
+    EXPECT_EQ(std::stoll(m[2]), s.adam_steps);
+    EXPECT_EQ(std::stoll(m[3]), journal[static_cast<size_t>(r)].epoch);
+    EXPECT_EQ(std::stoll(m[4]), journal[static_cast<size_t>(r)].position);
+    EXPECT_TRUE(journal[static_cast<size_t>(r)].epoch > 0 || journal[static_cast<size_t>(r)].position > 0)
+        << "the data position continues, not restarts";
+    ASSERT_TRUE(std::regex_search(
+        log, m,
+        std::regex(
+            "first inner step after resume: AdamW step (\\d+) from saved moments, \\|exp_avg\\| = ([0-9.e+-]+)")))
+        << log;
+    EXPECT_EQ(std::stoll(m[1]), s.adam_steps + 1);
+    const double norm = s.exp_avg.norm().item<double>();
+    EXPECT_GT(norm, 0) << "rank " << r << " owns parameters";
+    EXPECT_NEAR(std::stod(m[2]), norm, 1e-6 * norm);
+  }
+  // Each rank's moments are its slice: rank 0 the first S elements, rank 1 the rest, together the model once.
+  std::smatch layout;
+  ASSERT_TRUE(
+      std::regex_match(saved[0].identity.slice_layout, layout, std::regex("gradients (\\d+) in 2 slices of (\\d+)")))
+      << saved[0].identity.slice_layout;
+  const int64_t numel = std::stoll(layout[1]), slice = std::stoll(layout[2]);
+  EXPECT_LT(slice, numel);
+  EXPECT_EQ(saved[0].exp_avg.numel(), slice);
+  EXPECT_EQ(saved[0].exp_avg.numel() + saved[1].exp_avg.numel(), numel);
+  EXPECT_GT(std::abs(saved[0].exp_avg.norm().item<double>() - saved[1].exp_avg.norm().item<double>()), 0)
+      << "each rank keeps its own slice";
+
+  EXPECT_EQ(plain->Wait(240), 0) << plain->output();
+  EXPECT_EQ(ranks[0]->Wait(120), 0) << ranks[0]->output();
+  EXPECT_EQ(ranks[1]->Wait(120), 0) << ranks[1]->output();
+  ASSERT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+  const nlohmann::json summary = ReadJson(dir + "/summary.json");
+  EXPECT_EQ(summary["round"], 7);
+  const double first = EvalLossInLog(coordinator.output(), 1), last = EvalLossInLog(coordinator.output(), 7);
+  EXPECT_TRUE(std::isfinite(last)) << coordinator.output();
+  EXPECT_LT(last, first) << coordinator.output();
+}
+
 }  // namespace
 }  // namespace diloco::testing

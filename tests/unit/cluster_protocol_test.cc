@@ -20,6 +20,7 @@ TEST(ClusterProtocolTest, WordsFollowTheDocumentedLayout) {
   std::memcpy(&bits, &alpha, sizeof(bits));
   EXPECT_EQ(merge, (CommandWords{4, 2, 0, bits}));
   EXPECT_EQ(EncodeCommand(StopCommand{}), (CommandWords{5, 0, 0, 0}));
+  EXPECT_EQ(EncodeCommand(SaveCommand{12}), (CommandWords{6, 12, 0, 0}));
 }
 
 TEST(ClusterProtocolTest, EveryKindRoundTrips) {
@@ -34,6 +35,7 @@ TEST(ClusterProtocolTest, EveryKindRoundTrips) {
   EXPECT_EQ(merge.alpha, 0.1);  // bit for bit
   EXPECT_TRUE(std::holds_alternative<LoadCommand>(DecodeCommand(EncodeCommand(LoadCommand{}))));
   EXPECT_TRUE(std::holds_alternative<StopCommand>(DecodeCommand(EncodeCommand(StopCommand{}))));
+  EXPECT_EQ(std::get<SaveCommand>(DecodeCommand(EncodeCommand(SaveCommand{987654321}))).round, 987654321);
 }
 
 TEST(ClusterProtocolTest, UnknownKindThrows) {

@@ -136,6 +136,38 @@ TEST_F(WorkerStateTest, DamagedAndForeignFilesAreRefusedWithThePath) {
   EXPECT_FALSE(LoadWorkerState(Path("junk.state")).ok());
 }
 
+TEST_F(WorkerStateTest, ClusterRanksAgreeOnTheNewestRoundEveryRankSaved) {
+  ResumeAgreement a = AgreeOnResumeRound({{3, 2}, {2, 1}, {3, 2}});
+  ASSERT_TRUE(a.round.has_value());
+  EXPECT_EQ(*a.round, 2);
+  EXPECT_EQ(a.reason, "round 2, the newest that every rank saved (rank 0: 3,2; rank 1: 2,1; rank 2: 3,2)");
+  a = AgreeOnResumeRound({{5, 4}, {5, 4}});
+  EXPECT_EQ(a.round, std::optional<int64_t>(5));
+  a = AgreeOnResumeRound({{3}, {}});
+  EXPECT_FALSE(a.round.has_value());
+  EXPECT_EQ(a.reason, "no round that every rank saved (rank 0: 3; rank 1: none)");
+  EXPECT_FALSE(AgreeOnResumeRound({{4}, {3}}).round.has_value());
+}
+
+TEST_F(WorkerStateTest, ClusterKeysRoundTripAndStateKeysNameTheRank) {
+  StateIdentity id = Identity();
+  id.cluster_rank = 2;
+  id.cluster_size = 4;
+  id.slice_layout = SliceLayout(1000, true, true, 4, 256);
+  EXPECT_EQ(id.slice_layout, "gradients 1000 in 4 slices of 256");
+  EXPECT_EQ(SliceLayout(1000, false, false, 1, 1000), "none");
+  torch::Tensor m = torch::arange(8, torch::kFloat);
+  ASSERT_TRUE(SaveWorkerState(Path("r.state"), {id, 3, 30, {}, m, m}).ok());
+  absl::StatusOr<WorkerState> back = LoadWorkerState(Path("r.state"));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(WhyNotResume(back->identity, id), "");
+  EXPECT_EQ(back->identity.cluster_rank, 2);
+  EXPECT_EQ(back->identity.slice_layout, "gradients 1000 in 4 slices of 256");
+  EXPECT_EQ(StateKey("w1", 0, 1), "w1");
+  EXPECT_EQ(StateKey("w1", 1, 2), "w1.rank-1");
+  EXPECT_EQ(PreviousStatePath("d", "w1.rank-1"), "d/w1.rank-1.state.prev");
+}
+
 TEST_F(WorkerStateTest, PositionJournalRoundTrips) {
   SamplerState s{2, 1234, "rng-text 1 2 3"};
   ASSERT_TRUE(SavePosition(Path("w1.position"), Identity(), s).ok());
