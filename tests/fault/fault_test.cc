@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <regex>
@@ -466,8 +467,11 @@ TEST(Fault, KilledWorkerRestartedWithItsIdResumesMomentsAndDataPosition) {
 // its id rejoins, and each rank resumes its own state (worker/local_state.h): the round every rank saved, its own
 // slice's AdamW moments (the first step's logged norm is that rank's saved slice's, and the slice is shorter than
 // the model) and step, and its own data position (each rank's journal at the kill, not the start of its data).
-TEST(Fault, KilledShardedClusterRankRestartedWithItsIdResumesEveryRanksState) {
-  const std::string dir = ScratchDir("resume_cluster");
+// follower_missed_last_save: before the restart the follower's state is put back to its previous one, as if the kill
+// had come between the leader's write and the follower's: both ranks must then resume the round before (the leader
+// from its previous state).
+void KillShardedLeaderAndRestart(bool follower_missed_last_save) {
+  const std::string dir = ScratchDir(follower_missed_last_save ? "resume_cluster_cut" : "resume_cluster");
   const std::string address = Loopback();
   // lease_s 60: the plain worker is held stopped while the cluster restarts; round_timeout_s (20, FaultArgs) closes the
   // round the killed leader never pushed. comm.chunk_bytes 4096: slices of 1024-element multiples, so both ranks own
@@ -507,9 +511,16 @@ TEST(Fault, KilledShardedClusterRankRestartedWithItsIdResumesEveryRanksState) {
   const auto killed = Clock::now();
   ASSERT_NE(ranks[0]->Wait(30), 0);
   EXPECT_NE(ranks[1]->Wait(120), 0) << "the follower leaves once its leader (the store's host) is gone";
+  auto leader_state = LoadWorkerState(StatePath(state_dir, keys[0]));
+  ASSERT_TRUE(leader_state.ok()) << leader_state.status();
+  const std::string cut = "round " + std::to_string(leader_state->round + 1) + "/7 closed";  // the round of the kill
+  if (follower_missed_last_save) {
+    ASSERT_EQ(std::rename(PreviousStatePath(state_dir, keys[1]).c_str(), StatePath(state_dir, keys[1]).c_str()), 0);
+  }
   // What each rank must resume: its state of the round both saved (the leader may have saved once more), its journal.
   std::vector<WorkerState> saved;
   std::vector<SamplerState> journal;
+  std::vector<bool> from_previous;  // whether the rank resumes its previous state
   int64_t common = -1;
   for (const std::string& key : keys) {
     auto current = LoadWorkerState(StatePath(state_dir, key));
@@ -523,9 +534,13 @@ TEST(Fault, KilledShardedClusterRankRestartedWithItsIdResumesEveryRanksState) {
     auto current = LoadWorkerState(StatePath(state_dir, key));
     auto state = current->round == common ? current : LoadWorkerState(PreviousStatePath(state_dir, key));
     ASSERT_TRUE(state.ok() && state->round == common) << state.status();
+    from_previous.push_back(current->round != common);
     saved.push_back(std::move(*state));
   }
-  const std::string cut = "round " + std::to_string(saved[0].round + 1) + "/7 closed";  // the round of the kill
+  if (follower_missed_last_save) {
+    EXPECT_EQ(common, leader_state->round - 1);
+    EXPECT_TRUE(from_previous[0]) << "the leader resumes its previous state";
+  }
   ASSERT_TRUE(coordinator.WaitForOutput(cut, 90)) << coordinator.output();
   Measure("kill -9 of a sharded cluster's leader -> next round committed", SecondsSince(killed));
 
@@ -549,6 +564,7 @@ TEST(Fault, KilledShardedClusterRankRestartedWithItsIdResumesEveryRanksState) {
         << log;
     const WorkerState& s = saved[static_cast<size_t>(r)];
     EXPECT_EQ(std::stoll(m[1]), s.round);
+    EXPECT_EQ(log.find("(its previous state)") != std::string::npos, from_previous[static_cast<size_t>(r)]) << log;
     EXPECT_EQ(std::stoll(m[2]), s.adam_steps);
     EXPECT_EQ(std::stoll(m[3]), journal[static_cast<size_t>(r)].epoch);
     EXPECT_EQ(std::stoll(m[4]), journal[static_cast<size_t>(r)].position);
@@ -586,6 +602,10 @@ TEST(Fault, KilledShardedClusterRankRestartedWithItsIdResumesEveryRanksState) {
   EXPECT_TRUE(std::isfinite(last)) << coordinator.output();
   EXPECT_LT(last, first) << coordinator.output();
 }
+
+TEST(Fault, KilledShardedClusterRankRestartedWithItsIdResumesEveryRanksState) { KillShardedLeaderAndRestart(false); }
+
+TEST(Fault, ShardedClusterRanksWhoseSavesDifferResumeTheRoundBothSaved) { KillShardedLeaderAndRestart(true); }
 
 }  // namespace
 }  // namespace diloco::testing
