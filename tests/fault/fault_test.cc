@@ -462,6 +462,95 @@ TEST(Fault, KilledWorkerRestartedWithItsIdResumesMomentsAndDataPosition) {
   EXPECT_GT(draws, 8 * 200 * 2) << "more than two rounds of batches were traced";
 }
 
+// What each rank of a killed cluster must resume (keys: the ranks' StateKeys): the state of the newest round every
+// rank saved (a rank's current or previous state) and whether it is the previous one, and its journal's position.
+struct ResumeExpectation {
+  std::vector<WorkerState> saved;
+  std::vector<bool> from_previous;
+  std::vector<SamplerState> journal;
+};
+
+ResumeExpectation ExpectedResume(const std::string& state_dir, const std::vector<std::string>& keys) {
+  ResumeExpectation out;
+  int64_t common = -1;
+  for (const std::string& key : keys) {
+    auto current = LoadWorkerState(StatePath(state_dir, key));
+    EXPECT_TRUE(current.ok()) << current.status();
+    if (!current.ok()) return out;
+    common = common < 0 ? current->round : std::min(common, current->round);
+    auto position = LoadPosition(PositionPath(state_dir, key));
+    EXPECT_TRUE(position.ok()) << position.status();
+    out.journal.push_back(position.ok() ? position->second : SamplerState());
+  }
+  for (const std::string& key : keys) {
+    auto current = LoadWorkerState(StatePath(state_dir, key));
+    auto state = current->round == common ? current : LoadWorkerState(PreviousStatePath(state_dir, key));
+    EXPECT_TRUE(state.ok() && state->round == common) << state.status();
+    if (!state.ok()) return out;
+    out.from_previous.push_back(current->round != common);
+    out.saved.push_back(std::move(*state));
+  }
+  return out;
+}
+
+// A restarted rank's log (key: its StateKey) says it resumed `saved` (from its previous state or not) and the data
+// position of its journal, and its first step starts from the saved moments (their norm) at the next AdamW step.
+void ExpectResumed(const std::string& log, const std::string& key, const WorkerState& saved,
+                   const SamplerState& journal, bool from_previous) {
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(log, m,
+                                std::regex("resuming from \\S*" + key +
+                                           "\\.state[^:]*: last pushed round (\\d+), AdamW step (\\d+), "
+                                           "data position epoch (\\d+) window (\\d+)")))
+      << log;
+  EXPECT_EQ(std::stoll(m[1]), saved.round);
+  EXPECT_EQ(log.find("(its previous state)") != std::string::npos, from_previous) << log;
+  EXPECT_EQ(std::stoll(m[2]), saved.adam_steps);
+  EXPECT_EQ(std::stoll(m[3]), journal.epoch);
+  EXPECT_EQ(std::stoll(m[4]), journal.position);
+  EXPECT_TRUE(journal.epoch > 0 || journal.position > 0) << "the data position continues, not restarts";
+  ASSERT_TRUE(std::regex_search(
+      log, m,
+      std::regex("first inner step after resume: AdamW step (\\d+) from saved moments, \\|exp_avg\\| = ([0-9.e+-]+)")))
+      << log;
+  EXPECT_EQ(std::stoll(m[1]), saved.adam_steps + 1);
+  const double norm = saved.exp_avg.norm().item<double>();
+  EXPECT_GT(norm, 0) << "the rank owns parameters";
+  EXPECT_NEAR(std::stod(m[2]), norm, 1e-6 * norm);
+}
+
+// Two ranks' saved moments (workers.sharding gradients) are their slices: rank 0 the first S elements, rank 1 the
+// rest, together the model once.
+void ExpectSlicesOfTheModel(const std::vector<WorkerState>& saved) {
+  ASSERT_EQ(saved.size(), 2u);
+  std::smatch layout;
+  ASSERT_TRUE(
+      std::regex_match(saved[0].identity.slice_layout, layout, std::regex("gradients (\\d+) in 2 slices of (\\d+)")))
+      << saved[0].identity.slice_layout;
+  const int64_t numel = std::stoll(layout[1]), slice = std::stoll(layout[2]);
+  EXPECT_LT(slice, numel);
+  EXPECT_EQ(saved[0].exp_avg.numel(), slice);
+  EXPECT_EQ(saved[0].exp_avg.numel() + saved[1].exp_avg.numel(), numel);
+  EXPECT_GT(std::abs(saved[0].exp_avg.norm().item<double>() - saved[1].exp_avg.norm().item<double>()), 0)
+      << "each rank keeps its own slice";
+}
+
+// Waits (up to 3 minutes) until both ranks' states (keys: their StateKeys) are of the same round >= 2 and rank 0's
+// journal is past its state (it trains the next round).
+bool BothRanksSavedAndMidRound(const std::string& state_dir, const std::vector<std::string>& keys) {
+  for (int i = 0; i < 18000; ++i) {
+    auto s0 = LoadWorkerState(StatePath(state_dir, keys[0]));
+    auto s1 = LoadWorkerState(StatePath(state_dir, keys[1]));
+    auto drawn = LoadPosition(PositionPath(state_dir, keys[0]));
+    if (s0.ok() && s1.ok() && s0->round >= 2 && s1->round == s0->round && drawn.ok() &&
+        std::tie(drawn->second.epoch, drawn->second.position) > std::tie(s0->sampler.epoch, s0->sampler.position)) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
 // A sharded worker cluster (workers.sharding gradients, 2 ranks) whose leader is killed with kill -9 mid-round:
 // the round closes with the other worker (at its deadline: the dead leader never left), the cluster restarted with
 // its id rejoins, and each rank resumes its own state (worker/local_state.h): the round every rank saved, its own
@@ -497,15 +586,7 @@ void KillShardedLeaderAndRestart(bool follower_missed_last_save) {
   // next round, then kill the leader mid-round.
   const std::string state_dir = dir + "/worker-state";
   const std::vector<std::string> keys = {StateKey("c", 0, 2), StateKey("c", 1, 2)};
-  bool ready = false;
-  for (int i = 0; i < 18000 && !ready; ++i) {
-    auto s0 = LoadWorkerState(StatePath(state_dir, keys[0]));
-    auto s1 = LoadWorkerState(StatePath(state_dir, keys[1]));
-    auto drawn = LoadPosition(PositionPath(state_dir, keys[0]));
-    ready = s0.ok() && s1.ok() && s0->round >= 2 && s1->round == s0->round && drawn.ok() &&
-            drawn->second.position > s0->sampler.position;
-    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  const bool ready = BothRanksSavedAndMidRound(state_dir, keys);
   ASSERT_TRUE(ready) << ranks[0]->output() << ranks[1]->output();
   ranks[0]->Signal(SIGKILL);
   const auto killed = Clock::now();
@@ -517,26 +598,10 @@ void KillShardedLeaderAndRestart(bool follower_missed_last_save) {
   if (follower_missed_last_save) {
     ASSERT_EQ(std::rename(PreviousStatePath(state_dir, keys[1]).c_str(), StatePath(state_dir, keys[1]).c_str()), 0);
   }
-  // What each rank must resume: its state of the round both saved (the leader may have saved once more), its journal.
-  std::vector<WorkerState> saved;
-  std::vector<SamplerState> journal;
-  std::vector<bool> from_previous;  // whether the rank resumes its previous state
-  int64_t common = -1;
-  for (const std::string& key : keys) {
-    auto current = LoadWorkerState(StatePath(state_dir, key));
-    ASSERT_TRUE(current.ok()) << current.status();
-    common = common < 0 ? current->round : std::min(common, current->round);
-    auto position = LoadPosition(PositionPath(state_dir, key));
-    ASSERT_TRUE(position.ok()) << position.status();
-    journal.push_back(position->second);
-  }
-  for (const std::string& key : keys) {
-    auto current = LoadWorkerState(StatePath(state_dir, key));
-    auto state = current->round == common ? current : LoadWorkerState(PreviousStatePath(state_dir, key));
-    ASSERT_TRUE(state.ok() && state->round == common) << state.status();
-    from_previous.push_back(current->round != common);
-    saved.push_back(std::move(*state));
-  }
+  const ResumeExpectation expected = ExpectedResume(state_dir, keys);
+  ASSERT_EQ(expected.saved.size(), 2u);
+  const int64_t common = expected.saved[0].round;
+  const std::vector<bool>& from_previous = expected.from_previous;
   if (follower_missed_last_save) {
     EXPECT_EQ(common, leader_state->round - 1);
     EXPECT_TRUE(from_previous[0]) << "the leader resumes its previous state";
@@ -552,45 +617,12 @@ void KillShardedLeaderAndRestart(bool follower_missed_last_save) {
   const bool rejoined = coordinator.WaitForOutput("rejoined: worker c", 120);
   plain->Signal(SIGCONT);
   ASSERT_TRUE(rejoined) << coordinator.output() << ranks[0]->output();
-  for (int r = 0; r < 2; ++r) {
-    RunningProcess& rank = *ranks[static_cast<size_t>(r)];
-    ASSERT_TRUE(rank.WaitForOutput("first inner step after resume", 120)) << rank.output();
-    const std::string log = rank.output();
-    std::smatch m;
-    ASSERT_TRUE(std::regex_search(log, m,
-                                  std::regex("resuming from \\S*" + keys[static_cast<size_t>(r)] +
-                                             "\\.state[^:]*: last pushed round (\\d+), AdamW step (\\d+), "
-                                             "data position epoch (\\d+) window (\\d+)")))
-        << log;
-    const WorkerState& s = saved[static_cast<size_t>(r)];
-    EXPECT_EQ(std::stoll(m[1]), s.round);
-    EXPECT_EQ(log.find("(its previous state)") != std::string::npos, from_previous[static_cast<size_t>(r)]) << log;
-    EXPECT_EQ(std::stoll(m[2]), s.adam_steps);
-    EXPECT_EQ(std::stoll(m[3]), journal[static_cast<size_t>(r)].epoch);
-    EXPECT_EQ(std::stoll(m[4]), journal[static_cast<size_t>(r)].position);
-    EXPECT_TRUE(journal[static_cast<size_t>(r)].epoch > 0 || journal[static_cast<size_t>(r)].position > 0)
-        << "the data position continues, not restarts";
-    ASSERT_TRUE(std::regex_search(
-        log, m,
-        std::regex(
-            "first inner step after resume: AdamW step (\\d+) from saved moments, \\|exp_avg\\| = ([0-9.e+-]+)")))
-        << log;
-    EXPECT_EQ(std::stoll(m[1]), s.adam_steps + 1);
-    const double norm = s.exp_avg.norm().item<double>();
-    EXPECT_GT(norm, 0) << "rank " << r << " owns parameters";
-    EXPECT_NEAR(std::stod(m[2]), norm, 1e-6 * norm);
+  for (size_t r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    ASSERT_TRUE(ranks[r]->WaitForOutput("first inner step after resume", 120)) << ranks[r]->output();
+    ExpectResumed(ranks[r]->output(), keys[r], expected.saved[r], expected.journal[r], from_previous[r]);
   }
-  // Each rank's moments are its slice: rank 0 the first S elements, rank 1 the rest, together the model once.
-  std::smatch layout;
-  ASSERT_TRUE(
-      std::regex_match(saved[0].identity.slice_layout, layout, std::regex("gradients (\\d+) in 2 slices of (\\d+)")))
-      << saved[0].identity.slice_layout;
-  const int64_t numel = std::stoll(layout[1]), slice = std::stoll(layout[2]);
-  EXPECT_LT(slice, numel);
-  EXPECT_EQ(saved[0].exp_avg.numel(), slice);
-  EXPECT_EQ(saved[0].exp_avg.numel() + saved[1].exp_avg.numel(), numel);
-  EXPECT_GT(std::abs(saved[0].exp_avg.norm().item<double>() - saved[1].exp_avg.norm().item<double>()), 0)
-      << "each rank keeps its own slice";
+  ExpectSlicesOfTheModel(expected.saved);
 
   EXPECT_EQ(plain->Wait(240), 0) << plain->output();
   EXPECT_EQ(ranks[0]->Wait(120), 0) << ranks[0]->output();
