@@ -2,13 +2,15 @@
 // grouped key/value heads and rotary positions, against the composite ops (rotation, repeat_interleave of the key/value
 // heads, matmul, mask, softmax) computed in float64, forward and the gradient of the projection, with both builds of
 // the kernels; the gradient's independence from the thread count (the key/value heads' gradients are summed over
-// their query heads); and the shapes it refuses.
+// their query heads); and the shapes it refuses. Also the fused RMSNorm (worker/lm/rms_norm.h) against its composite
+// ops in float64.
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "worker/lm/causal_attention.h"
 #include "worker/lm/kernel_dispatch.h"
+#include "worker/lm/rms_norm.h"
 
 namespace diloco {
 namespace {
@@ -108,6 +110,34 @@ TEST(GroupedAttention, RefusesShapesItCannotSplit) {
   EXPECT_THROW(GroupedCausalAttention(torch::zeros({2, 4, 60}), 4, 2, {}, {}), std::invalid_argument);  // 60 % 8
   const torch::Tensor table = torch::zeros({5, 8});                                                     // T is 4
   EXPECT_THROW(GroupedCausalAttention(qkv, 4, 2, table, table), std::invalid_argument);
+}
+
+// x [rows, D] (and a non-contiguous [B, T, heads, hd] view, as qwen3's q_norm gets): the output and the gradients of
+// x and the weight, on 1 and 2 threads.
+TEST(RmsNorm, MatchesCompositeOpsInDoubleForwardAndBackward) {
+  torch::manual_seed(13);
+  const torch::Tensor base = torch::randn({3, 37, 2 * 48}) * 3.0;
+  const torch::Tensor upstream = torch::randn({3, 37, 48});
+  const torch::Tensor gain = 1.0 + 0.3 * torch::randn({48});
+  for (const bool strided : {false, true}) {
+    const torch::Tensor input = strided ? base.narrow(-1, 48, 48) : base.narrow(-1, 0, 48).contiguous();
+    torch::Tensor x64 = input.to(torch::kDouble).requires_grad_(true),
+                  w64 = gain.to(torch::kDouble).requires_grad_(true);
+    const torch::Tensor out64 = RmsNormReference(x64, w64, 1e-5);
+    (out64 * upstream.to(torch::kDouble)).sum().backward();
+    const int before = at::get_num_threads();
+    for (const int threads : {1, 2}) {
+      SCOPED_TRACE(std::to_string(threads) + " thread(s), strided " + std::to_string(strided));
+      at::set_num_threads(threads);
+      torch::Tensor x = input.detach().requires_grad_(true), w = gain.clone().requires_grad_(true);
+      const torch::Tensor out = RmsNormForward(x, w, 1e-5);
+      (out * upstream).sum().backward();
+      EXPECT_LT(MaxAbsDiff(out, out64), 1e-6 * out64.abs().max().item<double>());
+      EXPECT_LT(MaxAbsDiff(x.grad(), x64.grad()), 1e-5 * x64.grad().abs().max().item<double>());
+      EXPECT_LT(MaxAbsDiff(w.grad(), w64.grad()), 1e-5 * w64.grad().abs().max().item<double>());
+    }
+    at::set_num_threads(before);
+  }
 }
 
 }  // namespace

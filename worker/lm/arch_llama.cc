@@ -24,21 +24,19 @@
 #include "worker/lm/checkpointed.h"
 #include "worker/lm/language_model.h"
 #include "worker/lm/llama_family.h"
+#include "worker/lm/rms_norm.h"
 #include "worker/lm/rope.h"
 
 namespace diloco {
 namespace {
 
-// RMSNorm with one gain vector "weight" [D] (Hugging Face's LlamaRMSNorm: normalised in float32).
+// RMSNorm with one gain vector "weight" [D] (Hugging Face's LlamaRMSNorm: normalised in float32; one fused op,
+// worker/lm/rms_norm.h).
 class RmsNormImpl : public torch::nn::Module {
  public:
   RmsNormImpl(int64_t d, double eps) : eps_(eps) { weight_ = register_parameter("weight", torch::ones({d})); }
 
-  torch::Tensor forward(const torch::Tensor& x) {
-    auto h = x.to(torch::kFloat);
-    h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-    return weight_ * h.to(x.scalar_type());
-  }
+  torch::Tensor forward(const torch::Tensor& x) { return RmsNormForward(x, weight_, eps_); }
 
  private:
   double eps_;
