@@ -6,8 +6,10 @@ random model of the family (transformers' LlamaForCausalLM / Qwen2ForCausalLM, v
 its special tokens) with save_pretrained: OUT/llama and OUT/qwen2. OUT/golden.json holds per family the prompt, its ids
 (Tokenizer.encode(prompt, add_special_tokens=False).ids, after BOS for llama, as transformers' Llama tokenizers add
 it; Qwen2 adds none) and model.generate(ids, do_sample=False, max_new_tokens=32) past the prompt.
-check DIR PROMPT IDS: loads DIR (an export) with AutoTokenizer and prints "check_tokenizer: OK <class>" when
-encode(PROMPT, add_special_tokens=False) gives IDS (space-separated) and decode gives PROMPT back.
+OUT/llama also has a tokenizer_config.json naming BOS and EOS.
+check DIR PROMPT IDS [BOS]: loads DIR (an export) with AutoTokenizer and prints "check_tokenizer: OK <class>" when
+encode(PROMPT, add_special_tokens=False) gives IDS (space-separated), decode gives PROMPT back and (if given) its
+bos_token is BOS.
 """
 
 import json
@@ -45,6 +47,9 @@ def make(out, shakespeare):
         d = os.path.join(out, name)
         model.save_pretrained(d)
         tok.save(os.path.join(d, "tokenizer.json"))
+        if bos_first:  # llama's directory also names its special tokens, as real ones do (the export carries it)
+            with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+                json.dump({"bos_token": "<|bos|>", "eos_token": "<|eos|>"}, f)
         ids = ([bos] if bos_first else []) + tok.encode(PROMPT, add_special_tokens=False).ids
         with torch.no_grad():
             generated = model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=32, min_new_tokens=32,
@@ -57,9 +62,11 @@ def make(out, shakespeare):
         json.dump(golden, f, ensure_ascii=False, indent=1)
 
 
-def check(directory, prompt, ids):
+def check(directory, prompt, ids, bos=None):
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(directory)
+    if bos is not None and tok.bos_token != bos:
+        sys.exit(f"check_tokenizer: AutoTokenizer's bos_token is {tok.bos_token!r}, expected {bos!r}")
     got = tok.encode(prompt, add_special_tokens=False)
     want = [int(i) for i in ids.split()]
     if got != want:
@@ -73,6 +80,6 @@ if __name__ == "__main__":
     if sys.argv[1] == "make":
         make(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "check":
-        check(sys.argv[2], sys.argv[3], sys.argv[4])
+        check(sys.argv[2], sys.argv[3], sys.argv[4], *sys.argv[5:6])
     else:
         sys.exit(__doc__)

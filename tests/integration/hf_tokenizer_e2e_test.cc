@@ -128,13 +128,17 @@ TEST_P(HfTokenizerE2eTest, CheckpointGeneratesAndExportCarriesTheTokenizerJson) 
       RunCtl({"export", "--checkpoint", ckpt, "--config", yaml, "--format", "hf", "--out", out});
   ASSERT_EQ(export_code, 0) << log;
   EXPECT_EQ(ReadFile(out + "/tokenizer.json"), ReadFile(ModelDir() + "/tokenizer.json"));
+  if (GetParam() == "llama") {  // the tokenizer_config.json beside it (its BOS / EOS names) comes along
+    EXPECT_EQ(ReadFile(out + "/tokenizer_config.json"), ReadFile(ModelDir() + "/tokenizer_config.json"));
+  }
   // The prompt's ids without BOS (AutoTokenizer's encode with add_special_tokens=False).
   nlohmann::json plain = Golden()["prompt_ids"];
   if (GetParam() == "llama") plain.erase(plain.begin());
   const std::string check_log = dir_ + "/" + GetParam() + "_check.log";
   const int check =
       Shell(std::string(DILOCO_PYTHON) + " " + SourceDir() + "/tests/golden/make_tokenizer_e2e.py check " + out +
-            " \"$(cat " + dir_ + "/" + GetParam() + "_prompt.txt)\" '" + JoinIds(plain) + "' > " + check_log + " 2>&1");
+            " \"$(cat " + dir_ + "/" + GetParam() + "_prompt.txt)\" '" + JoinIds(plain) + "'" +
+            (GetParam() == "llama" ? " '<|bos|>'" : "") + " > " + check_log + " 2>&1");
   EXPECT_EQ(check, 0) << ReadFile(check_log);
   EXPECT_NE(ReadFile(check_log).find("check_tokenizer: OK"), std::string::npos) << ReadFile(check_log);
 
