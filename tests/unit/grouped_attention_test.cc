@@ -110,6 +110,8 @@ TEST(GroupedAttention, RefusesShapesItCannotSplit) {
   EXPECT_THROW(GroupedCausalAttention(torch::zeros({2, 4, 60}), 4, 2, {}, {}), std::invalid_argument);  // 60 % 8
   const torch::Tensor table = torch::zeros({5, 8});                                                     // T is 4
   EXPECT_THROW(GroupedCausalAttention(qkv, 4, 2, table, table), std::invalid_argument);
+  const torch::Tensor odd = torch::zeros({4, 7});  // hd 7 cannot be rotated in halves
+  EXPECT_THROW(GroupedCausalAttention(torch::zeros({2, 4, 8 * 7}), 4, 2, odd, odd), std::invalid_argument);
 }
 
 // x [rows, D] (and a non-contiguous [B, T, heads, hd] view, as qwen3's q_norm gets): the output and the gradients of

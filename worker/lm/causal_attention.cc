@@ -103,8 +103,8 @@ torch::Tensor Backward(const torch::Tensor& qkv, const torch::Tensor& probs, con
 // Rotary tables as the kernel reads them: contiguous float32 [T, hd], or undefined.
 torch::Tensor TableOf(const torch::Tensor& table, const Shape& s) {
   if (!table.defined()) return table;
-  if (table.dim() != 2 || table.size(0) != s.T || table.size(1) != s.hd) {
-    throw std::invalid_argument("CausalSelfAttention: rotary tables must be [T, hd]");
+  if (table.dim() != 2 || table.size(0) != s.T || table.size(1) != s.hd || s.hd % 2 != 0) {
+    throw std::invalid_argument("CausalSelfAttention: rotary tables must be [T, hd] with an even hd");
   }
   return table.contiguous();
 }
