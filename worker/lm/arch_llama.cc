@@ -10,12 +10,13 @@
 // up(y)) with y = post_attention_layernorm(h). RMSNorm in float32: w * x / sqrt(mean(x^2) + norm_eps). RoPE: hd = D /
 // n_head or model.head_dim, cos/sin from worker/lm/rope.h (rope_type default, linear, llama3, yarn), x * cos +
 // rotate_half(x) * sin with rotate_half(x) = [-x2, x1]. Grouped-query attention: query head h reads key/value head h /
-// (n_head / n_kv_head). Training and forward() use the fused CPU attention (worker/lm/causal_attention.h): k and v are
-// repeated to n_head heads and concatenated with q into its [B, T, 3D] layout (the kernel stays MHA-only; the repeat
-// costs two [B, T, D] copies per layer, small next to the projections). ForwardCached keeps n_kv_head heads in the
-// cache. With model.activation_checkpointing, training recomputes each layer in backward (worker/lm/checkpointed.h).
-// The same code is mistral, qwen2 and qwen3 (worker/lm/llama_family.h: q/k/v biases, per-head q/k norms, a sliding
-// window, which takes the composite masked attention of CachedAttention when it is shorter than the sequence).
+// (n_head / n_kv_head). Training and forward() use the fused CPU attention (worker/lm/causal_attention.h,
+// GroupedCausalAttention) on the output of one q|k|v matrix product: it rotates q and k as it loads them and reads
+// each key/value head in place, so no head is repeated and nothing is concatenated. ForwardCached keeps n_kv_head
+// heads in the cache. With model.activation_checkpointing, training recomputes each layer in backward
+// (worker/lm/checkpointed.h). The same code is mistral, qwen2 and qwen3 (worker/lm/llama_family.h: q/k/v biases,
+// per-head q/k norms, a sliding window, which takes the composite masked attention of CachedAttention when it is
+// shorter than the sequence).
 #include <stdexcept>
 #include <string>
 
@@ -23,34 +24,25 @@
 #include "worker/lm/checkpointed.h"
 #include "worker/lm/language_model.h"
 #include "worker/lm/llama_family.h"
+#include "worker/lm/rms_norm.h"
 #include "worker/lm/rope.h"
 
 namespace diloco {
 namespace {
 
-// RMSNorm with one gain vector "weight" [D] (Hugging Face's LlamaRMSNorm: normalised in float32).
+// RMSNorm with one gain vector "weight" [D] (Hugging Face's LlamaRMSNorm: normalised in float32; one fused op,
+// worker/lm/rms_norm.h).
 class RmsNormImpl : public torch::nn::Module {
  public:
   RmsNormImpl(int64_t d, double eps) : eps_(eps) { weight_ = register_parameter("weight", torch::ones({d})); }
 
-  torch::Tensor forward(const torch::Tensor& x) {
-    auto h = x.to(torch::kFloat);
-    h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-    return weight_ * h.to(x.scalar_type());
-  }
+  torch::Tensor forward(const torch::Tensor& x) { return RmsNormForward(x, weight_, eps_); }
 
  private:
   double eps_;
   torch::Tensor weight_;
 };
 TORCH_MODULE(RmsNorm);
-
-// x [B, T, heads, hd]; cos, sin [T, hd].
-torch::Tensor ApplyRotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  const int64_t half = x.size(-1) / 2;
-  auto rotated = torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-  return x * cos.unsqueeze(1) + rotated * sin.unsqueeze(1);
-}
 
 struct Rotary {
   torch::Tensor cos, sin;  // [T, hd]
@@ -73,27 +65,28 @@ class LlamaAttentionImpl : public torch::nn::Module {
     }
   }
 
-  // x [B, T, D] at positions 0..T-1 -> [B, T, D], through the fused causal attention.
+  // x [B, T, D] at positions 0..T-1 -> [B, T, D], through the fused grouped-query attention, which rotates q and k
+  // and reads the key/value heads from the projection in place.
   torch::Tensor forward(const torch::Tensor& x, const Rotary& rope) {
-    const int64_t B = x.size(0), T = x.size(1), group = n_head_ / n_kv_head_, kv = n_kv_head_ * hd_;
-    const int64_t D = n_head_ * hd_;
+    const int64_t B = x.size(0), T = x.size(1), kv = n_kv_head_ * hd_, D = n_head_ * hd_;
     // One matrix product for q, k and v (their weights side by side).
     auto w = torch::cat({q_proj_->weight, k_proj_->weight, v_proj_->weight}, 0);  // [D + 2 kv, D]
     auto proj = torch::matmul(x, w.t());                                          // [B, T, D + 2 kv]
     if (q_proj_->options.bias()) proj = proj + torch::cat({q_proj_->bias, k_proj_->bias, v_proj_->bias});
-    auto [q, k] = RotateQk(proj, B, T, rope);
-    auto v = proj.narrow(-1, D + kv, kv).view({B, T, n_kv_head_, hd_});
     if (window_ > 0 && T > window_) {  // the fused kernel is causal only: masked composite attention
+      auto q = RotateHalf(proj.narrow(-1, 0, D).view({B, T, n_head_, hd_}), rope.cos, rope.sin);
+      auto k = RotateHalf(proj.narrow(-1, D, kv).view({B, T, n_kv_head_, hd_}), rope.cos, rope.sin);
+      auto v = proj.narrow(-1, D + kv, kv).view({B, T, n_kv_head_, hd_});
       KvCache scratch;
       return o_proj_->forward(
           CachedAttention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scratch, 0, window_));
     }
-    if (group > 1) {
-      k = k.repeat_interleave(group, 2);
-      v = v.repeat_interleave(group, 2);
+    if (!q_norm_.is_empty()) {  // qwen3: q and k normed per head before the rotation (one copy of the projection)
+      auto q = q_norm_->forward(proj.narrow(-1, 0, D).view({B, T, n_head_, hd_}));
+      auto k = k_norm_->forward(proj.narrow(-1, D, kv).view({B, T, n_kv_head_, hd_}));
+      proj = torch::cat({q.reshape({B, T, D}), k.reshape({B, T, kv}), proj.narrow(-1, D + kv, kv)}, -1);
     }
-    auto qkv = torch::cat({q.reshape({B, T, D}), k.reshape({B, T, D}), v.reshape({B, T, D})}, -1);  // [B, T, 3D]
-    return o_proj_->forward(CausalSelfAttention(qkv, n_head_));
+    return o_proj_->forward(GroupedCausalAttention(proj, n_head_, n_kv_head_, rope.cos, rope.sin));
   }
 
   // x [B, T_new, D] at positions cache.length..; appends this layer's (rotated) keys and values to the cache.
@@ -105,27 +98,13 @@ class LlamaAttentionImpl : public torch::nn::Module {
       q = q_norm_->forward(q);
       k = k_norm_->forward(k);
     }
-    q = ApplyRotary(q, rope.cos, rope.sin).transpose(1, 2);
-    k = ApplyRotary(k, rope.cos, rope.sin).transpose(1, 2);
+    q = RotateHalf(q, rope.cos, rope.sin).transpose(1, 2);
+    k = RotateHalf(k, rope.cos, rope.sin).transpose(1, 2);
     auto v = v_proj_->forward(x).view({B, T, n_kv_head_, hd_}).transpose(1, 2);
     return o_proj_->forward(CachedAttention(q, k, v, cache, layer, window_));
   }
 
  private:
-  // q [B, T, n_head, hd] and k [B, T, n_kv_head, hd] of the fused projection, normed (qwen3) and rotated; without
-  // the norms one rotary pass covers q and k together.
-  std::pair<torch::Tensor, torch::Tensor> RotateQk(const torch::Tensor& proj, int64_t B, int64_t T,
-                                                   const Rotary& rope) {
-    const int64_t D = n_head_ * hd_, kv = n_kv_head_ * hd_;
-    if (!q_norm_.is_empty()) {
-      auto q = q_norm_->forward(proj.narrow(-1, 0, D).view({B, T, n_head_, hd_}));
-      auto k = k_norm_->forward(proj.narrow(-1, D, kv).view({B, T, n_kv_head_, hd_}));
-      return {ApplyRotary(q, rope.cos, rope.sin), ApplyRotary(k, rope.cos, rope.sin)};
-    }
-    auto qk = ApplyRotary(proj.narrow(-1, 0, D + kv).view({B, T, n_head_ + n_kv_head_, hd_}), rope.cos, rope.sin);
-    return {qk.narrow(2, 0, n_head_), qk.narrow(2, n_head_, n_kv_head_)};
-  }
-
   int64_t n_head_, n_kv_head_, hd_, window_;
   torch::nn::Linear q_proj_{nullptr}, k_proj_{nullptr}, v_proj_{nullptr}, o_proj_{nullptr};
   RmsNorm q_norm_{nullptr}, k_norm_{nullptr};

@@ -27,6 +27,21 @@ torch::Tensor CausalSelfAttention(const torch::Tensor& qkv, int64_t n_head);
 // tests hold the fused op to.
 torch::Tensor CausalSelfAttentionReference(const torch::Tensor& qkv, int64_t n_head);
 
+// Grouped-query attention with rotary positions, read straight from a llama-family fused projection qkv
+// [B, T, (n_head + 2 n_kv_head) x hd] = q | k | v (heads contiguous in each): query head h reads key/value head
+// h / (n_head / n_kv_head), and q, k are rotated by RotateHalf with cos, sin [T, hd] (undefined: not rotated). The
+// fused CPU kernel rotates rows as it loads them and reads each key/value head in place (no repeat, no copies of q, k,
+// v); its gradient is one [B, T, (n_head + 2 n_kv_head) x hd] tensor. Differentiable with respect to qkv only.
+torch::Tensor GroupedCausalAttention(const torch::Tensor& qkv, int64_t n_head, int64_t n_kv_head,
+                                     const torch::Tensor& cos, const torch::Tensor& sin);
+
+// The same as composite ops (rotation, repeated key/value heads, matmul, mask, softmax).
+torch::Tensor GroupedCausalAttentionReference(const torch::Tensor& qkv, int64_t n_head, int64_t n_kv_head,
+                                              const torch::Tensor& cos, const torch::Tensor& sin);
+
+// transformers' apply_rotary_pos_emb for x [B, T, heads, hd], cos and sin [T, hd]: x cos + [-x2, x1] sin.
+torch::Tensor RotateHalf(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+
 // Incremental decoding: attention of new queries over the cached and new keys/values (composite ops; no grad).
 // q: [B, n_head, T_new, hd]; k, v: [B, n_kv_head, T_new, hd] with n_head a multiple of n_kv_head (grouped-query
 // attention: query head h reads key/value head h / (n_head / n_kv_head)). The new positions are cache.length ..

@@ -73,6 +73,52 @@ void StoreRows(const float* src, int64_t T, int64_t hd, int64_t hdp, int64_t str
   for (int64_t t = 0; t < T; ++t) std::memcpy(dst + t * stride, src + t * hdp, sizeof(float) * hd);
 }
 
+// Row t of src rotated by RoPE into row (hd floats): x cos + [-x2, x1] sin, the operations of transformers'
+// apply_rotary_pos_emb in the same order.
+DILOCO_SIMD_INLINE void RotateRow(const float* src, const float* cos, const float* sin, int64_t hd, float* row) {
+  const int64_t half = hd / 2;
+  for (int64_t d = 0; d < half; ++d) row[d] = src[d] * cos[d] + -src[d + half] * sin[d];
+  for (int64_t d = half; d < hd; ++d) row[d] = src[d] * cos[d] + src[d - half] * sin[d];
+}
+
+// LoadRows / LoadTransposed of RoPE(src) when shape.cos is set.
+DILOCO_SIMD_INLINE void LoadQk(const HeadShape& shape, const float* src, bool transposed, float* dst,
+                               float* row_scratch) {
+  const int64_t T = shape.T, hd = shape.head_dim, stride = shape.qkv_stride;
+  if (shape.cos == nullptr) {
+    transposed ? LoadTransposed(src, T, hd, stride, Padded(T), dst) : LoadRows(src, T, hd, stride, Padded(hd), dst);
+    return;
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    float* row = transposed ? row_scratch : dst + t * Padded(hd);
+    RotateRow(src + t * stride, shape.cos + t * hd, shape.sin + t * hd, hd, row);
+    if (transposed) {
+      for (int64_t d = 0; d < hd; ++d) dst[d * Padded(T) + t] = row[d];
+    }
+  }
+}
+
+// Stores (or adds, with accumulate) the gradient rows g [T][hdp] of RoPE(x) as the gradient of x when shape.cos is
+// set: dx1 = g1 cos1 + g2 sin2, dx2 = g2 cos2 - g1 sin1; else g itself.
+DILOCO_SIMD_INLINE void StoreQkGrad(const HeadShape& shape, const float* g, bool accumulate, float* dst) {
+  const int64_t T = shape.T, hd = shape.head_dim, hdp = Padded(hd), half = hd / 2, stride = shape.qkv_stride;
+  if (shape.cos == nullptr && !accumulate) return StoreRows(g, T, hd, hdp, stride, dst);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* r = g + t * hdp;
+    float* out = dst + t * stride;
+    if (shape.cos == nullptr) {
+      for (int64_t d = 0; d < hd; ++d) out[d] += r[d];
+      continue;
+    }
+    const float* c = shape.cos + t * hd;
+    const float* s = shape.sin + t * hd;
+    for (int64_t d = 0; d < hd; ++d) {
+      const float dx = d < half ? r[d] * c[d] + r[d + half] * s[d + half] : r[d] * c[d] - r[d - half] * s[d - half];
+      out[d] = accumulate ? out[d] + dx : dx;
+    }
+  }
+}
+
 }  // namespace
 
 int64_t Padded(int64_t n) { return (n + 15) / 16 * 16; }
@@ -95,8 +141,8 @@ DILOCO_SIMD_INLINE void ForwardHeadBody(const HeadShape& shape, const float* q, 
   float* V = scratch.v();
   float* O = scratch.result();
   // Rows >= T and columns >= hd of the scratch stay zero from construction: only [0, T) x [0, hd) is written.
-  LoadRows(q, T, hd, stride, hdp, Q);
-  LoadTransposed(k, T, hd, stride, Tp, KT);
+  LoadQk(shape, q, /*transposed=*/false, Q, O);
+  LoadQk(shape, k, /*transposed=*/true, KT, O);
   LoadRows(v, T, hd, stride, hdp, V);
 
   CausalProduct(Q, KT, T, hd, hdp, Tp, probs);
@@ -127,7 +173,7 @@ DILOCO_SIMD_INLINE void ForwardHeadBody(const HeadShape& shape, const float* q, 
 
 DILOCO_SIMD_INLINE void BackwardHeadBody(const HeadShape& shape, const float* q, const float* k, const float* v,
                                          const float* d_out, const float* probs, float* dq, float* dk, float* dv,
-                                         AttentionScratch& scratch) {
+                                         AttentionScratch& scratch, bool accumulate_kv) {
   const int64_t T = shape.T, hd = shape.head_dim, Tp = Padded(T), hdp = Padded(hd), stride = shape.qkv_stride,
                 out_stride = shape.out_stride;
   float* Q = scratch.q();
@@ -135,8 +181,8 @@ DILOCO_SIMD_INLINE void BackwardHeadBody(const HeadShape& shape, const float* q,
   float* dO = scratch.d_out();
   float* VT = scratch.transposed();
   float* dS = scratch.square();
-  LoadRows(q, T, hd, stride, hdp, Q);
-  LoadRows(k, T, hd, stride, hdp, K);
+  LoadQk(shape, q, /*transposed=*/false, Q, nullptr);
+  LoadQk(shape, k, /*transposed=*/false, K, nullptr);
   LoadRows(d_out, T, hd, out_stride, hdp, dO);
   LoadTransposed(v, T, hd, stride, Tp, VT);
 
@@ -162,9 +208,12 @@ DILOCO_SIMD_INLINE void BackwardHeadBody(const HeadShape& shape, const float* q,
   TriangularTimesRows<false>(dS, K, T, hd, hdp, Tp, dQ);
   TriangularTimesRows<true>(dS, Q, T, hd, hdp, Tp, dK);
   TriangularTimesRows<true>(probs, dO, T, hd, hdp, Tp, dV);
-  StoreRows(dQ, T, hd, hdp, stride, dq);
-  StoreRows(dK, T, hd, hdp, stride, dk);
-  StoreRows(dV, T, hd, hdp, stride, dv);
+  StoreQkGrad(shape, dQ, /*accumulate=*/false, dq);
+  StoreQkGrad(shape, dK, accumulate_kv, dk);
+  if (!accumulate_kv) return StoreRows(dV, T, hd, hdp, stride, dv);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t d = 0; d < hd; ++d) dv[t * stride + d] += dV[t * hdp + d];
+  }
 }
 
 // The bodies compiled twice: for CPUs with AVX2 and FMA (8-wide fused multiply-adds, 16 vector registers for the
@@ -176,16 +225,18 @@ __attribute__((target("avx2,fma"))) void ForwardHeadAvx2(const HeadShape& shape,
 }
 __attribute__((target("avx2,fma"))) void BackwardHeadAvx2(const HeadShape& shape, const float* q, const float* k,
                                                           const float* v, const float* d_out, const float* probs,
-                                                          float* dq, float* dk, float* dv, AttentionScratch& scratch) {
-  BackwardHeadBody(shape, q, k, v, d_out, probs, dq, dk, dv, scratch);
+                                                          float* dq, float* dk, float* dv, AttentionScratch& scratch,
+                                                          bool accumulate_kv) {
+  BackwardHeadBody(shape, q, k, v, d_out, probs, dq, dk, dv, scratch, accumulate_kv);
 }
 void ForwardHeadBaseline(const HeadShape& shape, const float* q, const float* k, const float* v, float* out,
                          float* probs, AttentionScratch& scratch) {
   ForwardHeadBody(shape, q, k, v, out, probs, scratch);
 }
 void BackwardHeadBaseline(const HeadShape& shape, const float* q, const float* k, const float* v, const float* d_out,
-                          const float* probs, float* dq, float* dk, float* dv, AttentionScratch& scratch) {
-  BackwardHeadBody(shape, q, k, v, d_out, probs, dq, dk, dv, scratch);
+                          const float* probs, float* dq, float* dk, float* dv, AttentionScratch& scratch,
+                          bool accumulate_kv) {
+  BackwardHeadBody(shape, q, k, v, d_out, probs, dq, dk, dv, scratch, accumulate_kv);
 }
 
 }  // namespace
@@ -200,11 +251,11 @@ void ForwardHead(const HeadShape& shape, const float* q, const float* k, const f
 }
 
 void BackwardHead(const HeadShape& shape, const float* q, const float* k, const float* v, const float* d_out,
-                  const float* probs, float* dq, float* dk, float* dv, AttentionScratch& scratch) {
+                  const float* probs, float* dq, float* dk, float* dv, AttentionScratch& scratch, bool accumulate_kv) {
   if (UseAvx2Kernels()) {
-    BackwardHeadAvx2(shape, q, k, v, d_out, probs, dq, dk, dv, scratch);
+    BackwardHeadAvx2(shape, q, k, v, d_out, probs, dq, dk, dv, scratch, accumulate_kv);
   } else {
-    BackwardHeadBaseline(shape, q, k, v, d_out, probs, dq, dk, dv, scratch);
+    BackwardHeadBaseline(shape, q, k, v, d_out, probs, dq, dk, dv, scratch, accumulate_kv);
   }
 }
 

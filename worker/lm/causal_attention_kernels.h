@@ -16,9 +16,13 @@ int64_t Padded(int64_t n);
 struct HeadShape {
   int64_t T;           // sequence length
   int64_t head_dim;    // hd
-  int64_t qkv_stride;  // floats between consecutive positions in qkv and its gradient (3 x D)
-  int64_t out_stride;  // ... in the output and its gradient (D)
+  int64_t qkv_stride;  // floats between consecutive positions in qkv and its gradient ((n_head + 2 n_kv_head) x hd)
+  int64_t out_stride;  // ... in the output and its gradient (n_head x hd)
   float scale;         // 1 / sqrt(hd)
+  // Rotary position tables [T][hd] (rows hd apart) or null: when set, q and k are read as RoPE(q), RoPE(k) with
+  // RoPE(x) = x cos + [-x2, x1] sin (x1, x2 the halves of a row), and dq, dk are the gradients of the unrotated rows.
+  const float* cos = nullptr;
+  const float* sin = nullptr;
 };
 
 // Per-thread working memory for one head at a time.
@@ -45,7 +49,9 @@ void ForwardHead(const HeadShape& shape, const float* q, const float* k, const f
                  AttentionScratch& scratch);
 
 // d_out: the head's output-gradient rows (out_stride); probs from ForwardHead; writes dq, dk, dv rows (qkv_stride).
+// With accumulate_kv, dk and dv are added to what is there (the query heads of one grouped key/value head, in turn).
 void BackwardHead(const HeadShape& shape, const float* q, const float* k, const float* v, const float* d_out,
-                  const float* probs, float* dq, float* dk, float* dv, AttentionScratch& scratch);
+                  const float* probs, float* dq, float* dk, float* dv, AttentionScratch& scratch,
+                  bool accumulate_kv = false);
 
 }  // namespace diloco::attention
