@@ -2,12 +2,17 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <optional>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "proto/checkpoint.h"
 
 namespace diloco {
 
@@ -22,9 +27,19 @@ absl::StatusOr<AttackSpec> ParseAttack(const std::string& text) {
   if (kind == "random") spec.kind = AttackSpec::Kind::kRandom;
   if (kind == "stale") spec.kind = AttackSpec::Kind::kStale;
   if (kind == "tokens") spec.kind = AttackSpec::Kind::kTokens;
+  if (kind == "copy") spec.kind = AttackSpec::Kind::kCopy;
   if (spec.kind == AttackSpec::Kind::kNone) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--attack '", text, "': KIND must be scale, max, random, stale or tokens (test-only)"));
+        absl::StrCat("--attack '", text, "': KIND must be scale, max, random, stale, tokens or copy (test-only)"));
+  }
+  if (spec.kind == AttackSpec::Kind::kCopy) {
+    if (parts.second.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--attack '", text,
+                                                     "': copy needs :PATH (another worker's "
+                                                     "--dump-delta file)"));
+    }
+    spec.copy_path = parts.second;
+    return spec;
   }
   if (needs_factor && (!absl::SimpleAtod(parts.second, &spec.factor) || !std::isfinite(spec.factor))) {
     return absl::InvalidArgumentError(absl::StrCat("--attack '", text, "': ", kind, " needs a finite :FACTOR"));
@@ -32,7 +47,53 @@ absl::StatusOr<AttackSpec> ParseAttack(const std::string& text) {
   return spec;
 }
 
-void Attacker::Apply(RoundResult& result) {
+namespace {
+
+constexpr char kDeltaFingerprint[] = "diloco-worker --dump-delta";
+
+// Same names and shapes, in the same order.
+bool SameLayout(const NamedTensors& a, const NamedTensors& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].first != b[i].first || !a[i].second.sizes().equals(b[i].second.sizes())) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::Status DumpDelta(const std::string& path, int64_t round, const NamedTensors& delta) {
+  CheckpointData data;
+  data.round = round;
+  data.fingerprint = kDeltaFingerprint;
+  for (const auto& [name, d] : delta) data.params.emplace_back(name, d.to(at::kFloat).contiguous());
+  return SaveCheckpoint(path, data);
+}
+
+bool Attacker::CopyInto(NamedTensors& delta, int64_t round) const {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(spec_.copy_wait_ms);
+  std::optional<CheckpointData> newest;
+  while (true) {
+    if (std::filesystem::exists(spec_.copy_path)) {
+      absl::StatusOr<CheckpointData> loaded = LoadCheckpoint(spec_.copy_path);  // renamed in whole: never torn
+      if (loaded.ok() && loaded->fingerprint == kDeltaFingerprint) newest = std::move(*loaded);
+    }
+    if ((newest && newest->round >= round) || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (!newest || !SameLayout(newest->params, delta)) {
+    spdlog::warn("test-only --attack copy: {} holds no delta of this layout; pushing the honest one", spec_.copy_path);
+    return false;
+  }
+  if (newest->round != round) {
+    spdlog::warn("test-only --attack copy: {} holds round {}, not {}; copying it", spec_.copy_path, newest->round + 1,
+                 round + 1);
+  }
+  delta = std::move(newest->params);
+  return true;
+}
+
+void Attacker::Apply(RoundResult& result, int64_t round) {
   NamedTensors& delta = result.pseudo_gradient;
   switch (spec_.kind) {
     case AttackSpec::Kind::kNone:
@@ -68,6 +129,9 @@ void Attacker::Apply(RoundResult& result) {
       previous_ = std::move(honest);
       break;
     }
+    case AttackSpec::Kind::kCopy:
+      if (!CopyInto(delta, round)) return;
+      break;
     case AttackSpec::Kind::kTokens:
       result.report.tokens = static_cast<int64_t>(static_cast<double>(result.report.tokens) * spec_.factor);
       break;

@@ -46,8 +46,10 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--id", f.options.id, "worker id, unique in the run (a restarted worker reuses its id)");
   app.add_option("--set", f.overrides, "override a config key: section.key=value (repeatable)");
   app.add_option("--attack", f.options.attack,
-                 "TEST-ONLY: push a wrong pseudo-gradient, KIND[:FACTOR] (scale, max, random, stale, tokens; "
-                 "worker/attack.h)");
+                 "TEST-ONLY: push a wrong pseudo-gradient, KIND[:FACTOR] (scale, max, random, stale, tokens, "
+                 "copy:PATH; worker/attack.h)");
+  app.add_option("--dump-delta", f.options.dump_delta,
+                 "TEST-ONLY: write each pushed pseudo-gradient to PATH (read by another worker's --attack copy:PATH)");
   app.add_option("--rank", f.options.rank, "workers.cluster_size > 1: this process's rank in the worker's cluster");
   app.add_option("--cluster-store", f.options.cluster_store,
                  "workers.cluster_size > 1: HOST:PORT of the cluster's c10d store (rank 0 listens there)");

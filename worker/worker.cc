@@ -203,7 +203,12 @@ RoundResult Worker::Pack(int64_t round, int f, const StepStats& stats) {
   RoundResult result{trainer_->PseudoGradient(fragment_theta_[static_cast<size_t>(f)], plan_.members(f)),
                      ReportRound(stats, f, ClusterSize(), trainer_->epochs())};
   local_->Compensate(f, result.pseudo_gradient);
-  if (attacker_) attacker_->Apply(result);
+  if (attacker_) attacker_->Apply(result, round);
+  if (!options_.dump_delta.empty()) {
+    if (absl::Status dumped = DumpDelta(options_.dump_delta, round, result.pseudo_gradient); !dumped.ok()) {
+      spdlog::warn("test-only --dump-delta: {}", std::string(dumped.message()));
+    }
+  }
   result.report.norm = PushedNorm(result.pseudo_gradient);
   const RoundReport& r = result.report;
   spdlog::info("round {}{}: {} inner steps, loss {:.4f} -> {:.4f}, lr {:.2e}, {:.0f} tokens/s, {:.2f} s", round + 1,

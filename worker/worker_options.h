@@ -19,6 +19,7 @@ struct WorkerOptions {
   std::string cluster_store;  // ... and HOST:PORT of the cluster's c10d store (hosted by rank 0)
   std::string cluster_bind;   // this rank's own address for Gloo (default: the store's host)
   std::string attack;         // TEST-ONLY (--attack): push a wrong pseudo-gradient, worker/attack.h
+  std::string dump_delta;     // TEST-ONLY (--dump-delta): write each pushed pseudo-gradient there (attack copy:PATH)
 };
 
 // kWorkerClusterFailed: a rank of this worker's cluster died or a collective failed; the cluster left the run.

@@ -32,6 +32,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "config/config_loader.h"
@@ -54,10 +55,11 @@ struct Flags {
   bool fresh = false;
   std::string mode = "diloco";
   std::vector<std::string> worker_sets;
+  std::vector<std::string> worker_args;  // test-only: I:ARG appended to worker I's command line
   bool check_config = false;
 };
 
-// Worker index -> its --worker-set overrides.
+// Worker index -> what its command line adds: "--set" + each --worker-set override, then each --worker-arg.
 using PerWorker = std::map<int64_t, std::vector<std::string>>;
 
 void PrintSummary(const std::string& path) {
@@ -90,28 +92,45 @@ int FreeLocalPort() {
   return port;
 }
 
-// --worker-set I:section.key=value: the overrides of each worker, whose resulting config is checked here.
-absl::StatusOr<PerWorker> ParseWorkerSets(const Flags& flags, const diloco::Config& config) {
-  PerWorker per_worker;
-  for (const std::string& ws : flags.worker_sets) {
-    const size_t colon = ws.find(':');
-    int64_t index = -1;
-    try {
-      index = colon == std::string::npos ? -1 : std::stoll(ws.substr(0, colon));
-    } catch (const std::exception&) {
-    }
-    if (index < 0 || index >= config.workers.count) {
-      return absl::InvalidArgumentError("--worker-set " + ws + ": expected I:section.key=value with I in [0, " +
-                                        std::to_string(config.workers.count) + ")");
-    }
-    per_worker[index].push_back(ws.substr(colon + 1));
+// "I:REST" with 0 <= I < workers: (I, REST), or InvalidArgument naming `flag`.
+absl::StatusOr<std::pair<int64_t, std::string>> SplitWorkerIndex(const std::string& flag, const std::string& text,
+                                                                 int64_t workers) {
+  const size_t colon = text.find(':');
+  int64_t index = -1;
+  try {
+    index = colon == std::string::npos ? -1 : std::stoll(text.substr(0, colon));
+  } catch (const std::exception&) {
   }
-  for (const auto& [index, sets] : per_worker) {
+  if (index < 0 || index >= workers) {
+    return absl::InvalidArgumentError(flag + " " + text +
+                                      ": expected I:" + (flag == "--worker-set" ? "section.key=value" : "ARG") +
+                                      " with I in [0, " + std::to_string(workers) + ")");
+  }
+  return std::make_pair(index, text.substr(colon + 1));
+}
+
+// --worker-set I:section.key=value: the overrides of each worker, whose resulting config is checked here; then
+// --worker-arg I:ARG (test-only, e.g. 7:--attack=scale:-1000), passed through as they are.
+absl::StatusOr<PerWorker> ParseWorkerSets(const Flags& flags, const diloco::Config& config) {
+  std::map<int64_t, std::vector<std::string>> sets;
+  for (const std::string& ws : flags.worker_sets) {
+    auto split = SplitWorkerIndex("--worker-set", ws, config.workers.count);
+    if (!split.ok()) return split.status();
+    sets[split->first].push_back(split->second);
+  }
+  PerWorker per_worker;
+  for (const auto& [index, own] : sets) {
     std::vector<std::string> all = flags.overrides;
-    all.insert(all.end(), sets.begin(), sets.end());
+    all.insert(all.end(), own.begin(), own.end());
     if (auto c = diloco::LoadConfig(flags.config_path, all); !c.ok()) {
       return absl::InvalidArgumentError("worker " + std::to_string(index) + ": " + std::string(c.status().message()));
     }
+    for (const std::string& s : own) per_worker[index].insert(per_worker[index].end(), {"--set", s});
+  }
+  for (const std::string& wa : flags.worker_args) {
+    auto split = SplitWorkerIndex("--worker-arg", wa, config.workers.count);
+    if (!split.ok()) return split.status();
+    per_worker[split->first].push_back(split->second);
   }
   return per_worker;
 }
@@ -196,9 +215,7 @@ absl::Status StartWorkers(const diloco::Config& config, const std::vector<std::s
       std::vector<std::string> argv = {diloco::SiblingExecutable("diloco-worker")};
       argv.insert(argv.end(), common.begin(), common.end());
       argv.insert(argv.end(), {"--coordinator", address, "--id", id});
-      if (sets != per_worker.end()) {
-        for (const std::string& s : sets->second) argv.insert(argv.end(), {"--set", s});
-      }
+      if (sets != per_worker.end()) argv.insert(argv.end(), sets->second.begin(), sets->second.end());
       if (ranks > 1) argv.insert(argv.end(), {"--rank", std::to_string(r), "--cluster-store", store});
       // Its index among the processes on this machine: workers.device cuda gives it cuda:(index mod GPUs).
       argv.insert(argv.end(), {"--local-rank", std::to_string(i * ranks + r)});
@@ -297,6 +314,9 @@ int main(int argc, char** argv) {
   app.add_option("--worker-set", flags.worker_sets,
                  "override a config key for one worker: I:section.key=value (repeatable), e.g. 1:inner.batch_size=32 "
                  "or 1:workers.slowdown=2");
+  app.add_option("--worker-arg", flags.worker_args,
+                 "TEST-ONLY: append ARG to one worker's command line: I:ARG (repeatable), e.g. "
+                 "7:--attack=scale:-1000 (scripts/experiments/attacks)");
   app.add_flag("--check-config", flags.check_config, "only load and validate the config (strict loader), then exit 0");
   CLI11_PARSE(app, argc, argv);
   return Finish(Launch(flags));

@@ -73,7 +73,8 @@ TEST(Hetero, AsyncRoundsApplyEveryPushAndTheFastWorkerPushesMoreOften) {
   EXPECT_LT(s["evals"].back()["val_loss"].get<double>(), s["evals"].front()["val_loss"].get<double>() - 0.2);
 }
 
-// A --worker-set for a worker that does not exist, or a bad key, is one clear line and exit 2.
+// A --worker-set (or test-only --worker-arg) for a worker that does not exist, or a bad key, is one clear line and
+// exit 2.
 TEST(Hetero, BadWorkerSetIsOneClearLine) {
   const std::string dir = ScratchDir("hetero_bad");
   std::vector<std::string> args = TinyArgs(dir, {});
@@ -89,6 +90,10 @@ TEST(Hetero, BadWorkerSetIsOneClearLine) {
   EXPECT_NE(bad_value.output().find("error: worker 1: "), std::string::npos) << bad_value.output();
   EXPECT_NE(bad_value.output().find("workers.slowdown: must be >= 1, got 0.5"), std::string::npos)
       << bad_value.output();
+  RunningProcess bad_arg("diloco-launch", With(args, {"--worker-arg", "2:--attack=stale"}));
+  EXPECT_EQ(bad_arg.Wait(60), 2);
+  EXPECT_NE(bad_arg.output().find("--worker-arg 2:--attack=stale: expected I:ARG with I in [0, 2)"), std::string::npos)
+      << bad_arg.output();
 }
 
 // workers.precision bf16 (autocast of the inner forward pass; on CPU here, on CUDA the same code): the run trains to
