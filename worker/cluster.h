@@ -87,6 +87,14 @@ class WorkerCluster {
   const torch::Tensor& squared_gradient_norm() const { return squared_norm_; }
   void GatherParameters(FlatAdamW& optimizer);
 
+  // comm.cluster_parts (worker/part_exchange.h). AllGather: every rank's `mine` (S elements, on the group's device)
+  // into piece r of `all` (n * S) on every rank. Put/Take: a small value under `key` in the cluster's store (a
+  // rank's part outcome, the push header); Take polls until it is there (throws once the store's host is gone, or
+  // after `timeout`) and deletes it.
+  void AllGather(torch::Tensor& mine, torch::Tensor& all);
+  void Put(const std::string& key, const std::string& value);
+  std::string Take(const std::string& key, std::chrono::milliseconds timeout);
+
  private:
   WorkerCluster(int rank, int size, std::chrono::milliseconds timeout);
   void WaitUntilTaken(int64_t seq);  // rank 0: every other rank's acknowledgement of command seq

@@ -12,7 +12,16 @@
 namespace diloco {
 namespace {
 
-enum CommandKind : int64_t { kShard = 1, kLoad = 2, kTrain = 3, kMerge = 4, kStop = 5 };
+enum CommandKind : int64_t {
+  kShard = 1,
+  kLoad = 2,
+  kTrain = 3,
+  kMerge = 4,
+  kStop = 5,
+  kPushPart = 6,
+  kPullPart = 7,
+  kGather = 8
+};
 
 std::vector<torch::Tensor> TensorsOf(const NamedTensors& named) {
   std::vector<torch::Tensor> tensors;  // shallow handles: a broadcast into them writes the named tensors
@@ -33,6 +42,12 @@ CommandWords EncodeCommand(const ClusterCommand& command) {
   } else if (const auto* c = std::get_if<MergeCommand>(&command)) {
     w = {kMerge, c->fragment, 0, 0};
     std::memcpy(&w[3], &c->alpha, sizeof(double));
+  } else if (const auto* c = std::get_if<PushPartCommand>(&command)) {
+    w = {kPushPart, c->round, c->seq, 0};
+  } else if (const auto* c = std::get_if<PullPartCommand>(&command)) {
+    w = {kPullPart, 0, c->seq, 0};
+  } else if (std::holds_alternative<GatherCommand>(command)) {
+    w[0] = kGather;
   } else {
     w[0] = kStop;
   }
@@ -54,6 +69,12 @@ ClusterCommand DecodeCommand(const CommandWords& w) {
     }
     case kStop:
       return StopCommand{};
+    case kPushPart:
+      return PushPartCommand{w[1], w[2]};
+    case kPullPart:
+      return PullPartCommand{w[2]};
+    case kGather:
+      return GatherCommand{};
     default:
       throw std::runtime_error(absl::StrCat("unknown cluster command kind ", w[0]));
   }
@@ -79,8 +100,13 @@ namespace {
 // fragment into buffers on their device.
 class Follower {
  public:
-  Follower(const Config& config, WorkerCluster& cluster, InnerTrainer& trainer, const std::atomic<bool>& stop)
-      : cluster_(cluster), trainer_(trainer), stop_(stop), params_(NamedParameters(*trainer.model())) {
+  Follower(const Config& config, WorkerCluster& cluster, InnerTrainer& trainer, const std::atomic<bool>& stop,
+           std::unique_ptr<FollowerParts> parts)
+      : cluster_(cluster),
+        trainer_(trainer),
+        stop_(stop),
+        params_(NamedParameters(*trainer.model())),
+        parts_(std::move(parts)) {
     std::vector<std::string> names;
     for (const auto& [name, p] : params_) names.push_back(name);
     plan_ = FragmentPlan(names, config.comm.fragments);
@@ -96,6 +122,13 @@ class Follower {
         torch::NoGradGuard no_grad;
         std::vector<torch::Tensor> tensors = TensorsOf(params_);
         cluster_.Broadcast(tensors);
+        if (parts_) parts_->Loaded();
+      } else if (const auto* push = std::get_if<PushPartCommand>(&command); push && parts_) {
+        parts_->Push(*push);
+      } else if (const auto* pull = std::get_if<PullPartCommand>(&command); pull && parts_) {
+        parts_->Pull(*pull);
+      } else if (std::holds_alternative<GatherCommand>(command) && parts_) {
+        parts_->Gather();
       } else if (const auto* train = std::get_if<TrainCommand>(&command)) {
         if (trainer_.TrainSteps(train->first_step, train->steps, &stop_).abandoned) {
           spdlog::info("the cluster stopped training; leaving");
@@ -124,12 +157,14 @@ class Follower {
   const std::atomic<bool>& stop_;
   NamedTensors params_;  // handles to the trained model's parameters (Load broadcasts into them)
   FragmentPlan plan_;
+  std::unique_ptr<FollowerParts> parts_;  // comm.cluster_parts; null: rank 0 alone exchanges
 };
 
 }  // namespace
 
 absl::Status RunClusterFollower(const Config& config, const TokenCache& cache, const WorkerOptions& options,
-                                WorkerCluster& cluster, const std::atomic<bool>& stop) {
+                                WorkerCluster& cluster, const std::atomic<bool>& stop,
+                                const FollowerPartsFactory& parts) {
   try {
     // The leader's Join tells it the worker's shard: it may take as long as the coordinator takes to answer.
     const ClusterCommand first = DecodeCommand(cluster.ReceiveWords());
@@ -147,7 +182,13 @@ absl::Status RunClusterFollower(const Config& config, const TokenCache& cache, c
     if (absl::Status s = cluster.AttachTo(t, config.workers.check_replicas); !s.ok()) {
       return WithExitCode(s, kWorkerClusterFailed);
     }
-    Follower follower(config, cluster, t, stop);
+    std::unique_ptr<FollowerParts> own_parts;
+    if (parts) {
+      auto made = parts(t);
+      if (!made.ok()) return made.status();
+      own_parts = std::move(*made);
+    }
+    Follower follower(config, cluster, t, stop, std::move(own_parts));
     spdlog::info("rank {} of {} of worker {}: shard {}/{} part {}", options.rank, cluster.size(), options.id,
                  shard->shard_index, shard->shard_count, shard->shard_index * cluster.size() + options.rank);
     follower.Serve();

@@ -5,16 +5,25 @@
 //   TrainCommand  train `steps` inner steps from global inner step `first_step` (gradients averaged every step)
 //   MergeCommand  then a Broadcast of fragment `fragment`'s tensors: every rank merges them with `alpha`
 //   StopCommand   the follower leaves (exit 0)
+//   PushPartCommand  comm.cluster_parts (worker/part_exchange.h): push this rank's part of round `round` with the
+//                 header the leader put in the store under exchange `seq`, and put the outcome there
+//   PullPartCommand  pull this rank's slice of theta into its snapshot, and put the outcome in the store (`seq`)
+//   GatherCommand then an all-gather of the ranks' snapshots into every rank's parameters
 // On the wire a command is 4 int64 words [kind, w1, w2, w3] set in the cluster's store (WorkerCluster::SendWords and
 // ReceiveWords: a follower may wait for the next one for a whole round, longer than any collective may take):
 //   kind 1 shard: w1 shard_index, w2 shard_count; kind 2 load; kind 3 train: w1 first_step, w2 steps;
-//   kind 4 merge: w1 fragment, w3 the bits of alpha (IEEE double); kind 5 stop. Unused words are 0.
+//   kind 4 merge: w1 fragment, w3 the bits of alpha (IEEE double); kind 5 stop; kind 6 push part: w1 round,
+//   w2 seq; kind 7 pull part: w2 seq; kind 8 gather. Unused words are 0. The store keys of a part exchange (values
+//   set with WorkerCluster::Put, taken once): "hdr/<seq>/<rank>" the serialized PushHeader for that rank,
+//   "out/<seq>/<rank>" that rank's outcome (worker/part_exchange.h EncodePartOutcome).
 // Thread-safety: ClusterLeader is used by the leader's inner-loop thread only; RunClusterFollower once per process.
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <variant>
 
 #include "absl/status/status.h"
@@ -40,7 +49,16 @@ struct MergeCommand {
   double alpha = 0;  // comm.merge_alpha (0: replace)
 };
 struct StopCommand {};
-using ClusterCommand = std::variant<ShardCommand, LoadCommand, TrainCommand, MergeCommand, StopCommand>;
+struct PushPartCommand {
+  int64_t round = 0;
+  int64_t seq = 0;
+};
+struct PullPartCommand {
+  int64_t seq = 0;
+};
+struct GatherCommand {};
+using ClusterCommand = std::variant<ShardCommand, LoadCommand, TrainCommand, MergeCommand, StopCommand, PushPartCommand,
+                                    PullPartCommand, GatherCommand>;
 
 using CommandWords = std::array<int64_t, 4>;
 CommandWords EncodeCommand(const ClusterCommand& command);
@@ -58,17 +76,32 @@ class ClusterLeader {
   void Train(int64_t first_step, int64_t steps) { Send(TrainCommand{first_step, steps}); }
   void Merge(int fragment, double alpha, const NamedTensors& incoming);  // incoming: the fragment's tensors
   void Stop() { Send(StopCommand{}); }
+  // comm.cluster_parts: the commands only (PartLeader, worker/part_exchange.h, does the rest).
+  void Send(const ClusterCommand& command);
 
  private:
-  void Send(const ClusterCommand& command);
   WorkerCluster& cluster_;
 };
+
+// comm.cluster_parts: what a follower does on the part commands and after a load (worker/part_exchange.h makes it;
+// this library has no coordinator client). Made once the follower's trainer exists.
+class FollowerParts {
+ public:
+  virtual ~FollowerParts() = default;
+  virtual void Loaded() = 0;  // after LoadCommand's broadcast: the parameters hold theta
+  virtual void Push(const PushPartCommand& command) = 0;
+  virtual void Pull(const PullPartCommand& command) = 0;
+  virtual void Gather() = 0;
+};
+using FollowerPartsFactory = std::function<absl::StatusOr<std::unique_ptr<FollowerParts>>(InnerTrainer& trainer)>;
 
 // The life of a rank > 0: waits (as long as the leader lives) for the leader's commands and does them until
 // StopCommand (exit 0), a training abandoned by the cluster's stop wish (both OK: exit 0), or a dead leader or
 // rank (exit 5, kWorkerClusterFailed), as a status
 // carrying its exit code (worker/worker_options.h).
+// With comm.cluster_parts `parts` makes the rank's side of the part commands.
 absl::Status RunClusterFollower(const Config& config, const TokenCache& cache, const WorkerOptions& options,
-                                WorkerCluster& cluster, const std::atomic<bool>& stop);
+                                WorkerCluster& cluster, const std::atomic<bool>& stop,
+                                const FollowerPartsFactory& parts = {});
 
 }  // namespace diloco
