@@ -1,5 +1,6 @@
 // WorkerCluster: the processes of one DiLoCo worker when workers.cluster_size = n > 1 (DESIGN: a "worker" of the
-// paper is a cluster doing ordinary data parallel inside). Rank 0, the leader, alone talks to the coordinator; all n
+// paper is a cluster doing ordinary data parallel inside). Rank 0, the leader, talks to the coordinator (with
+// comm.cluster_parts every rank also pushes and pulls its slice: worker/part_exchange.h); all n
 // ranks rendezvous through a c10d TCPStore (hosted by rank 0 at --cluster-store HOST:PORT) and a c10d process group
 // (worker/collective_group.h: Gloo for ranks on the CPU, NCCL for ranks on CUDA devices), and every inner step
 // averages their gradients in place in the inner optimizer's flat gradient buffer (one collective on the device), so
