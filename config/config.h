@@ -195,6 +195,9 @@ struct CommConfig {
   int64_t topk_chunk = 4096;
   int64_t topk_per_chunk = 64;
   double error_decay = 0.95;
+  // workers.cluster_size > 1: every rank pushes its slice of the pseudo-gradient and pulls its slice of theta on its
+  // own connection (proto/PROTOCOL.md "Push and pull in parts"; worker/part_exchange.h); false: rank 0 alone.
+  bool cluster_parts = false;
 };
 
 // Transport security (docs/operations.md "Security"). The same keys on every process: the coordinator serves with

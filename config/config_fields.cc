@@ -237,6 +237,9 @@ const std::vector<Field>& Fields() {
                 "codec topk: values kept per block (largest |e|, 2 bits each); at most comm.topk_chunk"),
       MakeField("comm.error_decay", &Config::comm, &CommConfig::error_decay, InRange(0, 1),
                 "codec topk: beta of the error-feedback accumulator e <- beta x e + delta (int8/int4 keep beta = 1)"),
+      MakeField("comm.cluster_parts", &Config::comm, &CommConfig::cluster_parts,
+                "cluster_size > 1: each rank pushes and pulls its own slice on its own connection (false: rank 0 "
+                "alone); needs comm.fragments 1, comm.overlap_steps 0 and outer.aggregation mean"),
       MakeField("security.tls_cert", &Config::security, &SecurityConfig::tls_cert,
                 "PEM certificate chain: the coordinator's server identity, a client's identity; with tls_key"),
       MakeField("security.tls_key", &Config::security, &SecurityConfig::tls_key, "PEM private key of tls_cert"),

@@ -237,6 +237,12 @@ absl::Status ValidateComm(const Config& c) {
         "comm.pull_codec: topk is for pushes only; pulls carry the dense theta "
         "(fp32, bf16, fp16, int8 or int4)");
   }
+  if (c.comm.cluster_parts && c.workers.cluster_size > 1 &&
+      (c.comm.fragments != 1 || c.comm.overlap_steps != 0 || c.outer.aggregation != Aggregation::kMean)) {
+    return absl::InvalidArgumentError(
+        "comm.cluster_parts needs comm.fragments 1, comm.overlap_steps 0 and outer.aggregation mean (each rank "
+        "pushes its slice of the whole model once the round's training is over)");
+  }
   if (c.comm.topk_per_chunk > c.comm.topk_chunk) {
     return absl::InvalidArgumentError(absl::StrCat("comm.topk_per_chunk (", c.comm.topk_per_chunk,
                                                    ") must be at most comm.topk_chunk (", c.comm.topk_chunk, ")"));

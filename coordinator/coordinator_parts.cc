@@ -54,7 +54,10 @@ absl::Status CoordinatorCore::CommitPart(PushTicket& ticket) {
                   ticket.round);
     return absl::OkStatus();
   }
-  return CountPush(**whole);
+  const std::string id = ticket.worker_id;
+  absl::Status counted = CountPush(**whole);
+  if (Member* m = membership_.Find(id); counted.ok() && m != nullptr) ++m->pushes_in_parts;
+  return counted;
 }
 
 void CoordinatorCore::DiscardParts(const std::string& id, const std::string& why) {

@@ -43,6 +43,7 @@ struct Member {
   double last_clip_scale = 1;           // outer.aggregation clip's factor for that push
   int64_t clipped_in_a_row = 0;         // consecutive counted pushes that were clipped
   bool suspect = false;                 // clipped_in_a_row reached outer.flag_rounds
+  int64_t pushes_in_parts = 0;          // counted pushes that came in parts (coordinator_parts.cc)
 };
 
 class Membership {

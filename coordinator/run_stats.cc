@@ -58,6 +58,7 @@ void AddWorkers(const StatusSources& in, double now, StatusReply& s) {
     w->set_last_push_norm(m.last_push_norm);
     w->set_last_clip_scale(m.last_clip_scale);
     w->set_clipped_in_a_row(m.clipped_in_a_row);
+    w->set_pushes_in_parts(m.pushes_in_parts);
     w->set_suspect(m.suspect);
   }
 }

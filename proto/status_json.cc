@@ -26,6 +26,7 @@ nlohmann::json WorkerJson(const WorkerStatus& w) {
           {"last_push_norm", w.last_push_norm()},
           {"last_clip_scale", w.last_clip_scale()},
           {"clipped_in_a_row", w.clipped_in_a_row()},
+          {"pushes_in_parts", w.pushes_in_parts()},
           {"suspect", w.suspect()}};
 }
 

@@ -28,7 +28,37 @@ TensorChunker::TensorChunker(NamedTensors tensors, int64_t chunk_bytes, Codec co
   for (auto& [name, t] : tensors_) {
     t = t.contiguous();
     remaining_ += t.numel();
+    origin_.push_back(0);
+    shape_.push_back(t.sizes().vec());
+    numel_.push_back(t.numel());
   }
+}
+
+TensorChunker::TensorChunker(const std::vector<TensorSpec>& specs, at::Tensor range_values, int64_t chunk_bytes,
+                             Codec codec, FlatRange range, TopkParams topk)
+    : chunk_bytes_(std::max<int64_t>(chunk_bytes, kMinChunkBytes)), codec_(codec), topk_(topk) {
+  int64_t total = 0;
+  for (const TensorSpec& spec : specs) total += spec.numel();
+  if (range.begin < 0 || range.end < range.begin || range.end > total || range_values.numel() != range.size()) {
+    throw std::out_of_range(absl::StrCat("chunk range [", range.begin, ", ", range.end, ") outside the ", total,
+                                         " elements or not the ", range_values.numel(), " values given"));
+  }
+  range_values = range_values.contiguous().view({-1});
+  int64_t start = 0;  // flat index of the tensor's first element
+  for (const TensorSpec& spec : specs) {
+    const int64_t lo = std::clamp(range.begin - start, int64_t{0}, spec.numel());
+    const int64_t hi = std::clamp(range.end - start, int64_t{0}, spec.numel());
+    tensors_.emplace_back(
+        spec.name, hi > lo ? range_values.narrow(0, start + lo - range.begin, hi - lo) : range_values.narrow(0, 0, 0));
+    origin_.push_back(lo);
+    shape_.push_back(spec.shape);
+    numel_.push_back(spec.numel());
+    start += spec.numel();
+  }
+  int64_t skip = range.begin;
+  while (index_ < tensors_.size() && skip >= numel_[index_]) skip -= numel_[index_++];
+  offset_ = skip;
+  remaining_ = range.size();
 }
 
 TensorChunker::TensorChunker(NamedTensors tensors, int64_t chunk_bytes, Codec codec, FlatRange range, TopkParams topk)
@@ -38,7 +68,7 @@ TensorChunker::TensorChunker(NamedTensors tensors, int64_t chunk_bytes, Codec co
         absl::StrCat("chunk range [", range.begin, ", ", range.end, ") outside the ", remaining_, " elements"));
   }
   int64_t skip = range.begin;
-  while (index_ < tensors_.size() && skip >= tensors_[index_].second.numel()) skip -= tensors_[index_++].second.numel();
+  while (index_ < tensors_.size() && skip >= numel_[index_]) skip -= numel_[index_++];
   offset_ = skip;
   remaining_ = range.size();
 }
@@ -46,7 +76,7 @@ TensorChunker::TensorChunker(NamedTensors tensors, int64_t chunk_bytes, Codec co
 bool TensorChunker::Next(TensorChunk* out) { return Next(out, nullptr); }
 
 bool TensorChunker::Next(TensorChunk* out, std::string_view* raw_payload) {
-  while (index_ < tensors_.size() && offset_ >= tensors_[index_].second.numel()) {
+  while (index_ < tensors_.size() && offset_ >= numel_[index_]) {
     ++index_;
     offset_ = 0;
   }
@@ -55,22 +85,23 @@ bool TensorChunker::Next(TensorChunk* out, std::string_view* raw_payload) {
   const Codec codec = t.scalar_type() == at::kFloat ? codec_ : CODEC_RAW;
   const int64_t elements = codec == CODEC_TOPK ? TopkChunkElements(chunk_bytes_, topk_)
                                                : ChunkElements(codec, chunk_bytes_, t.element_size());
-  const int64_t count = std::min({elements, t.numel() - offset_, remaining_});
+  const int64_t count = std::min({elements, numel_[index_] - offset_, remaining_});
   out->Clear();
   out->set_name(name);
   out->set_dtype(ToWireDType(t.scalar_type()).value());
-  for (int64_t d : t.sizes()) out->add_shape(d);
+  for (int64_t d : shape_[index_]) out->add_shape(d);
+  const int64_t local = offset_ - origin_[index_];  // where the chunk starts in t
   out->set_offset(offset_);
   out->set_count(count);
   if (raw_payload != nullptr && codec == CODEC_RAW && t.is_cpu()) {
     out->set_codec(CODEC_RAW);
-    const char* base = static_cast<const char*>(t.data_ptr()) + offset_ * t.element_size();
+    const char* base = static_cast<const char*>(t.data_ptr()) + local * t.element_size();
     *raw_payload = std::string_view(base, static_cast<size_t>(count * t.element_size()));
   } else if (codec == CODEC_TOPK) {
-    EncodeTopk(t.view({-1}).narrow(0, offset_, count), topk_, out);
+    EncodeTopk(t.view({-1}).narrow(0, local, count), topk_, out);
     if (raw_payload != nullptr) *raw_payload = std::string_view();
   } else {
-    EncodeValues(t.view({-1}).narrow(0, offset_, count), codec, out);
+    EncodeValues(t.view({-1}).narrow(0, local, count), codec, out);
     if (raw_payload != nullptr) *raw_payload = std::string_view();
   }
   offset_ += count;

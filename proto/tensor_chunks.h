@@ -38,6 +38,11 @@ class TensorChunker {
   // PROTOCOL.md): the first chunk may start mid-tensor, and a chunk never crosses range.end. The range must lie in
   // [0, total elements] (std::out_of_range otherwise).
   TensorChunker(NamedTensors tensors, int64_t chunk_bytes, Codec codec, FlatRange range, TopkParams topk = {});
+  // The same stream of elements [range.begin, range.end) of tensors shaped as `specs` (float32, laid end to end),
+  // from a buffer holding only those elements (`range_values`: 1-D, contiguous, CPU, range.size() elements): a
+  // cluster rank's part of a push without a full-size copy of the model (worker/part_exchange.h).
+  TensorChunker(const std::vector<TensorSpec>& specs, at::Tensor range_values, int64_t chunk_bytes, Codec codec,
+                FlatRange range, TopkParams topk = {});
 
   // Fills `out` with the next chunk; returns false when every tensor has been sent.
   bool Next(TensorChunk* out);
@@ -50,7 +55,10 @@ class TensorChunker {
   int64_t bytes_emitted() const { return bytes_emitted_; }
 
  private:
-  NamedTensors tensors_;
+  NamedTensors tensors_;  // flattened elements [origin_[i], origin_[i] + numel) of tensor i (all of it: origin 0)
+  std::vector<int64_t> origin_;
+  std::vector<std::vector<int64_t>> shape_;  // tensor i's whole shape
+  std::vector<int64_t> numel_;               // ... and element count
   int64_t chunk_bytes_;
   Codec codec_;
   TopkParams topk_;

@@ -148,4 +148,52 @@ absl::StatusOr<int64_t> CoordinatorClient::Push(int64_t round, const RoundResult
   return chunker.bytes_emitted();
 }
 
+absl::StatusOr<int64_t> CoordinatorClient::PushPart(const PushHeader& header, TensorChunker& chunker) {
+  PushMessage message;
+  *message.mutable_header() = header;
+  *message.mutable_header()->mutable_meta() = Meta(header.meta().round());
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  PushReply reply;
+  std::unique_ptr<grpc::ClientWriter<PushMessage>> writer = stub_->PushPseudoGradient(&ctx, &reply);
+  bool ok = writer->Write(message);
+  while (ok && chunker.Next(message.mutable_chunk())) ok = writer->Write(message);
+  if (ok) writer->WritesDone();
+  grpc::Status s = writer->Finish();
+  if (!s.ok()) return FromGrpc(s);
+  return chunker.bytes_emitted();
+}
+
+absl::StatusOr<PullResult> CoordinatorClient::PullPart(int fragment, int64_t begin, int64_t end,
+                                                       const std::function<absl::Status(const TensorChunk&)>& accept) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  PullRequest request;
+  *request.mutable_meta() = Meta(0);
+  if (fragment >= 0) request.set_fragment(fragment);
+  request.mutable_range()->set_begin(begin);
+  request.mutable_range()->set_end(end);
+  std::unique_ptr<grpc::ClientReader<PullMessage>> reader = stub_->PullParameters(&ctx, request);
+  PullMessage message;
+  PullResult result;
+  bool have_header = false;
+  absl::Status error;
+  while (reader->Read(&message)) {
+    if (message.has_header()) {
+      have_header = true;
+      result.round = message.header().round();
+      result.run_complete = message.header().run_complete();
+      result.inner_steps = message.header().inner_steps();
+    } else if (error.ok()) {
+      result.bytes += static_cast<int64_t>(message.chunk().data().size());
+      error = accept(message.chunk());
+    }
+  }
+  grpc::Status s = reader->Finish();
+  if (!s.ok()) return FromGrpc(s);
+  if (!error.ok()) return absl::DataLossError(absl::StrCat("pull of a part: ", error.message()));
+  if (!have_header) return absl::DataLossError("pull of a part: stream ended before its header");
+  return result;
+}
+
 }  // namespace diloco

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -21,6 +22,7 @@
 namespace diloco {
 
 class ChunkAssembler;  // proto/tensor_chunks.h
+class TensorChunker;   // proto/tensor_chunks.h
 class TcpPusher;       // worker/tcp_pusher.h
 struct RoundResult;    // worker/round_result.h
 
@@ -51,6 +53,13 @@ class CoordinatorClient {
   // Sends the pseudo-gradient (of fragment result.report.fragment) computed against round `round`, after a header
   // with the round's report (FillPushHeader); returns the payload bytes sent.
   absl::StatusOr<int64_t> Push(int64_t round, const RoundResult& result);
+  // comm.cluster_parts (worker/part_exchange.h), always over gRPC: PushPart streams `header` (its part, parts and
+  // range set by the caller) and then the chunks of `chunker`; returns the payload bytes. PullPart pulls elements
+  // [begin, end) of the flat buffer of `fragment` (-1: the whole model), handing each chunk to `accept` (the first
+  // error it returns ends the pull as DATA_LOSS); the caller checks that every element came.
+  absl::StatusOr<int64_t> PushPart(const PushHeader& header, TensorChunker& chunker);
+  absl::StatusOr<PullResult> PullPart(int fragment, int64_t begin, int64_t end,
+                                      const std::function<absl::Status(const TensorChunk&)>& accept);
   // push_codec topk: the block length and kept values per block (comm.topk_chunk, comm.topk_per_chunk).
   void set_topk(TopkParams topk) { topk_ = topk; }
 

@@ -241,6 +241,32 @@ std::vector<std::string> WorkerCluster::ShareWithRanks(const std::string& topic,
   return lines;
 }
 
+void WorkerCluster::AllGather(torch::Tensor& mine, torch::Tensor& all) {
+  torch::NoGradGuard no_grad;
+  const auto t0 = std::chrono::steady_clock::now();
+  group_->AllGather(mine, all);
+  collective_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void WorkerCluster::Put(const std::string& key, const std::string& value) {
+  commands_->set(absl::StrCat("x/", key), std::vector<uint8_t>(value.begin(), value.end()));
+}
+
+std::string WorkerCluster::Take(const std::string& key, milliseconds timeout) {
+  const std::string full = absl::StrCat("x/", key);
+  const auto start = std::chrono::steady_clock::now();
+  milliseconds poll = kFirstPoll;
+  while (!commands_->check({full})) {
+    if (std::chrono::steady_clock::now() - start >= timeout) {
+      throw std::runtime_error(absl::StrCat("no '", key, "' from the cluster within ", timeout.count() / 1000.0, " s"));
+    }
+    Sleep(poll);
+  }
+  const std::vector<uint8_t> bytes = commands_->get(full);
+  commands_->deleteKey(full);
+  return std::string(bytes.begin(), bytes.end());
+}
+
 absl::Status WorkerCluster::CheckLayout(const std::string& mine) {
   try {
     commands_->set(absl::StrCat("layout/", rank_), std::vector<uint8_t>(mine.begin(), mine.end()));

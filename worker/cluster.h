@@ -1,5 +1,6 @@
 // WorkerCluster: the processes of one DiLoCo worker when workers.cluster_size = n > 1 (DESIGN: a "worker" of the
-// paper is a cluster doing ordinary data parallel inside). Rank 0, the leader, alone talks to the coordinator; all n
+// paper is a cluster doing ordinary data parallel inside). Rank 0, the leader, talks to the coordinator (with
+// comm.cluster_parts every rank also pushes and pulls its slice: worker/part_exchange.h); all n
 // ranks rendezvous through a c10d TCPStore (hosted by rank 0 at --cluster-store HOST:PORT) and a c10d process group
 // (worker/collective_group.h: Gloo for ranks on the CPU, NCCL for ranks on CUDA devices), and every inner step
 // averages their gradients in place in the inner optimizer's flat gradient buffer (one collective on the device), so
@@ -91,6 +92,14 @@ class WorkerCluster {
   bool ReduceScatterGradients(FlatAdamW& optimizer, bool want_stop);
   const torch::Tensor& squared_gradient_norm() const { return squared_norm_; }
   void GatherParameters(FlatAdamW& optimizer);
+
+  // comm.cluster_parts (worker/part_exchange.h). AllGather: every rank's `mine` (S elements, on the group's device)
+  // into piece r of `all` (n * S) on every rank. Put/Take: a small value under `key` in the cluster's store (a
+  // rank's part outcome, the push header); Take polls until it is there (throws once the store's host is gone, or
+  // after `timeout`) and deletes it.
+  void AllGather(torch::Tensor& mine, torch::Tensor& all);
+  void Put(const std::string& key, const std::string& value);
+  std::string Take(const std::string& key, std::chrono::milliseconds timeout);
 
  private:
   WorkerCluster(int rank, int size, std::chrono::milliseconds timeout);

@@ -13,7 +13,17 @@
 namespace diloco {
 namespace {
 
-enum CommandKind : int64_t { kShard = 1, kLoad = 2, kTrain = 3, kMerge = 4, kStop = 5, kSave = 6 };
+enum CommandKind : int64_t {
+  kShard = 1,
+  kLoad = 2,
+  kTrain = 3,
+  kMerge = 4,
+  kStop = 5,
+  kSave = 6,
+  kPushPart = 7,
+  kPullPart = 8,
+  kGather = 9
+};
 
 std::vector<torch::Tensor> TensorsOf(const NamedTensors& named) {
   std::vector<torch::Tensor> tensors;  // shallow handles: a broadcast into them writes the named tensors
@@ -36,6 +46,12 @@ CommandWords EncodeCommand(const ClusterCommand& command) {
     std::memcpy(&w[3], &c->alpha, sizeof(double));
   } else if (const auto* c = std::get_if<SaveCommand>(&command)) {
     w = {kSave, c->round, 0, 0};
+  } else if (const auto* c = std::get_if<PushPartCommand>(&command)) {
+    w = {kPushPart, c->round, c->seq, 0};
+  } else if (const auto* c = std::get_if<PullPartCommand>(&command)) {
+    w = {kPullPart, 0, c->seq, 0};
+  } else if (std::holds_alternative<GatherCommand>(command)) {
+    w[0] = kGather;
   } else {
     w[0] = kStop;
   }
@@ -59,6 +75,12 @@ ClusterCommand DecodeCommand(const CommandWords& w) {
       return StopCommand{};
     case kSave:
       return SaveCommand{w[1]};
+    case kPushPart:
+      return PushPartCommand{w[1], w[2]};
+    case kPullPart:
+      return PullPartCommand{w[2]};
+    case kGather:
+      return GatherCommand{};
     default:
       throw std::runtime_error(absl::StrCat("unknown cluster command kind ", w[0]));
   }
@@ -85,8 +107,13 @@ namespace {
 class Follower {
  public:
   Follower(const Config& config, WorkerCluster& cluster, InnerTrainer& trainer, LocalState& local,
-           const std::atomic<bool>& stop)
-      : cluster_(cluster), trainer_(trainer), local_(local), stop_(stop), params_(NamedParameters(*trainer.model())) {
+           const std::atomic<bool>& stop, std::unique_ptr<FollowerParts> parts)
+      : cluster_(cluster),
+        trainer_(trainer),
+        local_(local),
+        stop_(stop),
+        params_(NamedParameters(*trainer.model())),
+        parts_(std::move(parts)) {
     std::vector<std::string> names;
     for (const auto& [name, p] : params_) names.push_back(name);
     plan_ = FragmentPlan(names, config.comm.fragments);
@@ -102,6 +129,13 @@ class Follower {
         torch::NoGradGuard no_grad;
         std::vector<torch::Tensor> tensors = TensorsOf(params_);
         cluster_.Broadcast(tensors);
+        if (parts_) parts_->Loaded();
+      } else if (const auto* push = std::get_if<PushPartCommand>(&command); push && parts_) {
+        parts_->Push(*push);
+      } else if (const auto* pull = std::get_if<PullPartCommand>(&command); pull && parts_) {
+        parts_->Pull(*pull);
+      } else if (std::holds_alternative<GatherCommand>(command) && parts_) {
+        parts_->Gather();
       } else if (const auto* train = std::get_if<TrainCommand>(&command)) {
         local_.BeforeFirstStep();
         if (trainer_.TrainSteps(train->first_step, train->steps, &stop_).abandoned) {
@@ -134,12 +168,14 @@ class Follower {
   const std::atomic<bool>& stop_;
   NamedTensors params_;  // handles to the trained model's parameters (Load broadcasts into them)
   FragmentPlan plan_;
+  std::unique_ptr<FollowerParts> parts_;  // comm.cluster_parts; null: rank 0 alone exchanges
 };
 
 }  // namespace
 
 absl::Status RunClusterFollower(const Config& config, const TokenCache& cache, const WorkerOptions& options,
-                                WorkerCluster& cluster, const std::atomic<bool>& stop) {
+                                WorkerCluster& cluster, const std::atomic<bool>& stop,
+                                const FollowerPartsFactory& parts) {
   try {
     // The leader's Join tells it the worker's shard: it may take as long as the coordinator takes to answer.
     const ClusterCommand first = DecodeCommand(cluster.ReceiveWords());
@@ -163,7 +199,13 @@ absl::Status RunClusterFollower(const Config& config, const TokenCache& cache, c
         IdentityOf(config, cache, options.id, t, shard->shard_index, shard->shard_count, options.rank, cluster.size()),
         static_cast<int>(config.comm.fragments),
         [&cluster](const std::string& topic, const std::string& mine) { return cluster.ShareWithRanks(topic, mine); });
-    Follower follower(config, cluster, t, local, stop);
+    std::unique_ptr<FollowerParts> own_parts;
+    if (parts) {
+      auto made = parts(t);
+      if (!made.ok()) return made.status();
+      own_parts = std::move(*made);
+    }
+    Follower follower(config, cluster, t, local, stop, std::move(own_parts));
     spdlog::info("rank {} of {} of worker {}: shard {}/{} part {}", options.rank, cluster.size(), options.id,
                  shard->shard_index, shard->shard_count, shard->shard_index * cluster.size() + options.rank);
     follower.Serve();

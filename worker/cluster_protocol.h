@@ -1,5 +1,6 @@
 // The protocol between the ranks of one worker cluster (workers.cluster_size > 1, worker/cluster.h): rank 0, the
-// leader, alone talks to the coordinator and tells the followers what to do; this file holds both sides.
+// leader, joins and heartbeats (and, without comm.cluster_parts, alone pushes and pulls) and tells the followers what
+// to do; this file holds both sides.
 //   ShardCommand  after the leader's Join: the worker's shard (each rank reads part shard_index * n + rank of n)
 //   LoadCommand   then a Broadcast of all of theta (parameter order): every rank loads it
 //   TrainCommand  train `steps` inner steps from global inner step `first_step` (gradients averaged every step)
@@ -7,17 +8,25 @@
 //   StopCommand   the follower leaves (exit 0)
 //   SaveCommand   after the leader saved its local state for `round` (the round's push counted): every rank saves its
 //                 own (worker/local_state.h), so that a cluster restarted with its id resumes every rank's state
+//   PushPartCommand  comm.cluster_parts (worker/part_exchange.h): push this rank's part of round `round` with the
+//                 header the leader put in the store under exchange `seq`, and put the outcome there
+//   PullPartCommand  pull this rank's slice of theta into its snapshot, and put the outcome in the store (`seq`)
+//   GatherCommand then an all-gather of the ranks' snapshots into every rank's parameters
 // On the wire a command is 4 int64 words [kind, w1, w2, w3] set in the cluster's store (WorkerCluster::SendWords and
 // ReceiveWords: a follower may wait for the next one for a whole round, longer than any collective may take):
 //   kind 1 shard: w1 shard_index, w2 shard_count; kind 2 load; kind 3 train: w1 first_step, w2 steps;
-//   kind 4 merge: w1 fragment, w3 the bits of alpha (IEEE double); kind 5 stop; kind 6 save: w1 round. Unused words
-//   are 0.
+//   kind 4 merge: w1 fragment, w3 the bits of alpha (IEEE double); kind 5 stop; kind 6 save: w1 round; kind 7 push
+//   part: w1 round, w2 seq; kind 8 pull part: w2 seq; kind 9 gather. Unused words are 0. The store keys of a part
+//   exchange (values set with WorkerCluster::Put, taken once): "hdr/<seq>/<rank>" the serialized PushHeader for that
+//   rank, "out/<seq>/<rank>" that rank's outcome (worker/part_exchange.h EncodePartOutcome).
 // Thread-safety: ClusterLeader is used by the leader's inner-loop thread only; RunClusterFollower once per process.
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <variant>
 
 #include "absl/status/status.h"
@@ -46,7 +55,16 @@ struct StopCommand {};
 struct SaveCommand {
   int64_t round = 0;  // 1-based: the round whose push counted (LocalState::Save)
 };
-using ClusterCommand = std::variant<ShardCommand, LoadCommand, TrainCommand, MergeCommand, StopCommand, SaveCommand>;
+struct PushPartCommand {
+  int64_t round = 0;
+  int64_t seq = 0;
+};
+struct PullPartCommand {
+  int64_t seq = 0;
+};
+struct GatherCommand {};
+using ClusterCommand = std::variant<ShardCommand, LoadCommand, TrainCommand, MergeCommand, StopCommand, SaveCommand,
+                                    PushPartCommand, PullPartCommand, GatherCommand>;
 
 using CommandWords = std::array<int64_t, 4>;
 CommandWords EncodeCommand(const ClusterCommand& command);
@@ -65,17 +83,32 @@ class ClusterLeader {
   void Merge(int fragment, double alpha, const NamedTensors& incoming);  // incoming: the fragment's tensors
   void Stop() { Send(StopCommand{}); }
   void Save(int64_t round) { Send(SaveCommand{round}); }
+  // comm.cluster_parts: the commands only (PartLeader, worker/part_exchange.h, does the rest).
+  void Send(const ClusterCommand& command);
 
  private:
-  void Send(const ClusterCommand& command);
   WorkerCluster& cluster_;
 };
+
+// comm.cluster_parts: what a follower does on the part commands and after a load (worker/part_exchange.h makes it;
+// this library has no coordinator client). Made once the follower's trainer exists.
+class FollowerParts {
+ public:
+  virtual ~FollowerParts() = default;
+  virtual void Loaded() = 0;  // after LoadCommand's broadcast: the parameters hold theta
+  virtual void Push(const PushPartCommand& command) = 0;
+  virtual void Pull(const PullPartCommand& command) = 0;
+  virtual void Gather() = 0;
+};
+using FollowerPartsFactory = std::function<absl::StatusOr<std::unique_ptr<FollowerParts>>(InnerTrainer& trainer)>;
 
 // The life of a rank > 0: waits (as long as the leader lives) for the leader's commands and does them until
 // StopCommand (exit 0), a training abandoned by the cluster's stop wish (both OK: exit 0), or a dead leader or
 // rank (exit 5, kWorkerClusterFailed), as a status
 // carrying its exit code (worker/worker_options.h).
+// With comm.cluster_parts `parts` makes the rank's side of the part commands.
 absl::Status RunClusterFollower(const Config& config, const TokenCache& cache, const WorkerOptions& options,
-                                WorkerCluster& cluster, const std::atomic<bool>& stop);
+                                WorkerCluster& cluster, const std::atomic<bool>& stop,
+                                const FollowerPartsFactory& parts = {});
 
 }  // namespace diloco

@@ -131,7 +131,7 @@ bool CoordinatorSession::PushUntilCounted(int64_t round, const RoundResult& resu
 
 CoordinatorSession::Outcome CoordinatorSession::PushOnce(int64_t round, const RoundResult& result, bool* need_push) {
   const double t0 = Now();
-  auto pushed = client_->Push(round, result);
+  auto pushed = part_push_ ? part_push_(round, result) : client_->Push(round, result);
   const ProtocolDecision decision = DecideOnStatus(ProtocolCall::kPush, pushed.status(), protocol_);
   switch (decision.action) {
     case ProtocolAction::kProceed:
@@ -203,10 +203,16 @@ CoordinatorSession::Outcome CoordinatorSession::AwaitRound(int64_t round, bool* 
 }
 
 std::optional<PullResult> CoordinatorSession::Pull(NamedTensors& dest, int fragment) {
+  return PullWith([&] {
+    ChunkAssembler assembler(dest);
+    return client_->Pull(assembler, fragment);
+  });
+}
+
+std::optional<PullResult> CoordinatorSession::PullWith(const std::function<absl::StatusOr<PullResult>()>& once) {
   backoff_.Reset();
   while (!flags_.Stopping()) {
-    ChunkAssembler assembler(dest);
-    auto pulled = client_->Pull(assembler, fragment);
+    auto pulled = once();
     const ProtocolDecision decision = DecideOnStatus(ProtocolCall::kPull, pulled.status(), protocol_);
     if (decision.action == ProtocolAction::kProceed) return *pulled;
     if (decision.action == ProtocolAction::kRejoin) {
@@ -226,7 +232,10 @@ std::optional<PullResult> CoordinatorSession::Pull(NamedTensors& dest, int fragm
 std::optional<PullResult> CoordinatorSession::Exchange(int64_t round, const RoundResult& result,
                                                        NamedTensors& fragment_theta) {
   if (!PushUntilCounted(round, result)) return std::nullopt;
-  return Pull(fragment_theta, result.report.fragment);
+  const double t0 = Now();
+  std::optional<PullResult> pulled = part_pull_ ? PullWith(part_pull_) : Pull(fragment_theta, result.report.fragment);
+  if (pulled) spdlog::info("round {}: pulled {} bytes in {:.3f} s", round + 1, pulled->bytes, Now() - t0);
+  return pulled;
 }
 
 }  // namespace diloco

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,6 +46,14 @@ class CoordinatorSession {
   // a quarantine as decided), then pulls the pushed fragment's new global value into `fragment_theta`. Nullopt when
   // the worker must stop. Runs on the exchange thread while the inner loop trains on (comm.overlap_steps).
   std::optional<PullResult> Exchange(int64_t round, const RoundResult& result, NamedTensors& fragment_theta);
+  // comm.cluster_parts: Exchange's pushes and pull go through these (rank 0's PartLeader, worker/part_exchange.h)
+  // instead of the client: one attempt each, whose status is decided on as a one-stream push's or pull's is.
+  using PartPush = std::function<absl::StatusOr<int64_t>(int64_t round, const RoundResult& result)>;
+  using PartPull = std::function<absl::StatusOr<PullResult>()>;
+  void UseParts(PartPush push, PartPull pull) {
+    part_push_ = std::move(push);
+    part_pull_ = std::move(pull);
+  }
   // Leave, with the reason the coordinator logs.
   void Leave(const std::string& reason) { (void)client_->Leave(reason); }
 
@@ -69,6 +78,8 @@ class CoordinatorSession {
   // it does not train rounds whose pushes would be refused. A failed heartbeat ends the wait (the pull handles it).
   void WaitOutQuarantine(int64_t round);
   Outcome GiveUp(const ProtocolDecision& decision, const std::string& prefix = "");
+  // Pull's loop around one attempt (`once`).
+  std::optional<PullResult> PullWith(const std::function<absl::StatusOr<PullResult>()>& once);
 
   // Set at construction, read-only after.
   const Config& config_;
@@ -82,6 +93,8 @@ class CoordinatorSession {
   bool joined_ = false;      // a Join succeeded once: later ones keep its shard
   bool keep_local_ = false;  // outer.late_policy reuse_local after a late push
   absl::Status failure_;     // why the worker must stop (OK: asked to go, or not stopping)
+  PartPush part_push_;       // comm.cluster_parts (empty: the client's one-stream push and pull)
+  PartPull part_pull_;
 };
 
 }  // namespace diloco

@@ -94,11 +94,29 @@ absl::Status Worker::SetUpTrainer(const TokenCache& cache, LanguageModelPtr mode
       config_, *trainer_,
       IdentityOf(config_, cache, options_.id, *trainer_, join.shard_index(), join.shard_count(), 0, ClusterSize()),
       plan_.fragments(), std::move(share));
+  if (cluster_ && config_.comm.cluster_parts) {
+    fragment_theta_.assign(1, NamedTensors());  // Exchange's pull goes to the ranks' slices instead
+    return SetUpParts();                        // theta_ is made for each full pull only (PullAll)
+  }
   theta_ = trainer_->MakeParameterBuffers();
   fragment_theta_.assign(static_cast<size_t>(plan_.fragments()), NamedTensors());
   for (int p = 0; p < plan_.fragments(); ++p) {
     for (size_t i : plan_.members(p)) fragment_theta_[static_cast<size_t>(p)].push_back(theta_[i]);
   }
+  return absl::OkStatus();
+}
+
+absl::Status Worker::SetUpParts() {
+  const NamedTensors params = NamedParameters(*trainer_->model());
+  auto parts = PartExchange::Open(config_, options_, Fingerprint(SpecsOf(params)), *cluster_, params);
+  if (!parts.ok()) return parts.status();
+  parts_ = std::move(*parts);
+  part_leader_ = std::make_unique<PartLeader>(config_, *cluster_, *leader_, *parts_);
+  session_->UseParts(
+      [this](int64_t round, const RoundResult& result) { return part_leader_->Push(round, result.report); },
+      [this] { return part_leader_->Pull(); });
+  spdlog::info("cluster pushes and pulls in {} parts of {} elements (comm.cluster_parts)", ClusterSize(),
+               parts_->plan().slice_length());
   return absl::OkStatus();
 }
 
@@ -141,6 +159,7 @@ void Worker::RunRounds() {
 }
 
 bool Worker::PullAll(int64_t* round) {
+  if (parts_) theta_ = trainer_->MakeParameterBuffers();  // for this pull only (each rank then keeps its slice)
   const std::optional<PullResult> pulled = session_->Pull(theta_, -1);
   if (!pulled) return false;
   if (pulled->run_complete) {
@@ -151,6 +170,10 @@ bool Worker::PullAll(int64_t* round) {
     trainer_->Load(theta_);
     // The followers get theta from the leader's loaded parameters, on its device (no second host-to-device copy).
     if (leader_) leader_->Load(NamedParameters(*trainer_->model()));
+  }
+  if (parts_) {  // the followers took theirs when they loaded
+    parts_->TakeSnapshot();
+    theta_.clear();
   }
   *round = pulled->round;
   assigned_steps_ = pulled->inner_steps;
@@ -200,16 +223,18 @@ bool Worker::TrainingStayedFinite(int64_t round, const StepStats& stats) {
 
 RoundResult Worker::Pack(int64_t round, int f, const StepStats& stats) {
   const int P = plan_.fragments();
-  RoundResult result{trainer_->PseudoGradient(fragment_theta_[static_cast<size_t>(f)], plan_.members(f)),
-                     ReportRound(stats, f, ClusterSize(), trainer_->epochs())};
-  local_->Compensate(f, result.pseudo_gradient);
-  if (attacker_) attacker_->Apply(result, round);
-  if (!options_.dump_delta.empty()) {
-    if (absl::Status dumped = DumpDelta(options_.dump_delta, round, result.pseudo_gradient); !dumped.ok()) {
-      spdlog::warn("test-only --dump-delta: {}", std::string(dumped.message()));
+  RoundResult result{{}, ReportRound(stats, f, ClusterSize(), trainer_->epochs())};
+  if (!parts_) {  // with parts each rank takes its slice's pseudo-gradient as it pushes (PartExchange::PushMine)
+    result.pseudo_gradient = trainer_->PseudoGradient(fragment_theta_[static_cast<size_t>(f)], plan_.members(f));
+    local_->Compensate(f, result.pseudo_gradient);
+    if (attacker_) attacker_->Apply(result, round);
+    if (!options_.dump_delta.empty()) {
+      if (absl::Status dumped = DumpDelta(options_.dump_delta, round, result.pseudo_gradient); !dumped.ok()) {
+        spdlog::warn("test-only --dump-delta: {}", std::string(dumped.message()));
+      }
     }
+    result.report.norm = PushedNorm(result.pseudo_gradient);
   }
-  result.report.norm = PushedNorm(result.pseudo_gradient);
   const RoundReport& r = result.report;
   spdlog::info("round {}{}: {} inner steps, loss {:.4f} -> {:.4f}, lr {:.2e}, {:.0f} tokens/s, {:.2f} s", round + 1,
                P > 1 ? absl::StrCat(" (fragment ", f, "/", P, ")") : std::string(), r.steps, r.first_loss, r.mean_loss,
@@ -242,6 +267,10 @@ void Worker::SaveLocalState(int64_t round) {
 
 void Worker::Apply(int f) {
   if (session_->TakeKeepLocal()) return;  // outer.late_policy reuse_local after a late push: the local ones go on
+  if (part_leader_) {                     // every rank's pulled slice to every rank
+    part_leader_->Gather();
+    return;
+  }
   const NamedTensors& incoming = fragment_theta_[static_cast<size_t>(f)];
   const double alpha = config_.comm.overlap_steps > 0 ? config_.comm.merge_alpha : 0.0;
   trainer_->Merge(incoming, plan_.members(f), alpha);

@@ -29,6 +29,7 @@
 #include "worker/coordinator_session.h"
 #include "worker/heartbeat_thread.h"
 #include "worker/local_state.h"
+#include "worker/part_exchange.h"
 #include "worker/round_result.h"
 #include "worker/run_flags.h"
 #include "worker/trainer.h"
@@ -54,6 +55,7 @@ class Worker {
   // The rounds, from the first pull until the run is complete or the worker must stop.
   void RunRounds();
   // Pulls all of theta into theta_ and loads it (unless reuse_local); sets *round. False: stop.
+  absl::Status SetUpParts();  // comm.cluster_parts: parts_, part_leader_
   bool PullAll(int64_t* round);
   // Trains the rest of this round's H steps (after those carried over from the overlap).
   StepStats Train(int64_t round);
@@ -88,6 +90,10 @@ class Worker {
   std::unique_ptr<InnerTrainer> trainer_;        // [main]
   std::unique_ptr<LocalState> local_;            // [main]
   std::unique_ptr<Attacker> attacker_;           // [main] test-only --attack (worker/attack.h); null without it
+  // comm.cluster_parts: this rank's slice (snapshot, pseudo-gradient, residual) and the driving of the others' parts;
+  // then theta_ holds nothing between full pulls (every rank keeps its slice of theta in parts_).
+  std::unique_ptr<PartExchange> parts_;      // [main]; [exchange] inside Exchange
+  std::unique_ptr<PartLeader> part_leader_;  // [main]; [exchange] inside Exchange
   // Streaming DiLoCo: round r syncs fragment r mod P after S = H / P inner steps. [any] read-only after SetUp.
   FragmentPlan plan_;
   // theta_: the global value of every tensor as last received (what pseudo-gradients are computed against);

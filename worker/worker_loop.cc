@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "worker/cluster.h"
 #include "worker/cluster_protocol.h"
+#include "worker/part_exchange.h"
 #include "worker/worker.h"
 
 namespace diloco {
@@ -32,7 +33,9 @@ absl::Status RunWorker(const Config& config, const TokenCache& cache, const Work
     cluster = std::move(*connected);
     spdlog::info("cluster of {} ranks ready at {} (this is rank {})", cluster->size(), options.cluster_store,
                  options.rank);
-    if (options.rank > 0) return RunClusterFollower(config, cache, options, *cluster, stop);
+    if (options.rank > 0) {
+      return RunClusterFollower(config, cache, options, *cluster, stop, FollowerPartsOf(config, options, *cluster));
+    }
   }
   Worker worker(config, options, stop, cluster.get());
   return worker.Run(cache);

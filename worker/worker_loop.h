@@ -7,7 +7,8 @@
 // codes of worker/worker_options.h, carried by the returned status (OK: exit 0), which diloco-worker's main prints.
 // After a late (refused) push, outer.late_policy reuse_local keeps its own parameters for the next round.
 // A heartbeat thread keeps the lease alive while it trains. With workers.cluster_size > 1 the process of rank 0 does
-// all that and drives the other ranks (worker/cluster_protocol.h), which only train. The loop itself is Worker
+// all that and drives the other ranks (worker/cluster_protocol.h), which train (and, with
+// comm.cluster_parts, push and pull their slices: worker/part_exchange.h). The loop itself is Worker
 // (worker/worker.h); its decisions on each gRPC status are worker/protocol_decision.h's.
 // Thread-safety: call once per process.
 #pragma once

@@ -21,6 +21,9 @@ TEST(ClusterProtocolTest, WordsFollowTheDocumentedLayout) {
   EXPECT_EQ(merge, (CommandWords{4, 2, 0, bits}));
   EXPECT_EQ(EncodeCommand(StopCommand{}), (CommandWords{5, 0, 0, 0}));
   EXPECT_EQ(EncodeCommand(SaveCommand{12}), (CommandWords{6, 12, 0, 0}));
+  EXPECT_EQ(EncodeCommand(PushPartCommand{12, 4}), (CommandWords{7, 12, 4, 0}));
+  EXPECT_EQ(EncodeCommand(PullPartCommand{5}), (CommandWords{8, 0, 5, 0}));
+  EXPECT_EQ(EncodeCommand(GatherCommand{}), (CommandWords{9, 0, 0, 0}));
 }
 
 TEST(ClusterProtocolTest, EveryKindRoundTrips) {
@@ -36,6 +39,11 @@ TEST(ClusterProtocolTest, EveryKindRoundTrips) {
   EXPECT_TRUE(std::holds_alternative<LoadCommand>(DecodeCommand(EncodeCommand(LoadCommand{}))));
   EXPECT_TRUE(std::holds_alternative<StopCommand>(DecodeCommand(EncodeCommand(StopCommand{}))));
   EXPECT_EQ(std::get<SaveCommand>(DecodeCommand(EncodeCommand(SaveCommand{987654321}))).round, 987654321);
+  const auto push = std::get<PushPartCommand>(DecodeCommand(EncodeCommand(PushPartCommand{77, 9})));
+  EXPECT_EQ(push.round, 77);
+  EXPECT_EQ(push.seq, 9);
+  EXPECT_EQ(std::get<PullPartCommand>(DecodeCommand(EncodeCommand(PullPartCommand{10}))).seq, 10);
+  EXPECT_TRUE(std::holds_alternative<GatherCommand>(DecodeCommand(EncodeCommand(GatherCommand{}))));
 }
 
 TEST(ClusterProtocolTest, UnknownKindThrows) {
