@@ -195,6 +195,13 @@ struct CommConfig {
   int64_t topk_chunk = 4096;
   int64_t topk_per_chunk = 64;
   double error_decay = 0.95;
+  // Sparse pulls (proto/PROTOCOL.md "Sparse pulls"): with codec topk, outer momentum 0, synchronous rounds, one
+  // fragment and fp32 pulls, a worker holding the previous theta pulls only the round's changed positions.
+  bool sparse_pulls = true;
+  // The round's average of topk pushes (issue 30 item 2): all = ours, the token-weighted mean over every push (a
+  // coordinate a worker did not send counts as 0 for it); senders = SparseLoCo's, each coordinate averaged over the
+  // pushes that sent it (one more fp32 copy at the coordinator: the per-coordinate weights).
+  TopkAverage topk_average = TopkAverage::kAll;
 };
 
 // Transport security (docs/operations.md "Security"). The same keys on every process: the coordinator serves with

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "config/model_spec.h"
 #include "proto/codec.h"
+#include "proto/sparse_update.h"
 #include "proto/tensor_chunks.h"
 #include "proto/transport_security.h"
 
@@ -202,13 +203,21 @@ CoordinatorSession::Outcome CoordinatorSession::AwaitRound(int64_t round, bool* 
   return Outcome::kGoOn;
 }
 
-std::optional<PullResult> CoordinatorSession::Pull(NamedTensors& dest, int fragment) {
+std::optional<PullResult> CoordinatorSession::Pull(NamedTensors& dest, int fragment, int64_t have_round) {
   backoff_.Reset();
   while (!flags_.Stopping()) {
     ChunkAssembler assembler(dest);
-    auto pulled = client_->Pull(assembler, fragment);
+    UpdateApplier sparse(dest);
+    auto pulled = client_->Pull(assembler, fragment, have_round, &sparse);
+    have_round = -1;  // after any failure dest may be torn: the next attempt pulls all of it
     const ProtocolDecision decision = DecideOnStatus(ProtocolCall::kPull, pulled.status(), protocol_);
-    if (decision.action == ProtocolAction::kProceed) return *pulled;
+    if (decision.action == ProtocolAction::kProceed) {
+      if (pulled->sparse) {
+        spdlog::info("round {}: sparse pull, {} changed values in {} bytes; theta hash {:016x} as the coordinator's",
+                     pulled->round, pulled->changed, pulled->bytes, pulled->theta_hash);
+      }
+      return *pulled;
+    }
     if (decision.action == ProtocolAction::kRejoin) {
       if (!Rejoin()) return std::nullopt;
       continue;
@@ -224,9 +233,9 @@ std::optional<PullResult> CoordinatorSession::Pull(NamedTensors& dest, int fragm
 }
 
 std::optional<PullResult> CoordinatorSession::Exchange(int64_t round, const RoundResult& result,
-                                                       NamedTensors& fragment_theta) {
+                                                       NamedTensors& fragment_theta, int64_t have_round) {
   if (!PushUntilCounted(round, result)) return std::nullopt;
-  return Pull(fragment_theta, result.report.fragment);
+  return Pull(fragment_theta, result.report.fragment, have_round);
 }
 
 }  // namespace diloco
