@@ -198,6 +198,13 @@ struct CommConfig {
   // workers.cluster_size > 1: every rank pushes its slice of the pseudo-gradient and pulls its slice of theta on its
   // own connection (proto/PROTOCOL.md "Push and pull in parts"; worker/part_exchange.h); false: rank 0 alone.
   bool cluster_parts = false;
+  // Sparse pulls (proto/PROTOCOL.md "Sparse pulls"): with codec topk, outer momentum 0, synchronous rounds, one
+  // fragment and fp32 pulls, a worker holding the previous theta pulls only the round's changed positions.
+  bool sparse_pulls = true;
+  // The round's average of topk pushes (issue 30 item 2): all = ours, the token-weighted mean over every push (a
+  // coordinate a worker did not send counts as 0 for it); senders = SparseLoCo's, each coordinate averaged over the
+  // pushes that sent it (one more fp32 copy at the coordinator: the per-coordinate weights).
+  TopkAverage topk_average = TopkAverage::kAll;
 };
 
 // Transport security (docs/operations.md "Security"). The same keys on every process: the coordinator serves with

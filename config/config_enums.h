@@ -24,6 +24,7 @@ enum class TokenDtype { kUint16, kUint32 };                         // data.toke
 enum class BadRecordPolicy { kFail, kSkip };                        // data.on_bad_record
 enum class DataSampling { kRandom, kSequential };                   // data.sampling
 enum class Sharding { kNone, kOptimizer, kGradients };              // workers.sharding
+enum class TopkAverage { kAll, kSenders };                          // comm.topk_average
 // model.arch (worker/lm/model_registry.cc)
 enum class ModelArch { kGpt, kGpt2, kLlama, kMistral, kQwen2, kQwen3 };
 // model.rope_type (worker/lm/rope.h)
@@ -146,6 +147,12 @@ bool EnumFromName(std::string_view name, E* value) {
   }
   return false;
 }
+
+template <>
+struct EnumNames<TopkAverage> {
+  static constexpr std::array<std::pair<TopkAverage, std::string_view>, 2> kNames{
+      {{TopkAverage::kAll, "all"}, {TopkAverage::kSenders, "senders"}}};
+};
 
 // "'a', 'b' or 'c'": the allowed names, for error messages.
 template <typename E>

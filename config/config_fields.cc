@@ -240,6 +240,10 @@ const std::vector<Field>& Fields() {
       MakeField("comm.cluster_parts", &Config::comm, &CommConfig::cluster_parts,
                 "cluster_size > 1: each rank pushes and pulls its own slice on its own connection (false: rank 0 "
                 "alone); needs comm.fragments 1, comm.overlap_steps 0 and outer.aggregation mean"),
+      MakeField("comm.sparse_pulls", &Config::comm, &CommConfig::sparse_pulls,
+                "codec topk, outer momentum 0, sync, one fragment, fp32 pulls: pull only the round's changed values"),
+      MakeField("comm.topk_average", &Config::comm, &CommConfig::topk_average,
+                "all: token-weighted mean over every push (unsent = 0); senders: each coordinate over its senders"),
       MakeField("security.tls_cert", &Config::security, &SecurityConfig::tls_cert,
                 "PEM certificate chain: the coordinator's server identity, a client's identity; with tls_key"),
       MakeField("security.tls_key", &Config::security, &SecurityConfig::tls_key, "PEM private key of tls_cert"),

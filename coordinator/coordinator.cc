@@ -95,7 +95,7 @@ CoordinatorCore::CoordinatorCore(const Config& config, std::vector<TensorSpec> s
       model_(std::move(specs), config.comm.fragments),
       theta_(std::move(theta)),
       evals_(std::move(evals)),
-      accumulator_(model_.specs),
+      accumulator_(model_.specs, config_.comm.topk_average == TopkAverage::kSenders),
       membership_(static_cast<int>(config.workers.count)) {}
 
 CoordinatorCore::~CoordinatorCore() = default;

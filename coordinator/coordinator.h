@@ -29,6 +29,9 @@
 // (pull_payload.h). Asynchronous rounds keep theta_{t-1} as an immutable snapshot beside theta_t (pulls of older
 // versions are useful there and theta moves with every push), so they hold one copy more; Delayed Nesterov keeps its
 // own buffers (delayed_nesterov.h). Buffers are allocated and faulted in at Create (no cold first round).
+// Sparse pulls (sparse_pull.h; topk pushes, outer momentum 0) keep the last round's update as encoded pull messages,
+// at most 1/8 of a copy (a larger update is dropped); without momentum there is no momentum copy, so such a run holds
+// about 2 copies plus the update.
 //
 // Thread-safety: every public method is thread-safe. The round's state lives under one absl::Mutex (mu_), annotated
 // (ABSL_GUARDED_BY) and checked by clang's -Wthread-safety (scripts/check-thread-safety). Lock order: mu_, then the
@@ -57,6 +60,7 @@
 #include "coordinator/round_sinks.h"
 #include "coordinator/round_state.h"
 #include "coordinator/run_stats.h"
+#include "coordinator/sparse_pull.h"
 #include "coordinator/theta_store.h"
 #include "proto/checkpoint.h"
 #include "proto/diloco.pb.h"
@@ -87,6 +91,10 @@ class CoordinatorCore {
   absl::StatusOr<HeartbeatReply> Heartbeat(const HeartbeatRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::shared_ptr<const ParamSnapshot>> BeginPull(const PullRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
   void CountBytesSent(const std::string& worker_id, int64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  // Sparse pulls (sparse_pull.h): the kept update that takes the request's have_round to theta at `round`, when
+  // the request may have it (whole model, no range, have_round = round - 1); else null (the pull is dense).
+  std::shared_ptr<const SparseUpdate> SparseUpdateFor(const PullRequest& request, int64_t round) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The inner steps this worker should train next (DyLU with inner.adaptive_steps; else inner.steps).
   int64_t InnerStepsFor(const std::string& worker_id) const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -195,6 +203,10 @@ class CoordinatorCore {
   // the accumulator, fills in the round's timings and totals.
   void PublishRound(const ClosingRound& closing, std::vector<at::Tensor> zeroed_sums, double now, ClosedRound& closed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sparse pulls: the update of the round that stepped to `theta` by `delta` (the average), when SparsePullsApply
+  // and it fits SparseUpdateLimit; else null (coordinator_sparse.cc).
+  std::shared_ptr<const SparseUpdate> BuildRoundUpdate(const ParamSnapshot& theta,
+                                                       const std::vector<at::Tensor>& delta) const;
   void AssignAdaptiveSteps() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // DyLU: next round's H of every active worker
   // The non-finite guard (issue 32): round `round`'s step would have made theta or the momentum non-finite and was
   // not committed. Logs each push's norm and quarantines the largest-norm push's member at once (the others push
@@ -237,6 +249,8 @@ class CoordinatorCore {
   ClipGate clip_gate_ ABSL_GUARDED_BY(mu_){config_.outer.clip_factor, config_.outer.max_token_weight};
   RunStats stats_ ABSL_GUARDED_BY(mu_);
   bool complete_ ABSL_GUARDED_BY(mu_) = false;
+  // Sparse pulls: the last committed round's update (null: none, or too large), built by the round thread.
+  std::shared_ptr<const SparseUpdate> sparse_update_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -149,11 +149,13 @@ void CoordinatorCore::FinishClose(ClosingRound& closing, const std::string& reas
   closed.delta = &closing.delta;
   sinks_.OnStepped(closed);  // the replay log, while the delta is intact
   closed.delta = nullptr;
+  std::shared_ptr<const SparseUpdate> update = BuildRoundUpdate(*closed.theta, closing.delta);
   std::vector<at::Tensor> sums = std::move(closing.delta);
   for (at::Tensor& d : sums) d.zero_();  // the next round's accumulator
   {
     absl::MutexLock lock(&mu_);
     PublishRound(closing, std::move(sums), t1, closed);
+    sparse_update_ = std::move(update);
   }
   sinks_.OnCommitted(closed);  // log line, evaluation, checkpoint
   if (!closed.theta->complete) return;

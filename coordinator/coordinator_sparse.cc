@@ -1,8 +1,12 @@
 // CoordinatorCore, the sparse push path (coordinator.h): a topk chunk (comm.codec topk, proto/topk_codec.h) is folded
 // into the round's sums from its kept values, w * value at each kept position, without a dense copy of the chunk.
-// The round rule is ours, as for dense pushes: the token-weighted mean over all the round's pushes, a coordinate a
-// worker did not send counting as 0 for it. The checks are FoldChunk's (coordinator_push.cc), in the same order.
+// The round rule is ours by default, as for dense pushes: the token-weighted mean over all the round's pushes, a
+// coordinate a worker did not send counting as 0 for it; comm.topk_average senders is SparseLoCo's, each coordinate
+// over the pushes that sent it (round_accumulator.h). The checks are FoldChunk's (coordinator_push.cc), in the same
+// order. Also the sparse pull's half that needs the core: building a round's update and choosing which pulls get it.
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/aggregation_rule.h"
@@ -23,9 +27,32 @@ absl::Status CoordinatorCore::FoldSparseChunk(PushTicket& ticket, size_t index, 
   const double squared_norm = SquaredNorm(sparse.values);  // the values not sent are 0: the push's norm is theirs
   absl::MutexLock lock(&mu_);
   if (absl::Status s = AdmitFold(ticket); !s.ok()) return s;
-  accumulator_.FoldSparse(index, offset, sparse.index, sparse.values, ticket.weight * ticket.fold_scale);
+  // comm.topk_average senders counts the push's own weight at its positions (a clip scale shrinks only its values).
+  accumulator_.FoldSparse(index, offset, sparse.index, sparse.values, ticket.weight * ticket.fold_scale, ticket.weight);
   NoteFold(ticket, squared_norm, wire_bytes);
   return absl::OkStatus();
+}
+
+std::shared_ptr<const SparseUpdate> CoordinatorCore::BuildRoundUpdate(const ParamSnapshot& theta,
+                                                                      const std::vector<at::Tensor>& delta) const {
+  if (!SparsePullsApply(config_)) return nullptr;
+  const TopkParams topk{config_.comm.topk_chunk, config_.comm.topk_per_chunk};
+  const int64_t chunk_elements = TopkChunkElements(std::max<int64_t>(config_.comm.chunk_bytes, 64), topk);
+  auto update = BuildSparseUpdate(theta.round, theta.params, delta, static_cast<float>(-config_.outer.lr), topk.chunk,
+                                  chunk_elements, SparseUpdateLimit(model_.num_params));
+  if (update == nullptr) {
+    spdlog::info("round {}: the update is not sparse enough for sparse pulls; pulls are dense", theta.round);
+  } else {
+    spdlog::debug("round {}: sparse update of {} positions, {} bytes", theta.round, update->changed, update->bytes);
+  }
+  return update;
+}
+
+std::shared_ptr<const SparseUpdate> CoordinatorCore::SparseUpdateFor(const PullRequest& request, int64_t round) const {
+  if (!request.has_have_round() || request.has_range() || request.have_round() + 1 != round) return nullptr;
+  absl::MutexLock lock(&mu_);
+  if (sparse_update_ == nullptr || sparse_update_->round != round) return nullptr;
+  return sparse_update_;
 }
 
 }  // namespace diloco

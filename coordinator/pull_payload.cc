@@ -51,6 +51,19 @@ PullPayload::PullPayload(std::shared_ptr<const ParamSnapshot> snapshot, NamedTen
       chunker_(range ? std::make_unique<TensorChunker>(std::move(tensors), chunk_bytes, codec, *range)
                      : std::make_unique<TensorChunker>(std::move(tensors), chunk_bytes, codec)) {}
 
+PullPayload::PullPayload(const std::shared_ptr<const ParamSnapshot>& snapshot, const std::vector<std::string>& messages,
+                         const std::vector<int64_t>& payload_bytes)
+    : key_(snapshot.get()), round_(snapshot->round), guard_(snapshot->guard) {
+  absl::MutexLock lock(&mu_);
+  exhausted_ = true;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    Entry e;
+    e.head = grpc::Slice(messages[i]);
+    e.payload_bytes = payload_bytes[i];
+    entries_.push_back(std::move(e));
+  }
+}
+
 absl::Status PullPayload::BuildUpTo(size_t i) {
   TensorChunk chunk;
   while (entries_.size() <= i && !exhausted_) {

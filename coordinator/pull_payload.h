@@ -49,6 +49,11 @@ class PullPayload {
   PullPayload(std::shared_ptr<const ParamSnapshot> snapshot, NamedTensors tensors, int64_t chunk_bytes, Codec codec,
               std::optional<FlatRange> range = std::nullopt);
 
+  // A payload of messages built beforehand (a sparse pull's update, sparse_pull.h): serialized PullMessages with
+  // their payload bytes, of `snapshot`'s round (Current() follows its guard as for theta's own messages).
+  PullPayload(const std::shared_ptr<const ParamSnapshot>& snapshot, const std::vector<std::string>& messages,
+              const std::vector<int64_t>& payload_bytes);
+
   int64_t round() const { return round_; }
   // Whether this is the payload of `snapshot` (the same object, at the same round).
   bool Of(const ParamSnapshot& snapshot) const { return key_ == &snapshot && round_ == snapshot.round; }

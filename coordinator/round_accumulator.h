@@ -3,6 +3,9 @@
 // "Architecture").
 //   sum_t = sum_i w_i * delta_i        (w_i = tokens worker i processed; Fold adds w_i * chunk)
 //   delta = sum_t / sum_i w_i          (Average)
+// With per-coordinate weights (SparseLoCo's rule, comm.topk_average senders) it also keeps, per element, the sum of
+// the weights of the pushes that sent it, W_j = sum_{i sent j} w_i (a dense chunk sends every element), and
+//   delta_j = sum_j / W_j, or 0 where no push sent j    (one more float32 copy of the parameters)
 // Shapes: one float32 tensor per model parameter, in parameter order. Not thread-safe: the coordinator calls it
 // under its own mutex.
 #pragma once
@@ -21,13 +24,16 @@ bool AllFinite(const at::Tensor& values);
 
 class RoundAccumulator {
  public:
-  explicit RoundAccumulator(const std::vector<TensorSpec>& specs);
+  // per_coordinate: keep W_j and divide by it (SparseLoCo's rule) instead of by the total weight.
+  explicit RoundAccumulator(const std::vector<TensorSpec>& specs, bool per_coordinate = false);
 
   // Adds weight * values to elements [offset, offset + values.numel()) of tensor `index`. values: 1-D, any float dtype.
   void Fold(size_t index, int64_t offset, const at::Tensor& values, double weight);
   // Adds weight * values[i] to element offset + positions[i] of tensor `index` (a sparse chunk: positions int64,
   // values float32, both 1-D of one length; positions checked by the caller), touching only those elements.
-  void FoldSparse(size_t index, int64_t offset, const at::Tensor& positions, const at::Tensor& values, double weight);
+  // count_weight: what the push adds to W_j at those positions (its tokens without a clip scale); < 0: weight.
+  void FoldSparse(size_t index, int64_t offset, const at::Tensor& positions, const at::Tensor& values, double weight,
+                  double count_weight = -1);
 
   // Counts one complete contribution of the given weight.
   void AddContribution(double weight);
@@ -51,8 +57,9 @@ class RoundAccumulator {
   void Reset();
 
  private:
-  std::vector<at::Tensor> sums_;  // empty between TakeAverage and Restore
-  size_t count_;                  // tensors in the model
+  std::vector<at::Tensor> sums_;     // empty between TakeAverage and Restore
+  std::vector<at::Tensor> weights_;  // W_j per element (per_coordinate only; zero between rounds)
+  size_t count_;                     // tensors in the model
   double total_weight_ = 0;
   int64_t contributions_ = 0;
 };

@@ -326,6 +326,13 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* CoordinatorService::PullParameters(g
   header.set_fragment(fragment);
   header.set_inner_steps(coordinator_->InnerStepsFor(request.meta().worker_id()));
   if (range) *header.mutable_range() = request.range();
+  // Sparse pulls (sparse_pull.h): a worker holding the previous round's theta gets only the round's update.
+  if (auto update = coordinator_->SparseUpdateFor(request, (*snapshot)->round); update != nullptr) {
+    header.set_sparse(true);
+    header.set_theta_hash(update->theta_hash);
+    return new PullReactor(coordinator_, request.meta().worker_id(),
+                           std::make_shared<PullPayload>(*snapshot, update->messages, update->payload_bytes), header);
+  }
   return new PullReactor(coordinator_, request.meta().worker_id(),
                          pulls_.Get(*snapshot, fragment, std::move(tensors), range), header);
 }

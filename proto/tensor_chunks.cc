@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "proto/peer_text.h"
+#include "proto/sparse_update.h"
 
 namespace diloco {
 namespace {
@@ -73,9 +74,19 @@ TensorChunker::TensorChunker(NamedTensors tensors, int64_t chunk_bytes, Codec co
   remaining_ = range.size();
 }
 
+TensorChunker::TensorChunker(std::vector<TensorChunk> encoded)
+    : chunk_bytes_(kMinChunkBytes), codec_(CODEC_RAW), encoded_(std::move(encoded)), replay_(true) {}
+
 bool TensorChunker::Next(TensorChunk* out) { return Next(out, nullptr); }
 
 bool TensorChunker::Next(TensorChunk* out, std::string_view* raw_payload) {
+  if (replay_) {
+    if (raw_payload != nullptr) *raw_payload = std::string_view();
+    if (next_encoded_ >= encoded_.size()) return false;
+    *out = encoded_[next_encoded_++];
+    bytes_emitted_ += static_cast<int64_t>(out->data().size());
+    return true;
+  }
   while (index_ < tensors_.size() && offset_ >= numel_[index_]) {
     ++index_;
     offset_ = 0;
@@ -193,11 +204,11 @@ absl::StatusOr<at::Tensor> ChunkStreamReader::Next(const TensorChunk& chunk) {
 
 absl::StatusOr<SparseChunk> ChunkStreamReader::NextSparse(const TensorChunk& chunk) {
   if (absl::Status s = CheckNext(chunk); !s.ok()) return s;
-  if (chunk.codec() != CODEC_TOPK || specs_[index_].dtype != at::kFloat) {
+  if ((chunk.codec() != CODEC_TOPK && chunk.codec() != CODEC_UPDATE) || specs_[index_].dtype != at::kFloat) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor '", specs_[index_].name, "': a sparse chunk must be a topk chunk of a float32 tensor"));
   }
-  auto sparse = DecodeTopk(chunk);
+  auto sparse = chunk.codec() == CODEC_UPDATE ? DecodeUpdate(chunk) : DecodeTopk(chunk);
   if (!sparse.ok()) return sparse.status();
   Advance(chunk.count());
   return sparse;

@@ -43,6 +43,9 @@ class TensorChunker {
   // cluster rank's part of a push without a full-size copy of the model (worker/part_exchange.h).
   TensorChunker(const std::vector<TensorSpec>& specs, at::Tensor range_values, int64_t chunk_bytes, Codec codec,
                 FlatRange range, TopkParams topk = {});
+  // Chunks encoded beforehand (a worker's error feedback encodes its topk push once, worker/error_feedback.h): Next
+  // hands them out in order, unchanged.
+  explicit TensorChunker(std::vector<TensorChunk> encoded);
 
   // Fills `out` with the next chunk; returns false when every tensor has been sent.
   bool Next(TensorChunk* out);
@@ -66,6 +69,9 @@ class TensorChunker {
   int64_t offset_ = 0;     // in elements, within tensors_[index_]
   int64_t remaining_ = 0;  // elements still to send
   int64_t bytes_emitted_ = 0;
+  std::vector<TensorChunk> encoded_;  // the replayed chunks (encoded constructor), else empty
+  size_t next_encoded_ = 0;
+  bool replay_ = false;
 };
 
 class ChunkStreamReader {

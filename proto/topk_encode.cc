@@ -52,12 +52,14 @@ class BitWriter {
 };
 
 // The keep-th largest of mag[0..n). Exact, and mostly fast: a block of 1024 or more first takes t0, the
-// (keep / 16)-th largest of every 8th element; when at least `keep` elements are >= t0, the answer is the keep-th
-// largest of those few (every element of the top keep is >= t0); otherwise of the whole block. scratch: n floats.
+// (keep / 4)-th largest of every 8th element, so that about 2 keep elements are >= t0; when at least `keep` are, the
+// answer is the keep-th largest of those few (every element of the top keep is >= t0); otherwise of the whole block.
+// (It took the keep / 16-th before: about keep / 2 elements passed, fewer than keep, so every block fell back to the
+// whole block.) scratch: n floats.
 float KthLargest(const float* mag, int64_t n, int64_t keep, float* scratch) {
   constexpr int64_t kStride = 8;
-  const int64_t sample_rank = keep / 16;
-  if (n >= 1024 && sample_rank >= 1) {
+  const int64_t sample_rank = 2 * keep / kStride;
+  if (n >= 1024 && sample_rank >= 1 && sample_rank < n / kStride) {
     int64_t m = 0;
     for (int64_t i = 0; i < n; i += kStride) scratch[m++] = mag[i];
     std::nth_element(scratch, scratch + sample_rank, scratch + m, std::greater<float>());

@@ -6,8 +6,10 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "config/message_limit.h"
 #include "proto/grpc_status.h"
+#include "proto/sparse_update.h"
 #include "proto/tensor_chunks.h"
 #include "worker/round_result.h"
 #include "worker/tcp_pusher.h"
@@ -92,15 +94,22 @@ absl::StatusOr<HeartbeatReply> CoordinatorClient::Heartbeat(int64_t round) {
 }
 
 absl::StatusOr<PullResult> CoordinatorClient::Pull(ChunkAssembler& assembler, int fragment) {
+  return Pull(assembler, fragment, -1, nullptr);
+}
+
+absl::StatusOr<PullResult> CoordinatorClient::Pull(ChunkAssembler& assembler, int fragment, int64_t have_round,
+                                                   UpdateApplier* sparse) {
   grpc::ClientContext ctx;
   Prepare(&ctx);
   PullRequest request;
   *request.mutable_meta() = Meta(0);
   if (fragment >= 0) request.set_fragment(fragment);
+  if (have_round >= 0 && sparse != nullptr) request.set_have_round(have_round);
   std::unique_ptr<grpc::ClientReader<PullMessage>> reader = stub_->PullParameters(&ctx, request);
   PullMessage message;
   PullResult result;
   bool have_header = false;
+  uint64_t theta_hash = 0;
   absl::Status error;
   while (reader->Read(&message)) {
     if (message.has_header()) {
@@ -108,16 +117,47 @@ absl::StatusOr<PullResult> CoordinatorClient::Pull(ChunkAssembler& assembler, in
       result.round = message.header().round();
       result.run_complete = message.header().run_complete();
       result.inner_steps = message.header().inner_steps();
+      result.sparse = message.header().sparse();
+      theta_hash = message.header().theta_hash();
+      if (result.sparse && !request.has_have_round()) error = absl::InvalidArgumentError("unasked sparse update");
     } else if (error.ok()) {
       result.bytes += static_cast<int64_t>(message.chunk().data().size());
-      error = assembler.Accept(message.chunk());
+      error = result.sparse ? sparse->Accept(message.chunk()) : assembler.Accept(message.chunk());
     }
   }
   grpc::Status s = reader->Finish();
+  if (result.sparse) return FinishSparsePull(FromGrpc(s), error, have_header, theta_hash, *sparse, result);
   if (!s.ok()) return FromGrpc(s);
   if (!error.ok()) return absl::DataLossError(absl::StrCat("pull: ", error.message()));
   if (!have_header || !assembler.Done()) return absl::DataLossError("pull: stream ended before all parameters came");
   return result;
+}
+
+absl::StatusOr<PullResult> CoordinatorClient::FinishSparsePull(const absl::Status& call, const absl::Status& error,
+                                                               bool have_header, uint64_t theta_hash,
+                                                               const UpdateApplier& sparse, PullResult result) {
+  std::string why;
+  if (!call.ok()) {
+    why = std::string(call.message());
+  } else if (!error.ok()) {
+    why = std::string(error.message());
+  } else if (!have_header || !sparse.Done()) {
+    why = "the stream ended before the whole update came";
+  } else if (const uint64_t h = ThetaHash(sparse.theta()); h != theta_hash) {
+    why = absl::StrFormat("theta's hash %016x after the update is not the coordinator's %016x", h, theta_hash);
+  }
+  if (!why.empty()) {  // the tensors may hold part of the update: only a whole pull repairs them
+    return absl::UnavailableError(
+        absl::StrCat("sparse pull of round ", result.round, " failed (", why, "); pulling all of theta"));
+  }
+  result.changed = sparse.changed();
+  result.theta_hash = theta_hash;
+  return result;
+}
+
+TensorChunker CoordinatorClient::MakeChunker(const RoundResult& result) const {
+  if (!result.encoded.empty()) return TensorChunker(result.encoded);
+  return TensorChunker(result.pseudo_gradient, chunk_bytes_, push_codec_, topk_);
 }
 
 absl::StatusOr<int64_t> CoordinatorClient::Push(int64_t round, const RoundResult& result) {
@@ -126,7 +166,7 @@ absl::StatusOr<int64_t> CoordinatorClient::Push(int64_t round, const RoundResult
   *header->mutable_meta() = Meta(round);
   FillPushHeader(result.report, header);
   if (const int port = push_port_; port > 0) {
-    TensorChunker chunker(result.pseudo_gradient, chunk_bytes_, push_codec_, topk_);
+    TensorChunker chunker = MakeChunker(result);
     absl::StatusOr<int64_t> pushed = tcp_pusher_->Push(port, *header, chunker);
     if (pushed.ok() || !absl::IsUnavailable(pushed.status())) return pushed;
     // The TCP port failed (coordinator restarted on another port, the port unreachable, the connection cut, or the
@@ -135,7 +175,7 @@ absl::StatusOr<int64_t> CoordinatorClient::Push(int64_t round, const RoundResult
     spdlog::warn("{}; pushing over gRPC until the next join", std::string(pushed.status().message()));
     push_port_ = 0;
   }
-  TensorChunker chunker(result.pseudo_gradient, chunk_bytes_, push_codec_, topk_);
+  TensorChunker chunker = MakeChunker(result);
   grpc::ClientContext ctx;
   Prepare(&ctx);
   PushReply reply;

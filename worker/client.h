@@ -24,6 +24,7 @@ namespace diloco {
 class ChunkAssembler;  // proto/tensor_chunks.h
 class TensorChunker;   // proto/tensor_chunks.h
 class TcpPusher;       // worker/tcp_pusher.h
+class UpdateApplier;   // proto/sparse_update.h
 struct RoundResult;    // worker/round_result.h
 
 struct PullResult {
@@ -31,6 +32,9 @@ struct PullResult {
   bool run_complete = false;
   int64_t bytes = 0;
   int64_t inner_steps = 0;  // the H the coordinator assigns this worker (DyLU); 0 = inner.steps
+  bool sparse = false;      // the pull was the round's sparse update (PROTOCOL.md "Sparse pulls")
+  int64_t changed = 0;      // sparse: the positions it changed
+  uint64_t theta_hash = 0;  // sparse: the coordinator's hash of theta_round, which the worker's copy now has
 };
 
 class CoordinatorClient {
@@ -50,6 +54,12 @@ class CoordinatorClient {
   // Streams the current global parameters into `into` (made over InnerTrainer::MakeParameterBuffers' tensors); with
   // fragment >= 0, `into` holds just that fragment's tensors (Streaming DiLoCo) and only they are pulled.
   absl::StatusOr<PullResult> Pull(ChunkAssembler& into, int fragment = -1);
+  // The same, saying that `sparse`'s tensors (the same as `into`'s) hold theta_{have_round} bit for bit: the
+  // coordinator may answer with the round's sparse update, applied through `sparse` and checked against the header's
+  // theta hash (PROTOCOL.md "Sparse pulls"). A sparse pull that fails (a bad chunk, a broken stream, a hash that
+  // differs) may have changed some of the tensors: it returns UNAVAILABLE, and the caller pulls again without
+  // have_round.
+  absl::StatusOr<PullResult> Pull(ChunkAssembler& into, int fragment, int64_t have_round, UpdateApplier* sparse);
   // Sends the pseudo-gradient (of fragment result.report.fragment) computed against round `round`, after a header
   // with the round's report (FillPushHeader); returns the payload bytes sent.
   absl::StatusOr<int64_t> Push(int64_t round, const RoundResult& result);
@@ -65,6 +75,13 @@ class CoordinatorClient {
 
  private:
   RequestMeta Meta(int64_t round) const;
+  // The push's chunks: result.encoded replayed when error feedback encoded them, else encoded here.
+  TensorChunker MakeChunker(const RoundResult& result) const;
+  // The end of a sparse pull: its result, or UNAVAILABLE naming what went wrong (the call's status, a refused
+  // chunk, a short stream, a theta hash that differs).
+  static absl::StatusOr<PullResult> FinishSparsePull(const absl::Status& call, const absl::Status& error,
+                                                     bool have_header, uint64_t theta_hash, const UpdateApplier& sparse,
+                                                     PullResult result);
   // Sets the call's deadline and attaches the token (security.token_file), if any.
   void Prepare(grpc::ClientContext* ctx) const;
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "config/model_spec.h"
 #include "proto/codec.h"
+#include "proto/sparse_update.h"
 #include "proto/tensor_chunks.h"
 #include "proto/transport_security.h"
 
@@ -202,10 +203,13 @@ CoordinatorSession::Outcome CoordinatorSession::AwaitRound(int64_t round, bool* 
   return Outcome::kGoOn;
 }
 
-std::optional<PullResult> CoordinatorSession::Pull(NamedTensors& dest, int fragment) {
-  return PullWith([&] {
+std::optional<PullResult> CoordinatorSession::Pull(NamedTensors& dest, int fragment, int64_t have_round) {
+  return PullWith([&]() -> absl::StatusOr<PullResult> {
     ChunkAssembler assembler(dest);
-    return client_->Pull(assembler, fragment);
+    UpdateApplier sparse(dest);
+    auto pulled = client_->Pull(assembler, fragment, have_round, &sparse);
+    have_round = -1;  // after any failure dest may be torn: the next attempt pulls all of it
+    return pulled;
   });
 }
 
@@ -214,7 +218,13 @@ std::optional<PullResult> CoordinatorSession::PullWith(const std::function<absl:
   while (!flags_.Stopping()) {
     auto pulled = once();
     const ProtocolDecision decision = DecideOnStatus(ProtocolCall::kPull, pulled.status(), protocol_);
-    if (decision.action == ProtocolAction::kProceed) return *pulled;
+    if (decision.action == ProtocolAction::kProceed) {
+      if (pulled->sparse) {
+        spdlog::info("round {}: sparse pull, {} changed values in {} bytes; theta hash {:016x} as the coordinator's",
+                     pulled->round, pulled->changed, pulled->bytes, pulled->theta_hash);
+      }
+      return *pulled;
+    }
     if (decision.action == ProtocolAction::kRejoin) {
       if (!Rejoin()) return std::nullopt;
       continue;
@@ -230,10 +240,11 @@ std::optional<PullResult> CoordinatorSession::PullWith(const std::function<absl:
 }
 
 std::optional<PullResult> CoordinatorSession::Exchange(int64_t round, const RoundResult& result,
-                                                       NamedTensors& fragment_theta) {
+                                                       NamedTensors& fragment_theta, int64_t have_round) {
   if (!PushUntilCounted(round, result)) return std::nullopt;
   const double t0 = Now();
-  std::optional<PullResult> pulled = part_pull_ ? PullWith(part_pull_) : Pull(fragment_theta, result.report.fragment);
+  std::optional<PullResult> pulled =
+      part_pull_ ? PullWith(part_pull_) : Pull(fragment_theta, result.report.fragment, have_round);
   if (pulled) spdlog::info("round {}: pulled {} bytes in {:.3f} s", round + 1, pulled->bytes, Now() - t0);
   return pulled;
 }

@@ -41,11 +41,15 @@ class CoordinatorSession {
   absl::Status Join();
   // Pulls all of theta (fragment -1) or one fragment into `dest`, joining again or retrying as needed; nullopt when
   // the worker must stop.
-  std::optional<PullResult> Pull(NamedTensors& dest, int fragment);
+  // have_round >= 0: dest holds theta_{have_round} bit for bit, so the first attempt may be a sparse pull
+  // (PROTOCOL.md "Sparse pulls"); any retry pulls all of it.
+  std::optional<PullResult> Pull(NamedTensors& dest, int fragment, int64_t have_round = -1);
   // Pushes `result` for `round` until it is counted or the round moves on (joining again, pushing again, waiting out
   // a quarantine as decided), then pulls the pushed fragment's new global value into `fragment_theta`. Nullopt when
   // the worker must stop. Runs on the exchange thread while the inner loop trains on (comm.overlap_steps).
-  std::optional<PullResult> Exchange(int64_t round, const RoundResult& result, NamedTensors& fragment_theta);
+  // have_round: as Pull's (the worker passes `round` when fragment_theta is all of theta_round).
+  std::optional<PullResult> Exchange(int64_t round, const RoundResult& result, NamedTensors& fragment_theta,
+                                     int64_t have_round = -1);
   // comm.cluster_parts: Exchange's pushes and pull go through these (rank 0's PartLeader, worker/part_exchange.h)
   // instead of the client: one attempt each, whose status is decided on as a one-stream push's or pull's is.
   using PartPush = std::function<absl::StatusOr<int64_t>(int64_t round, const RoundResult& result)>;

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "proto/tensor_chunks.h"
 
 namespace diloco {
@@ -27,7 +29,7 @@ std::vector<torch::Tensor> Split(const torch::Tensor& flat, const NamedTensors& 
 
 }  // namespace
 
-void ErrorFeedback::Compensate(NamedTensors& delta) {
+void ErrorFeedback::Compensate(NamedTensors& delta, Sent* sent) {
   if (residual_.empty() && pending_.defined()) residual_ = Split(pending_, delta);
   pending_ = torch::Tensor();
   if (residual_.empty()) {
@@ -39,12 +41,42 @@ void ErrorFeedback::Compensate(NamedTensors& delta) {
     torch::Tensor compensated =
         (beta_ == 1.0 ? delta[i].second + residual_[i] : delta[i].second + residual_[i].mul(beta_)).contiguous();
     torch::Tensor flat = compensated.view({-1});
-    torch::Tensor sent = codec_ == CODEC_TOPK
-                             ? TopkRoundTrip(flat.cpu(), topk_, TopkChunkElements(chunk_bytes, topk_)).to(flat.device())
-                             : RoundTrip(flat, codec_, ChunkElements(codec_, chunk_bytes, sizeof(float)));
-    residual_[i] = compensated - sent.view_as(compensated);
+    torch::Tensor sent_values = codec_ == CODEC_TOPK
+                                    ? EncodeTopkChunks(delta[i].first, compensated, chunk_bytes, sent).to(flat.device())
+                                    : RoundTrip(flat, codec_, ChunkElements(codec_, chunk_bytes, sizeof(float)));
+    if (sent != nullptr && codec_ != CODEC_TOPK) {
+      sent->squared_norm += sent_values.to(torch::kDouble).square().sum().item<double>();
+    }
+    residual_[i] = compensated - sent_values.view_as(compensated);
     delta[i].second = compensated;
   }
+}
+
+torch::Tensor ErrorFeedback::EncodeTopkChunks(const std::string& name, const torch::Tensor& compensated,
+                                              int64_t chunk_bytes, Sent* sent) const {
+  // The wire chunks exactly as the client's TensorChunker cuts and encodes them (proto/tensor_chunks.cc), decoded
+  // as the coordinator decodes them: one encode per round.
+  const torch::Tensor flat = compensated.cpu().contiguous().view({-1});
+  const int64_t elements = TopkChunkElements(chunk_bytes, topk_);
+  torch::Tensor out = torch::zeros_like(flat);
+  TensorChunk chunk;
+  for (int64_t offset = 0; offset < flat.numel(); offset += elements) {
+    const int64_t count = std::min(elements, flat.numel() - offset);
+    chunk.Clear();
+    chunk.set_name(name);
+    chunk.set_dtype(FLOAT32);
+    for (int64_t d : compensated.sizes()) chunk.add_shape(d);
+    chunk.set_offset(offset);
+    chunk.set_count(count);
+    EncodeTopk(flat.narrow(0, offset, count), topk_, &chunk);
+    const SparseChunk kept = DecodeTopk(chunk).value();
+    out.narrow(0, offset, count).index_put_({kept.index}, kept.values);
+    if (sent != nullptr) {
+      sent->squared_norm += kept.values.to(torch::kDouble).square().sum().item<double>();
+      sent->chunks.push_back(chunk);
+    }
+  }
+  return out;
 }
 
 torch::Tensor ErrorFeedback::Flat() const {

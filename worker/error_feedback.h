@@ -25,8 +25,16 @@ class ErrorFeedback {
   ErrorFeedback(Codec codec, int64_t chunk_bytes, TopkParams topk = {}, double beta = 1.0)
       : codec_(codec), chunk_bytes_(chunk_bytes), topk_(topk), beta_(beta) {}
 
-  // Replaces each delta by delta + beta * residual (the tensor to push) and stores the new residual.
-  void Compensate(NamedTensors& delta);
+  // What Compensate sent: with topk, the push's wire chunks, encoded once here (the client replays them instead of
+  // encoding again, worker/round_result.h; empty for int8/int4), and the squared L2 norm of the decoded values (the
+  // push's claimed norm, PushHeader.claimed_norm).
+  struct Sent {
+    std::vector<TensorChunk> chunks;
+    double squared_norm = 0;
+  };
+  // Replaces each delta by delta + beta * residual (the tensor to push) and stores the new residual; fills *sent
+  // when given.
+  void Compensate(NamedTensors& delta, Sent* sent = nullptr);
 
   const std::vector<torch::Tensor>& residual() const { return residual_; }
   // The residual as one flat float32 tensor (the tensors concatenated in push order); undefined before the first
@@ -37,6 +45,11 @@ class ErrorFeedback {
   void Restore(torch::Tensor flat) { pending_ = std::move(flat); }
 
  private:
+  // topk: encodes tensor `name` (its compensated values) into its wire chunks (appended to sent->chunks) and returns
+  // what the coordinator decodes from them, on the CPU.
+  torch::Tensor EncodeTopkChunks(const std::string& name, const torch::Tensor& compensated, int64_t chunk_bytes,
+                                 Sent* sent) const;
+
   Codec codec_;
   int64_t chunk_bytes_;
   TopkParams topk_;

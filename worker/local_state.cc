@@ -206,8 +206,11 @@ void LocalState::RestoreErrorFeedback(const std::vector<torch::Tensor>& saved) {
   if (restored > 0) spdlog::info("error feedback: restored the residual of {} fragment(s)", restored);
 }
 
-void LocalState::Compensate(int fragment, NamedTensors& pseudo_gradient) {
-  if (ErrorFeedback* ef = error_feedback_[static_cast<size_t>(fragment)].get()) ef->Compensate(pseudo_gradient);
+bool LocalState::Compensate(int fragment, NamedTensors& pseudo_gradient, ErrorFeedback::Sent* sent) {
+  ErrorFeedback* ef = error_feedback_[static_cast<size_t>(fragment)].get();
+  if (ef == nullptr) return false;
+  ef->Compensate(pseudo_gradient, sent);
+  return true;
 }
 
 }  // namespace diloco

@@ -56,7 +56,8 @@ class LocalState {
   // Once, before the first inner step after a resume: logs where the optimizer resumed.
   void BeforeFirstStep();
   // comm.error_feedback: adds fragment f's residual to its pseudo-gradient and keeps the new residual.
-  void Compensate(int fragment, NamedTensors& pseudo_gradient);
+  // False (nothing done) without error feedback; sent: as ErrorFeedback::Compensate's.
+  bool Compensate(int fragment, NamedTensors& pseudo_gradient, ErrorFeedback::Sent* sent = nullptr);
 
  private:
   void Resume();

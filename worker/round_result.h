@@ -3,6 +3,9 @@
 // Plain data: one owner at a time (the worker's exchange reads it while the inner loop trains on).
 #pragma once
 
+#include <vector>
+
+#include "proto/diloco.pb.h"
 #include "proto/named_tensors.h"
 #include "worker/round_report.h"
 
@@ -11,6 +14,9 @@ namespace diloco {
 struct RoundResult {
   NamedTensors pseudo_gradient;  // float32 CPU tensors, parameter order (one fragment's with comm.fragments > 1)
   RoundReport report;
+  // The push's wire chunks when error feedback already encoded them (comm.codec topk: encoded once per round,
+  // worker/error_feedback.h); empty: the client encodes pseudo_gradient.
+  std::vector<TensorChunk> encoded;
 };
 
 }  // namespace diloco

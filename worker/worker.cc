@@ -226,14 +226,20 @@ RoundResult Worker::Pack(int64_t round, int f, const StepStats& stats) {
   RoundResult result{{}, ReportRound(stats, f, ClusterSize(), trainer_->epochs())};
   if (!parts_) {  // with parts each rank takes its slice's pseudo-gradient as it pushes (PartExchange::PushMine)
     result.pseudo_gradient = trainer_->PseudoGradient(fragment_theta_[static_cast<size_t>(f)], plan_.members(f));
-    local_->Compensate(f, result.pseudo_gradient);
-    if (attacker_) attacker_->Apply(result, round);
+    // With error feedback the push is encoded (topk) and its norm known once, here; the client replays the chunks.
+    ErrorFeedback::Sent sent;
+    const bool compensated = local_->Compensate(f, result.pseudo_gradient, &sent);
+    if (attacker_) {
+      attacker_->Apply(result, round);  // changes the pseudo-gradient: encoded again by the client
+    } else if (compensated) {
+      result.encoded = std::move(sent.chunks);
+    }
     if (!options_.dump_delta.empty()) {
       if (absl::Status dumped = DumpDelta(options_.dump_delta, round, result.pseudo_gradient); !dumped.ok()) {
         spdlog::warn("test-only --dump-delta: {}", std::string(dumped.message()));
       }
     }
-    result.report.norm = PushedNorm(result.pseudo_gradient);
+    result.report.norm = compensated && !attacker_ ? std::sqrt(sent.squared_norm) : PushedNorm(result.pseudo_gradient);
   }
   const RoundReport& r = result.report;
   spdlog::info("round {}{}: {} inner steps, loss {:.4f} -> {:.4f}, lr {:.2e}, {:.0f} tokens/s, {:.2f} s", round + 1,
@@ -246,10 +252,12 @@ std::optional<PullResult> Worker::ExchangeRound(int64_t round, int f, const Roun
   // Push, wait for the round to close and pull the fragment's new global value; with overlap the inner loop goes on
   // for tau steps (the first ones of the next round) meanwhile.
   NamedTensors& incoming = fragment_theta_[static_cast<size_t>(f)];  // not read by the inner loop meanwhile
+  // With one fragment, incoming is all of theta_round as pulled: the pull may be the round's sparse update.
+  const int64_t have_round = plan_.fragments() == 1 ? round : -1;
   const int64_t overlap_steps = config_.comm.overlap_steps;
-  if (overlap_steps == 0) return session_->Exchange(round, result, incoming);
+  if (overlap_steps == 0) return session_->Exchange(round, result, incoming, have_round);
   std::future<std::optional<PullResult>> exchange =
-      std::async(std::launch::async, [&] { return session_->Exchange(round, result, incoming); });
+      std::async(std::launch::async, [&] { return session_->Exchange(round, result, incoming, have_round); });
   try {
     carried_ = TrainSteps(ScheduleStart(config_, round + 1, 0), overlap_steps);
   } catch (...) {  // a collective failed: stop the exchange thread before unwinding

@@ -4,7 +4,10 @@
 // encodes it), the payload bytes and their fraction of fp32, and the receiver's work per chunk, timed: decode (for
 // topk the checked sparse decode, DecodeTopk) and fold into a float32 sum (add_ of the dense chunk; for topk the
 // kept values only, index_add_), reported as parameters per second. Prints one JSON line per codec. Not a test.
-// Usage: diloco-bench-codec [--params N] [--codecs int8,topk] [--repeat R]
+// With --pull-workers W1,W2,..: for each W, the size of a sparse pull (proto/sparse_update.h, CODEC_UPDATE) after a
+// round of W workers' topk pushes of independent N(0, 1e-3) pseudo-gradients averaged with equal weights (outer SGD
+// lr 1, no momentum), in 1 MiB-of-int8 wire chunks, and its fraction of fp32; one JSON line per W.
+// Usage: diloco-bench-codec [--params N] [--codecs int8,topk] [--repeat R] [--pull-workers 1,2,4]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -18,6 +21,7 @@
 
 #include "absl/strings/str_split.h"
 #include "proto/codec.h"
+#include "proto/sparse_update.h"
 #include "proto/tensor_chunks.h"
 #include "proto/topk_codec.h"
 
@@ -54,6 +58,31 @@ void Pass(const at::Tensor& delta, diloco::Codec codec, at::Tensor& sum, Row& ro
   row.ingest_s = std::min(row.ingest_s, Seconds(t0));
 }
 
+// The bytes of the sparse pull after W workers' topk pushes (the coordinator's average, then CODEC_UPDATE).
+nlohmann::json SparsePullRow(int64_t params, int workers) {
+  const diloco::TopkParams topk;
+  const int64_t elements = diloco::TopkChunkElements(1 << 20, topk);
+  at::Tensor average = at::zeros({params});
+  for (int w = 0; w < workers; ++w) {
+    const at::Tensor delta = at::randn({params}) * 1e-3;
+    average.add_(diloco::TopkRoundTrip(delta, topk, elements), 1.0 / workers);
+  }
+  const float* p = average.data_ptr<float>();
+  int64_t bytes = 0, changed = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t offset = 0; offset < params; offset += elements) {
+    diloco::TensorChunk chunk;
+    changed += diloco::EncodeUpdate(p + offset, std::min(elements, params - offset), -1.0f, topk.chunk, &chunk);
+    bytes += static_cast<int64_t>(chunk.data().size());
+  }
+  return {{"sparse_pull_workers", workers},
+          {"params", params},
+          {"changed", changed},
+          {"pull_bytes", bytes},
+          {"fraction_of_fp32", static_cast<double>(bytes) / (4.0 * params)},
+          {"encode_s", Seconds(t0)}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -64,9 +93,17 @@ int main(int argc, char** argv) {
   app.add_option("--params", params, "pseudo-gradient size");
   app.add_option("--codecs", codecs, "comma-separated codecs");
   app.add_option("--repeat", repeat, "passes per codec (the best is reported)");
+  std::string pull_workers;
+  app.add_option("--pull-workers", pull_workers, "comma-separated worker counts: sizes of a sparse pull instead");
   CLI11_PARSE(app, argc, argv);
   at::set_num_threads(1);
   at::manual_seed(0);
+  if (!pull_workers.empty()) {
+    for (absl::string_view w : absl::StrSplit(pull_workers, ',')) {
+      std::cout << SparsePullRow(params, std::stoi(std::string(w))).dump() << std::endl;
+    }
+    return 0;
+  }
   const at::Tensor delta = at::randn({params}) * 1e-3;
   at::Tensor sum = at::zeros({params});
   for (absl::string_view name : absl::StrSplit(codecs, ',')) {

@@ -19,7 +19,8 @@
 //     that were accepted and are still counted (a refused or broken push never reaches the model); with no counted
 //     push theta_0 is unchanged bit for bit.
 // With DILOCO_FUZZ_WRITE_SEEDS=DIR in the environment the binary writes the seed corpus (valid pushes in every codec,
-// truncated, broken, NaN) into DIR and exits: tests/fuzz/corpus/ was made that way.
+// truncated, broken, NaN) into DIR and exits: tests/fuzz/corpus/ was made that way, and its sparse seeds (topk
+// pushes of several blocks per tensor, valid, truncated, broken, beside int8) by tests/fuzz/make_topk_seeds.py.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <google/protobuf/stubs/logging.h>

@@ -6,8 +6,9 @@ starts a real coordinator on config/tiny.yaml (min_workers 1, so it is the only 
 describes: GetStatus (run settings and fingerprint), Join with the ModelSpec, Pull the whole model and recompute the
 fingerprint from the pulled names, shapes and dtypes, push a pseudo-gradient in chunks of at most chunk_bytes (round 1
 raw fp32, round 2 bf16 encoded here, round 3 raw in two parts as a cluster of 2 would, PROTOCOL.md "Push and pull in
-parts"), wait for each round to close, pull again and check the new parameters equal the outer step (Nesterov SGD
-with the config's outer lr and momentum) computed here to 1e-6, pull theta in two parts, then Leave.
+parts", round 4 sparse top-k encoded here from PROTOCOL.md "CODEC_TOPK"), wait for each round to close, pull again
+and check the new parameters equal the outer step (Nesterov SGD with the config's outer lr and momentum) computed here
+to 1e-6, pull theta in two parts, then Leave.
 
 Usage: foreign_worker.py --coordinator BIN --source-dir DIR --scratch DIR [--cache-dir DIR]
 Exit status 0 when every check holds; any failed check raises (non-zero exit) with what differed.
@@ -80,6 +81,48 @@ def encode_bf16(values):
     return rounded.astype("<u2")
 
 
+TOPK_BLOCK, TOPK_KEEP = 64, 4  # CODEC_TOPK: B and k of our top-k push (any valid pair; the coordinator reads them)
+
+
+def topk_block(x, keep):
+    """One block of CODEC_TOPK: its kept positions (ascending), bf16 levels r0 <= r1 and 2-bit codes (PROTOCOL.md)."""
+    kept = min(keep, x.size)
+    order = np.lexsort((np.arange(x.size), -np.abs(x)))[:kept]  # largest |x|, ties to the lower position
+    pos = np.sort(order)
+    mag = np.abs(x[pos]).astype(np.float32)
+    lo, hi = mag.min(), mag.max()
+    d = np.float32(hi - lo)
+    r0, r1 = encode_bf16(np.array([lo + d * np.float32(0.25), hi - d * np.float32(0.25)], np.float32))
+    f0, f1 = (np.array([r0, r1], np.uint32) << 16).view(np.float32)
+    codes = (x[pos] < 0).astype(np.uint32) | ((mag > (f0 + f1) * np.float32(0.5)).astype(np.uint32) << 1)
+    values = np.where(codes & 2, f1, f0) * np.where(codes & 1, np.float32(-1), np.float32(1))
+    return pos, (int(r0), int(r1)), codes, values.astype(np.float32)
+
+
+def pack_bits(values, width):
+    """Little-endian bit stream, value i in bits [i width, (i + 1) width), padded to a byte."""
+    out = bytearray((len(values) * width + 7) // 8)
+    for i, v in enumerate(values):
+        for b in range(width):
+            if (int(v) >> b) & 1:
+                out[(i * width + b) // 8] |= 1 << ((i * width + b) % 8)
+    return bytes(out)
+
+
+def encode_topk(part):
+    """A CODEC_TOPK payload for `part` (its first element starts a block), and what the coordinator decodes."""
+    levels, positions, codes = bytearray(), [], []
+    decoded = np.zeros(part.size, np.float32)
+    for start in range(0, part.size, TOPK_BLOCK):
+        pos, (r0, r1), c, values = topk_block(part[start:start + TOPK_BLOCK], TOPK_KEEP)
+        levels += bytes([r0 & 0xFF, r0 >> 8, r1 & 0xFF, r1 >> 8])
+        positions += list(pos)
+        codes += list(c)
+        decoded[start + pos] = values
+    bits = max(1, int(np.ceil(np.log2(TOPK_BLOCK))))
+    return bytes(levels) + pack_bits(positions, bits) + pack_bits(codes, 2), decoded
+
+
 def pull(stub, pb, meta):
     """The whole model: [(name, dtype, shape, values)] in parameter order, and the header."""
     header, tensors = None, []
@@ -111,13 +154,20 @@ def push(stub, pb, meta, delta, codec):
         yield pb.PushMessage(header=pb.PushHeader(meta=meta, tokens=2560, inner_steps=10, loss=4.0, seconds=1.0))
         for name, dtype, shape, values in delta:
             flat = values.reshape(-1).astype(np.float32)
-            per_chunk = CHUNK_BYTES // (2 if codec == pb.CODEC_BF16 else 4)
+            per_chunk = CHUNK_BYTES // (2 if codec == pb.CODEC_BF16 else 4)  # topk: whole blocks, fewer bytes
             for offset in range(0, flat.size, per_chunk):
                 part = flat[offset:offset + per_chunk]
-                data = encode_bf16(part).tobytes() if codec == pb.CODEC_BF16 else part.astype("<f4").tobytes()
+                topk = {}
+                if codec == pb.CODEC_TOPK:
+                    data = encode_topk(part)[0]
+                    topk = dict(topk_chunk=TOPK_BLOCK, topk_keep=TOPK_KEEP)
+                elif codec == pb.CODEC_BF16:
+                    data = encode_bf16(part).tobytes()
+                else:
+                    data = part.astype("<f4").tobytes()
                 check(len(data) <= CHUNK_BYTES, "chunk larger than chunk_bytes")
                 yield pb.PushMessage(chunk=pb.TensorChunk(name=name, dtype=dtype, shape=shape, offset=offset,
-                                                          count=part.size, codec=codec, data=data))
+                                                          count=part.size, codec=codec, data=data, **topk))
     return stub.PushPseudoGradient(messages(), timeout=60)
 
 
@@ -163,7 +213,15 @@ def pull_range(stub, pb, meta, begin, end):
 
 
 def as_received(delta, codec, pb):
-    """What the coordinator decodes from our push (bf16 loses bits; raw is exact)."""
+    """What the coordinator decodes from our push (bf16 loses bits; top-k keeps a few per block; raw is exact)."""
+    if codec == pb.CODEC_TOPK:
+        per_chunk = CHUNK_BYTES // 4
+        out = []
+        for n, d, s, v in delta:
+            flat = v.reshape(-1).astype(np.float32)
+            parts = [encode_topk(flat[o:o + per_chunk])[1] for o in range(0, flat.size, per_chunk)]
+            out.append((n, d, s, np.concatenate(parts).reshape(s)))
+        return out
     if codec != pb.CODEC_BF16:
         return delta
     return [(n, d, s, (encode_bf16(v.reshape(-1)).astype(np.uint32) << 16).view(np.float32).reshape(s))
@@ -212,7 +270,7 @@ def run(args, pb, pb_grpc, grpc, work):
     port_file = os.path.join(work, "addr")
     sets = [f"run.output_dir={work}/run", f"data.text={args.source_dir}/tests/data/tinyshakespeare.txt",
             "coordinator.min_workers=1", "coordinator.eval_every=0", "coordinator.checkpoint_every=0",
-            "outer.rounds=3", f"comm.chunk_bytes={CHUNK_BYTES}"]
+            "outer.rounds=4", f"comm.chunk_bytes={CHUNK_BYTES}"]
     if args.cache_dir:
         sets.append(f"data.cache_dir={args.cache_dir}")
     cmd = [args.coordinator, "--config", f"{args.source_dir}/config/tiny.yaml", "--port-file", port_file]
@@ -254,7 +312,7 @@ def exercise(address, pb, pb_grpc, grpc):
           f"model defaults not resolved: {m}")
     check(status.lease_ms == 10000 and status.heartbeat_interval_ms == 500, "lease / heartbeat")
     check(status.chunk_bytes == CHUNK_BYTES and status.max_message_bytes == CHUNK_BYTES + (1 << 20), "limits")
-    check(status.inner_steps == 10 and status.round == 0 and status.rounds_total == 3, "rounds")
+    check(status.inner_steps == 10 and status.round == 0 and status.rounds_total == 4, "rounds")
     check(len(status.fingerprint) == 16, f"fingerprint {status.fingerprint!r}")
 
     # 2. Join with the ModelSpec the status shows; the reply repeats the settings.
@@ -286,11 +344,12 @@ def exercise(address, pb, pb_grpc, grpc):
 
         outer = OuterNesterov(theta)
         rng = np.random.default_rng(19)
-        for round_, codec in ((0, pb.CODEC_RAW), (1, pb.CODEC_BF16), (2, "parts")):
+        for round_, codec in ((0, pb.CODEC_RAW), (1, pb.CODEC_BF16), (2, "parts"), (3, pb.CODEC_TOPK)):
             # 4. "Train": theta_local = theta + noise; the pseudo-gradient is theta - theta_local.
             delta = [(n, d, s, (-0.01 * rng.standard_normal(s)).astype(np.float32)) for n, d, s, _ in theta]
             meta.round = round_
-            label = {pb.CODEC_RAW: "fp32", pb.CODEC_BF16: "bf16", "parts": "fp32 two-part"}[codec]
+            label = {pb.CODEC_RAW: "fp32", pb.CODEC_BF16: "bf16", "parts": "fp32 two-part",
+                     pb.CODEC_TOPK: "topk"}[codec]
             if codec == "parts":  # part 1 first; the member counts only once part 0 is in too
                 codec = pb.CODEC_RAW
                 ranges = part_ranges(sum(v.size for *_, v in delta), 2)
@@ -330,11 +389,11 @@ def exercise(address, pb, pb_grpc, grpc):
         stop.set()
         beat.join()
     # 6. Leave; the status lists the member as left.
-    meta.round = 2
+    meta.round = 3
     stub.Leave(pb.LeaveRequest(meta=meta, reason="foreign worker test done"), timeout=30)
     states = {w.id: w.state for w in stub.GetStatus(pb.StatusRequest(), timeout=30).workers}
     check(states.get(WORKER_ID) == "left", f"after Leave: {states}")
-    print("foreign worker: joined, pulled, pushed 3 rounds (the last in two parts), outer steps match, left")
+    print("foreign worker: joined, pulled, pushed 4 rounds (fp32, bf16, two parts, topk), outer steps match, left")
 
 
 def main():

@@ -1,0 +1,205 @@
+// Sparse pulls' format (proto/sparse_update.h, CODEC_UPDATE): the update the coordinator builds after an outer step
+// without momentum (coordinator/sparse_pull.h), applied to theta_{t-1}, must give the coordinator's own
+// OuterOptimizer::StepInPlace result bit for bit, for lr 1 and another lr, with -0.0 in theta and in the delta;
+// sizes at SparseLoCo's 64 of 4096; and every malformed payload is refused with its own message.
+#include "proto/sparse_update.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "coordinator/outer_optimizer.h"
+#include "coordinator/sparse_pull.h"
+
+namespace diloco {
+namespace {
+
+// Three tensors: 2 blocks and a short one, a tensor shorter than a block, an empty one.
+NamedTensors Theta(uint64_t seed) {
+  at::manual_seed(seed);
+  NamedTensors t = {{"a", at::randn({3, 3000})}, {"b", at::randn({100})}, {"c", at::zeros({0})}};
+  t[0].second.view({-1})[7] = -0.0f;  // an unchanged -0 must stay -0; a changed one must become what the step makes
+  t[0].second.view({-1})[8] = -0.0f;
+  return t;
+}
+
+// A sparse average: each of `workers` keeps 64 random positions per 4096 with one of four values per block.
+std::vector<at::Tensor> SparseDelta(const NamedTensors& theta, int workers, uint64_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<at::Tensor> delta;
+  for (const auto& [name, t] : theta) {
+    at::Tensor d = at::zeros_like(t);
+    float* p = d.data_ptr<float>();
+    const int64_t n = d.numel();
+    for (int w = 0; w < workers; ++w) {
+      for (int64_t start = 0; start < n; start += 4096) {
+        const int64_t len = std::min<int64_t>(4096, n - start);
+        const float levels[4] = {0.011f * (w + 1), -0.011f * (w + 1), 0.023f / (w + 1), -0.023f / (w + 1)};
+        for (int k = 0; k < std::min<int64_t>(64, len); ++k) {
+          p[start + rng() % len] += levels[rng() % 4] / static_cast<float>(workers);
+        }
+      }
+    }
+    delta.push_back(d);
+  }
+  if (delta[0].numel() > 8) {
+    delta[0].view({-1})[7] = 0.0f;   // keeps a -0 theta
+    delta[0].view({-1})[8] = 0.5f;   // changes a -0 theta
+    delta[0].view({-1})[9] = -0.0f;  // a -0 delta: sent (its step is +0), and theta + 0 is what the kernel writes
+  }
+  return delta;
+}
+
+NamedTensors Clone(const NamedTensors& t) {
+  NamedTensors out;
+  for (const auto& [name, x] : t) out.push_back({name, x.clone()});
+  return out;
+}
+
+bool BitEqual(const at::Tensor& a, const at::Tensor& b) {
+  return a.numel() == b.numel() && std::memcmp(a.data_ptr(), b.data_ptr(), a.numel() * sizeof(float)) == 0;
+}
+
+absl::Status ApplyAll(const SparseUpdate& update, UpdateApplier& applier) {
+  for (const std::string& m : update.messages) {
+    PullMessage message;
+    if (!message.ParseFromString(m)) return absl::DataLossError("unparsable");
+    if (absl::Status s = applier.Accept(message.chunk()); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+void ExpectBitIdentical(double lr, int workers) {
+  const NamedTensors before = Theta(1);
+  const std::vector<at::Tensor> delta = SparseDelta(before, workers, 2);
+  NamedTensors stepped = Clone(before);
+  std::vector<at::Tensor> plain;
+  for (auto& [name, t] : stepped) plain.push_back(t);
+  OuterOptimizer(OuterOptimizer::Kind::kSgd, lr, 0).StepInPlace(plain, delta, nullptr);
+  auto update = BuildSparseUpdate(1, stepped, delta, static_cast<float>(-lr), 4096, 8192, 1 << 30);
+  ASSERT_NE(update, nullptr);
+  EXPECT_EQ(update->theta_hash, ThetaHash(stepped));
+  NamedTensors mine = Clone(before);
+  UpdateApplier applier(mine);
+  ASSERT_TRUE(ApplyAll(*update, applier).ok());
+  EXPECT_TRUE(applier.Done());
+  for (size_t i = 0; i < mine.size(); ++i) EXPECT_TRUE(BitEqual(mine[i].second, stepped[i].second)) << mine[i].first;
+  EXPECT_EQ(ThetaHash(mine), update->theta_hash);
+  int64_t nonzero = 0;
+  for (const at::Tensor& d : delta) nonzero += d.ne(0).sum().item<int64_t>();
+  EXPECT_EQ(applier.changed(), nonzero + 1);  // + the -0 delta
+  // The unchanged -0 stayed -0 (bit for bit), the changed one took the step.
+  EXPECT_TRUE(std::signbit(mine[0].second.view({-1})[7].item<float>()));
+}
+
+TEST(SparseUpdateTest, BitIdenticalToTheOuterStepAtLrOne) { ExpectBitIdentical(1.0, 1); }
+TEST(SparseUpdateTest, BitIdenticalToTheOuterStepAtAnotherLr) { ExpectBitIdentical(0.7, 3); }
+
+TEST(SparseUpdateTest, OneWorkerBlockCostsUnderOneHundredthOfFp32) {
+  const NamedTensors theta = {{"w", at::zeros({4096 * 16})}};
+  const std::vector<at::Tensor> delta = SparseDelta(theta, 1, 5);
+  auto update = BuildSparseUpdate(1, theta, delta, -1.0f, 4096, 4096 * 16, 1 << 30);
+  ASSERT_NE(update, nullptr);
+  // 16 blocks of about 64 changed values: counts, a palette of <= 4 steps, Rice gaps, 2-bit indices.
+  EXPECT_LT(update->bytes, 16 * 4096 * 4 / 100) << update->bytes;
+  EXPECT_GT(update->changed, 16 * 60);
+}
+
+TEST(SparseUpdateTest, AnUpdateOverItsLimitIsNotKept) {
+  const NamedTensors theta = {{"w", at::zeros({8192})}};
+  // A dense update of distinct values (momentum-like): every position and a 4-byte step each, over 1/8 of fp32.
+  EXPECT_EQ(BuildSparseUpdate(1, theta, {at::randn({8192})}, -1.0f, 4096, 8192, SparseUpdateLimit(8192)), nullptr);
+  // A sparse one fits.
+  EXPECT_NE(BuildSparseUpdate(1, theta, SparseDelta(theta, 1, 3), -1.0f, 4096, 8192, SparseUpdateLimit(8192)), nullptr);
+}
+
+// A chunk of one block of 8 elements: u = 2 changed (positions 1 and 5), palette {0.5, 1.0}, indices {1, 0}.
+TensorChunk Chunk(const std::string& data, int64_t block = 8, int64_t offset = 0) {
+  TensorChunk c;
+  c.set_name("w");
+  c.set_dtype(FLOAT32);
+  c.add_shape(8);
+  c.set_offset(offset);
+  c.set_count(8);
+  c.set_codec(CODEC_UPDATE);
+  c.set_topk_chunk(block);
+  c.set_data(data);
+  return c;
+}
+
+std::string Floats(std::vector<float> v) {
+  std::string s(v.size() * 4, '\0');
+  std::memcpy(s.data(), v.data(), s.size());
+  return s;
+}
+
+// r for 8 elements, 2 changed: t = (6 / 2) * 69 / 100 = 2 -> r = 1. Gaps 1 (pos 1): q 0 -> 0, low bit 1; 3 (pos 5):
+// q 1 -> 1 0, low bit 1. Indices 1 (1.0) then 0 (0.5), 1 bit each. Stream 0 1 | 1 0 1 | 1 | 0 -> 0b0110110 = 0x36.
+std::string Good() { return std::string("\x02\x02", 2) + Floats({0.5f, 1.0f}) + "\x36"; }
+
+TEST(SparseUpdateTest, DecodesAHandWrittenBlock) {
+  ASSERT_EQ(RiceParameter(8, 2), 1);
+  auto d = DecodeUpdate(Chunk(Good()));
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->index.numel(), 2);
+  EXPECT_EQ(d->index[0].item<int64_t>(), 1);
+  EXPECT_EQ(d->index[1].item<int64_t>(), 5);
+  EXPECT_EQ(d->values[0].item<float>(), 1.0f);
+  EXPECT_EQ(d->values[1].item<float>(), 0.5f);
+}
+
+TEST(SparseUpdateTest, RefusesEveryMalformedPayload) {
+  const float nan = std::nanf("");
+  struct Case {
+    std::string data;
+    std::string message;
+    int64_t block = 8;
+    int64_t offset = 0;
+  };
+  const std::vector<Case> cases = {
+      {Good().substr(0, Good().size() - 1), "payload ends inside a position"},
+      {Good() + std::string("\x00", 1), "bytes after its last block"},
+      {"\x09", "9 changed of 8"},
+      {std::string("\x02\x00", 2), "palette size"},
+      {std::string("\x02\x03", 2), "palette size"},
+      {std::string("\x02\x02", 2) + Floats({1.0f, 0.5f}) + "\x6d", "palette not ascending"},
+      {std::string("\x02\x02", 2) + Floats({0.5f, nan}) + "\x6d", "non-finite step"},
+      {std::string("\x01\x01", 2) + Floats({0.5f}) + "\xff\x01", "position out of the block"},
+      // u = 1 of 8: r = 2. Gap 7: 1 0 1 1 (0x0d) is position 7, valid; gap 8: 1 1 0 0 0 (0x03) is outside.
+      {std::string("\x01\x01", 2) + Floats({0.5f}) + std::string("\x0d", 1), "position 7"},
+      {std::string("\x01\x01", 2) + Floats({0.5f}) + std::string("\x03", 1), "position 8 out of the block of 8"},
+      // u = 3 of 8: r = 0; positions 0 1 2 (0 0 0), then index 3 (1 1) of a palette of 3: 0b00011000.
+      {std::string("\x03\x03", 2) + Floats({0.1f, 0.2f, 0.5f}) + std::string("\x18", 1), "index 3"},
+      {Good(), "block length 1", 1},
+      {Good(), "does not start a block", 8, 4},
+  };
+  for (const Case& c : cases) {
+    auto d = DecodeUpdate(Chunk(c.data, c.block, c.offset));
+    if (c.message == "position 7") {  // the one valid case among them: a lone position 7 of 8
+      ASSERT_TRUE(d.ok()) << d.status();
+      EXPECT_EQ(d->index[0].item<int64_t>(), 7);
+      continue;
+    }
+    ASSERT_FALSE(d.ok()) << c.message;
+    EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(std::string(d.status().message()).find(c.message), std::string::npos) << d.status();
+  }
+}
+
+TEST(SparseUpdateTest, AnApplierTakesOnlyUpdateChunks) {
+  NamedTensors theta = {{"w", at::zeros({8})}};
+  UpdateApplier applier(theta);
+  TensorChunk raw = Chunk(Floats(std::vector<float>(8, 1.0f)));
+  raw.set_codec(CODEC_RAW);
+  EXPECT_FALSE(applier.Accept(raw).ok());
+  EXPECT_TRUE(applier.Accept(Chunk(Good())).ok());
+  EXPECT_TRUE(applier.Done());
+  EXPECT_EQ(theta[0].second[1].item<float>(), 1.0f);
+  EXPECT_EQ(theta[0].second[5].item<float>(), 0.5f);
+}
+
+}  // namespace
+}  // namespace diloco
