@@ -126,7 +126,7 @@ struct OuterConfig {
   int64_t max_staleness = 16;         // async: pushes computed more than this many versions ago are refused
   LatePolicy late_policy = LatePolicy::kDrop;  // a push refused as late: drop (restart from the new global) |
                                                // reuse_local (keep training from the worker's own parameters)
-  // mean | clip (docs/operations.md "Robust aggregation and the non-finite guard")
+  // mean | clip | trimmed_mean | centered_clip (docs/operations.md "Robust aggregation and the non-finite guard")
   Aggregation aggregation = Aggregation::kMean;
   // clip: each push scaled to at most this x the round's median push norm
   double clip_factor = 1.0;
@@ -134,6 +134,14 @@ struct OuterConfig {
   double max_token_weight = 2.0;
   // clip: a member whose pushes were clipped this many rounds in a row is logged and shown as suspect; 0 = never
   int64_t flag_rounds = 3;
+  // trimmed_mean: the pushes dropped at each end of every coordinate (lowered to (k - 1) / 2 for k pushes)
+  int64_t trim = 1;
+  // centered_clip: iterations of v += mean(clip_tau(x_i - v)) from the coordinate-wise median
+  int64_t cclip_iterations = 3;
+  // centered_clip: tau per chunk; 0 = the median over the pushes of |x_i - median| on that chunk
+  double cclip_tau = 0;
+  // trimmed_mean, centered_clip: chunks of each push held at most before the slowest push's catch up
+  int64_t window_chunks = 4;
 };
 
 struct CoordinatorConfig {

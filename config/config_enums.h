@@ -13,9 +13,10 @@ namespace diloco {
 enum class OuterMode { kSync, kAsync };             // outer.mode
 enum class OuterOptimizerKind { kNesterov, kSgd };  // outer.optimizer
 enum class LatePolicy { kDrop, kReuseLocal };       // outer.late_policy
-enum class Aggregation { kMean, kClip };            // outer.aggregation (coordinator/aggregation_rule.h)
-enum class InnerOptimizerKind { kAdamW };           // inner.optimizer
-enum class DataSplit { kIid, kContiguous };         // data.split
+// outer.aggregation (coordinator/aggregation_rule.h, coordinator/coordinate_window.h)
+enum class Aggregation { kMean, kClip, kTrimmedMean, kCenteredClip };
+enum class InnerOptimizerKind { kAdamW };                           // inner.optimizer
+enum class DataSplit { kIid, kContiguous };                         // data.split
 enum class WireCodec { kFp32, kBf16, kFp16, kInt8, kInt4, kTopk };  // comm.codec, comm.pull_codec (not topk)
 enum class PushTransport { kGrpc, kTcp };                           // comm.transport
 enum class Precision { kFp32, kBf16 };                              // workers.precision
@@ -51,8 +52,11 @@ struct EnumNames<LatePolicy> {
 };
 template <>
 struct EnumNames<Aggregation> {
-  static constexpr std::array<std::pair<Aggregation, std::string_view>, 2> kNames{
-      {{Aggregation::kMean, "mean"}, {Aggregation::kClip, "clip"}}};
+  static constexpr std::array<std::pair<Aggregation, std::string_view>, 4> kNames{
+      {{Aggregation::kMean, "mean"},
+       {Aggregation::kClip, "clip"},
+       {Aggregation::kTrimmedMean, "trimmed_mean"},
+       {Aggregation::kCenteredClip, "centered_clip"}}};
 };
 template <>
 struct EnumNames<InnerOptimizerKind> {

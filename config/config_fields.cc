@@ -138,8 +138,9 @@ const std::vector<Field>& Fields() {
       MakeField("outer.max_staleness", &Config::outer, &OuterConfig::max_staleness, AtLeast(0),
                 "async: a push computed more than this many versions ago is refused"),
       MakeField("outer.aggregation", &Config::outer, &OuterConfig::aggregation,
-                "how the round's pushes combine: mean (token-weighted), or clip (each push scaled to at most "
-                "outer.clip_factor x the round's median norm; docs/operations.md \"Robust aggregation\")"),
+                "how the round's pushes combine: mean (token-weighted), clip (each push scaled to at most "
+                "outer.clip_factor x the round's median norm), trimmed_mean or centered_clip (coordinate-wise, "
+                "streamed chunk by chunk; docs/operations.md \"Robust aggregation\")"),
       MakeField("outer.clip_factor", &Config::outer, &OuterConfig::clip_factor, Above(0),
                 "clip: a push's norm is scaled to at most this x the median norm of the round's pushes"),
       MakeField("outer.max_token_weight", &Config::outer, &OuterConfig::max_token_weight, AtLeast(0),
@@ -147,6 +148,14 @@ const std::vector<Field>& Fields() {
       MakeField("outer.flag_rounds", &Config::outer, &OuterConfig::flag_rounds, AtLeast(0),
                 "clip: a member whose pushes were clipped this many rounds in a row is logged and shown as suspect; "
                 "0 = never"),
+      MakeField("outer.trim", &Config::outer, &OuterConfig::trim, AtLeast(0),
+                "trimmed_mean: pushes dropped at each end of every coordinate (at most (k - 1) / 2 of k pushes)"),
+      MakeField("outer.cclip_iterations", &Config::outer, &OuterConfig::cclip_iterations, AtLeast(0),
+                "centered_clip: iterations of v += mean(clip_tau(x_i - v)), starting at the coordinate-wise median"),
+      MakeField("outer.cclip_tau", &Config::outer, &OuterConfig::cclip_tau, AtLeast(0),
+                "centered_clip: the clip radius per chunk; 0 = the median over the pushes of |x_i - median| there"),
+      MakeField("outer.window_chunks", &Config::outer, &OuterConfig::window_chunks, Above(0),
+                "trimmed_mean, centered_clip: chunks of each push held at most while the slowest push catches up"),
       MakeField("coordinator.listen", &Config::coordinator, &CoordinatorConfig::listen,
                 "HOST:PORT of the gRPC service; port 0 picks a free one"),
       MakeField("coordinator.min_workers", &Config::coordinator, &CoordinatorConfig::min_workers, Above(0),

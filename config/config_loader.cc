@@ -247,6 +247,13 @@ absl::Status ValidateComm(const Config& c) {
     return absl::InvalidArgumentError(absl::StrCat("comm.topk_per_chunk (", c.comm.topk_per_chunk,
                                                    ") must be at most comm.topk_chunk (", c.comm.topk_chunk, ")"));
   }
+  const bool coordinate_wise =
+      c.outer.aggregation == Aggregation::kTrimmedMean || c.outer.aggregation == Aggregation::kCenteredClip;
+  if (coordinate_wise && (c.outer.mode == OuterMode::kAsync || c.comm.codec == WireCodec::kTopk)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "outer.aggregation ", std::string(EnumName(c.outer.aggregation)), " needs outer.mode sync and a dense ",
+        "comm.codec (not topk): it reduces chunk s of every push of a round together"));
+  }
   return absl::OkStatus();
 }
 

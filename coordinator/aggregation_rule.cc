@@ -108,6 +108,13 @@ at::Tensor CenteredClip(const at::Tensor& rows, double tau, int64_t iterations) 
   return v;
 }
 
+double CenteredClipTau(const at::Tensor& rows) {
+  const at::Tensor x = rows.to(at::kDouble);
+  const at::Tensor norms = (x - CoordinateMedian(x)).norm(2, {1});
+  std::vector<double> values(norms.data_ptr<double>(), norms.data_ptr<double>() + norms.numel());
+  return Median(values);
+}
+
 bool ClipGate::TryOpen(const std::vector<std::string>& expected, bool force, size_t min_declared) {
   if (open_) return true;
   bool all = !declared_.empty();

@@ -11,6 +11,7 @@
 //   CenteredClip        BTARD's CenteredClip over rows x_i: v = coordinate-wise median, then `iterations` times
 //                       v += mean_i(clip_tau(x_i - v)), clip_tau(z) = z min(1, tau / |z|); streamed chunk by chunk,
 //                       |z| is the norm over the rows' coordinates (one chunk of each push)
+//   CenteredClipTau     tau derived from the rows: median_i |x_i - coordinate-wise median| (scale-free per chunk)
 // Pure functions of their arguments: thread-safe.
 #pragma once
 
@@ -72,5 +73,7 @@ std::vector<double> CappedWeights(const std::vector<double>& tokens, double max_
 // (k - 1) / 2 when 2 x trim >= k.
 at::Tensor TrimmedMean(const at::Tensor& rows, int64_t trim);
 at::Tensor CenteredClip(const at::Tensor& rows, double tau, int64_t iterations);
+// centered_clip's radius when outer.cclip_tau is 0: the median over rows i of |x_i - coordinate-wise median|.
+double CenteredClipTau(const at::Tensor& rows);
 
 }  // namespace diloco

@@ -52,6 +52,7 @@
 #include "absl/synchronization/mutex.h"
 #include "config/config.h"
 #include "coordinator/aggregation_rule.h"
+#include "coordinator/coordinate_window.h"
 #include "coordinator/evaluator.h"
 #include "coordinator/membership.h"
 #include "coordinator/push_parts.h"
@@ -125,6 +126,9 @@ class CoordinatorCore {
     return model_.fragment_specs.at(static_cast<size_t>(f));
   }
   const std::string& fingerprint() const { return model_.fingerprint; }
+  // The ingest threads the service should run (ingest_queue.h): a coordinate-wise outer.aggregation makes a push that
+  // runs ahead wait on its ingest thread (coordinate_window.h), so it needs one per member plus room for progress.
+  int ingest_threads() const;
 
   // The round loop: closes rounds, steps, hands them to the sinks. Returns when the run is complete (after the
   // final checkpoint and summary) or after Stop().
@@ -180,7 +184,7 @@ class CoordinatorCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Push streams with chunks in the sums, and members with parts in the sums: the round may not close under them.
   size_t PartialPushes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return round_.partial_count() + parts_.partial_count();
+    return round_.partial_count() + parts_.partial_count() + (window_.open() && !window_.complete() ? 1 : 0);
   }
   absl::Status CutRefusal(const PushTicket& ticket) const;  // FAILED_PRECONDITION for a push cut as stalled
   // Releases mu_ while the outer step runs; holds it again on return.
@@ -225,6 +229,20 @@ class CoordinatorCore {
   // it began), and the bookkeeping after (norm, progress, bytes): shared by the dense and the sparse fold.
   absl::Status AdmitFold(const PushTicket& ticket) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void NoteFold(PushTicket& ticket, double squared_norm, int64_t wire_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // outer.aggregation trimmed_mean / centered_clip in sync rounds (coordinator_window.cc, coordinate_window.h).
+  bool CoordinateWiseRounds() const;
+  // Declares the push; UNAVAILABLE until the round's set of pushes is fixed (or when it is fixed without this one),
+  // else sets the ticket's weight (1/k: every push of the set counts alike).
+  absl::Status AdmitToWindow(const PushHeader& header, PushTicket& ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands one checked chunk to the window, first waiting (mu_ released) while the push is window_chunks ahead of the
+  // slowest push of the set; a reduced chunk goes into the accumulator.
+  absl::Status FoldToWindow(PushTicket& ticket, size_t index, int64_t offset, const at::Tensor& values)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The round loop's pass: when the window has not advanced for coordinator.lease_s, CutWindowLaggards.
+  void CheckWindowStall(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Cuts the window's slowest pushes as stalled (a member of the set that never streamed included), quarantines
+  // them and restarts the aggregation.
+  void CutWindowLaggards() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A counted push's norm and clip factor on its member; the suspect flag (outer.flag_rounds), logged once.
   void RecordPushNorm(Member& m, const PushTicket& ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -247,6 +265,7 @@ class CoordinatorCore {
   RoundState round_ ABSL_GUARDED_BY(mu_);
   PushParts parts_ ABSL_GUARDED_BY(mu_);
   ClipGate clip_gate_ ABSL_GUARDED_BY(mu_){config_.outer.clip_factor, config_.outer.max_token_weight};
+  CoordinateWindow window_ ABSL_GUARDED_BY(mu_){CoordinateWindowOptionsOf(config_)};
   RunStats stats_ ABSL_GUARDED_BY(mu_);
   bool complete_ ABSL_GUARDED_BY(mu_) = false;
   // Sparse pulls: the last committed round's update (null: none, or too large), built by the round thread.

@@ -99,6 +99,9 @@ absl::StatusOr<PushTicket> CoordinatorCore::BeginPush(const PushHeader& header) 
     }
     if (absl::Status admitted = AdmitToClip(header, t); !admitted.ok()) return admitted;
   }
+  if (CoordinateWiseRounds()) {
+    if (absl::Status admitted = AdmitToWindow(header, t); !admitted.ok()) return admitted;
+  }
   if (header.parts() > 1) {
     s = BeginPart(header, t);
     if (!s.ok()) return s;
@@ -121,7 +124,11 @@ absl::Status CoordinatorCore::FoldChunk(PushTicket& ticket, size_t index, int64_
   const double squared_norm = SquaredNorm(values);  // outside the lock: the push's norm (aggregation_rule.h)
   absl::MutexLock lock(&mu_);
   if (absl::Status s = AdmitFold(ticket); !s.ok()) return s;
-  accumulator_.Fold(index, offset, values, ticket.weight * ticket.fold_scale);
+  if (CoordinateWiseRounds()) {  // trimmed_mean, centered_clip: through the window (coordinator_window.cc)
+    if (absl::Status s = FoldToWindow(ticket, index, offset, values); !s.ok()) return s;
+  } else {
+    accumulator_.Fold(index, offset, values, ticket.weight * ticket.fold_scale);
+  }
   NoteFold(ticket, squared_norm, wire_bytes);
   return absl::OkStatus();
 }
@@ -162,6 +169,11 @@ absl::Status CoordinatorCore::CommitPush(PushTicket& ticket) {
   if (ticket.epoch != round_.epoch()) return absl::AbortedError("the round's aggregation restarted; push again");
   if (absl::Status s = CheckClaimedNorm(ticket); !s.ok()) return s;
   if (ticket.parts > 1) return CommitPart(ticket);
+  if (CoordinateWiseRounds() && !window_.Finish(ticket.worker_id)) {  // its chunks are in the window: restart
+    const std::string why = "the push's chunk count differs from the other pushes' of the round";
+    RestartAggregation(ticket.worker_id, ticket.round, why, /*cut_as_stalled=*/false);
+    return absl::InvalidArgumentError(why);
+  }
   return CountPush(ticket);
 }
 
@@ -190,7 +202,10 @@ void CoordinatorCore::AbortPush(PushTicket& ticket, const std::string& why) {
                  absl::StrCat("part ", ticket.part, " broke off: ", why));  // breaks the member's push
     return;
   }
-  if (!current || !ticket.folded_any || ticket.epoch != round_.epoch() || ticket.round != theta_->round()) return;
+  // A member of a coordinate-wise rule's set breaks the round's window even before its first chunk.
+  const bool windowed = CoordinateWiseRounds() && window_.Holds(ticket.worker_id);
+  if (!current || !(ticket.folded_any || windowed) || ticket.epoch != round_.epoch() || ticket.round != theta_->round())
+    return;
   // Some of this push is in the sums and the rest never came: discard the round's aggregation so far.
   RestartAggregation(ticket.worker_id, ticket.round, why, /*cut_as_stalled=*/false);
 }
@@ -199,6 +214,7 @@ void CoordinatorCore::RestartAggregation(const std::string& id, int64_t round, c
                                          bool cut_as_stalled) {
   accumulator_.Reset();
   parts_.Clear();
+  window_.Reset();
   const size_t dropped = round_.RestartAggregation();
   spdlog::warn("push from {} for round {} broke off ({}); restarting the round's aggregation, {} worker(s) push again",
                id, round, Truncated(why, 512), dropped);
@@ -227,7 +243,7 @@ void CoordinatorCore::CutStalledPushes(double now) {
        round_.StalledStreams(now, config_.coordinator.lease_s, config_.coordinator.round_timeout_s)) {
     const std::string id = key.substr(0, key.find('#'));  // a part's stream key is id#part
     bool folded = round_.CutStream(key);
-    if (parts_.Discard(id)) folded = true;
+    if (parts_.Discard(id) || window_.Holds(id)) folded = true;
     spdlog::warn(
         "push from {} for round {} cut as late: the round is due to close and the stream made no progress "
         "for coordinator.lease_s {} s (or was open longer than round_timeout_s){}",
@@ -246,6 +262,7 @@ void CoordinatorCore::CutStalledPushes(double now) {
   if (!restart) return;
   parts_.Clear();
   accumulator_.Reset();
+  window_.Reset();
   const size_t dropped = round_.RestartAggregation();
   spdlog::warn("round {}: restarting the aggregation after a stalled push was cut; {} worker(s) push again",
                theta_->round() + 1, dropped);

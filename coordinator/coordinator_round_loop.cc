@@ -51,6 +51,7 @@ void CoordinatorCore::RoundLoopPass() {
   for (const std::string& id : membership_.ExpireLeases(now, config_.coordinator.lease_s)) {
     spdlog::warn("lost: worker {} (no heartbeat for {} s)", id, config_.coordinator.lease_s);
   }
+  CheckWindowStall(now);  // trimmed_mean, centered_clip: a push of the set that holds the others back
   const RoundDecision decision = DecideClose(now);
   if (!decision.close) return;
   const int64_t closing_round = theta_->round() + 1;
@@ -126,6 +127,7 @@ CoordinatorCore::ClosingRound CoordinatorCore::BeginClose() {
   c.contributors = round_.TakeForClose();  // phase stepping; their heartbeats still say "pushed"
   parts_.Clear();                          // parts not yet in the sums are for a closed round now
   clip_gate_.Reset();                      // outer.aggregation clip: the next round (or the redo) declares anew
+  window_.Reset();                         // trimmed_mean, centered_clip: likewise
   return c;
 }
 

@@ -16,6 +16,9 @@ namespace diloco {
 
 absl::Status CoordinatorCore::FoldSparseChunk(PushTicket& ticket, size_t index, int64_t offset, int64_t count,
                                               const SparseChunk& sparse, int64_t wire_bytes) {
+  if (CoordinateWiseRounds()) {  // issue 32: the window holds dense chunks (coordinator_window.cc)
+    return absl::FailedPreconditionError("a coordinate-wise outer.aggregation does not take topk pushes; push dense");
+  }
   if (index >= model_.specs.size() || offset < 0 || count < 0 || offset + count > model_.specs[index].numel()) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunk outside the model: tensor ", index, " elements [", offset, ", ", offset + count, ")"));

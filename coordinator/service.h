@@ -31,7 +31,10 @@ class CoordinatorService final
   // Pulls are streamed in chunks of about chunk_bytes, encoded with pull_codec (CODEC_RAW: lossless). With a
   // non-empty `token` (security.token_file) every call must carry it (coordinator/auth.h) or gets UNAUTHENTICATED.
   CoordinatorService(CoordinatorCore* coordinator, int64_t chunk_bytes, Codec pull_codec, std::string token = {})
-      : coordinator_(coordinator), auth_(std::move(token)), pulls_(chunk_bytes, pull_codec) {}
+      : coordinator_(coordinator),
+        auth_(std::move(token)),
+        pulls_(chunk_bytes, pull_codec),
+        ingest_(IngestQueue::Options{coordinator->ingest_threads()}) {}
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const JoinRequest* request,
                                  JoinReply* reply) override;

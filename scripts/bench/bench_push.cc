@@ -189,6 +189,9 @@ std::vector<diloco::RoundResult> SharedPseudoGradients(const diloco::NamedTensor
     result.report.steps = config.StepsPerSync();
     result.report.seconds = 1;
     for (size_t i : plan.members(f)) result.pseudo_gradient.emplace_back(params[i].first, params[i].second.detach());
+    double squares = 0;  // the claimed norm (PushHeader.claimed_norm), for outer.aggregation clip; exact for fp32
+    for (const auto& [name, d] : result.pseudo_gradient) squares += d.to(at::kDouble).square().sum().item<double>();
+    result.report.norm = std::sqrt(squares);
   }
   return results;
 }

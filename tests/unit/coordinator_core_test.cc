@@ -956,5 +956,37 @@ TEST_F(ClipAggregationTest, AClaimedNormThatDoesNotMatchRefusesThePushAndRestart
   ExpectAllClose(Theta(), Step(theta0, want));
 }
 
+// outer.aggregation trimmed_mean (coordinate_window.h): the round's set is fixed once every active member's header
+// has come (the early ones are told UNAVAILABLE and retry); each coordinate is the mean of the pushes' values after
+// dropping the smallest and the largest, whatever their token counts (a x-1000 push with 1e6 tokens moves nothing).
+TEST_F(CoordinatorCoreTest, TrimmedMeanWaitsForTheSetThenTrimsEachCoordinate) {
+  config_.outer.aggregation = Aggregation::kTrimmedMean;
+  config_.outer.trim = 1;
+  config_.outer.window_chunks = 1000;  // the pushes here stream one after the other on this thread
+  Start();
+  for (const char* id : {"A", "B", "C", "D"}) Join(id);
+  const Tensors theta0 = Theta();
+  const Tensors dA = RandomDelta(), dB = RandomDelta(), dC = RandomDelta();
+  Tensors dD;
+  for (const at::Tensor& d : RandomDelta()) dD.push_back(d * -1000);
+  EXPECT_EQ(Push("A", 0, 1000, dA).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Push("B", 0, 1000, dB).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Push("C", 0, 1000, dC).code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(Push("D", 0, 1000000, dD).ok());  // the last header: the set is fixed
+  core_->Poll();
+  EXPECT_EQ(core_->Status().round(), 0) << "A, B and C are in the set: the round waits for them";
+  ASSERT_TRUE(Push("A", 0, 1000, dA).ok());
+  ASSERT_TRUE(Push("B", 0, 1000, dB).ok());
+  ASSERT_TRUE(Push("C", 0, 1000, dC).ok());
+  core_->Poll();
+  ASSERT_EQ(core_->Status().round(), 1);
+  Tensors want;
+  for (size_t t = 0; t < dA.size(); ++t) {
+    const at::Tensor sorted = std::get<0>(at::stack({dA[t], dB[t], dC[t], dD[t]}).to(at::kDouble).sort(0));
+    want.push_back(sorted.narrow(0, 1, 2).mean(0).to(at::kFloat));
+  }
+  ExpectAllClose(Theta(), Step(theta0, want));
+}
+
 }  // namespace
 }  // namespace diloco

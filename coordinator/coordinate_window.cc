@@ -1,0 +1,131 @@
+#include "coordinator/coordinate_window.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/aggregation_rule.h"
+
+namespace diloco {
+
+bool IsCoordinateWise(Aggregation rule) {
+  return rule == Aggregation::kTrimmedMean || rule == Aggregation::kCenteredClip;
+}
+
+int IngestThreadsFor(const Config& config) {
+  constexpr int kDefault = 2;  // IngestQueue::Options' default
+  if (!IsCoordinateWise(config.outer.aggregation) || config.outer.mode != OuterMode::kSync) return kDefault;
+  return static_cast<int>(std::max<int64_t>(kDefault, config.workers.count + 2));
+}
+
+CoordinateWindow::Options CoordinateWindowOptionsOf(const Config& config) {
+  CoordinateWindow::Options o;
+  o.rule = config.outer.aggregation;
+  o.trim = config.outer.trim;
+  o.iterations = config.outer.cclip_iterations;
+  o.tau = config.outer.cclip_tau;
+  o.window_chunks = config.outer.window_chunks;
+  o.max_members = static_cast<size_t>(IngestThreadsFor(config) - 1);
+  return o;
+}
+
+bool CoordinateWindow::TryOpen(const std::vector<std::string>& expected, bool force, size_t min_declared) {
+  if (open_) return true;
+  bool all = !declared_.empty();
+  for (const std::string& id : expected) all = all && declared_.count(id) != 0;
+  const bool full = declared_.size() >= options_.max_members;
+  if (!(all || force || full) || declared_.size() < std::max<size_t>(min_declared, 1)) return false;
+  for (const std::string& id : declared_) {
+    if (members_.size() >= options_.max_members) break;
+    slots_[id] = members_.size();
+    members_[id] = Member{};
+  }
+  open_ = true;
+  return true;
+}
+
+bool CoordinateWindow::HasRoom(const std::string& id) const {
+  auto it = members_.find(id);
+  return it != members_.end() && it->second.next < reduced_ + options_.window_chunks;
+}
+
+absl::StatusOr<std::optional<CoordinateWindow::Reduced>> CoordinateWindow::Put(const std::string& id, size_t index,
+                                                                               int64_t offset,
+                                                                               const at::Tensor& values) {
+  Member& m = members_.at(id);
+  const int64_t position = m.next;
+  Pending& p = pending_[position];
+  if (p.rows.empty()) {
+    p.index = index;
+    p.offset = offset;
+    p.count = values.numel();
+    p.rows.resize(members_.size());
+  } else if (p.index != index || p.offset != offset || p.count != values.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", position, " of this push (tensor ", index, ", elements [", offset, ", ", offset + values.numel(),
+        ")) does not line up with the other pushes' (tensor ", p.index, ", elements [", p.offset, ", ",
+        p.offset + p.count, ")): with a coordinate-wise outer.aggregation every push must use the same chunking"));
+  }
+  p.rows[slots_.at(id)] = values.to(at::kFloat).clone();
+  ++p.arrived;
+  ++m.next;
+  if (p.arrived < members_.size()) return std::optional<Reduced>();
+  // Chunks complete in stream order: a chunk's last row comes from the slowest member, which sent the earlier ones.
+  Reduced r{p.index, p.offset, Reduce(at::stack(p.rows))};
+  pending_.erase(position);
+  ++reduced_;
+  return std::optional<Reduced>(std::move(r));
+}
+
+at::Tensor CoordinateWindow::Reduce(const at::Tensor& rows) const {
+  if (options_.rule == Aggregation::kTrimmedMean) return TrimmedMean(rows, options_.trim);
+  const double tau = options_.tau > 0 ? options_.tau : CenteredClipTau(rows);
+  return CenteredClip(rows, tau, options_.iterations);
+}
+
+bool CoordinateWindow::Finish(const std::string& id) {
+  Member& m = members_.at(id);
+  if (finished_count_ >= 0 && m.next != finished_count_) return false;
+  finished_count_ = m.next;
+  m.finished = true;
+  return true;
+}
+
+bool CoordinateWindow::complete() const {
+  if (!open_) return false;
+  for (const auto& [id, m] : members_) {
+    if (!m.finished) return false;
+  }
+  return pending_.empty();
+}
+
+std::vector<std::string> CoordinateWindow::Laggards() const {
+  int64_t slowest = std::numeric_limits<int64_t>::max();
+  for (const auto& [id, m] : members_) {
+    if (!m.finished) slowest = std::min(slowest, m.next);
+  }
+  std::vector<std::string> ids;
+  for (const auto& [id, m] : members_) {
+    if (!m.finished && m.next == slowest) ids.push_back(id);
+  }
+  return ids;
+}
+
+int64_t CoordinateWindow::held_chunks() const {
+  int64_t n = 0;
+  for (const auto& [position, p] : pending_) n += static_cast<int64_t>(p.arrived);
+  return n;
+}
+
+void CoordinateWindow::Reset() {
+  declared_.clear();
+  open_ = false;
+  slots_.clear();
+  members_.clear();
+  pending_.clear();
+  reduced_ = 0;
+  finished_count_ = -1;
+  progress_at_ = 0;
+}
+
+}  // namespace diloco

@@ -1,0 +1,110 @@
+// CoordinateWindow: outer.aggregation trimmed_mean and centered_clip (issue 32) as streaming rules. The round's set
+// of pushes is fixed first (Declare/TryOpen, as ClipGate does for clip); then chunk s of every push of the set is
+// held until the last push of the set has sent its chunk s, the rule (aggregation_rule.h TrimmedMean, CenteredClip)
+// reduces the k values of each coordinate of that chunk, and the result is handed back to be written into the round
+// accumulator. A push may run at most window_chunks chunks ahead of the slowest push of the set (HasRoom); the core
+// makes a push that has no room wait, and so gRPC flow control holds a fast pusher back. Memory: at most
+// k x window_chunks chunks (docs/operations.md "Robust aggregation").
+// Pushes are chunk-aligned: chunk s of every push must cover the same elements (the same comm.chunk_bytes); a push
+// whose chunk does not line up with the others' is refused (Put).
+// Not thread-safe: the core guards it with its mutex.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "config/config.h"
+
+namespace diloco {
+
+// Whether `rule` is one of the coordinate-wise rules this class streams.
+bool IsCoordinateWise(Aggregation rule);
+
+class CoordinateWindow {
+ public:
+  struct Options {
+    Aggregation rule = Aggregation::kTrimmedMean;
+    int64_t trim = 1;              // trimmed_mean
+    int64_t iterations = 3;        // centered_clip
+    double tau = 0;                // centered_clip; 0: CenteredClipTau of each chunk
+    int64_t window_chunks = 4;     // chunks a push may run ahead of the slowest
+    size_t max_members = 1 << 20;  // the set never holds more pushes (each may hold an ingest thread)
+  };
+  // One reduced chunk: `values` (float64) goes to elements [offset, offset + numel) of tensor `index`.
+  struct Reduced {
+    size_t index = 0;
+    int64_t offset = 0;
+    at::Tensor values;
+  };
+
+  explicit CoordinateWindow(Options options) : options_(options) {}
+
+  // A push header of member `id` for the open round (idempotent).
+  void Declare(const std::string& id) { declared_.insert(id); }
+  size_t declared() const { return declared_.size(); }
+  // Fixes the set when at least max(min_declared, 1) have declared and either every id of `expected` has, `force`,
+  // or max_members have; returns open().
+  bool TryOpen(const std::vector<std::string>& expected, bool force, size_t min_declared);
+  bool open() const { return open_; }
+  size_t size() const { return members_.size(); }
+  bool Holds(const std::string& id) const { return members_.count(id) != 0; }
+
+  // Whether member `id` may hand in its next chunk now (it is fewer than window_chunks ahead of the slowest).
+  bool HasRoom(const std::string& id) const;
+  // Member `id`'s next chunk (its chunks in stream order; `values` is copied). Once every member has sent this
+  // chunk, returns it reduced. INVALID_ARGUMENT when it does not line up with the other pushes' chunk.
+  absl::StatusOr<std::optional<Reduced>> Put(const std::string& id, size_t index, int64_t offset,
+                                             const at::Tensor& values);
+  // Member `id`'s push ended complete; false when its chunk count differs from a member that ended before.
+  bool Finish(const std::string& id);
+  // Every member has finished and every chunk is reduced (the round may close).
+  bool complete() const;
+  // The members the window waits for: not finished and at the slowest position.
+  std::vector<std::string> Laggards() const;
+  int64_t reduced() const { return reduced_; }
+  // When the window last advanced (opened or reduced a chunk), on the caller's clock: Touch sets it.
+  double progress_at() const { return progress_at_; }
+  void Touch(double now) { progress_at_ = now; }
+  int64_t held_chunks() const;  // chunks stored, for tests
+
+  void Reset();  // the next round (or the redo after a restart): nothing declared, closed
+
+ private:
+  struct Member {
+    int64_t next = 0;  // its next chunk's position in the stream
+    bool finished = false;
+  };
+  struct Pending {
+    size_t index = 0;
+    int64_t offset = 0;
+    int64_t count = 0;
+    std::vector<at::Tensor> rows;  // by member slot; undefined until it arrives
+    size_t arrived = 0;
+  };
+  at::Tensor Reduce(const at::Tensor& rows) const;
+
+  Options options_;
+  std::set<std::string> declared_;
+  bool open_ = false;
+  std::map<std::string, size_t> slots_;  // member id -> row
+  std::map<std::string, Member> members_;
+  std::map<int64_t, Pending> pending_;  // by chunk position
+  int64_t reduced_ = 0;                 // chunks [0, reduced_) are reduced
+  int64_t finished_count_ = -1;         // the chunk count of the first member that finished
+  double progress_at_ = 0;
+};
+
+// The ingest threads a coordinator with `config` needs (ingest_queue.h): 2, or under a coordinate-wise rule in sync
+// rounds workers.count + 2 (each push of the set may wait on its thread while the slowest catches up).
+int IngestThreadsFor(const Config& config);
+// The window's options from outer.* (max_members: one less than IngestThreadsFor, so a thread is always free).
+CoordinateWindow::Options CoordinateWindowOptionsOf(const Config& config);
+
+}  // namespace diloco

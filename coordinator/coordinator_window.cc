@@ -1,0 +1,91 @@
+// CoordinatorCore, the coordinate-wise rules (outer.aggregation trimmed_mean and centered_clip, sync rounds): the
+// round's set of pushes is fixed from their headers, then each chunk goes through the CoordinateWindow
+// (coordinate_window.h), which hands back every chunk reduced once all pushes of the set sent it; the reduced chunk is
+// written into the round accumulator, and the set's pushes count 1/k each, so the round's "average" is the rule's
+// result. A push that runs window_chunks ahead of the slowest waits here (its ingest thread blocks, gRPC flow control
+// holds the sender back). docs/operations.md "Robust aggregation".
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/coordinator.h"
+
+namespace diloco {
+
+int CoordinatorCore::ingest_threads() const { return IngestThreadsFor(config_); }
+
+bool CoordinatorCore::CoordinateWiseRounds() const {
+  return IsCoordinateWise(config_.outer.aggregation) && config_.outer.mode == OuterMode::kSync;
+}
+
+absl::Status CoordinatorCore::AdmitToWindow(const PushHeader& header, PushTicket& ticket) {
+  const std::string& id = header.meta().worker_id();
+  if (header.parts() > 1) {
+    return absl::FailedPreconditionError(absl::StrCat("worker '", id,
+                                                      "': a coordinate-wise outer.aggregation does not take pushes in "
+                                                      "parts; push in one stream"));
+  }
+  if (!window_.open()) {
+    window_.Declare(id);
+    const std::vector<std::string> expected = UnquarantinedActiveIds();
+    const bool force = clock_() - round_.opened_at() >= config_.coordinator.round_timeout_s;
+    if (!window_.TryOpen(expected, force, static_cast<size_t>(config_.coordinator.min_workers))) {
+      return absl::UnavailableError(absl::StrCat("outer.aggregation ", std::string(EnumName(config_.outer.aggregation)),
+                                                 ": waiting for the round's other push headers (", window_.declared(),
+                                                 " of ", expected.size(), " declared); retry"));
+    }
+    window_.Touch(clock_());
+    spdlog::info("round {}: {} aggregation of {} pushes open, {} chunks per push in the window", theta_->round() + 1,
+                 EnumName(config_.outer.aggregation), window_.size(), config_.outer.window_chunks);
+  }
+  if (!window_.Holds(id)) {
+    return absl::UnavailableError(absl::StrCat("outer.aggregation ", std::string(EnumName(config_.outer.aggregation)),
+                                               ": round ", theta_->round() + 1, "'s set of ", window_.size(),
+                                               " pushes is fixed without worker '", id,
+                                               "'; retry (the round closes without it)"));
+  }
+  ticket.weight = 1.0 / static_cast<double>(window_.size());
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorCore::FoldToWindow(PushTicket& ticket, size_t index, int64_t offset, const at::Tensor& values) {
+  while (!window_.HasRoom(ticket.worker_id)) {  // the round loop cuts the slowest after lease_s (CheckWindowStall)
+    if (!window_.Holds(ticket.worker_id)) return absl::AbortedError("the round's aggregation restarted; push again");
+    round_.MarkFolded(ticket.stream_key, clock_());  // waiting for the slowest push is progress
+    cv_.WaitWithTimeout(&mu_, absl::Milliseconds(100));
+    if (stop_) return absl::UnavailableError("the coordinator is stopping");
+    if (absl::Status s = AdmitFold(ticket); !s.ok()) return s;
+  }
+  auto done = window_.Put(ticket.worker_id, index, offset, values);
+  if (!done.ok()) return done.status();
+  if (done->has_value()) {
+    accumulator_.Fold((*done)->index, (*done)->offset, (*done)->values, 1.0);
+    window_.Touch(clock_());
+    cv_.SignalAll();  // the pushes waiting for room
+  }
+  return absl::OkStatus();
+}
+
+void CoordinatorCore::CheckWindowStall(double now) {
+  if (!CoordinateWiseRounds() || !window_.open() || window_.complete()) return;
+  if (now - window_.progress_at() > config_.coordinator.lease_s) CutWindowLaggards();
+}
+
+void CoordinatorCore::CutWindowLaggards() {
+  for (const std::string& id : window_.Laggards()) {
+    spdlog::warn(
+        "push from {} for round {} cut as late: the {} aggregation waited coordinator.lease_s {} s for its next "
+        "chunk",
+        id, theta_->round() + 1, EnumName(config_.outer.aggregation), config_.coordinator.lease_s);
+    round_.CutStream(id);
+    RecordBrokenPush(id, /*cut_as_stalled=*/true);
+  }
+  accumulator_.Reset();
+  parts_.Clear();
+  window_.Reset();
+  const size_t dropped = round_.RestartAggregation();
+  spdlog::warn("round {}: restarting the aggregation after a stalled push was cut; {} worker(s) push again",
+               theta_->round() + 1, dropped);
+  cv_.SignalAll();
+}
+
+}  // namespace diloco
