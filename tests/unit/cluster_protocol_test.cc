@@ -47,7 +47,7 @@ TEST(ClusterProtocolTest, EveryKindRoundTrips) {
 }
 
 TEST(ClusterProtocolTest, UnknownKindThrows) {
-  EXPECT_THROW(DecodeCommand(CommandWords{9, 0, 0, 0}), std::runtime_error);
+  EXPECT_THROW(DecodeCommand(CommandWords{10, 0, 0, 0}), std::runtime_error);
   EXPECT_THROW(DecodeCommand(CommandWords{0, 0, 0, 0}), std::runtime_error);
 }
 
