@@ -111,6 +111,23 @@ int Shell(const std::string& command) {
   return child.ok() ? child->Wait() : -1;
 }
 
+std::pair<int, std::string> RunToEnd(const std::string& binary, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {BinDir() + "/" + binary};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Subprocess::Options options;
+  options.capture_output = true;
+  auto child = Subprocess::Start(argv, options);
+  if (!child.ok()) return {-1, std::string(child.status().message())};
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = read(child->output_fd(), buf, sizeof(buf))) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return {child->Wait(), out};
+}
+
 std::vector<std::string> TinyArgs(const std::string& dir, std::vector<std::string> extra) {
   std::vector<std::string> args = {"--config", SourceDir() + "/config/tiny.yaml",
                                    "--set",    "run.output_dir=" + dir,

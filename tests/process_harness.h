@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "config/subprocess.h"
@@ -55,6 +56,9 @@ std::string ScratchDir(const std::string& name);
 std::string ReadFile(const std::string& path);
 // Runs a shell command line (/bin/sh -c) to its end; its exit code, or -1 if it could not start.
 int Shell(const std::string& command);
+// Runs build/<binary> with args (no shell: arguments pass as they are) to its end: its exit code and its whole output
+// (stdout + stderr); {-1, why} if it could not start.
+std::pair<int, std::string> RunToEnd(const std::string& binary, const std::vector<std::string>& args);
 nlohmann::json ReadJson(const std::string& path);
 
 // Arguments for config/tiny.yaml with the run's files in `dir`, the token cache shared in the build tree, and

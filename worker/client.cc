@@ -176,22 +176,17 @@ absl::StatusOr<int64_t> CoordinatorClient::Push(int64_t round, const RoundResult
     push_port_ = 0;
   }
   TensorChunker chunker = MakeChunker(result);
-  grpc::ClientContext ctx;
-  Prepare(&ctx);
-  PushReply reply;
-  std::unique_ptr<grpc::ClientWriter<PushMessage>> writer = stub_->PushPseudoGradient(&ctx, &reply);
-  bool ok = writer->Write(message);
-  while (ok && chunker.Next(message.mutable_chunk())) ok = writer->Write(message);
-  if (ok) writer->WritesDone();
-  grpc::Status s = writer->Finish();
-  if (!s.ok()) return FromGrpc(s);
-  return chunker.bytes_emitted();
+  return StreamPush(message, chunker);
 }
 
 absl::StatusOr<int64_t> CoordinatorClient::PushPart(const PushHeader& header, TensorChunker& chunker) {
   PushMessage message;
   *message.mutable_header() = header;
   *message.mutable_header()->mutable_meta() = Meta(header.meta().round());
+  return StreamPush(message, chunker);
+}
+
+absl::StatusOr<int64_t> CoordinatorClient::StreamPush(PushMessage& message, TensorChunker& chunker) {
   grpc::ClientContext ctx;
   Prepare(&ctx);
   PushReply reply;

@@ -77,6 +77,8 @@ class CoordinatorClient {
   RequestMeta Meta(int64_t round) const;
   // The push's chunks: result.encoded replayed when error feedback encoded them, else encoded here.
   TensorChunker MakeChunker(const RoundResult& result) const;
+  // One gRPC push stream: `message` (holding the header) first, then every chunk of `chunker`; the bytes sent.
+  absl::StatusOr<int64_t> StreamPush(PushMessage& message, TensorChunker& chunker);
   // The end of a sparse pull: its result, or UNAVAILABLE naming what went wrong (the call's status, a refused
   // chunk, a short stream, a theta hash that differs).
   static absl::StatusOr<PullResult> FinishSparsePull(const absl::Status& call, const absl::Status& error,

@@ -55,23 +55,7 @@ std::string HfTokenizerE2eTest::dir_;
 nlohmann::json HfTokenizerE2eTest::golden_;
 
 // Runs diloco-ctl with args (no shell: the prompt's newline and UTF-8 pass as they are): exit code, stdout + stderr.
-std::pair<int, std::string> RunCtl(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {BinDir() + "/diloco-ctl"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  Subprocess::Options options;
-  options.capture_output = true;
-  auto child = Subprocess::Start(argv, options);
-  EXPECT_TRUE(child.ok()) << child.status();
-  if (!child.ok()) return {-1, ""};
-  std::string out;
-  char buf[4096];
-  for (ssize_t n; (n = read(child->output_fd(), buf, sizeof(buf))) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return {child->Wait(), out};
-}
+std::pair<int, std::string> RunCtl(const std::vector<std::string>& args) { return RunToEnd("diloco-ctl", args); }
 
 std::string JoinIds(const nlohmann::json& ids) {
   std::string out;

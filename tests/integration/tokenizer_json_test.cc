@@ -51,23 +51,7 @@ std::string TokenizerJsonTest::dir_;
 nlohmann::json TokenizerJsonTest::golden_;
 
 // Runs diloco-tokenize with args to its end: its exit code and its whole output (stdout + stderr).
-std::pair<int, std::string> RunTokenizer(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {BinDir() + "/" + kTokenizer};
-  argv.insert(argv.end(), args.begin(), args.end());
-  Subprocess::Options options;
-  options.capture_output = true;
-  auto child = Subprocess::Start(argv, options);
-  EXPECT_TRUE(child.ok()) << child.status();
-  if (!child.ok()) return {-1, ""};
-  std::string out;
-  char buf[4096];
-  for (ssize_t n; (n = read(child->output_fd(), buf, sizeof(buf))) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return {child->Wait(), out};
-}
+std::pair<int, std::string> RunTokenizer(const std::vector<std::string>& args) { return RunToEnd(kTokenizer, args); }
 
 std::string JoinIds(const std::vector<int>& ids) {
   std::string out;
