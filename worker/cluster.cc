@@ -9,6 +9,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "worker/collective_group.h"
 #include "worker/flat_adamw.h"
 #include "worker/trainer.h"
@@ -24,9 +25,6 @@ using std::chrono::milliseconds;
 constexpr milliseconds kFirstPoll{1};
 constexpr milliseconds kLongestPoll{100};
 
-// A rank that stops polling for this long while its acknowledgement is missing is dead (the first command excepted).
-constexpr milliseconds kLongestSilence{10000};
-
 std::string CommandKey(const char* what, int64_t n) { return absl::StrCat(what, "/", n); }
 std::string AckKey(int64_t seq, int rank) { return absl::StrCat("ack/", seq, "/", rank); }
 
@@ -37,13 +35,39 @@ void Sleep(milliseconds& poll) {
 
 }  // namespace
 
-WorkerCluster::WorkerCluster(int rank, int size, milliseconds timeout) : rank_(rank), size_(size), timeout_(timeout) {}
-WorkerCluster::~WorkerCluster() = default;
+WorkerCluster::WorkerCluster(int rank, int size, milliseconds timeout, milliseconds longest_silence)
+    : rank_(rank), size_(size), timeout_(timeout), longest_silence_(longest_silence) {}
+
+WorkerCluster::~WorkerCluster() {
+  stop_heartbeat_.Notify();
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+void WorkerCluster::StartHeartbeat(const std::string& host, uint16_t port) {
+  // Its own client: the main thread's may sit in a blocking get (ShareWithRanks) for as long as the timeout.
+  c10d::TCPStoreOptions options;
+  options.port = port;
+  options.isServer = false;
+  options.waitWorkers = false;
+  options.timeout = timeout_;
+  auto store = c10::make_intrusive<c10d::PrefixStore>("diloco", c10::make_intrusive<c10d::TCPStore>(host, options));
+  const absl::Duration period = absl::FromChrono(longest_silence_) / 10;
+  heartbeat_ = std::thread([this, store, period, key = CommandKey("polls", rank_)] {
+    try {
+      do {
+        store->add(key, 1);
+      } while (!stop_heartbeat_.WaitForNotificationWithTimeout(period));
+    } catch (const std::exception&) {
+      // The store's host (the leader) is gone: the main thread finds out at its next store call or collective.
+    }
+  });
+}
 
 absl::StatusOr<std::unique_ptr<WorkerCluster>> WorkerCluster::Connect(int rank, int size,
                                                                       const std::string& store_address,
                                                                       double timeout_s, const std::string& bind_host,
-                                                                      torch::Device device) {
+                                                                      torch::Device device,
+                                                                      milliseconds longest_silence) {
   const size_t colon = store_address.rfind(':');
   if (colon == std::string::npos || colon == 0) {
     return absl::InvalidArgumentError(absl::StrCat("--cluster-store: expected HOST:PORT, got '", store_address, "'"));
@@ -59,7 +83,7 @@ absl::StatusOr<std::unique_ptr<WorkerCluster>> WorkerCluster::Connect(int rank, 
     return absl::InvalidArgumentError(absl::StrCat("--cluster-store: bad port in '", store_address, "'"));
   }
   const auto timeout = milliseconds(static_cast<int64_t>(timeout_s * 1000));
-  std::unique_ptr<WorkerCluster> cluster(new WorkerCluster(rank, size, timeout));
+  std::unique_ptr<WorkerCluster> cluster(new WorkerCluster(rank, size, timeout, longest_silence));
   try {
     c10d::TCPStoreOptions options;
     options.port = static_cast<uint16_t>(port);
@@ -72,6 +96,7 @@ absl::StatusOr<std::unique_ptr<WorkerCluster>> WorkerCluster::Connect(int rank, 
     cluster->group_ = device.is_cuda()
                           ? MakeNcclGroup(store, rank, size, timeout, device)
                           : MakeGlooGroup(store, rank, size, timeout, bind_host.empty() ? host : bind_host);
+    if (rank > 0) cluster->StartHeartbeat(host, options.port);
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("cluster rendezvous at ", store_address, " (rank ", rank, " of ", size, ") failed: ", e.what()));
@@ -130,9 +155,9 @@ void WorkerCluster::SendWords(const std::array<int64_t, 4>& words) {
 void WorkerCluster::WaitUntilTaken(int64_t seq) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
-  // A follower polls between commands, so one that stops polling while its acknowledgement is missing is dead; the
-  // first command (the shard) is acknowledged only after the follower's trainer is built, which may take long.
-  const auto silence = seq == 0 ? timeout_ : std::min(timeout_, kLongestSilence);
+  // A follower polls between commands and heartbeats while it works on one (building its trainer, a broadcast, a
+  // part's push): one whose count stops moving while its acknowledgement is missing is dead.
+  const auto silence = std::min(timeout_, longest_silence_);
   std::vector<bool> taken(size_, false);
   std::vector<int64_t> polls(size_, -1);               // each follower's poll count, as last read
   std::vector<Clock::time_point> heard(size_, start);  // when it last changed
@@ -151,7 +176,7 @@ void WorkerCluster::WaitUntilTaken(int64_t seq) {
       if (now - heard[r] >= silence || now - start >= timeout_) {
         throw std::runtime_error(absl::StrCat(
             "rank ", r, " did not take command ", seq, " within ", std::chrono::duration<double>(now - start).count(),
-            " s (its last poll ", std::chrono::duration<double>(now - heard[r]).count(),
+            " s (its last poll or heartbeat ", std::chrono::duration<double>(now - heard[r]).count(),
             " s ago; workers.cluster_timeout_s ", timeout_.count() / 1000.0, "): dead or stuck"));
       }
     }

@@ -10,14 +10,18 @@
 // timeout, after which NCCL aborts the process (SIGABRT) where Gloo throws. So a follower waits for command `seq` by
 // polling the store's key `cmd/<seq>` (a non-blocking check every few ms, backing off to 100 ms, each counted in
 // `polls/<rank>`), which throws as soon as the leader, the store's host, is gone; it then acknowledges it
-// (`ack/<seq>/<rank>`), and the leader starts the command's collectives only once every follower has. The leader
-// throws when a follower has not within workers.cluster_timeout_s, or has stopped polling for 10 s without taking
-// it (a dead follower: followers poll between commands). A dead rank makes the next collective or command throw (Gloo
+// (`ack/<seq>/<rank>`), and the leader starts the command's collectives only once every follower has. While a
+// follower works on a command (a 404 MB broadcast on a loaded machine, a part's push) it does not poll, so each
+// follower also heartbeats: a thread of its own, on its own connection to the store, adds to `polls/<rank>` every
+// tenth of the silence limit for as long as the process lives. The leader throws when a follower has not taken a
+// command within workers.cluster_timeout_s, or when its `polls/<rank>` has not moved for longest_silence (10 s: a
+// dead process, not a busy one). A dead rank makes the next collective or command throw (Gloo
 // sees the connection close, NCCL its timeout), which takes the whole cluster out of the run; restarted, it joins again
 // as the same worker. With workers.sharding (the trainer's FlatAdamW holds one slice, worker/flat_adamw.h) the inner
 // step is ZeRO's instead: reduce-scatter of the gradients into each rank's slice, one all-reduce of the squared slice
 // norms (global clipping) and the stop wishes, AdamW on the slice, all-gather of the parameters.
-// Not thread-safe: one thread of each process calls it (the inner loop's thread).
+// Not thread-safe: one thread of each process calls it (the inner loop's thread); the heartbeat thread (ranks > 0)
+// touches only its own store connection and is joined by the destructor.
 #pragma once
 
 #include <torch/torch.h>
@@ -26,11 +30,13 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 
 namespace diloco {
 
@@ -43,10 +49,12 @@ class WorkerCluster {
   // Rendezvous of `size` ranks; rank 0 hosts the store at store_address (HOST:PORT). Blocks until all have come or
   // timeout_s passes (then an error naming the store). On a CUDA `device` the ranks use NCCL, else Gloo, whose
   // connections bind to bind_host, this rank's own address (default: the store's host, right when all ranks share
-  // a machine).
-  static absl::StatusOr<std::unique_ptr<WorkerCluster>> Connect(int rank, int size, const std::string& store_address,
-                                                                double timeout_s, const std::string& bind_host = "",
-                                                                torch::Device device = torch::kCPU);
+  // a machine). longest_silence: how long the leader waits for a sign of life of a follower that has not taken a
+  // command (a follower heartbeats every tenth of it); tests shorten it.
+  static constexpr std::chrono::milliseconds kLongestSilence{10000};
+  static absl::StatusOr<std::unique_ptr<WorkerCluster>> Connect(
+      int rank, int size, const std::string& store_address, double timeout_s, const std::string& bind_host = "",
+      torch::Device device = torch::kCPU, std::chrono::milliseconds longest_silence = kLongestSilence);
   ~WorkerCluster();
 
   int rank() const { return rank_; }
@@ -62,7 +70,7 @@ class WorkerCluster {
   void Broadcast(std::vector<torch::Tensor>& tensors);
   // The carrier of worker/cluster_protocol.h's commands, in order (the n-th sent is the n-th received).
   // Rank 0: publishes `words` as the next command and returns once every other rank has acknowledged it; throws if
-  // one has not within the cluster's timeout, or (from the second command on) stopped polling for 10 s without.
+  // one has not within the cluster's timeout, or its polls and heartbeats stopped for longest_silence without.
   // Ranks > 0: ReceiveWords waits as long as rank 0 lives for its next command (throws once rank 0, the store's host,
   // is gone); Acknowledge then tells rank 0 this rank has taken it (before the command's collectives).
   void SendWords(const std::array<int64_t, 4>& words);
@@ -102,19 +110,24 @@ class WorkerCluster {
   std::string Take(const std::string& key, std::chrono::milliseconds timeout);
 
  private:
-  WorkerCluster(int rank, int size, std::chrono::milliseconds timeout);
+  WorkerCluster(int rank, int size, std::chrono::milliseconds timeout, std::chrono::milliseconds longest_silence);
   void WaitUntilTaken(int64_t seq);  // rank 0: every other rank's acknowledgement of command seq
+  // Ranks > 0: starts the heartbeat thread on a second client of the store at host:port.
+  void StartHeartbeat(const std::string& host, uint16_t port);
   int rank_;
   int size_;
-  std::chrono::milliseconds timeout_;         // workers.cluster_timeout_s: rendezvous, collectives, taking a command
-  c10::intrusive_ptr<c10d::Store> commands_;  // the cluster's store under the prefix "diloco/"
-  int64_t command_seq_ = 0;                   // the next command's number (the same on every rank)
+  std::chrono::milliseconds timeout_;          // workers.cluster_timeout_s: rendezvous, collectives, taking a command
+  std::chrono::milliseconds longest_silence_;  // rank 0: a follower silent this long (no poll, no heartbeat) is dead
+  c10::intrusive_ptr<c10d::Store> commands_;   // the cluster's store under the prefix "diloco/"
+  int64_t command_seq_ = 0;                    // the next command's number (the same on every rank)
   std::unique_ptr<CollectiveGroup> group_;
   absl::Status CheckLayout(const std::string& mine);  // every rank's against this one's (AttachTo)
   torch::Tensor stop_flag_;                           // one float on the group's device: the ranks' stop wishes, summed
   torch::Tensor squared_norm_;  // sharded: [1] on the group's device, the whole gradient's squared norm
   double collective_seconds_ = 0;
   int64_t replica_checks_ = 0;
+  absl::Notification stop_heartbeat_;  // the destructor's signal to the heartbeat thread
+  std::thread heartbeat_;              // ranks > 0: adds to polls/<rank> every longest_silence_ / 10
 };
 
 }  // namespace diloco

@@ -201,7 +201,7 @@ absl::Status RunClusterFollower(const Config& config, const TokenCache& cache, c
         [&cluster](const std::string& topic, const std::string& mine) { return cluster.ShareWithRanks(topic, mine); });
     std::unique_ptr<FollowerParts> own_parts;
     if (parts) {
-      auto made = parts(t);
+      auto made = parts(t, local);
       if (!made.ok()) return made.status();
       own_parts = std::move(*made);
     }

@@ -91,7 +91,8 @@ class ClusterLeader {
 };
 
 // comm.cluster_parts: what a follower does on the part commands and after a load (worker/part_exchange.h makes it;
-// this library has no coordinator client). Made once the follower's trainer exists.
+// this library has no coordinator client). Made once the follower's trainer and local state exist (the state keeps
+// the rank's slice residual: LocalState::KeepSliceResidual).
 class FollowerParts {
  public:
   virtual ~FollowerParts() = default;
@@ -100,7 +101,9 @@ class FollowerParts {
   virtual void Pull(const PullPartCommand& command) = 0;
   virtual void Gather() = 0;
 };
-using FollowerPartsFactory = std::function<absl::StatusOr<std::unique_ptr<FollowerParts>>(InnerTrainer& trainer)>;
+class LocalState;
+using FollowerPartsFactory =
+    std::function<absl::StatusOr<std::unique_ptr<FollowerParts>>(InnerTrainer& trainer, LocalState& local)>;
 
 // The life of a rank > 0: waits (as long as the leader lives) for the leader's commands and does them until
 // StopCommand (exit 0), a training abandoned by the cluster's stop wish (both OK: exit 0), or a dead leader or

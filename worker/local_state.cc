@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -166,6 +167,7 @@ void LocalState::Resume() {
   }
   trainer_.optimizer().RestoreState(chosen->adam_steps, chosen->exp_avg, chosen->exp_avg_sq);
   RestoreErrorFeedback(chosen->error_feedback);
+  resumed_slice_residual_ = chosen->slice_residual;
   resumed_ = true;
   spdlog::info(
       "resuming from {}: last pushed round {}, AdamW step {}, data position epoch {} window {} ({:.3f} epochs)",
@@ -178,6 +180,7 @@ void LocalState::Save(int64_t round) {
   const FlatAdamW& adam = trainer_.optimizer();
   WorkerState state{identity_, round, adam.steps(), trainer_.sampler_state(), adam.exp_avg(), adam.exp_avg_sq(), {}};
   for (const auto& ef : error_feedback_) state.error_feedback.push_back(ef ? ef->Flat() : torch::Tensor());
+  if (slice_residual_) state.slice_residual = slice_residual_();
   // A cluster rank keeps its last state as the previous one: the ranks' files then always share a round, even when
   // a kill came between two ranks' writes (AgreeOnResumeRound).
   const std::string path = StatePath(state_dir_, key_);
@@ -204,6 +207,11 @@ void LocalState::RestoreErrorFeedback(const std::vector<torch::Tensor>& saved) {
     ++restored;
   }
   if (restored > 0) spdlog::info("error feedback: restored the residual of {} fragment(s)", restored);
+}
+
+torch::Tensor LocalState::KeepSliceResidual(std::function<torch::Tensor()> current) {
+  slice_residual_ = std::move(current);
+  return std::exchange(resumed_slice_residual_, torch::Tensor());
 }
 
 bool LocalState::Compensate(int fragment, NamedTensors& pseudo_gradient, ErrorFeedback::Sent* sent) {

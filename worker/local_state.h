@@ -58,6 +58,10 @@ class LocalState {
   // comm.error_feedback: adds fragment f's residual to its pseudo-gradient and keeps the new residual.
   // False (nothing done) without error feedback; sent: as ErrorFeedback::Compensate's.
   bool Compensate(int fragment, NamedTensors& pseudo_gradient, ErrorFeedback::Sent* sent = nullptr);
+  // comm.cluster_parts: this rank's slice of the residual lives in its PartExchange (worker/part_exchange.h);
+  // `current` reads it at each Save (undefined: none yet). Returns the resumed state's slice residual (undefined
+  // when none was resumed), for the exchange to start from.
+  torch::Tensor KeepSliceResidual(std::function<torch::Tensor()> current);
 
  private:
   void Resume();
@@ -83,6 +87,8 @@ class LocalState {
   std::unique_ptr<std::FILE, FileCloser> windows_trace_;        // data.trace_windows
   std::vector<WindowDraw> pending_draws_;                       // this batch's windows, until its position is saved
   std::vector<std::unique_ptr<ErrorFeedback>> error_feedback_;  // per fragment; null without comm.error_feedback
+  std::function<torch::Tensor()> slice_residual_;               // comm.cluster_parts (KeepSliceResidual)
+  torch::Tensor resumed_slice_residual_;                        // the resumed state's, until KeepSliceResidual
 };
 
 }  // namespace diloco

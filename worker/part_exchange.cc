@@ -14,6 +14,7 @@
 #include "proto/transport_security.h"
 #include "worker/cluster.h"
 #include "worker/cluster_protocol.h"
+#include "worker/local_state.h"
 
 namespace diloco {
 namespace {
@@ -98,6 +99,18 @@ torch::Tensor PartExchange::SliceOfParameters() const {
         .copy_(params_[i].second.detach().reshape({-1}).narrow(0, lo, hi - lo));
   }
   return out;
+}
+
+void PartExchange::RestoreResidual(const torch::Tensor& saved) {
+  if (!saved.defined()) return;
+  if (!feedback_ || saved.numel() != mine_.size()) {
+    spdlog::warn("ignoring the saved slice residual ({} elements): this rank keeps {}", saved.numel(),
+                 feedback_ ? absl::StrCat(mine_.size(), " elements") : std::string("none (no error feedback)"));
+    return;
+  }
+  residual_ = saved.to(torch::kCPU, torch::kFloat).reshape({-1}).clone();
+  spdlog::info("error feedback: restored this rank's slice residual ({} elements, |residual| = {:.9g})",
+               residual_.numel(), residual_.norm().item<double>());
 }
 
 void PartExchange::TakeSnapshot() {
@@ -258,10 +271,13 @@ class RankParts : public FollowerParts {
 
 FollowerPartsFactory FollowerPartsOf(const Config& config, const WorkerOptions& options, WorkerCluster& cluster) {
   if (!config.comm.cluster_parts) return {};
-  return [&config, options, &cluster](InnerTrainer& trainer) -> absl::StatusOr<std::unique_ptr<FollowerParts>> {
+  return [&config, options, &cluster](InnerTrainer& trainer,
+                                      LocalState& local) -> absl::StatusOr<std::unique_ptr<FollowerParts>> {
     const NamedTensors params = NamedParameters(*trainer.model());
     auto exchange = PartExchange::Open(config, options, Fingerprint(SpecsOf(params)), cluster, params);
     if (!exchange.ok()) return exchange.status();
+    PartExchange* mine = exchange->get();  // the RankParts below owns it; it outlives the follower's saves
+    mine->RestoreResidual(local.KeepSliceResidual([mine] { return mine->residual(); }));
     return std::unique_ptr<FollowerParts>(new RankParts(config, cluster, std::move(*exchange)));
   };
 }

@@ -5,7 +5,8 @@
 //   - the DiLoCo snapshot: its slice of theta_t, the global parameters the pseudo-gradient is taken against (no rank
 //     holds a full copy of theta: the snapshot is 4 / n bytes per parameter);
 //   - its slice of the round's pseudo-gradient, delta = snapshot - parameters (plus, with error feedback, its slice
-//     of the residual: comm.error_feedback with int8/int4, always with topk; kept in memory only);
+//     of the residual: comm.error_feedback with int8/int4, always with topk; saved in the rank's state file by
+//     worker/local_state.h, restored at set-up by RestoreResidual);
 // and pushes that slice as part r of n, pulls its slice of theta_{t+1} into the snapshot, and all-gathers the
 // snapshots into the model's parameters. Rank 0 drives the others through the cluster's commands
 // (worker/cluster_protocol.h: push part, pull part, gather) and folds the ranks' outcomes into one status
@@ -45,6 +46,11 @@ class PartExchange {
   const SlicePlan& plan() const { return plan_; }
   FlatRange mine() const { return mine_; }
   const torch::Tensor& snapshot() const { return snapshot_; }
+  // Error feedback's slice of the residual after the last push (undefined: none yet, or no error feedback).
+  const torch::Tensor& residual() const { return residual_; }
+  // A resumed rank's saved residual (worker/local_state.h KeepSliceResidual; undefined: none): taken when this
+  // exchange keeps one and it has this rank's slice length, else ignored with a warning.
+  void RestoreResidual(const torch::Tensor& saved);
 
   // After a full pull loaded theta into the parameters: this rank's slice of them becomes the snapshot.
   void TakeSnapshot();

@@ -111,6 +111,7 @@ absl::Status Worker::SetUpParts() {
   auto parts = PartExchange::Open(config_, options_, Fingerprint(SpecsOf(params)), *cluster_, params);
   if (!parts.ok()) return parts.status();
   parts_ = std::move(*parts);
+  parts_->RestoreResidual(local_->KeepSliceResidual([this] { return parts_->residual(); }));
   part_leader_ = std::make_unique<PartLeader>(config_, *cluster_, *leader_, *parts_);
   session_->UseParts(
       [this](int64_t round, const RoundResult& result) { return part_leader_->Push(round, result.report); },

@@ -162,6 +162,11 @@ absl::Status SaveWorkerState(const std::string& path, const WorkerState& state) 
                        residuals.back().data_ptr<float>(),
                        SafetensorsDtype::kF32});
   }
+  if (state.slice_residual.defined()) {
+    residuals.push_back(state.slice_residual.to(torch::kCPU, torch::kFloat).contiguous().view({-1}));
+    entries.push_back(
+        {"slice_residual", {residuals.back().numel()}, residuals.back().data_ptr<float>(), SafetensorsDtype::kF32});
+  }
   return WriteSafetensors(path, entries, m);
 }
 
@@ -184,6 +189,7 @@ absl::StatusOr<WorkerState> LoadWorkerState(const std::string& path) {
   for (auto& [name, t] : *tensors) {
     if (name == "exp_avg") state.exp_avg = t;
     if (name == "exp_avg_sq") state.exp_avg_sq = t;
+    if (name == "slice_residual") state.slice_residual = t;
     size_t fragment = 0;
     if (absl::StartsWith(name, "error_feedback.") && absl::SimpleAtoi(absl::string_view(name).substr(15), &fragment) &&
         fragment < 4096) {

@@ -6,7 +6,9 @@
 //   <id>.state     safetensors: "exp_avg", "exp_avg_sq" (flat float32, FlatAdamW's buffer order) and __metadata__
 //                  {format: "diloco-worker-state-1", worker_id, fingerprint, seed, data, shard, shard_count, sampling,
 //                  round, adam_steps, sampler_epoch, sampler_position, sampler_rng, cluster_rank, cluster_size,
-//                  slice_layout}; with error feedback also "error_feedback.<fragment>" (flat float32 residuals).
+//                  slice_layout}; with error feedback also "error_feedback.<fragment>" (flat float32 residuals);
+//                  a cluster rank pushing its part (comm.cluster_parts) with error feedback keeps its slice of the
+//                  residual as "slice_residual" instead (flat float32, its SlicePlan range's length).
 //                  Written after every push (temp file, fsync, rename: a kill -9 leaves the old state or the new one).
 // A rank r of a worker cluster (workers.cluster_size n > 1) keeps the same files under the key "<id>.rank-<r>"
 // (StateKey): its own moments (with workers.sharding, its slice's only: slice_layout records SlicePlan's cut), its
@@ -55,6 +57,8 @@ struct WorkerState {
   // comm.error_feedback / codec topk: each fragment's residual, its tensors flattened and concatenated in push order
   // (float32); undefined for a fragment with none yet. Saved as "error_feedback.<fragment>".
   std::vector<torch::Tensor> error_feedback;
+  // comm.cluster_parts: this rank's slice of the residual (worker/part_exchange.h); undefined when it holds none.
+  torch::Tensor slice_residual;
 };
 
 // The key of a worker's files: its id, or "<id>.rank-<r>" for rank r of a cluster of cluster_size > 1.

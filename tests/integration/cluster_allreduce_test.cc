@@ -4,10 +4,13 @@
 // lays the tensors out in another order than the model's (weight_decay_1d false); and the ranks' stop wishes are ORed.
 // The sharded step (workers.sharding optimizer and gradients) on four ranks against torch.optim.AdamW on the full model
 // (tests/golden/make_sharded_adamw_golden.py): reduce-scatter, global clipping, AdamW on each slice, all-gather.
+// The leader's silence limit: a follower busy in a command far longer than the limit (no polls) is waited for, as
+// its heartbeat thread shows it alive; a follower whose process is gone is given up on.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <string>
 #include <thread>
@@ -143,6 +146,50 @@ TEST(ClusterShardedStep, FourRanksMatchTorchAdamWOnTheFullModel) {
     }
     // The padding of the parameter buffer stays zero.
     EXPECT_EQ(ranks[0].optimizer->padded_parameters().narrow(0, 54, 10).abs().sum().item<double>(), 0.0);
+  }
+}
+
+// Rank 1 takes a command, then works 3x the silence limit without polling (as in the broadcast of a large theta on a
+// loaded machine); the leader's next command must wait for it. Then rank 1 is gone (its cluster destroyed: no more
+// heartbeats, as after kill -9): the leader's next command throws naming it. Without the heartbeat thread the first
+// part throws "did not take command 1".
+TEST(ClusterSilence, ABusyFollowerIsWaitedForAndAGoneOneIsGivenUpOn) {
+  const std::string store = "127.0.0.1:" + std::to_string(FreePort());
+  constexpr std::chrono::milliseconds kSilence{2000};
+  std::string leader_error, follower_error;
+  std::vector<int64_t> received;
+  bool second_sent = false;
+  std::thread follower([&] {
+    auto cluster = WorkerCluster::Connect(1, 2, store, 60, "", torch::kCPU, kSilence);
+    if (!cluster.ok()) {
+      follower_error = std::string(cluster.status().message());
+      return;
+    }
+    for (int n = 0; n < 2; ++n) {
+      received.push_back((*cluster)->ReceiveWords()[0]);
+      (*cluster)->Acknowledge();
+      if (n == 0) std::this_thread::sleep_for(3 * kSilence);  // busy in the command: no polls
+    }
+  });
+  auto cluster = WorkerCluster::Connect(0, 2, store, 60, "", torch::kCPU, kSilence);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  try {
+    (*cluster)->SendWords({7, 0, 0, 0});
+    (*cluster)->SendWords({8, 0, 0, 0});
+    second_sent = true;
+  } catch (const std::exception& e) {
+    leader_error = e.what();
+  }
+  follower.join();
+  EXPECT_TRUE(second_sent) << leader_error;
+  EXPECT_EQ(follower_error, "");
+  EXPECT_EQ(received, (std::vector<int64_t>{7, 8}));
+  // Rank 1's process is gone now (its heartbeat with it): the third command is never taken.
+  try {
+    (*cluster)->SendWords({9, 0, 0, 0});
+    ADD_FAILURE() << "the leader waited on a follower that is gone";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 did not take command 2"), std::string::npos) << e.what();
   }
 }
 

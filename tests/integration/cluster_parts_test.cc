@@ -2,29 +2,42 @@
 // processes on 127.0.0.1 started by diloco-launch, ranks over ProcessGroupGloo, a real coordinator. Every rank pushes
 // its slice of the pseudo-gradient as part r of n on its own connection, pulls its slice of theta and the cluster
 // all-gathers; the coordinator folds the parts as one member's push, so the run ends with the theta of the same run
-// where rank 0 alone pushes and pulls.
+// where rank 0 alone pushes and pulls. A rank's slice residual (int8 / topk error feedback) is saved in its state
+// file and restored when the cluster restarts. A part whose stream breaks (a proxy cuts rank 1's connection mid-push)
+// makes every rank push its part again with the same values: the round counts once and theta is the clean run's.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "proto/checkpoint.h"
 #include "tests/process_harness.h"
+#include "worker/worker_state.h"
 
 namespace diloco::testing {
 namespace {
 
 struct Outcome {
+  std::string dir;  // the run's directory
   NamedTensors theta;
   std::vector<double> val_loss;
   nlohmann::json worker;  // summary.json's entry of the one worker
 };
 
-// A small llama, 3 rounds, slices of 1024 elements (comm.chunk_bytes 4096) so that every rank owns part of it.
-Outcome RunCluster(const std::string& name, int ranks, const std::vector<std::string>& extra) {
-  const std::string dir = ScratchDir("cluster_parts_" + name);
+// A small llama, 3 rounds, slices of 1024 elements (comm.chunk_bytes 4096) so that every rank owns part of it: the
+// overrides, then `extra`.
+std::vector<std::string> ClusterSets(int ranks, const std::vector<std::string>& extra) {
   std::vector<std::string> sets = {"workers.count=1",
                                    "coordinator.min_workers=1",
                                    "workers.cluster_size=" + std::to_string(ranks),
@@ -34,10 +47,16 @@ Outcome RunCluster(const std::string& name, int ranks, const std::vector<std::st
                                    "comm.chunk_bytes=4096",
                                    "outer.rounds=3"};
   sets.insert(sets.end(), extra.begin(), extra.end());
-  std::vector<std::string> args = TinyArgs(dir, sets);
+  return sets;
+}
+
+Outcome RunCluster(const std::string& name, int ranks, const std::vector<std::string>& extra) {
+  const std::string dir = ScratchDir("cluster_parts_" + name);
+  std::vector<std::string> args = TinyArgs(dir, ClusterSets(ranks, extra));
   args.erase(args.begin());  // the launcher takes the config as a positional argument
   RunningProcess launch("diloco-launch", args);
   Outcome out;
+  out.dir = dir;
   EXPECT_EQ(launch.Wait(300), 0) << launch.output();
   EXPECT_NE(launch.output().find("replica check: parameters identical on all " + std::to_string(ranks) +
                                  " ranks after each of 30 inner steps"),
@@ -89,17 +108,193 @@ TEST(ClusterParts, TwoAndFourRanksEndWithTheThetaOfRankZeroAlone) {
 
 // Lossy codecs per part: int8 with error feedback and topk (whose accumulator is always on) each keep the residual
 // of their slice on their rank; the run finishes with every push in parts and trains (the parts' chunk boundaries
-// differ from one stream's, so theta is not the rank-0-only run's).
-TEST(ClusterParts, Int8AndTopkPartsCarryTheirSlicesResidual) {
+// differ from one stream's, so theta is not the rank-0-only run's). Each rank's state file holds its slice of the
+// residual (the two slices together as long as the model), and the cluster relaunched on the same run directory
+// (the coordinator resumes from its checkpoint for a 4th round) restores each rank's own: the norm each logs is its
+// saved slice's.
+TEST(ClusterParts, Int8AndTopkPartsCarryTheirSlicesResidualAcrossARestart) {
   for (const std::string codec : {"int8", "topk"}) {
     SCOPED_TRACE("comm.codec " + codec);
-    const Outcome parts = RunCluster("codec_" + codec, 2,
-                                     {"comm.cluster_parts=true", "comm.codec=" + codec, "comm.error_feedback=true",
-                                      "comm.topk_chunk=256", "comm.topk_per_chunk=64"});
+    const std::vector<std::string> sets = {"comm.cluster_parts=true", "comm.codec=" + codec, "comm.error_feedback=true",
+                                           "comm.topk_chunk=256", "comm.topk_per_chunk=64"};
+    const Outcome parts = RunCluster("codec_" + codec, 2, sets);
     EXPECT_EQ(parts.worker["pushes_in_parts"], 3);
     ASSERT_EQ(parts.val_loss.size(), 4u);
     EXPECT_LT(parts.val_loss.back(), parts.val_loss.front() - 0.1);
+
+    int64_t numel = 0;
+    for (const auto& [name, t] : parts.theta) numel += t.numel();
+    std::vector<std::string> restored;  // the line each rank must log
+    int64_t saved_numel = 0;
+    for (int r = 0; r < 2; ++r) {
+      auto saved = LoadWorkerState(StatePath(parts.dir + "/worker-state", StateKey("worker-0", r, 2)));
+      ASSERT_TRUE(saved.ok()) << saved.status();
+      ASSERT_TRUE(saved->slice_residual.defined()) << "rank " << r << " saved no slice residual";
+      ASSERT_GT(saved->slice_residual.norm().item<double>(), 0);
+      saved_numel += saved->slice_residual.numel();
+      char line[160];
+      std::snprintf(line, sizeof(line), "restored this rank's slice residual (%lld elements, |residual| = %.9g)",
+                    static_cast<long long>(saved->slice_residual.numel()), saved->slice_residual.norm().item<double>());
+      restored.push_back(line);
+    }
+    EXPECT_EQ(saved_numel, numel) << "each rank keeps its own slice";
+    std::vector<std::string> args = TinyArgs(parts.dir, ClusterSets(2, With(sets, {"outer.rounds=4"})));
+    args.erase(args.begin());
+    const auto [code, output] = RunToEnd("diloco-launch", args);
+    ASSERT_EQ(code, 0) << output;
+    for (int r = 0; r < 2; ++r) EXPECT_NE(output.find(restored[r]), std::string::npos) << restored[r] << "\n" << output;
   }
+}
+
+// A TCP proxy on 127.0.0.1 to the coordinator at `target` (HOST:PORT) for one rank's connection: it cuts its first
+// connection (both ways) once cut_after bytes went from the rank to the coordinator (in the middle of the rank's
+// first push), and passes every later connection untouched. Owns its listening socket and threads (joined on
+// destruction); cut() may be read from any thread.
+class CuttingProxy {
+ public:
+  CuttingProxy(const std::string& target, int64_t cut_after) : cut_after_(cut_after) {
+    target_port_ = std::stoi(target.substr(target.rfind(':') + 1));
+    listener_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a = Loopback(0);
+    bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    listen(listener_, 8);
+    socklen_t len = sizeof(a);
+    getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    acceptor_ = std::thread([this] { Accept(); });
+  }
+  ~CuttingProxy() {
+    stop_ = true;
+    acceptor_.join();
+    for (std::thread& t : pumps_) t.join();
+    close(listener_);
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  bool cut() const { return cut_; }
+
+ private:
+  static sockaddr_in Loopback(int port) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return a;
+  }
+  void Accept() {
+    bool first = true;
+    while (!stop_) {
+      pollfd p{listener_, POLLIN, 0};
+      if (poll(&p, 1, 50) <= 0) continue;
+      const int client = accept(listener_, nullptr, nullptr);
+      const int server = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a = Loopback(target_port_);
+      if (client < 0 || connect(server, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+        close(client);
+        close(server);
+        continue;
+      }
+      pumps_.emplace_back([this, client, server, cuts = first && cut_after_ > 0] { Pump(client, server, cuts); });
+      first = false;
+    }
+  }
+  // Moves bytes both ways until either side closes (or the cut, or the proxy's end).
+  void Pump(int client, int server, bool cuts) {
+    int64_t upstream = 0;
+    char buffer[65536];
+    while (!stop_) {
+      pollfd p[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+      if (poll(p, 2, 50) <= 0) continue;
+      bool closed = false;
+      for (int i = 0; i < 2 && !closed; ++i) {
+        if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        ssize_t n = read(p[i].fd, buffer, sizeof(buffer));
+        if (i == 0 && cuts) n = std::min<ssize_t>(n, cut_after_ - upstream);  // never past the cut
+        closed = n <= 0 || !WriteAll(i == 0 ? server : client, buffer, n);
+        if (i == 0 && n > 0) upstream += n;
+      }
+      if (cuts && upstream >= cut_after_) cut_ = closed = true;
+      if (closed) break;
+    }
+    shutdown(client, SHUT_RDWR);
+    shutdown(server, SHUT_RDWR);
+    close(client);
+    close(server);
+  }
+  static bool WriteAll(int fd, const char* data, ssize_t n) {
+    while (n > 0) {
+      const ssize_t w = write(fd, data, static_cast<size_t>(n));
+      if (w <= 0) return false;
+      data += w;
+      n -= w;
+    }
+    return true;
+  }
+
+  const int64_t cut_after_;
+  int target_port_ = 0;
+  int listener_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> cut_{false};
+  std::thread acceptor_;
+  std::vector<std::thread> pumps_;  // the acceptor's; joined after it
+};
+
+// A cluster of 2 ranks pushing in parts (fp32), started by hand: rank 1 reaches the coordinator through a
+// CuttingProxy. Returns the coordinator's final theta and the ranks' and coordinator's logs.
+struct ManualRun {
+  NamedTensors theta;
+  nlohmann::json worker;
+  std::string leader_log, coordinator_log;
+  bool cut = false;
+};
+
+ManualRun RunThroughProxy(const std::string& name, int64_t cut_after) {
+  const std::string dir = ScratchDir("cluster_parts_" + name);
+  const std::vector<std::string> args = TinyArgs(dir, ClusterSets(2, {"comm.cluster_parts=true"}));
+  RunningProcess coordinator("diloco-coordinator", With(args, {"--port-file", dir + "/addr"}));
+  const std::string address = WaitForAddress(coordinator, dir + "/addr");
+  EXPECT_NE(address, "") << coordinator.output();
+  CuttingProxy proxy(address, cut_after);
+  const std::string store = "127.0.0.1:" + std::to_string(FreePort());
+  auto rank = [&](int r, const std::string& via) {
+    return std::make_unique<RunningProcess>("diloco-worker", With(args, {"--coordinator", via, "--id", "c", "--rank",
+                                                                         std::to_string(r), "--cluster-store", store}));
+  };
+  auto leader = rank(0, address);
+  auto follower = rank(1, proxy.address());
+  EXPECT_EQ(leader->Wait(240), 0) << leader->output();
+  EXPECT_EQ(follower->Wait(60), 0) << follower->output();
+  EXPECT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+  ManualRun out;
+  out.leader_log = leader->output();
+  out.coordinator_log = coordinator.output();
+  out.cut = proxy.cut();
+  auto checkpoint = LoadCheckpoint(dir + "/checkpoints/ckpt-00000003.bin");
+  EXPECT_TRUE(checkpoint.ok()) << checkpoint.status();
+  if (checkpoint.ok()) out.theta = checkpoint->params;
+  const nlohmann::json summary = ReadJson(dir + "/summary.json");
+  if (summary["workers"].size() == 1) out.worker = summary["workers"][0];
+  return out;
+}
+
+// Issue 29 item 3's re-push path under a real fault: rank 1's connection is cut in the middle of its first part's
+// stream (a broken part). Rank 0 hears of it through rank 1's outcome, every rank pushes its part again with the
+// same values, the round counts once (3 rounds, 3 pushes in parts), and theta equals the uncut run's bit for bit.
+TEST(ClusterParts, ABrokenPartIsPushedAgainByEveryRankAndTheRoundCountsOnce) {
+  const ManualRun clean = RunThroughProxy("uncut", 0);
+  ASSERT_FALSE(clean.theta.empty());
+  int64_t numel = 0;
+  for (const auto& [name, t] : clean.theta) numel += t.numel();
+  // Half of rank 1's fp32 part (a bit under half of the model's bytes, as its slice is the shorter one).
+  const ManualRun broken = RunThroughProxy("cut", numel);
+  ASSERT_FALSE(broken.theta.empty());
+  EXPECT_TRUE(broken.cut) << "the proxy never cut the connection";
+  EXPECT_NE(broken.leader_log.find("rank 1's part"), std::string::npos) << broken.leader_log;
+  EXPECT_EQ(clean.leader_log.find("rank 1's part"), std::string::npos) << clean.leader_log;
+  EXPECT_EQ(broken.worker["pushes_in_parts"], 3);
+  EXPECT_EQ(broken.worker["rounds_contributed"], 3);
+  EXPECT_EQ(MaxDifference(broken.theta, clean.theta), 0.0);
 }
 
 }  // namespace

@@ -163,6 +163,16 @@ TEST_F(WorkerStateTest, ClusterKeysRoundTripAndStateKeysNameTheRank) {
   EXPECT_EQ(WhyNotResume(back->identity, id), "");
   EXPECT_EQ(back->identity.cluster_rank, 2);
   EXPECT_EQ(back->identity.slice_layout, "gradients 1000 in 4 slices of 256");
+  EXPECT_FALSE(back->slice_residual.defined()) << "no slice residual saved, none loaded";
+  // comm.cluster_parts: the rank's slice of the error-feedback residual travels with the state.
+  WorkerState with_residual{id, 4, 40, {}, m, m};
+  with_residual.slice_residual = torch::linspace(-1, 1, 5);
+  ASSERT_TRUE(SaveWorkerState(Path("r.state"), with_residual).ok());
+  back = LoadWorkerState(Path("r.state"));
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_TRUE(back->slice_residual.defined());
+  EXPECT_TRUE(back->slice_residual.equal(with_residual.slice_residual));
+  EXPECT_TRUE(back->error_feedback.empty()) << "the slice residual is not a fragment's";
   EXPECT_EQ(StateKey("w1", 0, 1), "w1");
   EXPECT_EQ(StateKey("w1", 1, 2), "w1.rank-1");
   EXPECT_EQ(PreviousStatePath("d", "w1.rank-1"), "d/w1.rank-1.state.prev");
