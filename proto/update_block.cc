@@ -187,6 +187,29 @@ void PutIndex(BitWriter& bits, uint64_t index, int code, int width) {
   PutExpGolomb(bits, index, code - 1);
 }
 
+// The literals (the first's e and L in full, later ones' changes of both) and the sums, as the header describes.
+void PutTable(BitWriter& bits, const MagnitudeTable& table) {
+  int64_t previous_e = -1, previous_l = 0;
+  for (uint32_t m : table.literals()) {
+    const int64_t e = m >> 23, l = LiteralLength(m);
+    if (previous_e < 0) {
+      bits.Put(e, 8);
+      bits.Put(l, 5);
+    } else {  // later literals: the changes of e and L, zigzag, exp-Golomb of order 0
+      PutExpGolomb(bits, ZigZag(e - previous_e), 0);
+      PutExpGolomb(bits, ZigZag(l - previous_l), 0);
+    }
+    bits.Put((m & 0x7fffffu) >> (23 - l), static_cast<int>(l));
+    previous_e = e, previous_l = l;
+  }
+  const int width = WidthFor(static_cast<int64_t>(table.literals().size()));
+  for (const Composite& c : table.composites()) {
+    bits.PutBit(c.terms == 3);
+    for (int t = 0; t < c.terms; ++t) bits.Put(c.index[t], width);
+    for (int t = 1; t < c.terms; ++t) bits.PutBit(c.minus[t]);
+  }
+}
+
 }  // namespace
 
 bool UpdateReader::Varint(uint64_t* v) {
@@ -266,25 +289,7 @@ void EncodeUpdateBlock(const float* delta, int64_t length, float minus_lr, std::
   const int r = BestRice(gaps), code = BestIndexCode(counts);
   bits.Put(r, 4);
   bits.Put(code, 2);
-  int64_t previous_e = -1, previous_l = 0;
-  for (uint32_t m : table.literals()) {
-    const int64_t e = m >> 23, l = LiteralLength(m);
-    if (previous_e < 0) {
-      bits.Put(e, 8);
-      bits.Put(l, 5);
-    } else {  // later literals: the changes of e and L, zigzag, exp-Golomb of order 0
-      PutExpGolomb(bits, ZigZag(e - previous_e), 0);
-      PutExpGolomb(bits, ZigZag(l - previous_l), 0);
-    }
-    bits.Put((m & 0x7fffffu) >> (23 - l), static_cast<int>(l));
-    previous_e = e, previous_l = l;
-  }
-  const int width = WidthFor(b);
-  for (const Composite& c : table.composites()) {
-    bits.PutBit(c.terms == 3);
-    for (int t = 0; t < c.terms; ++t) bits.Put(c.index[t], width);
-    for (int t = 1; t < c.terms; ++t) bits.PutBit(c.minus[t]);
-  }
+  PutTable(bits, table);
   for (uint64_t g : gaps) {
     bits.Unary(g >> r);
     bits.Put(g, r);
