@@ -4,18 +4,9 @@
 // positions and add it, theta_t = fl(theta_{t-1} + s): the same two roundings as the coordinator's step (its kernel is
 // compiled without fused multiply-adds), so the result is bit-identical, for any lr. ThetaHash lets the worker check.
 // A CODEC_UPDATE chunk covers elements [offset, offset + count) of one float32 tensor, cut into blocks of topk_chunk
-// elements from the chunk's first element (offset is a multiple of it; the tensor's last block may be shorter). Per
-// block, in order, byte-aligned:
-//   u            varint: the changed positions in the block (0..block length); nothing else follows when 0
-//   p            varint: distinct steps in the block, 1..u
-//   palette      p float32 steps, little-endian, strictly ascending as unsigned 32-bit patterns, all finite
-//   bits         a little-endian bit stream padded to a byte: the u positions as Rice-coded gaps (g_0 = pos_0,
-//                g_i = pos_i - pos_{i-1} - 1; q = g >> r ones, a zero, then the r low bits of g), then u palette
-//                indices of ceil(log2 p) bits each (none when p = 1). r = floor(log2(m * 69 / 100)) with
-//                m = (length - u) / u in integers, 0 when that is below 1 (RiceParameter).
-// Why a palette: with few workers a block's steps take few distinct values (each push's kept values are one of four
-// per block), so an index costs 2-5 bits instead of 32; the palette is built from the exact fp32 steps, so nothing
-// is lost whatever their number.
+// elements from the chunk's first element (offset is a multiple of it; the tensor's last block may be shorter), each
+// coded on its own, byte-aligned (proto/update_block.h: the changed positions as Rice-coded gaps, each step as a sign
+// and an index into the block's distinct magnitudes, those sent as trimmed literals or as sums of two or three).
 // Pure functions and one single-stream applier; thread-compatible.
 #pragma once
 
@@ -38,17 +29,14 @@ namespace diloco {
 uint64_t ThetaHash(const NamedTensors& tensors);
 uint64_t ThetaHash(const std::vector<at::Tensor>& tensors);
 
-// The Rice parameter of a block of `length` elements with `changed` (>= 1) positions (header comment).
-int RiceParameter(int64_t length, int64_t changed);
-
 // Encodes the steps fl(minus_lr * delta[j]) at every j in [0, count) whose delta is not +0 into chunk->data, with
 // codec CODEC_UPDATE and topk_chunk = block; other fields are left alone. Returns the changed positions' count.
 int64_t EncodeUpdate(const float* delta, int64_t count, float minus_lr, int64_t block, TensorChunk* chunk);
 
 // Checks and decodes a CODEC_UPDATE chunk: the changed positions (relative to the chunk's first element, ascending)
 // and their steps. InvalidArgument naming the tensor and block for a block length out of [2, 65536], an offset that
-// is not a multiple of it, a truncated or overlong payload, u above the block, p out of [1, u], a non-finite or
-// unordered palette, a position out of its block, an index out of the palette.
+// is not a multiple of it, a truncated or overlong payload, u above the block, counts of magnitudes out of range, a
+// non-finite literal or sum, a sum naming a missing literal, a position out of its block, an index out of the table.
 absl::StatusOr<SparseChunk> DecodeUpdate(const TensorChunk& chunk);
 
 // Applies a sparse pull's CODEC_UPDATE chunks to `theta` (contiguous float32 CPU tensors holding theta_{t-1}):

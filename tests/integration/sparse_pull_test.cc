@@ -7,6 +7,7 @@
 // sparse. A second run with comm.sparse_pulls false pulls whole every round (the switch works, the sizes differ).
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <cstdio>
 #include <regex>
 #include <string>
@@ -24,7 +25,7 @@ constexpr int kRounds = 5;
 std::vector<std::string> SparseArgs(const std::string& dir, bool sparse) {
   return TinyArgs(dir, {"comm.codec=topk", "outer.optimizer=sgd", "outer.momentum=0", "outer.lr=1",
                         "outer.rounds=" + std::to_string(kRounds), "coordinator.min_workers=1", "model.d_model=128",
-                        std::string("comm.sparse_pulls=") + (sparse ? "true" : "false")});
+                        "coordinator.lease_s=120", std::string("comm.sparse_pulls=") + (sparse ? "true" : "false")});
 }
 
 struct SparsePull {
@@ -57,9 +58,13 @@ RunOutput TrainWithAJoiner(const std::string& name, bool sparse) {
   EXPECT_FALSE(address.empty()) << coordinator.output();
   if (address.empty()) return {};
   RunningProcess w0("diloco-worker", With(args, {"--coordinator", address, "--id", "w0"}));
-  // w1 joins once round 2 has closed: it holds no theta, so it pulls all of it.
+  // w1 joins once round 2 has closed: it holds no theta, so it pulls all of it. w0 is held (SIGSTOP; the long lease
+  // keeps it a member) until w1 has joined: on a loaded machine w1's start could outlast w0's remaining rounds.
   EXPECT_TRUE(coordinator.WaitForOutput("round 2/", 240)) << coordinator.output();
+  w0.Signal(SIGSTOP);
   RunningProcess w1("diloco-worker", With(args, {"--coordinator", address, "--id", "w1"}));
+  EXPECT_TRUE(w1.WaitForOutput(" joined ", 240)) << w1.output();
+  w0.Signal(SIGCONT);
   EXPECT_EQ(w0.Wait(300), 0) << w0.output();
   EXPECT_EQ(w1.Wait(300), 0) << w1.output();
   EXPECT_EQ(coordinator.Wait(60), 0) << coordinator.output();

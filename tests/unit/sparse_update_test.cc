@@ -1,7 +1,8 @@
 // Sparse pulls' format (proto/sparse_update.h, CODEC_UPDATE): the update the coordinator builds after an outer step
 // without momentum (coordinator/sparse_pull.h), applied to theta_{t-1}, must give the coordinator's own
 // OuterOptimizer::StepInPlace result bit for bit, for lr 1 and another lr, with -0.0 in theta and in the delta;
-// sizes at SparseLoCo's 64 of 4096; and every malformed payload is refused with its own message.
+// sizes at SparseLoCo's 64 of 4096; and every malformed payload is refused with its own message (the format itself
+// against a Python reference: sparse_update_golden_test.cc).
 #include "proto/sparse_update.h"
 
 #include <gtest/gtest.h>
@@ -97,13 +98,14 @@ void ExpectBitIdentical(double lr, int workers) {
 
 TEST(SparseUpdateTest, BitIdenticalToTheOuterStepAtLrOne) { ExpectBitIdentical(1.0, 1); }
 TEST(SparseUpdateTest, BitIdenticalToTheOuterStepAtAnotherLr) { ExpectBitIdentical(0.7, 3); }
+TEST(SparseUpdateTest, BitIdenticalWithFourWorkersSums) { ExpectBitIdentical(1.0, 4); }
 
 TEST(SparseUpdateTest, OneWorkerBlockCostsUnderOneHundredthOfFp32) {
   const NamedTensors theta = {{"w", at::zeros({4096 * 16})}};
   const std::vector<at::Tensor> delta = SparseDelta(theta, 1, 5);
   auto update = BuildSparseUpdate(1, theta, delta, -1.0f, 4096, 4096 * 16, 1 << 30);
   ASSERT_NE(update, nullptr);
-  // 16 blocks of about 64 changed values: counts, a palette of <= 4 steps, Rice gaps, 2-bit indices.
+  // 16 blocks of about 64 changed values: counts, 2 literals, Rice gaps, a sign and a 1-bit index each.
   EXPECT_LT(update->bytes, 16 * 4096 * 4 / 100) << update->bytes;
   EXPECT_GT(update->changed, 16 * 60);
 }
@@ -136,43 +138,54 @@ std::string Floats(std::vector<float> v) {
   return s;
 }
 
-// r for 8 elements, 2 changed: t = (6 / 2) * 69 / 100 = 2 -> r = 1. Gaps 1 (pos 1): q 0 -> 0, low bit 1; 3 (pos 5):
-// q 1 -> 1 0, low bit 1. Indices 1 (1.0) then 0 (0.5), 1 bit each. Stream 0 1 | 1 0 1 | 1 | 0 -> 0b0110110 = 0x36.
-std::string Good() { return std::string("\x02\x02", 2) + Floats({0.5f, 1.0f}) + "\x36"; }
+// 8 elements, u = 2 (positions 1 and 5), b = 1 literal (1.0: exponent 127, length 0), c = 0. Bits: r = 1 (1000),
+// k = 0 (00), exponent 1111 1110, length 00000, gaps 1 (0 1) and 3 (1 0 1), signs 0 and 1; the single magnitude
+// takes no index bits. Bytes 0xc1 0x1f 0xb0 0x02: steps +1 at 1 and -1 at 5.
+std::string Good() { return std::string("\x02\x01\x00\xc1\x1f\xb0\x02", 7); }
+std::string Zeros(int n) { return std::string(n, '\0'); }
 
 TEST(SparseUpdateTest, DecodesAHandWrittenBlock) {
-  ASSERT_EQ(RiceParameter(8, 2), 1);
   auto d = DecodeUpdate(Chunk(Good()));
   ASSERT_TRUE(d.ok()) << d.status();
   ASSERT_EQ(d->index.numel(), 2);
   EXPECT_EQ(d->index[0].item<int64_t>(), 1);
   EXPECT_EQ(d->index[1].item<int64_t>(), 5);
   EXPECT_EQ(d->values[0].item<float>(), 1.0f);
-  EXPECT_EQ(d->values[1].item<float>(), 0.5f);
+  EXPECT_EQ(d->values[1].item<float>(), -1.0f);
 }
 
 TEST(SparseUpdateTest, RefusesEveryMalformedPayload) {
-  const float nan = std::nanf("");
   struct Case {
     std::string data;
     std::string message;
     int64_t block = 8;
     int64_t offset = 0;
   };
+  // Headers "u b c" then bits: r (4), k (2), literals (13 + L), sums, gaps, per position index and sign.
   const std::vector<Case> cases = {
-      {Good().substr(0, Good().size() - 1), "payload ends inside a position"},
+      {Good().substr(0, Good().size() - 1), "payload ends inside the indices"},
       {Good() + std::string("\x00", 1), "bytes after its last block"},
       {"\x09", "9 changed of 8"},
-      {std::string("\x02\x00", 2), "palette size"},
-      {std::string("\x02\x03", 2), "palette size"},
-      {std::string("\x02\x02", 2) + Floats({1.0f, 0.5f}) + "\x6d", "palette not ascending"},
-      {std::string("\x02\x02", 2) + Floats({0.5f, nan}) + "\x6d", "non-finite step"},
-      {std::string("\x01\x01", 2) + Floats({0.5f}) + "\xff\x01", "position out of the block"},
-      // u = 1 of 8: r = 2. Gap 7: 1 0 1 1 (0x0d) is position 7, valid; gap 8: 1 1 0 0 0 (0x03) is outside.
-      {std::string("\x01\x01", 2) + Floats({0.5f}) + std::string("\x0d", 1), "position 7"},
-      {std::string("\x01\x01", 2) + Floats({0.5f}) + std::string("\x03", 1), "position 8 out of the block of 8"},
-      // u = 3 of 8: r = 0; positions 0 1 2 (0 0 0), then index 3 (1 1) of a palette of 3: 0b00011000.
-      {std::string("\x03\x03", 2) + Floats({0.1f, 0.2f, 0.5f}) + std::string("\x18", 1), "index 3"},
+      {std::string("\x02\x00", 2), "literal count"},
+      {std::string("\x02\x03", 2), "literal count"},
+      {std::string("\x02\x01\x02", 3), "sum count"},
+      {std::string("\x01\x01\x00\xc0\x3f", 5), "non-finite literal"},  // exponent 255
+      {std::string("\x01\x01\x00\x00\x00\x06", 6), "literal length 24 out of [0, 23]"},
+      // u = 4, b = 3, c = 1: zero literals (13 bits, then 2 bits of no change each), then a sum of two whose first
+      // term is literal 3 (11).
+      {std::string("\x04\x03\x01", 3) + Zeros(3) + "\x03", "sum term 3 out of 3 literals"},
+      // Literal 0 has exponent 254, literal 1 the change +1 (zigzag 2: 1 0 1): 255.
+      {std::string("\x02\x02\x00\x80\x3f\x28", 6), "literal exponent 255 out of [0, 254]"},
+      // b = 1: the largest float (exponent 254, length 23, 23 ones), c = 1: it plus itself.
+      {std::string("\x02\x01\x01\x80\xff\xfd\xff\xff\x03", 9), "non-finite sum"},
+      {std::string("\x01\x01\x00\x00\x00\xf8\xff", 7), "position out of the block"},
+      // u = 1, r = 0, a zero literal: gap 7 (7 ones, a zero), sign 0 is position 7, valid; gap 8 is outside.
+      {std::string("\x01\x01\x00\x00\x00\xf8\x03", 7), "position 7"},
+      {std::string("\x01\x01\x00\x00\x00\xf8\x07", 7), "position 8 out of the block of 8"},
+      // u = 3, b = 3 zero literals: gaps 0 0 0, then index 3 (11) of 3 magnitudes.
+      {std::string("\x03\x03\x00", 3) + Zeros(3) + "\x0c", "index 3 out of 3 magnitudes"},
+      // k = 1 (exp-Golomb of order 0): an index of 17+ leading ones.
+      {std::string("\x01\x01\x00\x10\x00\xf0\xff\xff", 8), "index code too long"},
       {Good(), "block length 1", 1},
       {Good(), "does not start a block", 8, 4},
   };
@@ -198,7 +211,7 @@ TEST(SparseUpdateTest, AnApplierTakesOnlyUpdateChunks) {
   EXPECT_TRUE(applier.Accept(Chunk(Good())).ok());
   EXPECT_TRUE(applier.Done());
   EXPECT_EQ(theta[0].second[1].item<float>(), 1.0f);
-  EXPECT_EQ(theta[0].second[5].item<float>(), 0.5f);
+  EXPECT_EQ(theta[0].second[5].item<float>(), -1.0f);
 }
 
 }  // namespace

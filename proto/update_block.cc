@@ -1,0 +1,402 @@
+// One CODEC_UPDATE block (proto/update_block.h): the encoder's choices and the decoder with every check.
+#include "proto/update_block.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+
+namespace diloco {
+namespace {
+
+constexpr uint32_t kMagnitudeMask = 0x7fffffffu;
+constexpr int kMaxRice = 15;
+constexpr int kPairLiterals = 64;   // sums of two are searched among this many literals
+constexpr int kTripleLiterals = 8;  // sums of three among this many
+
+uint32_t Bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof(u));
+  return u;
+}
+
+float FromBits(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, sizeof(x));
+  return x;
+}
+
+// ceil(log2 n) bits name n things (0 for one).
+int WidthFor(int64_t n) {
+  int bits = 0;
+  while ((int64_t{1} << bits) < n) ++bits;
+  return bits;
+}
+
+void PutVarint(std::string* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+// Little-endian bit stream (bit 0 of a byte first, values low bit first).
+class BitWriter {
+ public:
+  explicit BitWriter(std::string* out) : out_(out) {}
+  void Put(uint64_t v, int width) {
+    for (int b = 0; b < width; ++b) PutBit((v >> b) & 1);
+  }
+  void PutBit(uint64_t bit) {
+    acc_ |= bit << fill_;
+    if (++fill_ == 8) Flush();
+  }
+  void Unary(uint64_t q) {
+    for (; q > 0; --q) PutBit(1);
+    PutBit(0);
+  }
+  void Flush() {
+    if (fill_ > 0) out_->push_back(static_cast<char>(acc_));
+    acc_ = 0;
+    fill_ = 0;
+  }
+
+ private:
+  std::string* out_;
+  uint64_t acc_ = 0;
+  int fill_ = 0;
+};
+
+// Exp-Golomb of order k: v = n + 2^k has q + k + 1 bits; q ones, a zero, then the low q + k bits of v.
+int ExpGolombQ(uint64_t n, int k) { return WidthFor(static_cast<int64_t>((n >> k) + 2)) - 1; }
+int ExpGolombCost(uint64_t n, int k) { return 2 * ExpGolombQ(n, k) + 1 + k; }
+
+int LiteralLength(uint32_t magnitude) {
+  const uint32_t mantissa = magnitude & 0x7fffffu;
+  return mantissa == 0 ? 0 : 23 - __builtin_ctz(mantissa);
+}
+
+struct Composite {
+  uint32_t magnitude = 0;
+  int terms = 2;
+  int index[3] = {0, 0, 0};
+  bool minus[3] = {false, false, false};  // minus[t]: term t (>= 1) is subtracted
+};
+
+uint32_t Combine(const std::vector<float>& literals, const Composite& c) {
+  float v = literals[c.index[0]];
+  for (int t = 1; t < c.terms; ++t) v = c.minus[t] ? v - literals[c.index[t]] : v + literals[c.index[t]];
+  return Bits(v) & kMagnitudeMask;
+}
+
+// The block's distinct magnitudes split into literals and sums of literals (greedy, most frequent first).
+class MagnitudeTable {
+ public:
+  void Add(uint32_t magnitude) {
+    const int b = static_cast<int>(literals_.size());
+    const int width = WidthFor(b + 1);
+    const int literal_bits = 6 + LiteralLength(magnitude);  // about: the exponent's and length's changes are short
+    if (b > 0 && 1 + 2 * width + 1 < literal_bits) {
+      if (auto it = pairs_.find(magnitude); it != pairs_.end()) return composites_.push_back(it->second);
+      if (1 + 3 * width + 2 < literal_bits && FindTriple(magnitude)) return;
+    }
+    literals_.push_back(magnitude);
+    values_.push_back(FromBits(magnitude));
+    if (b >= kPairLiterals) return;
+    for (int i = 0; i <= b; ++i) {
+      for (bool minus : {false, true}) {
+        if (i == b && minus) continue;  // x - x = 0: a literal 0 costs as little
+        Composite c;
+        c.index[0] = i;
+        c.index[1] = b;
+        c.minus[1] = minus;
+        c.magnitude = Combine(values_, c);
+        if (std::isfinite(FromBits(c.magnitude))) pairs_.emplace(c.magnitude, c);
+      }
+    }
+  }
+  const std::vector<uint32_t>& literals() const { return literals_; }
+  const std::vector<Composite>& composites() const { return composites_; }
+
+ private:
+  bool FindTriple(uint32_t magnitude) {
+    const int n = std::min<int>(kTripleLiterals, static_cast<int>(literals_.size()));
+    Composite c;
+    c.terms = 3;
+    for (int i = 0; i < n; ++i) {
+      for (int j = i; j < n; ++j) {
+        for (int k = j; k < n; ++k) {
+          for (int s = 0; s < 4; ++s) {
+            c.index[0] = i, c.index[1] = j, c.index[2] = k;
+            c.minus[1] = s & 1, c.minus[2] = (s >> 1) & 1;
+            if (Combine(values_, c) == magnitude) {
+              c.magnitude = magnitude;
+              composites_.push_back(c);
+              return true;
+            }
+          }
+        }
+      }
+    }
+    return false;
+  }
+
+  std::vector<uint32_t> literals_;
+  std::vector<float> values_;
+  std::vector<Composite> composites_;
+  std::unordered_map<uint32_t, Composite> pairs_;
+};
+
+int BestRice(const std::vector<uint64_t>& gaps) {
+  int best = 0;
+  uint64_t best_cost = UINT64_MAX;
+  for (int r = 0; r <= kMaxRice; ++r) {
+    uint64_t cost = gaps.size() * (1 + static_cast<uint64_t>(r));
+    for (uint64_t g : gaps) cost += g >> r;
+    if (cost < best_cost) best = r, best_cost = cost;
+  }
+  return best;
+}
+
+// 0: fixed width; 1..3: exp-Golomb of order k - 1. counts[i]: the positions whose magnitude is entry i.
+int BestIndexCode(const std::vector<int64_t>& counts) {
+  int64_t best_cost = 0;
+  for (int64_t n : counts) best_cost += n * WidthFor(static_cast<int64_t>(counts.size()));
+  int best = 0;
+  for (int k = 1; k <= 3; ++k) {
+    int64_t cost = 0;
+    for (size_t i = 0; i < counts.size(); ++i) cost += counts[i] * ExpGolombCost(i, k - 1);
+    if (cost < best_cost) best = k, best_cost = cost;
+  }
+  return best;
+}
+
+void PutExpGolomb(BitWriter& bits, uint64_t n, int k) {
+  const int q = ExpGolombQ(n, k);
+  bits.Unary(q);
+  bits.Put(n + (uint64_t{1} << k) - (uint64_t{1} << (q + k)), q + k);
+}
+
+uint64_t ZigZag(int64_t v) { return v >= 0 ? 2 * static_cast<uint64_t>(v) : 2 * static_cast<uint64_t>(-v) - 1; }
+
+void PutIndex(BitWriter& bits, uint64_t index, int code, int width) {
+  if (code == 0) return bits.Put(index, width);
+  PutExpGolomb(bits, index, code - 1);
+}
+
+// The literals (the first's e and L in full, later ones' changes of both) and the sums, as the header describes.
+void PutTable(BitWriter& bits, const MagnitudeTable& table) {
+  int64_t previous_e = -1, previous_l = 0;
+  for (uint32_t m : table.literals()) {
+    const int64_t e = m >> 23, l = LiteralLength(m);
+    if (previous_e < 0) {
+      bits.Put(e, 8);
+      bits.Put(l, 5);
+    } else {  // later literals: the changes of e and L, zigzag, exp-Golomb of order 0
+      PutExpGolomb(bits, ZigZag(e - previous_e), 0);
+      PutExpGolomb(bits, ZigZag(l - previous_l), 0);
+    }
+    bits.Put((m & 0x7fffffu) >> (23 - l), static_cast<int>(l));
+    previous_e = e, previous_l = l;
+  }
+  const int width = WidthFor(static_cast<int64_t>(table.literals().size()));
+  for (const Composite& c : table.composites()) {
+    bits.PutBit(c.terms == 3);
+    for (int t = 0; t < c.terms; ++t) bits.Put(c.index[t], width);
+    for (int t = 1; t < c.terms; ++t) bits.PutBit(c.minus[t]);
+  }
+}
+
+}  // namespace
+
+bool UpdateReader::Varint(uint64_t* v) {
+  *v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (at_ >= n_) return false;
+    const uint8_t byte = p_[at_++];
+    *v |= static_cast<uint64_t>(byte & 0x7f) << shift;
+    if ((byte & 0x80) == 0) return true;
+  }
+  return false;
+}
+
+bool UpdateReader::Bit(uint32_t* bit) {
+  if (fill_ == 0) {
+    if (at_ >= n_) return false;
+    acc_ = p_[at_++];
+    fill_ = 8;
+  }
+  *bit = acc_ & 1;
+  acc_ >>= 1;
+  --fill_;
+  return true;
+}
+
+bool UpdateReader::Bits(int width, uint64_t* v) {
+  *v = 0;
+  for (int b = 0; b < width; ++b) {
+    uint32_t bit;
+    if (!Bit(&bit)) return false;
+    *v |= static_cast<uint64_t>(bit) << b;
+  }
+  return true;
+}
+
+bool UpdateReader::Unary(uint64_t limit, uint64_t* q) {
+  *q = 0;
+  for (uint32_t bit = 1;;) {
+    if (!Bit(&bit)) return false;
+    if (bit == 0) return true;
+    if (++*q > limit) return false;
+  }
+}
+
+void EncodeUpdateBlock(const float* delta, int64_t length, float minus_lr, std::string* out, int64_t* changed) {
+  std::vector<int64_t> positions;
+  std::vector<uint32_t> steps;
+  for (int64_t j = 0; j < length; ++j) {
+    if (Bits(delta[j]) == 0) continue;  // +0: theta + fl(-lr * +0) is theta, bit for bit
+    positions.push_back(j);
+    steps.push_back(Bits(minus_lr * delta[j]));
+  }
+  const int64_t u = static_cast<int64_t>(positions.size());
+  PutVarint(out, static_cast<uint64_t>(u));
+  *changed += u;
+  if (u == 0) return;
+  std::unordered_map<uint32_t, int64_t> frequency;
+  for (uint32_t s : steps) ++frequency[s & kMagnitudeMask];
+  std::vector<std::pair<int64_t, uint32_t>> order;  // (-count, magnitude): most frequent first, then ascending
+  for (const auto& [magnitude, n] : frequency) order.push_back({-n, magnitude});
+  std::sort(order.begin(), order.end());
+  MagnitudeTable table;
+  for (const auto& [n, magnitude] : order) table.Add(magnitude);
+  const int b = static_cast<int>(table.literals().size());
+  std::unordered_map<uint32_t, uint64_t> index;
+  for (int i = 0; i < b; ++i) index[table.literals()[i]] = i;
+  for (size_t i = 0; i < table.composites().size(); ++i) index[table.composites()[i].magnitude] = b + i;
+  std::vector<int64_t> counts(index.size());
+  for (const auto& [magnitude, i] : index) counts[i] = frequency[magnitude];
+  std::vector<uint64_t> gaps;
+  for (int64_t i = 0, previous = -1; i < u; previous = positions[i++]) {
+    gaps.push_back(static_cast<uint64_t>(positions[i] - previous - 1));
+  }
+  PutVarint(out, b);
+  PutVarint(out, table.composites().size());
+  BitWriter bits(out);
+  const int r = BestRice(gaps), code = BestIndexCode(counts);
+  bits.Put(r, 4);
+  bits.Put(code, 2);
+  PutTable(bits, table);
+  for (uint64_t g : gaps) {
+    bits.Unary(g >> r);
+    bits.Put(g, r);
+  }
+  const int index_width = WidthFor(static_cast<int64_t>(counts.size()));
+  for (uint32_t s : steps) {
+    PutIndex(bits, index[s & kMagnitudeMask], code, index_width);
+    bits.PutBit(s >> 31);
+  }
+  bits.Flush();
+}
+
+namespace {
+
+bool ReadExpGolomb(UpdateReader& in, int k, uint64_t* n) {
+  uint64_t q = 0, low = 0;
+  if (!in.Unary(16, &q) || !in.Bits(static_cast<int>(q) + k, &low)) return false;
+  *n = low + (uint64_t{1} << (q + k)) - (uint64_t{1} << k);
+  return true;
+}
+
+int64_t UnZigZag(uint64_t z) { return (z & 1) ? -static_cast<int64_t>((z + 1) / 2) : static_cast<int64_t>(z / 2); }
+
+// The magnitudes of a block: b literals then the composites; an error text or "".
+std::string DecodeMagnitudes(uint64_t b, uint64_t c, UpdateReader& in, std::vector<float>* table) {
+  int64_t e = 0, l = 0;
+  for (uint64_t i = 0; i < b; ++i) {
+    uint64_t high = 0;
+    if (i == 0) {
+      uint64_t e0 = 0, l0 = 0;
+      if (!in.Bits(8, &e0)) return "payload ends inside a literal";
+      if (e0 == 255) return "non-finite literal";
+      if (!in.Bits(5, &l0)) return "payload ends inside a literal";
+      e = static_cast<int64_t>(e0), l = static_cast<int64_t>(l0);
+    } else {
+      uint64_t de = 0, dl = 0;
+      if (!ReadExpGolomb(in, 0, &de) || !ReadExpGolomb(in, 0, &dl)) return "literal change too long or cut";
+      e += UnZigZag(de), l += UnZigZag(dl);
+      if (e < 0 || e > 254) return absl::StrCat("literal exponent ", e, " out of [0, 254]");
+    }
+    if (l < 0 || l > 23) return absl::StrCat("literal length ", l, " out of [0, 23]");
+    if (!in.Bits(static_cast<int>(l), &high)) return "payload ends inside a literal";
+    table->push_back(FromBits(static_cast<uint32_t>((e << 23) | (high << (23 - l)))));
+  }
+  const int width = WidthFor(static_cast<int64_t>(b));
+  for (uint64_t i = 0; i < c; ++i) {
+    uint32_t three = 0;
+    Composite composite;
+    if (!in.Bit(&three)) return "payload ends inside a sum";
+    composite.terms = three ? 3 : 2;
+    for (int t = 0; t < composite.terms; ++t) {
+      uint64_t k = 0;
+      if (!in.Bits(width, &k)) return "payload ends inside a sum";
+      if (k >= b) return absl::StrCat("sum term ", k, " out of ", b, " literals");
+      composite.index[t] = static_cast<int>(k);
+    }
+    for (int t = 1; t < composite.terms; ++t) {
+      uint32_t minus = 0;
+      if (!in.Bit(&minus)) return "payload ends inside a sum";
+      composite.minus[t] = minus;
+    }
+    const float v = FromBits(Combine(*table, composite));
+    if (!std::isfinite(v)) return "non-finite sum";
+    table->push_back(v);
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string DecodeUpdateBlock(int64_t length, int64_t base, UpdateReader& in, std::vector<int64_t>* index,
+                              std::vector<float>* values) {
+  uint64_t u = 0, b = 0, c = 0;
+  if (!in.Varint(&u)) return "payload ends before the block's count";
+  if (u > static_cast<uint64_t>(length)) return absl::StrCat(u, " changed of ", length);
+  if (u == 0) return "";
+  if (!in.Varint(&b) || b < 1 || b > u) return "literal count missing or not in [1, count]";
+  if (!in.Varint(&c) || c > u - b) return "sum count missing or over count - literals";
+  uint64_t r = 0, code = 0;
+  if (!in.Bits(4, &r) || !in.Bits(2, &code)) return "payload ends inside the block's parameters";
+  std::vector<float> table;
+  if (std::string bad = DecodeMagnitudes(b, c, in, &table); !bad.empty()) return bad;
+  int64_t pos = -1;
+  for (uint64_t i = 0; i < u; ++i) {
+    uint64_t q = 0, low = 0;
+    if (!in.Unary(static_cast<uint64_t>(length), &q)) return "position out of the block or payload ends";
+    if (!in.Bits(static_cast<int>(r), &low)) return "payload ends inside a position";
+    pos += static_cast<int64_t>((q << r) | low) + 1;
+    if (pos >= length) return absl::StrCat("position ", pos, " out of the block of ", length);
+    index->push_back(base + pos);
+  }
+  const uint64_t m = b + c;
+  const int width = WidthFor(static_cast<int64_t>(m)), k = static_cast<int>(code) - 1;
+  for (uint64_t i = 0; i < u; ++i) {
+    uint64_t n = 0;
+    if (code == 0) {
+      if (!in.Bits(width, &n)) return "payload ends inside the indices";
+    } else if (!ReadExpGolomb(in, k, &n)) {
+      return "index code too long or cut";
+    }
+    if (n >= m) return absl::StrCat("index ", n, " out of ", m, " magnitudes");
+    uint32_t negative = 0;
+    if (!in.Bit(&negative)) return "payload ends inside the indices";
+    values->push_back(negative ? -table[n] : table[n]);
+  }
+  in.AlignToByte();
+  return "";
+}
+
+}  // namespace diloco
