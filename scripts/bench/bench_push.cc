@@ -196,15 +196,18 @@ std::vector<diloco::RoundResult> SharedPseudoGradients(const diloco::NamedTensor
   return results;
 }
 
-// Push, retried while the coordinator answers UNAVAILABLE (as a worker does, worker/protocol_decision.h): the robust
-// rules hold a round's early pushers back until the round's set is known (outer.aggregation clip: every member's
-// header has declared its norm; trimmed_mean and centered_clip: the set of pushes is fixed), so in the push phase all
-// but the last pusher may be told to come back. Retries every 20 ms (short against a push phase) for up to timeout_s.
+// Push, retried while the coordinator answers UNAVAILABLE or ABORTED (as a worker does, worker/protocol_decision.h):
+// the robust rules hold a round's early pushers back with UNAVAILABLE until the round's set is known
+// (outer.aggregation clip: every member's header has declared its norm; trimmed_mean and centered_clip: the set of
+// pushes is fixed), so in the push phase all but the last pusher may be told to come back; ABORTED says another
+// push broke off and the round's aggregation restarted. Retries every 20 ms (short against a push phase) for up to
+// timeout_s; the push phase includes the waits.
 absl::StatusOr<int64_t> PushRetryingUnavailable(diloco::CoordinatorClient& client, int64_t round,
                                                 const diloco::RoundResult& result, double timeout_s) {
   const Clock::time_point start = Clock::now();
   absl::StatusOr<int64_t> sent = client.Push(round, result);
-  while (!sent.ok() && absl::IsUnavailable(sent.status()) && Since(start) < timeout_s) {
+  while (!sent.ok() && (absl::IsUnavailable(sent.status()) || absl::IsAborted(sent.status())) &&
+         Since(start) < timeout_s) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     sent = client.Push(round, result);
   }
