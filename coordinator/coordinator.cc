@@ -106,7 +106,8 @@ void CoordinatorCore::AddSinks(std::unique_ptr<Evaluator> evaluator) {
   }
   sinks_.Add(std::make_unique<RoundLogSink>(config_.SyncRounds()));
   if (config_.coordinator.eval_every > 0) {
-    sinks_.Add(std::make_unique<EvaluationSink>(config_.coordinator.eval_every, std::move(evaluator), evals_));
+    evaluation_ =
+        sinks_.Add(std::make_unique<EvaluationSink>(config_.coordinator.eval_every, std::move(evaluator), evals_));
   }
   checkpoints_ = sinks_.Add(std::make_unique<CheckpointWriter>(config_, model_.fingerprint, theta_.get(), evals_));
   sinks_.Add(std::make_unique<SummarySink>([this] { WriteSummary(); }));

@@ -15,7 +15,12 @@
 //
 // Round lifecycle: round t+1 is open while theta_t is published; pushes tagged with round t are folded
 // into the accumulator chunk by chunk; the round thread (Run) closes the round when DecideCloseOf says so, has the
-// store step and publish theta_{t+1}, and hands the round to the sinks (evaluation and checkpoints when due).
+// store step and publish theta_{t+1}, and hands the round to the sinks (log line, checkpoints when due).
+// The non-finite guard (issue 32 item 4): a round whose averaged delta, stepped theta or momentum would hold a NaN or
+// an Inf, or whose stepped theta evaluates to a non-finite validation loss (when an evaluation is due, it runs on the
+// stepped theta before it is published: ThetaStore::Step's check), is not committed: theta and the momentum keep
+// their values bit for bit, the round's pushes are logged with their norms and discarded, the largest push's member
+// is quarantined and the round is redone (DiscardNonFiniteRound). No pull, checkpoint or status shows such a theta.
 // If a push breaks off after some of its chunks were folded, the round's aggregation restarts (accumulator zeroed,
 // `epoch` bumped): every worker whose push was counted sees pushed=false in its next heartbeat and pushes again.
 // So the global model only ever sees complete pseudo-gradients.
@@ -24,8 +29,10 @@
 // place, OuterStep::StepInPlace, and read by pulls under a ThetaGuard, theta_store.h: fp32 pulls are served from its
 // memory, coordinator/pull_payload.h, and a pull that finds theta moved on mid-stream is refused with UNAVAILABLE and
 // the worker pulls again), the outer momentum (updated in place) and the round accumulator (handed to the step as the
-// round's delta, shown to the replay log sink, and taken back zeroed). The evaluation sink reads theta without a
-// copy. An encoding pull codec adds its encoded copy of the newest round (bf16: half a copy), shared by all pulls
+// round's delta, shown to the replay log sink, and taken back zeroed). The evaluation reads theta without a
+// copy; to undo a step that it refuses, the store spills the stepped tensors' theta and momentum to an unlinked file
+// before an evaluated round's step (theta_store.h: disk, not memory; an exact undo otherwise needs a fourth copy). An
+// encoding pull codec adds its encoded copy of the newest round (bf16: half a copy), shared by all pulls
 // (pull_payload.h). Asynchronous rounds keep theta_{t-1} as an immutable snapshot beside theta_t (pulls of older
 // versions are useful there and theta moves with every push), so they hold one copy more; Delayed Nesterov keeps its
 // own buffers (delayed_nesterov.h). Buffers are allocated and faulted in at Create (no cold first round).
@@ -199,7 +206,9 @@ class CoordinatorCore {
     double tokens = 0;
   };
   ClosingRound BeginClose() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // On success, closing.delta has gone back to the accumulator; after a throw it is still in `closing`.
+  // On success, closing.delta has gone back to the accumulator; after a throw it is still in `closing`. When an
+  // evaluation is due for the round, it runs on the stepped theta before it is published (the store's check,
+  // theta_store.h): a non-finite loss throws NonFiniteStep with theta and the momentum put back.
   void FinishClose(ClosingRound& closing, const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
   // The positions the next step updates: the round's fragment (Streaming DiLoCo), or null for all.
   const std::vector<size_t>* FragmentToStep() const;
@@ -212,9 +221,9 @@ class CoordinatorCore {
   std::shared_ptr<const SparseUpdate> BuildRoundUpdate(const ParamSnapshot& theta,
                                                        const std::vector<at::Tensor>& delta) const;
   void AssignAdaptiveSteps() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // DyLU: next round's H of every active worker
-  // The non-finite guard (issue 32): round `round`'s step would have made theta or the momentum non-finite and was
-  // not committed. Logs each push's norm and quarantines the largest-norm push's member at once (the others push
-  // again, so the round is redone without it).
+  // The non-finite guard (issue 32): round `round`'s step would have made theta or the momentum non-finite, or the
+  // evaluation of its theta was not finite, and was not committed. Logs each push's norm and quarantines the
+  // largest-norm push's member at once (the others push again, so the round is redone without it).
   void DiscardNonFiniteRound(int64_t round, const RoundState::Pushes& pushes, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Quarantines member `id` for the rest of the open round at once (a strike; the reason for the log line).
@@ -256,6 +265,7 @@ class CoordinatorCore {
   // The round thread's (Run/Poll, FinishClose), and Create's before it: never touched by the request threads.
   RoundSinks sinks_;
   CheckpointWriter* checkpoints_ = nullptr;  // in sinks_; Write is thread-safe (CheckpointNow)
+  EvaluationSink* evaluation_ = nullptr;     // in sinks_ (null without coordinator.eval_every); the round thread's
 
   std::atomic<int> push_port_{0};
   mutable absl::Mutex mu_;

@@ -141,10 +141,16 @@ void CoordinatorCore::FinishClose(ClosingRound& closing, const std::string& reas
     if (!AllFinite(d)) throw NonFiniteStep("the averaged pseudo-gradient is not finite");
   }
   ClosedRound closed;
+  const int64_t round = theta_->round() + 1;
+  double eval_seconds = 0;
+  ThetaStore::CandidateCheck check;  // the evaluation, when due, before theta_{t+1} is published
+  if (evaluation_ != nullptr && evaluation_->DueAt(round, round >= config_.SyncRounds())) {
+    check = [&](const ParamSnapshot& candidate) { eval_seconds = evaluation_->Vet(candidate); };
+  }
   const double t0 = clock_();
-  closed.theta = theta_->Step(closing.delta, FragmentToStep());
+  closed.theta = theta_->Step(closing.delta, FragmentToStep(), check);
   const double t1 = clock_();
-  closed.step_seconds = t1 - t0;
+  closed.step_seconds = t1 - t0 - eval_seconds;
   closed.reason = reason;
   closed.pushes = closing.contributors.size();
   closed.tokens = closing.tokens;

@@ -36,6 +36,13 @@ class DelayedNesterov : public OuterStep {
   const std::vector<at::Tensor>& momentum_buffers() const override { return m_; }
   // Restores m from a checkpoint; the arrival count and the buffer acc start over (a partial buffer is not saved).
   void set_momentum_buffers(std::vector<at::Tensor> m) override { m_ = std::move(m); }
+  // m, acc and the arrival count (Step replaces m and acc with new tensors, so the handles undo it exactly).
+  OuterStepState SaveState() const override { return {{m_, acc_}, arrivals_}; }
+  void RestoreState(OuterStepState state) override {
+    m_ = std::move(state.buffers.at(0));
+    acc_ = std::move(state.buffers.at(1));
+    arrivals_ = state.arrivals;
+  }
 
  private:
   double lr_;

@@ -211,6 +211,17 @@ std::vector<at::Tensor> OuterOptimizer::Step(const std::vector<at::Tensor>& thet
   return next;
 }
 
+void OuterOptimizer::RestoreState(OuterStepState state) {
+  std::vector<at::Tensor> stepped = std::move(buffers_);
+  buffers_ = std::move(state.buffers.at(0));
+  if (buffers_.empty()) {  // the undone step was the first: its buffers were the spares
+    for (at::Tensor& b : stepped) b.abs_();
+    spare_buffers_ = std::move(stepped);
+  } else if (!stepped.empty() && !stepped[0].is_same(buffers_[0])) {  // Step(): the new buffers can be reused
+    spare_buffers_ = std::move(stepped);
+  }
+}
+
 void OuterOptimizer::Reserve(const std::vector<at::Tensor>& theta) {
   if (momentum_ == 0 || !buffers_.empty()) return;
   spare_buffers_.clear();

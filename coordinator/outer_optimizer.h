@@ -50,6 +50,10 @@ class OuterOptimizer : public OuterStep {
     buffers_ = std::move(buffers);
     spare_buffers_.clear();
   }
+  // Undoes a step (OuterStep::SaveState): the momentum handles of before it. A first step's buffers (Reserve's, now
+  // holding the refused step's momentum) become the spares again, made finite and >= 0 as the first in-place step
+  // needs them (their absolute values: page-distinct, as Reserve's).
+  void RestoreState(OuterStepState state) override;
 
  private:
   // StepInPlace's guard: throws NonFiniteStep when the step would write a NaN or an Inf into theta or the momentum.

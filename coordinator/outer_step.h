@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "config/config.h"
@@ -23,6 +24,15 @@ namespace diloco {
 class NonFiniteStep : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// The state of an outer step (its momentum, and any buffers and counters) as tensor handles, taken before a step
+// to undo it when the step's result is refused after the step returned (the evaluation guard, theta_store.h,
+// issue 32 item 4). Step() never writes its state in place, so restoring the handles undoes it exactly; after
+// StepInPlace the caller writes the momentum's values back first (theta_store.h's spill).
+struct OuterStepState {
+  std::vector<std::vector<at::Tensor>> buffers;  // per implementation: {momentum} or {m, acc}
+  int64_t arrivals = 0;                          // Delayed Nesterov's arrival count
 };
 
 class OuterStep {
@@ -55,6 +65,9 @@ class OuterStep {
   virtual const std::vector<at::Tensor>& momentum_buffers() const = 0;
   // Restores the momentum state from a checkpoint (empty, or one tensor per parameter).
   virtual void set_momentum_buffers(std::vector<at::Tensor> buffers) = 0;
+  // The state before a step, and its restore (OuterStepState). Default: the momentum buffers.
+  virtual OuterStepState SaveState() const { return {{momentum_buffers()}, 0}; }
+  virtual void RestoreState(OuterStepState state) { set_momentum_buffers(std::move(state.buffers.at(0))); }
 };
 
 // The outer step of `config`: Delayed Nesterov for outer.mode async with outer.optimizer nesterov (N = outer.delay_n,

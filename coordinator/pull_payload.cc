@@ -46,6 +46,7 @@ PullPayload::PullPayload(std::shared_ptr<const ParamSnapshot> snapshot, NamedTen
                          Codec codec, std::optional<FlatRange> range)
     : key_(snapshot.get()),
       round_(snapshot->round),
+      writes_(snapshot->writes),
       guard_(snapshot->guard),
       snapshot_(std::move(snapshot)),
       chunker_(range ? std::make_unique<TensorChunker>(std::move(tensors), chunk_bytes, codec, *range)
@@ -53,7 +54,7 @@ PullPayload::PullPayload(std::shared_ptr<const ParamSnapshot> snapshot, NamedTen
 
 PullPayload::PullPayload(const std::shared_ptr<const ParamSnapshot>& snapshot, const std::vector<std::string>& messages,
                          const std::vector<int64_t>& payload_bytes)
-    : key_(snapshot.get()), round_(snapshot->round), guard_(snapshot->guard) {
+    : key_(snapshot.get()), round_(snapshot->round), writes_(snapshot->writes), guard_(snapshot->guard) {
   absl::MutexLock lock(&mu_);
   exhausted_ = true;
   for (size_t i = 0; i < messages.size(); ++i) {
@@ -72,7 +73,7 @@ absl::Status PullPayload::BuildUpTo(size_t i) {
     // Encoding reads theta: under the guard. A raw chunk only takes a pointer; its bytes are read by gRPC later
     // (see the header's "Torn reads").
     TensorChunker* chunker = chunker_.get();  // (the lambda runs here, under mu_)
-    if (!ReadIfAtRound(guard_.get(), round_, [&] { more = chunker->Next(&chunk, &raw); })) {
+    if (!ReadIfAtRound(guard_.get(), round_, writes_, [&] { more = chunker->Next(&chunk, &raw); })) {
       return absl::UnavailableError(
           absl::StrCat("the global parameters moved on from round ", round_, " while this pull streamed; pull again"));
     }
@@ -122,7 +123,7 @@ absl::StatusOr<bool> PullPayload::Message(size_t i, grpc::ByteBuffer* out, int64
 }
 
 bool PullPayload::Current() const {
-  return ReadIfAtRound(guard_.get(), round_, [] {});
+  return ReadIfAtRound(guard_.get(), round_, writes_, [] {});
 }
 
 std::shared_ptr<PullPayload> PullPayloadCache::Get(const std::shared_ptr<const ParamSnapshot>& snapshot, int fragment,

@@ -56,7 +56,9 @@ class PullPayload {
 
   int64_t round() const { return round_; }
   // Whether this is the payload of `snapshot` (the same object, at the same round).
-  bool Of(const ParamSnapshot& snapshot) const { return key_ == &snapshot && round_ == snapshot.round; }
+  bool Of(const ParamSnapshot& snapshot) const {
+    return key_ == &snapshot && round_ == snapshot.round && writes_ == snapshot.writes;
+  }
 
   // Message i (0-based) of the stream after the header, serialized as a PullMessage holding one TensorChunk, with
   // its payload size (for the byte counters) and whether it points into theta's memory (*raw: write it with
@@ -79,6 +81,7 @@ class PullPayload {
 
   const void* const key_;  // the snapshot's address (compared only, never followed)
   const int64_t round_;
+  const int64_t writes_;                     // the snapshot's ThetaGuard writes (theta_store.h)
   const std::shared_ptr<ThetaGuard> guard_;  // null: the snapshot is immutable
   // The snapshot's tensors, while messages remain to be built or some point into them (Lifetime); null after.
   mutable absl::Mutex mu_;

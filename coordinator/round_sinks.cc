@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "coordinator/outer_step.h"
 #include "coordinator/replay_log.h"
 
 namespace diloco {
@@ -62,27 +63,41 @@ void RoundLogSink::OnCommitted(const ClosedRound& round) {
 }
 
 absl::Status EvaluationSink::OnStart(const ClosedRound& start) {
-  if (history_->empty()) Evaluate(start);
+  if (!history_->empty()) return absl::OkStatus();
+  try {
+    Vet(*start.theta);
+  } catch (const NonFiniteStep& e) {  // the starting theta is what it is: logged, not recorded
+    spdlog::error("evaluation of round {}: {}", start.theta->round, e.what());
+  }
+  OnCommitted(start);  // records and logs it
   return absl::OkStatus();
 }
 
-void EvaluationSink::OnCommitted(const ClosedRound& round) {
-  if (round.theta->complete || round.theta->round % every_ == 0) Evaluate(round);
-}
-
-void EvaluationSink::Evaluate(const ClosedRound& round) {
-  const ParamSnapshot& theta = *round.theta;
+double EvaluationSink::Vet(const ParamSnapshot& candidate) {
+  vetted_.reset();
   const auto t0 = std::chrono::steady_clock::now();
   double loss = 0;
   try {
-    loss = evaluator_->Evaluate(theta.params);
+    loss = evaluator_->Evaluate(candidate.params);
   } catch (const std::exception& e) {
-    spdlog::error("evaluation of round {} failed, training goes on: {}", theta.round, e.what());
-    return;
+    spdlog::error("evaluation of round {} failed, training goes on: {}", candidate.round, e.what());
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  spdlog::info("eval: round {} val_loss {:.4f} (ppl {:.2f}, {:.2f} s)", theta.round, loss, std::exp(loss), seconds);
-  history_->Add({theta.round, loss, round.tokens_committed, round.bytes_pushed_committed});
+  if (!std::isfinite(loss)) {
+    throw NonFiniteStep("the evaluation of its stepped theta is not finite (val_loss " + std::to_string(loss) + ")");
+  }
+  vetted_ = Vetted{candidate.round, loss, seconds};
+  return seconds;
+}
+
+void EvaluationSink::OnCommitted(const ClosedRound& round) {
+  if (vetted_ && vetted_->round == round.theta->round) {
+    spdlog::info("eval: round {} val_loss {:.4f} (ppl {:.2f}, {:.2f} s)", vetted_->round, vetted_->loss,
+                 std::exp(vetted_->loss), vetted_->seconds);
+    history_->Add({vetted_->round, vetted_->loss, round.tokens_committed, round.bytes_pushed_committed});
+  }
+  vetted_.reset();
 }
 
 CheckpointWriter::CheckpointWriter(const Config& config, std::string fingerprint, ThetaStore* theta,

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,20 +65,34 @@ class RoundLogSink : public RoundSink {
   const int64_t rounds_total_;
 };
 
+// The evaluation of a round runs before the round is published (issue 32 item 4): the core asks DueAt, and when due
+// hands Vet to the theta store as the stepped theta's check (ThetaStore::Step), so that a non-finite validation loss
+// refuses the step (theta and the momentum are put back, the round is discarded and redone) and no pull, checkpoint
+// or status ever shows that theta. OnCommitted then records and logs the vetted loss of the round it committed.
 class EvaluationSink : public RoundSink {
  public:
   // every: coordinator.eval_every (> 0).
   EvaluationSink(int64_t every, std::unique_ptr<Evaluator> evaluator, std::shared_ptr<EvalHistory> history)
       : every_(every), evaluator_(std::move(evaluator)), history_(std::move(history)) {}
-  absl::Status OnStart(const ClosedRound& start) override;
-  void OnCommitted(const ClosedRound& round) override;
+  absl::Status OnStart(const ClosedRound& start) override;  // theta_0's evaluation, when the history is empty
+  // Whether round `round`'s theta is evaluated (every `every` rounds, and the last: `complete`).
+  bool DueAt(int64_t round, bool complete) const { return complete || round % every_ == 0; }
+  // Evaluates the stepped theta `candidate`: throws NonFiniteStep (outer_step.h) when its loss is NaN or Inf; an
+  // evaluator that fails is logged and training goes on without that evaluation. Returns the seconds it took.
+  double Vet(const ParamSnapshot& candidate);
+  void OnCommitted(const ClosedRound& round) override;  // records Vet's loss for this round
 
  private:
-  void Evaluate(const ClosedRound& round);
+  struct Vetted {
+    int64_t round = 0;
+    double loss = 0;
+    double seconds = 0;
+  };
 
   const int64_t every_;
   const std::unique_ptr<Evaluator> evaluator_;  // the round thread's
   const std::shared_ptr<EvalHistory> history_;
+  std::optional<Vetted> vetted_;  // the last Vet's finite loss, until OnCommitted
 };
 
 struct WrittenCheckpoint {

@@ -1,6 +1,14 @@
 #include "coordinator/theta_store.h"
 
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
 #include <utility>
+
+#include "coordinator/theta_spill.h"
 
 namespace diloco {
 namespace {
@@ -30,14 +38,33 @@ class SyncThetaStore : public ThetaStore {
     theta->guard = guard_;
   }
 
-  std::shared_ptr<ParamSnapshot> Step(const std::vector<at::Tensor>& delta, const std::vector<size_t>* only) override {
+  std::shared_ptr<ParamSnapshot> Step(const std::vector<at::Tensor>& delta, const std::vector<size_t>* only,
+                                      const CandidateCheck& check) override {
     const std::shared_ptr<const ParamSnapshot> base = current();
     std::shared_ptr<ParamSnapshot> next = NextOf(*base, rounds_total_);
     next->guard = guard_;
-    next->params = base->params;            // the same tensors, which now hold theta_{t+1}
-    absl::MutexLock stepping(&guard_->mu);  // pulls and checkpoints of theta_t wait, then find it moved on
-    outer_step_->StepInPlace(TensorsOf(base->params), delta, only);
+    next->params = base->params;  // the same tensors, which now hold theta_{t+1}
+    const std::vector<at::Tensor> theta = TensorsOf(base->params);
+    std::unique_ptr<ThetaSpill> spill = check ? Spill(theta, only) : nullptr;
+    OuterStepState before = check ? outer_step_->SaveState() : OuterStepState{};
+    {
+      absl::MutexLock stepping(&guard_->mu);  // pulls and checkpoints of theta_t wait, then find it moved on
+      outer_step_->StepInPlace(theta, delta, only);
+      ++guard_->writes;
+      guard_->vetting = static_cast<bool>(check);
+    }
+    if (check) {
+      try {
+        check(*next);  // readers of theta_t find it moved on meanwhile; a steady read waits
+      } catch (...) {
+        Undo(*base, *spill, std::move(before));
+        throw;
+      }
+    }
+    absl::MutexLock done(&guard_->mu);
+    guard_->vetting = false;
     guard_->round = next->round;
+    next->writes = guard_->writes;
     return next;
   }
 
@@ -50,11 +77,47 @@ class SyncThetaStore : public ThetaStore {
   // finished before its snapshot was published).
   absl::Status ReadSteady(const std::function<absl::Status(const SteadyTheta&)>& read) override {
     absl::ReaderMutexLock steady(&guard_->mu);
+    guard_->mu.Await(absl::Condition(&NotVetting, guard_.get()));  // not the candidate of a checked step
     const std::shared_ptr<const ParamSnapshot> theta = current();
     return read({guard_->round, theta->params, outer_step_->momentum_buffers()});
   }
 
  private:
+  static bool NotVetting(ThetaGuard* guard) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !guard->vetting; }
+
+  // The stepped tensors' theta and momentum (none before the first step: the optimizer state's handles undo that),
+  // spilled before a checked step. Throws std::runtime_error when the file cannot be written: the round is then
+  // discarded before anything was stepped.
+  std::unique_ptr<ThetaSpill> Spill(const std::vector<at::Tensor>& theta, const std::vector<size_t>* only) const {
+    const std::vector<at::Tensor>& momentum = outer_step_->momentum_buffers();
+    std::vector<at::Tensor> tensors;
+    for (size_t i = 0; i < theta.size(); ++i) {
+      if (only != nullptr && std::find(only->begin(), only->end(), i) == only->end()) continue;
+      tensors.push_back(theta[i]);
+      if (i < momentum.size()) tensors.push_back(momentum[i]);
+    }
+    absl::StatusOr<std::unique_ptr<ThetaSpill>> spill = ThetaSpill::Write(spill_dir_, std::move(tensors));
+    if (!spill.ok()) throw std::runtime_error(std::string(spill.status().message()));
+    return *std::move(spill);
+  }
+
+  // A checked step was refused: theta_t and the momentum back from the spill, the optimizer state's handles, and
+  // theta_t published again under a new writes count (readers of the old snapshot start over).
+  void Undo(const ParamSnapshot& base, ThetaSpill& spill, OuterStepState before) {
+    absl::MutexLock undoing(&guard_->mu);
+    const absl::Status restored = spill.Restore();
+    if (!restored.ok()) {  // theta holds neither round: nothing may read it again
+      spdlog::critical("cannot undo the refused step ({}); the coordinator stops", std::string(restored.message()));
+      std::abort();
+    }
+    outer_step_->RestoreState(std::move(before));
+    ++guard_->writes;
+    guard_->vetting = false;
+    auto again = std::make_shared<ParamSnapshot>(base);
+    again->writes = guard_->writes;
+    Publish(std::move(again));
+  }
+
   const std::shared_ptr<ThetaGuard> guard_;  // the round the tensors hold; shared with every snapshot
 };
 
@@ -64,7 +127,8 @@ class AsyncThetaStore : public ThetaStore {
   AsyncThetaStore(const Config& config, std::shared_ptr<ParamSnapshot> theta, std::vector<at::Tensor> momentum)
       : ThetaStore(config, std::move(theta)), momentum_(std::move(momentum)) {}
 
-  std::shared_ptr<ParamSnapshot> Step(const std::vector<at::Tensor>& delta, const std::vector<size_t>* only) override {
+  std::shared_ptr<ParamSnapshot> Step(const std::vector<at::Tensor>& delta, const std::vector<size_t>* only,
+                                      const CandidateCheck& check) override {
     std::shared_ptr<const ParamSnapshot> base;
     std::vector<at::Tensor> recycle;
     {
@@ -74,8 +138,17 @@ class AsyncThetaStore : public ThetaStore {
       previous_.reset();
     }
     std::shared_ptr<ParamSnapshot> next = NextOf(*base, rounds_total_);
+    OuterStepState before = check ? outer_step_->SaveState() : OuterStepState{};
     std::vector<at::Tensor> stepped = outer_step_->Step(TensorsOf(base->params), delta, std::move(recycle), only);
     for (size_t i = 0; i < stepped.size(); ++i) next->params.emplace_back(base->params[i].first, stepped[i]);
+    if (check) {
+      try {
+        check(*next);  // theta_t is untouched and stays published; nobody else holds next
+      } catch (...) {
+        outer_step_->RestoreState(std::move(before));
+        throw;
+      }
+    }
     return next;
   }
 
@@ -107,7 +180,10 @@ class AsyncThetaStore : public ThetaStore {
 }  // namespace
 
 ThetaStore::ThetaStore(const Config& config, std::shared_ptr<const ParamSnapshot> theta)
-    : rounds_total_(config.SyncRounds()), outer_step_(MakeOuterStep(config)), current_(std::move(theta)) {}
+    : rounds_total_(config.SyncRounds()),
+      spill_dir_(config.CheckpointDir()),
+      outer_step_(MakeOuterStep(config)),
+      current_(std::move(theta)) {}
 
 std::unique_ptr<ThetaStore> ThetaStore::Create(const Config& config, std::shared_ptr<ParamSnapshot> theta,
                                                std::vector<at::Tensor> momentum) {

@@ -11,6 +11,10 @@
 //     (OuterStep::Step), theta_{t-1} is kept for pulls of older versions (its memory is reused for theta_{t+1} once
 //     no pull holds it), and the momentum is snapshotted with every published version for checkpoints.
 // Memory: coordinator.h "Memory" (sync: theta and the momentum, one copy each; async: one copy of theta more).
+// A step checked by the evaluation (Step's `check`) keeps theta_t exactly without a copy in memory: synchronous rounds
+// spill the stepped tensors' theta and momentum to an unlinked file first (8 bytes a parameter of disk, written
+// once per evaluated round, read back only when the evaluation refuses the step); asynchronous rounds keep theta_t
+// anyway and the optimizer state's handles.
 // Thread-safety: current() / round() / ReadSteady() from any thread (the published state sits under the store's own
 // mutex, a leaf lock: nothing is called while it is held; ReadSteady's guard is taken before it). Step() and
 // Publish() belong to the round thread (one at a time). The owner publishes under its own lock, so the round it reads
@@ -22,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -37,9 +42,15 @@ namespace diloco {
 // published for round t are overwritten with theta_{t+1} when round t+1 closes. The guard says which round the
 // tensors hold now: the round thread holds `mu` exclusively while it steps and then sets `round`; a reader on
 // another thread (a pull in flight, an operator's checkpoint) holds it shared while it reads (ReadSnapshot).
+// `writes` counts the step's writes of the tensors (a step, and the undo of a step the evaluation refused): a reader
+// also checks it, because an undone step leaves `round` as it was while a pull's raw bytes may have been read in
+// between. `vetting`: a stepped theta is being evaluated (ThetaStore::Step's check): readers find it moved on, and a
+// steady read (checkpoints) waits.
 struct ThetaGuard {
   absl::Mutex mu;
   int64_t round ABSL_GUARDED_BY(mu) = 0;
+  int64_t writes ABSL_GUARDED_BY(mu) = 0;
+  bool vetting ABSL_GUARDED_BY(mu) = false;
 };
 
 // theta_round as published to pulls (shared by every pull in flight). Without a guard (asynchronous rounds) it is
@@ -49,19 +60,20 @@ struct ParamSnapshot {
   bool complete = false;
   NamedTensors params;                // theta_round, float32
   std::shared_ptr<ThetaGuard> guard;  // null: immutable
+  int64_t writes = 0;                 // guard->writes when published
 };
 
-// Runs read() while `guard` (null: an immutable snapshot) says theta holds `round`, under the guard's shared lock;
-// returns false without running it once theta has moved on (the reader must start over from the current snapshot).
-// Blocks while the round thread steps theta (up to one outer step).
+// Runs read() while `guard` (null: an immutable snapshot) says theta holds `round` as of `writes`, under the
+// guard's shared lock; returns false without running it once theta has moved on (the reader must start over from
+// the current snapshot). Blocks while the round thread steps theta (up to one outer step; not during an evaluation).
 template <typename Read>
-bool ReadIfAtRound(ThetaGuard* guard, int64_t round, Read read) {
+bool ReadIfAtRound(ThetaGuard* guard, int64_t round, int64_t writes, Read read) {
   if (guard == nullptr) {
     read();
     return true;
   }
   absl::ReaderMutexLock lock(&guard->mu);
-  if (guard->round != round) return false;
+  if (guard->round != round || guard->writes != writes) return false;
   read();
   return true;
 }
@@ -69,7 +81,7 @@ bool ReadIfAtRound(ThetaGuard* guard, int64_t round, Read read) {
 // ReadIfAtRound for `snapshot`'s round.
 template <typename Read>
 bool ReadSnapshot(const ParamSnapshot& snapshot, Read read) {
-  return ReadIfAtRound(snapshot.guard.get(), snapshot.round, read);
+  return ReadIfAtRound(snapshot.guard.get(), snapshot.round, snapshot.writes, read);
 }
 
 // theta_t and its momentum as ReadSteady shows them: nothing writes them while the reader runs.
@@ -91,11 +103,19 @@ class ThetaStore {
   std::shared_ptr<const ParamSnapshot> current() const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t round() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // A check of the stepped theta_{t+1} before anyone else may read it (the evaluation, issue 32 item 4); it throws
+  // to refuse it.
+  using CandidateCheck = std::function<void(const ParamSnapshot& candidate)>;
   // Round thread: theta_{t+1} = OuterOpt(theta_t, delta) (positions `only`, or all when null), not yet published.
   // Synchronous: written over theta_t (pulls of it then find it moved on); asynchronous: into new tensors. Throws
   // when the outer step refuses (theta and the momentum are then as they were).
-  virtual std::shared_ptr<ParamSnapshot> Step(const std::vector<at::Tensor>& delta, const std::vector<size_t>* only)
-      ABSL_LOCKS_EXCLUDED(mu_) = 0;
+  // With `check`: runs it on theta_{t+1} before returning; when it throws, theta_t and the momentum are put back
+  // exactly (synchronous: from a spill file of the stepped tensors written before the step, theta_spill.h, in the
+  // checkpoint directory; asynchronous: theta_t was never touched and the optimizer state's handles are restored),
+  // theta_t is published again as a new snapshot (pulls that read it meanwhile start over) and the exception
+  // propagates. No pull or checkpoint reads theta_{t+1} while the check runs (they see theta moved on, or wait).
+  virtual std::shared_ptr<ParamSnapshot> Step(const std::vector<at::Tensor>& delta, const std::vector<size_t>* only,
+                                              const CandidateCheck& check = nullptr) ABSL_LOCKS_EXCLUDED(mu_) = 0;
   // Round thread: makes `next` (Step's result) the published theta.
   virtual void Publish(std::shared_ptr<const ParamSnapshot> next) ABSL_LOCKS_EXCLUDED(mu_) = 0;
   // Runs read() with theta_t and its momentum steady (synchronous: under the guard's shared lock, so the next step
@@ -107,6 +127,7 @@ class ThetaStore {
   ThetaStore(const Config& config, std::shared_ptr<const ParamSnapshot> theta);
 
   const int64_t rounds_total_;             // config.SyncRounds(): the round that completes the run
+  const std::string spill_dir_;            // config.CheckpointDir(): where a checked step spills (synchronous)
   std::unique_ptr<OuterStep> outer_step_;  // the round thread's (and ReadSteady's, while no step can run)
   mutable absl::Mutex mu_;
   std::shared_ptr<const ParamSnapshot> current_ ABSL_GUARDED_BY(mu_);

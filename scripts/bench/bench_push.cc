@@ -196,6 +196,24 @@ std::vector<diloco::RoundResult> SharedPseudoGradients(const diloco::NamedTensor
   return results;
 }
 
+// Push, retried while the coordinator answers UNAVAILABLE or ABORTED (as a worker does, worker/protocol_decision.h):
+// the robust rules hold a round's early pushers back with UNAVAILABLE until the round's set is known
+// (outer.aggregation clip: every member's header has declared its norm; trimmed_mean and centered_clip: the set of
+// pushes is fixed), so in the push phase all but the last pusher may be told to come back; ABORTED says another
+// push broke off and the round's aggregation restarted. Retries every 20 ms (short against a push phase) for up to
+// timeout_s; the push phase includes the waits.
+absl::StatusOr<int64_t> PushRetryingUnavailable(diloco::CoordinatorClient& client, int64_t round,
+                                                const diloco::RoundResult& result, double timeout_s) {
+  const Clock::time_point start = Clock::now();
+  absl::StatusOr<int64_t> sent = client.Push(round, result);
+  while (!sent.ok() && (absl::IsUnavailable(sent.status()) || absl::IsAborted(sent.status())) &&
+         Since(start) < timeout_s) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    sent = client.Push(round, result);
+  }
+  return sent;
+}
+
 // A barrier's completion step (std::barrier takes one nothrow callable type).
 struct PhaseStep {
   std::function<void()> run;
@@ -282,7 +300,7 @@ void Bench::Worker(int w, const diloco::ModelSpec& spec, const std::vector<diloc
     }
     pull_done.arrive_and_wait();
     push_ready.arrive_and_wait();
-    auto sent = client.Push(round, results[static_cast<size_t>(round % P)]);
+    auto sent = PushRetryingUnavailable(client, round, results[static_cast<size_t>(round % P)], timeout_s);
     if (sent.ok()) {
       pushed += *sent;
     } else {

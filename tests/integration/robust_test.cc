@@ -2,10 +2,13 @@
 // processes, one of which pushes wrong pseudo-gradients through the test-only --attack option (worker/attack.h).
 // The non-finite guard with outer.aggregation mean: the attacker's well-formed pushes (finite values, max |v| 1e38)
 // overflow the token-weighted sums every round it pushes; no such round is committed (theta stays finite, every
-// evaluation is finite), the attacker is quarantined for the redo and the honest members complete the run.
+// evaluation is finite), the attacker is quarantined for the redo and the honest members complete the run; and the
+// same when the pushes and the step are finite but the stepped theta's evaluation is not.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -50,6 +53,52 @@ TEST(Robust, OverflowingPushesAreNeverCommittedAndTheHonestMembersCompleteTheRun
     if (w["id"] == "bad") EXPECT_EQ(w["rounds_contributed"].get<int64_t>(), 0) << w.dump();
     if (w["id"] != "bad") EXPECT_EQ(w["rounds_contributed"].get<int64_t>(), kRounds) << w.dump();
   }
+}
+
+// The evaluation half of the non-finite guard (issue 32 item 4), with outer.aggregation mean: the attacker's pushes
+// are finite (max |d| = 1e30), so are the token-weighted sums and the outer step, but the stepped theta's validation
+// loss is not (the tiny model's activations overflow). No such round is committed: the round is discarded and redone
+// with the honest members, every evaluation is finite, and theta and the momentum in the final checkpoint are exactly
+// what PyTorch's SGD replay of the committed rounds' deltas gives (tests/integration/check_replay.py over
+// coordinator.replay_log_dir): a refused step that left any trace would differ by ~1e29.
+TEST(Robust, PushesWhoseThetaEvaluatesNonFiniteAreNeverCommitted) {
+  constexpr int kEvalRounds = 2;  // each round is pushed twice (the refused one and the redo)
+  const std::string dir = ScratchDir("robust_eval");
+  const std::vector<std::string> args =
+      TinyArgs(dir, {"outer.rounds=" + std::to_string(kEvalRounds), "workers.count=3", "coordinator.min_workers=2",
+                     "coordinator.replay_log_dir=" + dir + "/replay"});
+  RunningProcess coordinator("diloco-coordinator", With(args, {"--port-file", dir + "/addr"}));
+  const std::string address = WaitForAddress(coordinator, dir + "/addr");
+  ASSERT_FALSE(address.empty()) << coordinator.output();
+  RunningProcess bad("diloco-worker", With(args, {"--coordinator", address, "--id", "bad", "--attack", "max:1e30"}));
+  ASSERT_TRUE(coordinator.WaitForOutput("joined: worker bad", 60)) << coordinator.output();
+  RunningProcess w0("diloco-worker", With(args, {"--coordinator", address, "--id", "w0"}));
+  ASSERT_TRUE(coordinator.WaitForOutput("joined: worker w0", 60)) << coordinator.output();
+  RunningProcess w1("diloco-worker", With(args, {"--coordinator", address, "--id", "w1"}));
+  EXPECT_EQ(w0.Wait(240), 0) << w0.output();
+  EXPECT_EQ(w1.Wait(240), 0) << w1.output();
+  EXPECT_NE(bad.Wait(60), -1) << bad.output();
+  ASSERT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+  const std::string log = coordinator.output();
+  EXPECT_NE(log.find("discarded: the evaluation of its stepped theta is not finite"), std::string::npos) << log;
+  EXPECT_EQ(log.find("the averaged pseudo-gradient is not finite"), std::string::npos) << "the sums were finite";
+  EXPECT_NE(log.find("bad norm "), std::string::npos) << log;
+  EXPECT_NE(log.find("quarantined: worker bad"), std::string::npos) << log;
+  const nlohmann::json summary = ReadJson(dir + "/summary.json");
+  ASSERT_TRUE(summary.is_object()) << log;
+  EXPECT_EQ(summary["round"].get<int64_t>(), kEvalRounds);
+  ASSERT_EQ(summary["evals"].size(), static_cast<size_t>(kEvalRounds + 1)) << summary.dump();
+  for (const auto& e : summary["evals"]) EXPECT_TRUE(std::isfinite(e["val_loss"].get<double>())) << e.dump();
+  for (const auto& w : summary["workers"]) {
+    if (w["id"] == "bad") EXPECT_EQ(w["rounds_contributed"].get<int64_t>(), 0) << w.dump();
+    if (w["id"] != "bad") EXPECT_EQ(w["rounds_contributed"].get<int64_t>(), kEvalRounds) << w.dump();
+  }
+  if (!std::filesystem::exists(DILOCO_PYTHON)) GTEST_SKIP() << "no Python with torch at " << DILOCO_PYTHON;
+  char checkpoint[32];
+  std::snprintf(checkpoint, sizeof(checkpoint), "ckpt-%08d.bin", kEvalRounds);
+  EXPECT_EQ(Shell(std::string(DILOCO_PYTHON) + " " + SourceDir() + "/tests/integration/check_replay.py " + dir +
+                  "/replay " + dir + "/checkpoints/" + checkpoint + " 0.7 0.9"),
+            0);
 }
 
 // outer.aggregation clip under attack (issue 32 items 2 and 5): two honest workers and one that pushes its delta

@@ -13,7 +13,9 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <string>
@@ -986,6 +988,85 @@ TEST_F(CoordinatorCoreTest, TrimmedMeanWaitsForTheSetThenTrimsEachCoordinate) {
     want.push_back(sorted.narrow(0, 1, 2).mean(0).to(at::kFloat));
   }
   ExpectAllClose(Theta(), Step(theta0, want));
+}
+
+}  // namespace
+}  // namespace diloco
+
+namespace diloco {
+namespace {
+
+// A fake evaluation that overflows as a model's logits do: NaN once some |theta| passes 1e6, else the mean square.
+class OverflowingEvaluator : public Evaluator {
+ public:
+  double Evaluate(const NamedTensors& theta) override {
+    double sum = 0;
+    for (const auto& [name, t] : theta) {
+      if (t.abs().max().item<float>() > 1e6f) return std::numeric_limits<double>::quiet_NaN();
+      sum += t.to(at::kDouble).pow(2).mean().item<double>();
+    }
+    return sum;
+  }
+};
+
+std::string FileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The non-finite guard's evaluation half (issue 32 item 4): A's push is finite and so is the step it makes, but the
+// stepped theta evaluates to NaN. The round is not committed: a checkpoint written after it holds the same bytes as
+// one written before (theta and the momentum bit for bit, and the evals), the pushes are logged with their norms, A
+// is quarantined at once, and the redo with B alone is exactly B's step from theta_1 and its momentum.
+TEST_F(CoordinatorCoreTest, ARoundWhoseEvaluationIsNotFiniteIsDiscardedWithThetaAndMomentumBitForBit) {
+  config_.coordinator.eval_every = 1;
+  config_.coordinator.min_workers = 1;  // the redo runs without the quarantined A
+  auto created = CoordinatorCore::Create(config_, TinyTheta0(config_.model), std::make_unique<OverflowingEvaluator>(),
+                                         false, [this] { return now_.load(); });
+  ASSERT_TRUE(created.ok()) << created.status();
+  core_ = std::move(*created);
+  Join("A");
+  Join("B");
+  const Tensors theta0 = Theta();
+  const Tensors dA = RandomDelta(), dB = RandomDelta();
+  ASSERT_TRUE(Push("A", 0, 1000, dA).ok());
+  ASSERT_TRUE(Push("B", 0, 1000, dB).ok());
+  core_->Poll();
+  ASSERT_EQ(core_->Status().round(), 1);
+  const Tensors buf1 = Average({dA, dB}, {1000, 1000});
+  const Tensors theta1 = Theta();
+  absl::StatusOr<WrittenCheckpoint> before = core_->CheckpointNow();
+  ASSERT_TRUE(before.ok()) << before.status();
+  const std::string before_bytes = FileBytes(before->path);
+  ASSERT_FALSE(before_bytes.empty());
+
+  Tensors big;  // finite, and so is the step (|theta| ~ 1e8), but the evaluation overflows
+  for (const at::Tensor& d : dA) big.push_back(at::full_like(d, 1.0e8f));
+  const Tensors dB2 = RandomDelta();
+  auto log = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(200);
+  spdlog::default_logger()->sinks().push_back(log);
+  ASSERT_TRUE(Push("A", 1, 1000, big).ok());
+  ASSERT_TRUE(Push("B", 1, 1000, dB2).ok());
+  core_->Poll();
+  spdlog::default_logger()->sinks().pop_back();
+  EXPECT_EQ(core_->Status().round(), 1);
+  EXPECT_EQ(core_->Status().evals_size(), 2) << "theta_0's and round 1's; none for the refused round";
+  absl::StatusOr<WrittenCheckpoint> after = core_->CheckpointNow();
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->round, 1);
+  EXPECT_TRUE(FileBytes(after->path) == before_bytes) << "theta, the momentum and the evals must be as they were";
+  std::string logged;
+  for (const std::string& line : log->last_formatted()) logged += line;
+  EXPECT_THAT(logged, HasSubstr("round 2 discarded: the evaluation of its stepped theta is not finite"));
+  EXPECT_THAT(logged, HasSubstr("A norm "));
+  EXPECT_THAT(logged, HasSubstr("quarantined: worker A"));
+  EXPECT_FALSE(Beat("B").pushed()) << "B's push was discarded with the round: it must push again";
+  EXPECT_EQ(Push("A", 1, 1000, big).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(Push("B", 1, 1000, dB2).ok());
+  core_->Poll();
+  EXPECT_EQ(core_->Status().round(), 2);
+  ExpectAllClose(Theta("B"), Step(theta1, dB2, buf1));
+  EXPECT_EQ(core_->Status().evals_size(), 3);
 }
 
 }  // namespace

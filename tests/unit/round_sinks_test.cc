@@ -1,12 +1,14 @@
 // The round sinks (coordinator/round_sink.h, round_sinks.h): RoundSinks calls its sinks in order and a start-up
 // error stops it; the evaluation sink evaluates theta_0 once and then every eval_every rounds and the last, with
-// the run's totals; the checkpoint writer writes when due and on request, what ThetaStore::ReadSteady shows plus the
-// evals; the replay log writes theta_0 at start (not when resumed) and each round's delta.
+// the run's totals, and refuses a non-finite loss; the checkpoint writer writes when due and on request, what
+// ThetaStore::ReadSteady shows plus the evals; the replay log writes theta_0 at start (not when resumed) and each
+// round's delta.
 #include "coordinator/round_sinks.h"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -83,9 +85,20 @@ TEST(RoundSinksTest, EvaluatesThetaZeroOnceThenEveryNRoundsAndTheLast) {
   EvaluationSink sink(3, std::make_unique<CountingEvaluator>(&calls), history);
   ASSERT_TRUE(sink.OnStart(Closed(Theta(0))).ok());
   EXPECT_EQ(calls, 1);
-  for (int64_t r = 1; r <= 4; ++r) sink.OnCommitted(Closed(Theta(r), 100 * r));
+  // The core asks DueAt and runs Vet on the stepped theta before publishing it; OnCommitted records the result.
+  for (int64_t r = 1; r <= 4; ++r) {
+    if (sink.DueAt(r, /*complete=*/false)) sink.Vet(*Theta(r));
+    sink.OnCommitted(Closed(Theta(r), 100 * r));
+  }
   EXPECT_EQ(calls, 2) << "round 3 only";
+  ASSERT_TRUE(sink.DueAt(5, /*complete=*/true));
+  sink.Vet(*Theta(5, /*complete=*/true));
   sink.OnCommitted(Closed(Theta(5, /*complete=*/true), 500));
+  // A non-finite loss refuses the stepped theta (issue 32 item 4): Vet throws and nothing is recorded.
+  auto inf = Theta(6);
+  inf->params[0].second.fill_(std::numeric_limits<float>::infinity());
+  EXPECT_THROW(sink.Vet(*inf), NonFiniteStep);
+  sink.OnCommitted(Closed(Theta(6), 600));
   const std::vector<EvalRecord> records = history->Records();
   ASSERT_EQ(records.size(), 3u);
   EXPECT_EQ(records[1].round, 3);
@@ -95,7 +108,7 @@ TEST(RoundSinksTest, EvaluatesThetaZeroOnceThenEveryNRoundsAndTheLast) {
 
   EvaluationSink resumed(3, std::make_unique<CountingEvaluator>(&calls), history);
   ASSERT_TRUE(resumed.OnStart(Closed(Theta(5))).ok());
-  EXPECT_EQ(calls, 3) << "a resumed run with evals does not evaluate its start again";
+  EXPECT_EQ(calls, 4) << "a resumed run with evals does not evaluate its start again (4: rounds 0, 3, 5 and 6)";
 }
 
 class CheckpointWriterTest : public ScratchDirTest {};

@@ -132,5 +132,76 @@ TEST(ThetaStoreTest, TheLastRoundIsComplete) {
   EXPECT_TRUE(store->current()->complete);
 }
 
+// The evaluation guard (issue 32 item 4): a check that refuses the stepped theta (ThetaStore::Step's `check`) leaves
+// theta and the optimizer state as they were, bit for bit: the store then steps exactly as one that never saw the
+// refused deltas. Refused at the first step (no momentum yet) and at a later one, in both modes (the asynchronous one
+// with Delayed Nesterov's m, acc and arrival count).
+class CheckedStepTest : public ::testing::TestWithParam<OuterMode> {};
+
+std::vector<at::Tensor> Momentum(ThetaStore& store) {
+  std::vector<at::Tensor> out;
+  EXPECT_TRUE(store
+                  .ReadSteady([&](const SteadyTheta& theta) {
+                    for (const at::Tensor& m : theta.momentum) out.push_back(m.clone());
+                    return absl::OkStatus();
+                  })
+                  .ok());
+  return out;
+}
+
+void ExpectSameBits(ThetaStore& store, ThetaStore& reference) {
+  const std::shared_ptr<const ParamSnapshot> a = store.current(), b = reference.current();
+  ASSERT_EQ(a->round, b->round);
+  for (size_t i = 0; i < a->params.size(); ++i) EXPECT_TRUE(a->params[i].second.equal(b->params[i].second)) << i;
+  const std::vector<at::Tensor> ma = Momentum(store), mb = Momentum(reference);
+  ASSERT_EQ(ma.size(), mb.size());
+  for (size_t i = 0; i < ma.size(); ++i) EXPECT_TRUE(ma[i].equal(mb[i])) << "momentum " << i;
+}
+
+TEST_P(CheckedStepTest, ARefusedStepLeavesThetaAndTheMomentumBitForBit) {
+  Config config = StoreConfig(GetParam(), OuterOptimizerKind::kNesterov);
+  config.outer.rounds = 10;
+  config.coordinator.checkpoint_dir = ::testing::TempDir() + "/checked_step_spill";
+  std::unique_ptr<ThetaStore> store = ThetaStore::Create(config, Theta0(), {});
+  std::unique_ptr<ThetaStore> reference = ThetaStore::Create(config, Theta0(), {});
+  const bool sync = GetParam() == OuterMode::kSync;
+  int checks = 0;
+  const auto refuse = [&](const ParamSnapshot& candidate) {
+    ++checks;
+    EXPECT_EQ(candidate.round, store->round() + 1) << "the stepped theta, not yet published";
+    // Synchronous: the published tensors hold the candidate meanwhile, so a reader of theta_t is refused; asynchronous:
+    // theta_t is untouched and stays readable.
+    EXPECT_EQ(ReadSnapshot(*store->current(), [] {}), !sync);
+    throw NonFiniteStep("refused");
+  };
+  const auto refused_step = [&](float v) {
+    const std::shared_ptr<const ParamSnapshot> before = store->current();
+    EXPECT_THROW(store->Step(Delta(v), nullptr, refuse), NonFiniteStep);
+    EXPECT_EQ(store->round(), before->round);
+    if (sync) {
+      EXPECT_FALSE(ReadSnapshot(*before, [] {})) << "a pull that may have read the candidate's bytes starts over";
+      EXPECT_NE(store->current().get(), before.get());
+    }
+    EXPECT_TRUE(ReadSnapshot(*store->current(), [] {}));
+    ExpectSameBits(*store, *reference);
+  };
+  const auto accepted_step = [&](float v) {
+    int accepted = 0;
+    store->Publish(store->Step(Delta(v), nullptr, [&](const ParamSnapshot&) { ++accepted; }));
+    reference->Publish(reference->Step(Delta(v), nullptr));
+    EXPECT_EQ(accepted, 1);
+    ExpectSameBits(*store, *reference);
+  };
+  refused_step(1000.0f);  // the first step: no momentum yet
+  accepted_step(0.25f);
+  refused_step(-7.0f);  // with momentum
+  accepted_step(0.5f);
+  accepted_step(-0.125f);
+  EXPECT_EQ(checks, 2);
+  EXPECT_EQ(store->round(), 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, CheckedStepTest, ::testing::Values(OuterMode::kSync, OuterMode::kAsync));
+
 }  // namespace
 }  // namespace diloco

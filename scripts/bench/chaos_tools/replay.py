@@ -10,6 +10,11 @@ from checkpoint_file import read_checkpoint
 
 def replay(log_dir, rounds, lr, momentum):
     """{name: theta_R} after rounds 1..R; raises FileNotFoundError when a round's file is missing."""
+    return replay_with_momentum(log_dir, rounds, lr, momentum)[0]
+
+
+def replay_with_momentum(log_dir, rounds, lr, momentum):
+    """({name: theta_R}, {name: momentum buffer after round R}) after rounds 1..R (buffers absent before round 1)."""
     theta0 = read_checkpoint(os.path.join(log_dir, "theta0.bin"))
     names = [n for n, _ in theta0["params"]]
     params = [torch.nn.Parameter(t.clone()) for _, t in theta0["params"]]
@@ -21,4 +26,5 @@ def replay(log_dir, rounds, lr, momentum):
         for p, (_, d) in zip(params, delta["params"]):
             p.grad = d.clone()
         opt.step()
-    return {n: p.detach() for n, p in zip(names, params)}
+    buffers = {n: opt.state[p]["momentum_buffer"] for n, p in zip(names, params) if "momentum_buffer" in opt.state[p]}
+    return {n: p.detach() for n, p in zip(names, params)}, buffers
