@@ -142,6 +142,8 @@ struct OuterConfig {
   double cclip_tau = 0;
   // trimmed_mean, centered_clip: chunks of each push held at most before the slowest push's catch up
   int64_t window_chunks = 4;
+  // centered_clip: each push first scaled to at most clip_factor x the round's median norm (as clip does)
+  bool cclip_norm_clip = true;
 };
 
 struct CoordinatorConfig {

@@ -156,6 +156,9 @@ const std::vector<Field>& Fields() {
                 "centered_clip: the clip radius per chunk; 0 = the median over the pushes of |x_i - median| there"),
       MakeField("outer.window_chunks", &Config::outer, &OuterConfig::window_chunks, Above(0),
                 "trimmed_mean, centered_clip: chunks of each push held at most while the slowest push catches up"),
+      MakeField("outer.cclip_norm_clip", &Config::outer, &OuterConfig::cclip_norm_clip,
+                "centered_clip: each push is first scaled to at most outer.clip_factor x the round's median norm "
+                "(its header's claimed_norm, checked at the end, as with clip)"),
       MakeField("coordinator.listen", &Config::coordinator, &CoordinatorConfig::listen,
                 "HOST:PORT of the gRPC service; port 0 picks a free one"),
       MakeField("coordinator.min_workers", &Config::coordinator, &CoordinatorConfig::min_workers, Above(0),

@@ -1,5 +1,7 @@
 #include "coordinator/aggregation_rule.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -21,6 +23,26 @@ double SquaredNorm(const at::Tensor& values) {
   double sum = 0;
   for (int64_t j = 0; j < n; ++j) sum += static_cast<double>(v[j]) * static_cast<double>(v[j]);
   return sum;
+}
+
+namespace {
+
+uint64_t HashBytes(const at::Tensor& t, uint64_t seed) {
+  const at::Tensor c = t.contiguous();
+  return XXH64(c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size(), seed);
+}
+
+}  // namespace
+
+uint64_t ChunkHash(size_t index, int64_t offset, const at::Tensor& values, const at::Tensor& more) {
+  uint64_t seed = static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ULL ^ static_cast<uint64_t>(offset);
+  if (more.defined()) seed = HashBytes(more, seed);
+  return HashBytes(values, seed);
+}
+
+uint64_t ChainHash(uint64_t running, uint64_t chunk) {
+  const uint64_t pair[2] = {running, chunk};
+  return XXH64(pair, sizeof(pair), /*seed=*/0);
 }
 
 namespace {

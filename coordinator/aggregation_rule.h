@@ -3,6 +3,7 @@
 //   SquaredNorm         sum of v^2 over one chunk in float64, added up per push while it folds (PushTicket)
 //   DescribePushNorms   "id norm x (tokens t)" for each push of a round, for the log line of a discarded round
 //   LargestNormPush     the push blamed when a round's outer step would not be finite (the non-finite guard)
+//   ChunkHash, ChainHash a push's payload hash (streaming XXH64 of its chunks in stream order): the duplicate check
 // The rules (numpy's definitions; golden values from tests/golden/make_robust_golden.py):
 //   Median              numpy.median: an even count gives the mean of the two middle values
 //   ClipScales          Templar's clip: s_i = min(1, clip_factor x median_j n_j / n_i) (n_i = 0: 1)
@@ -17,6 +18,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -27,6 +29,12 @@ namespace diloco {
 
 // sum_j values[j]^2 in float64 (any float dtype, any layout); +Inf when the sum itself overflows float64.
 double SquaredNorm(const at::Tensor& values);
+
+// XXH64 of one chunk's bytes (`values`, made contiguous) with its place (tensor `index`, element `offset`) as seed;
+// `more` (e.g. a topk chunk's positions) is hashed first when defined. ChainHash folds it into a push's running
+// hash: equal hashes mean equal chunks in the same order (a collision has odds 2^-64 per pair).
+uint64_t ChunkHash(size_t index, int64_t offset, const at::Tensor& values, const at::Tensor& more = at::Tensor());
+uint64_t ChainHash(uint64_t running, uint64_t chunk);
 
 // One line listing every push of `pushes` with its L2 norm and tokens, largest norm first.
 std::string DescribePushNorms(const RoundState::Pushes& pushes);

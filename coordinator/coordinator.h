@@ -49,8 +49,10 @@
 #include <ATen/ATen.h>
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -237,7 +239,13 @@ class CoordinatorCore {
   // The checks a chunk passes before it folds (its round still open, its stream and parts current, no restart since
   // it began), and the bookkeeping after (norm, progress, bytes): shared by the dense and the sparse fold.
   absl::Status AdmitFold(const PushTicket& ticket) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void NoteFold(PushTicket& ticket, double squared_norm, int64_t wire_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NoteFold(PushTicket& ticket, double squared_norm, uint64_t chunk_hash, int64_t wire_bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The duplicate check (docs/operations.md "Robust aggregation"), under every rule but mean in sync rounds, at the
+  // end of a push: a push whose payload hash equals a counted push's of the open round (a copy) or any committed
+  // push's of the previous round (a replay) is refused with FAILED_PRECONDITION, its member counts a duplicate and
+  // sits out the round, and the round's aggregation restarts without it. Exact copies only: one changed bit passes.
+  absl::Status CheckDuplicate(const PushTicket& ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // outer.aggregation trimmed_mean / centered_clip in sync rounds (coordinator_window.cc, coordinate_window.h).
   bool CoordinateWiseRounds() const;
   // Declares the push; UNAVAILABLE until the round's set of pushes is fixed (or when it is fixed without this one),
@@ -281,6 +289,8 @@ class CoordinatorCore {
   // Sparse pulls: the last committed round's update (null: none, or too large), built by the round thread.
   std::shared_ptr<const SparseUpdate> sparse_update_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // The duplicate check: the payload hashes of the last committed round's pushes.
+  std::set<uint64_t> previous_hashes_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace diloco

@@ -3,6 +3,7 @@
 // are round_policy.h's DecidePushRound; the bookkeeping is round_state.h's.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -122,6 +123,7 @@ absl::Status CoordinatorCore::FoldChunk(PushTicket& ticket, size_t index, int64_
                                                    "' holds NaN or Inf near element ", offset, "; push refused"));
   }
   const double squared_norm = SquaredNorm(values);  // outside the lock: the push's norm (aggregation_rule.h)
+  const uint64_t chunk_hash = ChunkHash(index, offset, values);  // and its part of the payload hash
   absl::MutexLock lock(&mu_);
   if (absl::Status s = AdmitFold(ticket); !s.ok()) return s;
   if (CoordinateWiseRounds()) {  // trimmed_mean, centered_clip: through the window (coordinator_window.cc)
@@ -129,7 +131,7 @@ absl::Status CoordinatorCore::FoldChunk(PushTicket& ticket, size_t index, int64_
   } else {
     accumulator_.Fold(index, offset, values, ticket.weight * ticket.fold_scale);
   }
-  NoteFold(ticket, squared_norm, wire_bytes);
+  NoteFold(ticket, squared_norm, chunk_hash, wire_bytes);
   return absl::OkStatus();
 }
 
@@ -148,8 +150,9 @@ absl::Status CoordinatorCore::AdmitFold(const PushTicket& ticket) const {
   return absl::OkStatus();
 }
 
-void CoordinatorCore::NoteFold(PushTicket& ticket, double squared_norm, int64_t wire_bytes) {
+void CoordinatorCore::NoteFold(PushTicket& ticket, double squared_norm, uint64_t chunk_hash, int64_t wire_bytes) {
   ticket.folded_any = true;
+  ticket.payload_hash = ChainHash(ticket.payload_hash, chunk_hash);
   ticket.squared_norm += squared_norm;
   round_.MarkFolded(ticket.stream_key, clock_());
   if (ticket.parts > 1) parts_.MarkFolded(ticket.worker_id, clock_());
@@ -168,6 +171,7 @@ absl::Status CoordinatorCore::CommitPush(PushTicket& ticket) {
   if (!current) return CutRefusal(ticket);
   if (ticket.epoch != round_.epoch()) return absl::AbortedError("the round's aggregation restarted; push again");
   if (absl::Status s = CheckClaimedNorm(ticket); !s.ok()) return s;
+  if (absl::Status s = CheckDuplicate(ticket); !s.ok()) return s;
   if (ticket.parts > 1) return CommitPart(ticket);
   if (CoordinateWiseRounds() && !window_.Finish(ticket.worker_id)) {  // its chunks are in the window: restart
     const std::string why = "the push's chunk count differs from the other pushes' of the round";
@@ -317,12 +321,39 @@ absl::Status CoordinatorCore::CheckClaimedNorm(const PushTicket& ticket) {
   if (ticket.folded_any) {
     accumulator_.Reset();
     parts_.Clear();
+    window_.Reset();
     const size_t dropped = round_.RestartAggregation();
     spdlog::warn("{}; restarting the round's aggregation, {} worker(s) push again", why, dropped);
   }
   QuarantineForRound(ticket.worker_id, "its claimed norm did not match its values");
   cv_.SignalAll();
   return absl::InvalidArgumentError(why);
+}
+
+absl::Status CoordinatorCore::CheckDuplicate(const PushTicket& ticket) {
+  if (config_.outer.aggregation == Aggregation::kMean || config_.outer.mode != OuterMode::kSync || ticket.parts > 1 ||
+      !ticket.folded_any || !(ticket.squared_norm > 0)) {
+    return absl::OkStatus();  // mean trusts its pushes; a zero push is no work to copy
+  }
+  std::string original;
+  for (const auto& [id, counted] : round_.pushed()) {
+    if (counted.payload_hash == ticket.payload_hash) original = absl::StrCat("worker '", id, "''s push of this round");
+  }
+  if (original.empty() && previous_hashes_.count(ticket.payload_hash) != 0) original = "a push of the previous round";
+  if (original.empty()) return absl::OkStatus();
+  const std::string why = absl::StrCat("push from worker '", ticket.worker_id, "' for round ", ticket.round + 1,
+                                       " is byte-identical to ", original, " (a copy or a replay); push refused");
+  accumulator_.Reset();  // its chunks are in the sums (or in the window's reduced chunks): start over without it
+  parts_.Clear();
+  window_.Reset();
+  const size_t dropped = round_.RestartAggregation();
+  spdlog::warn("duplicate: {}; restarting the round's aggregation, {} worker(s) push again", why, dropped);
+  if (Member* m = membership_.Find(ticket.worker_id)) {
+    ++m->duplicate_pushes;
+    m->quarantined_until_round = std::max(m->quarantined_until_round, theta_->round() + 1);  // sits out this round
+  }
+  cv_.SignalAll();
+  return absl::FailedPreconditionError(why);
 }
 
 void CoordinatorCore::RecordPushNorm(Member& m, const PushTicket& ticket) {

@@ -180,6 +180,8 @@ void CoordinatorCore::PublishRound(const ClosingRound& closing, std::vector<at::
                                    ClosedRound& closed) {
   accumulator_.Restore(std::move(zeroed_sums));
   stats_.CreditRound(closing.contributors, model_.num_params, membership_);
+  previous_hashes_.clear();  // the duplicate check's replays: this round's pushes (CheckDuplicate)
+  for (const auto& [id, ticket] : closing.contributors) previous_hashes_.insert(ticket.payload_hash);
   if (config_.inner.adaptive_steps) AssignAdaptiveSteps();
   stats_.last_outer_step_seconds = closed.step_seconds;
   stats_.last_round_seconds = now - round_.opened_at();

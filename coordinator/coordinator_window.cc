@@ -6,6 +6,8 @@
 // holds the sender back). docs/operations.md "Robust aggregation".
 #include <spdlog/spdlog.h>
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator.h"
 
@@ -23,6 +25,15 @@ absl::Status CoordinatorCore::AdmitToWindow(const PushHeader& header, PushTicket
     return absl::FailedPreconditionError(absl::StrCat("worker '", id,
                                                       "': a coordinate-wise outer.aggregation does not take pushes in "
                                                       "parts; push in one stream"));
+  }
+  const bool norm_clip = config_.outer.aggregation == Aggregation::kCenteredClip && config_.outer.cclip_norm_clip;
+  if (norm_clip) {  // centered_clip's inputs bounded first, as clip bounds its pushes (ClipGate)
+    const double norm = header.claimed_norm();
+    if (!std::isfinite(norm) || norm <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("push header: claimed_norm (", norm, ") must be finite and > 0 with outer.cclip_norm_clip"));
+    }
+    clip_gate_.Declare(id, norm, static_cast<double>(header.tokens()));
   }
   if (!window_.open()) {
     window_.Declare(id);
@@ -44,6 +55,11 @@ absl::Status CoordinatorCore::AdmitToWindow(const PushHeader& header, PushTicket
                                                "'; retry (the round closes without it)"));
   }
   ticket.weight = 1.0 / static_cast<double>(window_.size());
+  if (norm_clip) {
+    clip_gate_.TryOpen({}, /*force=*/true, 1);  // the medians of the headers declared when the set was fixed
+    ticket.claimed_norm = header.claimed_norm();
+    ticket.fold_scale = clip_gate_.Scale(ticket.claimed_norm);
+  }
   return absl::OkStatus();
 }
 
@@ -55,7 +71,8 @@ absl::Status CoordinatorCore::FoldToWindow(PushTicket& ticket, size_t index, int
     if (stop_) return absl::UnavailableError("the coordinator is stopping");
     if (absl::Status s = AdmitFold(ticket); !s.ok()) return s;
   }
-  auto done = window_.Put(ticket.worker_id, index, offset, values);
+  auto done =
+      window_.Put(ticket.worker_id, index, offset, ticket.fold_scale == 1 ? values : values * ticket.fold_scale);
   if (!done.ok()) return done.status();
   if (done->has_value()) {
     accumulator_.Fold((*done)->index, (*done)->offset, (*done)->values, 1.0);

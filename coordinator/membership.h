@@ -44,6 +44,7 @@ struct Member {
   int64_t clipped_in_a_row = 0;         // consecutive counted pushes that were clipped
   bool suspect = false;                 // clipped_in_a_row reached outer.flag_rounds
   int64_t pushes_in_parts = 0;          // counted pushes that came in parts (coordinator_parts.cc)
+  int64_t duplicate_pushes = 0;         // pushes refused as byte-identical copies or replays (CheckDuplicate)
 };
 
 class Membership {

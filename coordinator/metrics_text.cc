@@ -154,6 +154,11 @@ void WorkerMetrics(const StatusReply& s, Exposition& e) {
   for (const WorkerStatus& w : s.workers()) {
     e.Sample("diloco_worker_suspect", {{"worker", w.id()}}, w.suspect() ? "1" : "0");
   }
+  e.Family("diloco_worker_duplicate_pushes_total", "counter",
+           "The worker's pushes refused as byte-identical to another push of the round or of the previous round.");
+  for (const WorkerStatus& w : s.workers()) {
+    e.Sample("diloco_worker_duplicate_pushes_total", {{"worker", w.id()}}, Int(w.duplicate_pushes()));
+  }
   e.Family("diloco_worker_heartbeat_age_seconds", "gauge", "Seconds since the worker was last heard from.");
   for (const WorkerStatus& w : s.workers()) {
     e.Sample("diloco_worker_heartbeat_age_seconds", {{"worker", w.id()}}, Real(w.heartbeat_age_s()));

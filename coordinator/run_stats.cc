@@ -60,6 +60,7 @@ void AddWorkers(const StatusSources& in, double now, StatusReply& s) {
     w->set_clipped_in_a_row(m.clipped_in_a_row);
     w->set_pushes_in_parts(m.pushes_in_parts);
     w->set_suspect(m.suspect);
+    w->set_duplicate_pushes(m.duplicate_pushes);
   }
 }
 

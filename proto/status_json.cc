@@ -27,7 +27,8 @@ nlohmann::json WorkerJson(const WorkerStatus& w) {
           {"last_clip_scale", w.last_clip_scale()},
           {"clipped_in_a_row", w.clipped_in_a_row()},
           {"pushes_in_parts", w.pushes_in_parts()},
-          {"suspect", w.suspect()}};
+          {"suspect", w.suspect()},
+          {"duplicate_pushes", w.duplicate_pushes()}};
 }
 
 nlohmann::json ModelJson(const ModelSpec& m) {

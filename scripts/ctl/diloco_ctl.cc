@@ -72,6 +72,10 @@ void PrintHuman(const diloco::StatusReply& s) {
       printf("quarantined: %s until round %lld (%lld broken pushes)\n", w.id().c_str(),
              static_cast<long long>(w.quarantined_until_round()), static_cast<long long>(w.broken_pushes()));
     }
+    if (w.duplicate_pushes() > 0) {
+      printf("duplicate: %s had %lld pushes refused as copies or replays of another push\n", w.id().c_str(),
+             static_cast<long long>(w.duplicate_pushes()));
+    }
     if (w.parts() > 0) printf("push in parts: %s %d/%d parts in\n", w.id().c_str(), w.parts_received(), w.parts());
     if (w.suspect() || (w.last_clip_scale() > 0 && w.last_clip_scale() < 1)) {  // outer.aggregation clip
       printf("%s: %s last push norm %.4g scaled by %.3g, clipped %lld rounds in a row\n",

@@ -21,6 +21,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -878,8 +879,9 @@ class ClipAggregationTest : public CoordinatorCoreTest {
     config_.outer.aggregation = Aggregation::kClip;
   }
   // A push whose header claims `claimed` (the delta's own norm by default).
-  absl::Status PushClaimed(const std::string& id, int64_t tokens, const Tensors& delta, double claimed = -1) {
-    PushHeader h = Header(id, 0, tokens);
+  absl::Status PushClaimed(const std::string& id, int64_t tokens, const Tensors& delta, double claimed = -1,
+                           int64_t round = 0) {
+    PushHeader h = Header(id, round, tokens);
     h.set_claimed_norm(claimed >= 0 ? claimed : NormOf(delta));
     auto ticket = core_->BeginPush(h);
     if (!ticket.ok()) return ticket.status();
@@ -956,6 +958,93 @@ TEST_F(ClipAggregationTest, AClaimedNormThatDoesNotMatchRefusesThePushAndRestart
   Tensors want;
   for (const at::Tensor& d : dB) want.push_back(d * scale);
   ExpectAllClose(Theta(), Step(theta0, want));
+}
+
+// The duplicate check (CoordinatorCore::CheckDuplicate) under a robust rule: C's push byte-identical to A's counted
+// push (a copy) is refused with FAILED_PRECONDITION (the worker goes on to the next round), C counts a duplicate and
+// sits out the round, and the aggregation restarts (A pushes again). In round 2, B's push equal to its round-1 push
+// (a replay) is refused likewise. Without the check the copy is counted and the round closes at once.
+TEST_F(ClipAggregationTest, AByteIdenticalCopyOrReplayIsRefusedAndTheRoundRedoneWithoutIt) {
+  config_.coordinator.min_workers = 2;
+  Start();
+  for (const char* id : {"A", "B", "C"}) Join(id);
+  const Tensors dA = RandomDelta(), dB = RandomDelta();
+  EXPECT_EQ(PushClaimed("A", 1000, dA).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(PushClaimed("C", 1000, dA).code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(PushClaimed("B", 1000, dB).ok());  // the last header: the fold opens
+  ASSERT_TRUE(PushClaimed("A", 1000, dA).ok());
+  const absl::Status copy = PushClaimed("C", 1000, dA);
+  EXPECT_EQ(copy.code(), absl::StatusCode::kFailedPrecondition) << copy;
+  EXPECT_THAT(std::string(copy.message()), HasSubstr("byte-identical to worker 'A''s push of this round"));
+  EXPECT_FALSE(Beat("A").pushed()) << "the aggregation restarted: A pushes again";
+  EXPECT_FALSE(Beat("B").pushed()) << "the aggregation restarted: B pushes again";
+  EXPECT_EQ(Worker(core_->Status(), "C").duplicate_pushes(), 1);
+  EXPECT_EQ(PushClaimed("C", 1000, RandomDelta()).code(), absl::StatusCode::kFailedPrecondition)
+      << "C sits out the round";
+  ASSERT_TRUE(PushClaimed("A", 1000, dA).ok());
+  ASSERT_TRUE(PushClaimed("B", 1000, dB).ok());
+  core_->Poll();
+  ASSERT_EQ(core_->Status().round(), 1);
+  EXPECT_EQ(Worker(core_->Status(), "A").duplicate_pushes(), 0);
+  // Round 2: B replays its round-1 push.
+  ASSERT_TRUE(PushClaimed("A", 1000, RandomDelta(), -1, 1).code() == absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(PushClaimed("C", 1000, RandomDelta(), -1, 1).code() == absl::StatusCode::kUnavailable);
+  const absl::Status replay = PushClaimed("B", 1000, dB, -1, 1);
+  EXPECT_EQ(replay.code(), absl::StatusCode::kFailedPrecondition) << replay;
+  EXPECT_THAT(std::string(replay.message()), HasSubstr("byte-identical to a push of the previous round"));
+  EXPECT_EQ(Worker(core_->Status(), "B").duplicate_pushes(), 1);
+}
+
+// outer.aggregation centered_clip with outer.cclip_norm_clip (default): each push is scaled to at most clip_factor x
+// the median of the set's claimed norms before it enters the window; per chunk the result is then CenteredClip of
+// the scaled rows (aggregation_rule.h, golden-tested against numpy). With the norm clip off, C's x10 push enters
+// as is and the result differs.
+TEST_F(ClipAggregationTest, CenteredClipBoundsEachPushToTheMedianNormFirst) {
+  config_.outer.aggregation = Aggregation::kCenteredClip;
+  config_.outer.window_chunks = 1000;  // the pushes here stream one after the other on this thread
+  Start();
+  for (const char* id : {"A", "B", "C"}) Join(id);
+  const Tensors theta0 = Theta();
+  const Tensors dA = RandomDelta(), dB = RandomDelta();
+  Tensors dC;
+  for (const at::Tensor& d : RandomDelta()) dC.push_back(d * 10);
+  EXPECT_EQ(PushClaimed("A", 1000, dA).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(PushClaimed("B", 1000, dB).code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(PushClaimed("C", 1000, dC).ok());  // the last header: the set is fixed
+  ASSERT_TRUE(PushClaimed("A", 1000, dA).ok());
+  ASSERT_TRUE(PushClaimed("B", 1000, dB).ok());
+  core_->Poll();
+  ASSERT_EQ(core_->Status().round(), 1);
+  std::vector<double> norms = {NormOf(dA), NormOf(dB), NormOf(dC)};
+  std::sort(norms.begin(), norms.end());
+  const double scale_c = std::min(1.0, norms[1] / NormOf(dC));
+  ASSERT_LT(scale_c, 0.5) << "C's push is the one far out";
+  Tensors want;
+  for (size_t t = 0; t < dA.size(); ++t) {  // FoldTensor's two chunks per tensor
+    const at::Tensor a = dA[t].reshape({-1}), b = dB[t].reshape({-1}), c = dC[t].reshape({-1}) * scale_c;
+    const int64_t half = a.numel() / 2;
+    std::vector<at::Tensor> parts;
+    for (auto [from, n] : {std::pair<int64_t, int64_t>{0, half}, {half, a.numel() - half}}) {
+      if (n == 0) continue;
+      const at::Tensor rows = at::stack({a.narrow(0, from, n), b.narrow(0, from, n), c.narrow(0, from, n)});
+      parts.push_back(CenteredClip(rows, CenteredClipTau(rows), config_.outer.cclip_iterations));
+    }
+    want.push_back(at::cat(parts).to(at::kFloat).reshape(dA[t].sizes()));
+  }
+  ExpectAllClose(Theta(), Step(theta0, want));
+}
+
+// Under outer.aggregation mean (no defence by design) two equal pushes both count.
+TEST_F(CoordinatorCoreTest, MeanCountsByteIdenticalPushes) {
+  Start();
+  Join("A");
+  Join("B");
+  const Tensors d = RandomDelta();
+  ASSERT_TRUE(Push("A", 0, 1000, d).ok());
+  ASSERT_TRUE(Push("B", 0, 1000, d).ok());
+  core_->Poll();
+  EXPECT_EQ(core_->Status().round(), 1);
+  EXPECT_EQ(Worker(core_->Status(), "B").duplicate_pushes(), 0);
 }
 
 // outer.aggregation trimmed_mean (coordinate_window.h): the round's set is fixed once every active member's header

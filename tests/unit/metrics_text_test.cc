@@ -53,6 +53,7 @@ StatusReply TwoWorkers() {
   b->set_last_clip_scale(0.25);
   b->set_clipped_in_a_row(3);
   b->set_suspect(true);
+  b->set_duplicate_pushes(2);
   b->set_state("lost");
   b->set_heartbeat_age_s(12);
   for (auto [round, loss] : {std::pair<int, double>{0, 4.5}, {1, 4.0}, {2, 3.75}}) {
@@ -150,6 +151,10 @@ diloco_worker_clip_scale{worker="w1"} 0.25
 # TYPE diloco_worker_suspect gauge
 diloco_worker_suspect{worker="w0"} 0
 diloco_worker_suspect{worker="w1"} 1
+# HELP diloco_worker_duplicate_pushes_total The worker's pushes refused as byte-identical to another push of the round or of the previous round.
+# TYPE diloco_worker_duplicate_pushes_total counter
+diloco_worker_duplicate_pushes_total{worker="w0"} 0
+diloco_worker_duplicate_pushes_total{worker="w1"} 2
 # HELP diloco_worker_heartbeat_age_seconds Seconds since the worker was last heard from.
 # TYPE diloco_worker_heartbeat_age_seconds gauge
 diloco_worker_heartbeat_age_seconds{worker="w0"} 0.5
