@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "worker/collective_group.h"
 #include "worker/flat_adamw.h"
+#include "worker/gradient_buckets.h"
 #include "worker/trainer.h"
 
 namespace diloco {
@@ -24,6 +25,12 @@ using std::chrono::milliseconds;
 // train), later ones every 100 ms (a follower waiting out a whole round costs the store 10 checks a second).
 constexpr milliseconds kFirstPoll{1};
 constexpr milliseconds kLongestPoll{100};
+
+// The largest temporary of a broadcast of many tensors (Broadcast): 16 Mi floats, 64 MiB.
+constexpr int64_t kStagingElements = int64_t{1} << 24;
+
+// Bucketed gradients (worker/gradient_buckets.h): 4 Mi floats (16 MiB) of parameters per bucket.
+constexpr int64_t kBucketElements = int64_t{1} << 22;
 
 std::string CommandKey(const char* what, int64_t n) { return absl::StrCat(what, "/", n); }
 std::string AckKey(int64_t seq, int rank) { return absl::StrCat("ack/", seq, "/", rank); }
@@ -122,23 +129,46 @@ bool WorkerCluster::AverageGradients(const torch::Tensor& flat_gradients, bool w
 }
 
 void WorkerCluster::Broadcast(std::vector<torch::Tensor>& tensors) {
-  int64_t n = 0;
-  for (const torch::Tensor& t : tensors) n += t.numel();
-  torch::Tensor flat = torch::empty({n}, torch::TensorOptions(torch::kFloat).device(group_->device()));
-  int64_t offset = 0;
-  if (rank_ == 0) {
-    for (const torch::Tensor& t : tensors) {
-      flat.narrow(0, offset, t.numel()).copy_(t.reshape({-1}));
-      offset += t.numel();
+  // Contiguous tensors on the group's device of at least kStagingElements go in place; the others travel packed in a
+  // staging buffer of at most kStagingElements (no whole-model temporary).
+  const auto options = torch::TensorOptions(torch::kFloat).device(group_->device());
+  torch::Tensor staging;
+  std::vector<torch::Tensor*> packed;  // the tensors in staging, in order
+  int64_t used = 0;
+  auto flush = [&] {
+    if (packed.empty()) return;
+    torch::Tensor flat = staging.narrow(0, 0, used);
+    int64_t offset = 0;
+    if (rank_ == 0) {
+      for (torch::Tensor* t : packed) {
+        flat.narrow(0, offset, t->numel()).copy_(t->reshape({-1}));
+        offset += t->numel();
+      }
     }
-  }
-  group_->Broadcast(flat);
-  if (rank_ != 0) {
-    for (torch::Tensor& t : tensors) {
-      t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
-      offset += t.numel();
+    group_->Broadcast(flat);
+    offset = 0;
+    for (torch::Tensor* t : packed) {
+      if (rank_ != 0) t->copy_(flat.narrow(0, offset, t->numel()).view_as(*t));
+      offset += t->numel();
     }
+    packed.clear();
+    used = 0;
+  };
+  for (torch::Tensor& t : tensors) {
+    if (t.numel() >= kStagingElements && t.is_contiguous() && t.device() == group_->device() &&
+        t.scalar_type() == torch::kFloat) {
+      group_->Broadcast(t);
+      continue;
+    }
+    if (used + t.numel() > kStagingElements) flush();
+    if (!staging.defined() || staging.numel() < std::max(used + t.numel(), kStagingElements)) {
+      flush();
+      staging = torch::empty({std::max(t.numel(), kStagingElements)}, options);
+    }
+    packed.push_back(&t);
+    used += t.numel();
   }
+  flush();
 }
 
 void WorkerCluster::SendWords(const std::array<int64_t, 4>& words) {
@@ -228,14 +258,21 @@ void WorkerCluster::CheckReplicas(const std::vector<torch::Tensor>& params, int6
 
 bool WorkerCluster::ReduceScatterGradients(FlatAdamW& optimizer, bool want_stop) {
   torch::NoGradGuard no_grad;
-  torch::Tensor grads = optimizer.padded_gradients();
   torch::Tensor piece = optimizer.gradient_piece();
-  if (grads.device() != group_->device()) {
-    throw std::invalid_argument(absl::StrCat("cluster reduce-scatter: gradients on ", grads.device().str(),
-                                             ", the cluster's collectives on ", group_->device().str()));
+  if (optimizer.bucketed()) {
+    if (!buckets_) throw std::logic_error("cluster reduce-scatter: a bucketed optimizer without GradientBuckets");
+    buckets_->Flush();
+  } else {
+    torch::Tensor grads = optimizer.padded_gradients();
+    if (grads.device() != group_->device()) {
+      throw std::invalid_argument(absl::StrCat("cluster reduce-scatter: gradients on ", grads.device().str(),
+                                               ", the cluster's collectives on ", group_->device().str()));
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    group_->ReduceScatterSum(grads, piece);
+    collective_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   const auto t0 = std::chrono::steady_clock::now();
-  group_->ReduceScatterSum(grads, piece);
   piece.div_(static_cast<double>(size_));
   optimizer.ReleaseGradients();  // gradients (ZeRO-2): only the slice is kept until the next backward
   torch::Tensor norm_and_stop =
@@ -245,6 +282,12 @@ bool WorkerCluster::ReduceScatterGradients(FlatAdamW& optimizer, bool want_stop)
   collective_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   squared_norm_ = norm_and_stop.narrow(0, 0, 1);
   return norm_and_stop[1].item<float>() > 0;
+}
+
+void WorkerCluster::InstallGradientBuckets(FlatAdamW& optimizer, std::vector<torch::Tensor> params,
+                                           int64_t bucket_elements) {
+  buckets_ = std::make_unique<GradientBuckets>(*group_, optimizer, std::move(params), bucket_elements, rank_, size_,
+                                               &collective_seconds_);
 }
 
 void WorkerCluster::GatherParameters(FlatAdamW& optimizer) {
@@ -332,6 +375,7 @@ absl::Status WorkerCluster::AttachTo(InnerTrainer& trainer, bool check_replicas)
     }
     return absl::OkStatus();
   }
+  if (optimizer.bucketed()) InstallGradientBuckets(optimizer, trainer.model()->parameters(), kBucketElements);
   trainer.set_gradient_hook([this, &optimizer](const torch::Tensor&, bool want_stop) {
     return ReduceScatterGradients(optimizer, want_stop);
   });

@@ -42,6 +42,7 @@ namespace diloco {
 
 class CollectiveGroup;
 class FlatAdamW;
+class GradientBuckets;
 class InnerTrainer;
 
 class WorkerCluster {
@@ -66,7 +67,8 @@ class WorkerCluster {
   // coalesced all-reduce of both). Returns whether any rank wants to stop. Throws on a dead peer.
   bool AverageGradients(const torch::Tensor& flat_gradients, bool want_stop);
 
-  // Rank 0's tensors (CPU or the cluster's device, contiguous) overwrite the others' (one broadcast of a flat buffer).
+  // Rank 0's float32 tensors (CPU or the cluster's device) overwrite the others': large contiguous ones on the
+  // cluster's device in place, the rest packed into broadcasts of a staging buffer of at most 64 MiB.
   void Broadcast(std::vector<torch::Tensor>& tensors);
   // The carrier of worker/cluster_protocol.h's commands, in order (the n-th sent is the n-th received).
   // Rank 0: publishes `words` as the next command and returns once every other rank has acknowledged it; throws if
@@ -97,7 +99,10 @@ class WorkerCluster {
   // piece of the averaged gradients into the optimizer's gradient piece, then one all-reduce of [squared slice norm,
   // stop wish]; returns whether any rank wants to stop. squared_gradient_norm: the sum of the squared slice norms
   // (the whole gradient's squared norm) from its last call. GatherParameters: every rank's stepped slice to all.
+  // A bucketed optimizer (FlatShard::bucketed) needs InstallGradientBuckets first (AttachTo does it): its reductions
+  // then run during backward, and ReduceScatterGradients reduces what is left.
   bool ReduceScatterGradients(FlatAdamW& optimizer, bool want_stop);
+  void InstallGradientBuckets(FlatAdamW& optimizer, std::vector<torch::Tensor> params, int64_t bucket_elements);
   const torch::Tensor& squared_gradient_norm() const { return squared_norm_; }
   void GatherParameters(FlatAdamW& optimizer);
 
@@ -121,6 +126,7 @@ class WorkerCluster {
   c10::intrusive_ptr<c10d::Store> commands_;   // the cluster's store under the prefix "diloco/"
   int64_t command_seq_ = 0;                    // the next command's number (the same on every rank)
   std::unique_ptr<CollectiveGroup> group_;
+  std::unique_ptr<GradientBuckets> buckets_;          // bucketed optimizers (worker/gradient_buckets.h)
   absl::Status CheckLayout(const std::string& mine);  // every rank's against this one's (AttachTo)
   torch::Tensor stop_flag_;                           // one float on the group's device: the ranks' stop wishes, summed
   torch::Tensor squared_norm_;  // sharded: [1] on the group's device, the whole gradient's squared norm

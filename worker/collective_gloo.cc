@@ -1,7 +1,9 @@
 // CollectiveGroup over c10d's ProcessGroupGloo (both LibTorch builds; worker/collective_group.h). ProcessGroupGloo
 // has a reduce-scatter in LibTorch 2.x but not in 1.13 (it throws "does not support reduce_scatter"): there
 // ReduceScatterSum all-reduces the whole buffer and takes this rank's piece, twice the bytes of a reduce-scatter.
-// The all-gather is the list form (allgather), which both have (1.13's Gloo lacks _allgather_base).
+// The all-gather is in place when the input is this rank's piece of the output (n broadcasts, one from each rank:
+// Gloo's allgather, the list form both have, gathers into a whole-buffer temporary of its own first; 1.13's Gloo lacks
+// _allgather_base), else that list form.
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include "worker/collective_group.h"
@@ -44,9 +46,28 @@ class GlooGroup : public CollectiveGroup {
     if (output.data_ptr() != mine.data_ptr()) output.copy_(mine);
   }
   void AllGather(torch::Tensor& input, torch::Tensor& output) override {
-    std::vector<std::vector<at::Tensor>> outputs = {output.split(input.numel())};
+    const int64_t piece = input.numel();
+    const int rank = pg_->getRank();
+    if (output.is_contiguous() && input.data_ptr() == output.narrow(0, rank * piece, piece).data_ptr()) {
+      // In place: one broadcast of each rank's piece from that rank, straight into `output` (Gloo's allgather would
+      // gather into a flat buffer of its own, n * S more, and copy out of it).
+      for (int root = 0; root < pg_->getSize(); ++root) {
+        std::vector<at::Tensor> buffers = {output.narrow(0, root * piece, piece)};
+        c10d::BroadcastOptions options;
+        options.rootRank = root;
+        pg_->broadcast(buffers, options)->wait();
+      }
+      return;
+    }
+    std::vector<std::vector<at::Tensor>> outputs = {output.split(piece)};
     std::vector<at::Tensor> inputs = {input};
     pg_->allgather(outputs, inputs)->wait();
+  }
+  void ReduceSum(torch::Tensor& tensor, int root) override {
+    std::vector<at::Tensor> buffers = {tensor};
+    c10d::ReduceOptions options;
+    options.rootRank = root;
+    pg_->reduce(buffers, options)->wait();
   }
   bool native_reduce_scatter() const override { return torch_compat::kGlooHasReduceScatter; }
 

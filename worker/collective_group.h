@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
@@ -30,6 +31,13 @@ class CollectiveGroup {
   // may be piece r of `input` itself (this rank r's). ReduceScatterSum leaves in `output` piece r of the sum of the
   // ranks' inputs; `input`'s other elements are undefined afterwards.
   virtual void ReduceScatterSum(torch::Tensor& input, torch::Tensor& output) = 0;
+  // `tensor` (contiguous) summed over the ranks into rank `root`'s, in place (the others' are undefined afterwards).
+  // Gloo only (the bucketed gradients of worker/gradient_buckets.h); other backends throw std::logic_error.
+  virtual void ReduceSum(torch::Tensor& tensor, int root) {
+    (void)tensor;
+    (void)root;
+    throw std::logic_error("CollectiveGroup: ReduceSum is not implemented for this backend");
+  }
   // Every rank's `input` (S elements; may be piece r of `output`) lands in piece r of `output` (n * S) on all ranks.
   virtual void AllGather(torch::Tensor& input, torch::Tensor& output) = 0;
   // Whether ReduceScatterSum is the backend's reduce-scatter ((n - 1) / n of the buffer sent per rank), or (Gloo in

@@ -204,6 +204,7 @@ CoordinatorSession::Outcome CoordinatorSession::AwaitRound(int64_t round, bool* 
 }
 
 std::optional<PullResult> CoordinatorSession::Pull(NamedTensors& dest, int fragment, int64_t have_round) {
+  if (part_pull_ && dest.empty() && fragment < 0) return PullWith(part_pull_);  // every rank its slice
   return PullWith([&]() -> absl::StatusOr<PullResult> {
     ChunkAssembler assembler(dest);
     UpdateApplier sparse(dest);

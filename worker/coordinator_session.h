@@ -40,7 +40,7 @@ class CoordinatorSession {
   // rejoin asks for the same shard and keeps it whatever the reply says.
   absl::Status Join();
   // Pulls all of theta (fragment -1) or one fragment into `dest`, joining again or retrying as needed; nullopt when
-  // the worker must stop.
+  // the worker must stop. With parts (UseParts), all of theta into an empty `dest` is the ranks' part pulls.
   // have_round >= 0: dest holds theta_{have_round} bit for bit, so the first attempt may be a sparse pull
   // (PROTOCOL.md "Sparse pulls"); any retry pulls all of it.
   std::optional<PullResult> Pull(NamedTensors& dest, int fragment, int64_t have_round = -1);

@@ -45,33 +45,47 @@ FlatAdamW::FlatAdamW(std::vector<torch::Tensor> params, AdamWSettings settings, 
   const auto options = views_[0].options().requires_grad(false);
   torch::NoGradGuard no_grad;
   SetUpShard(total, options, shard);
-  // Decayed tensors first (all of them, in the order given, unless 1-D tensors are exempt), then the exempt ones.
-  std::vector<torch::Tensor*> layout;
-  for (torch::Tensor& p : views_) {
-    if (settings_.decay_1d || p.dim() >= 2) layout.push_back(&p);
-  }
-  for (const torch::Tensor* p : layout) decayed_ += p->numel();
-  for (torch::Tensor& p : views_) {
-    if (!settings_.decay_1d && p.dim() < 2) layout.push_back(&p);
-  }
-  first_laid_ = static_cast<size_t>(layout.front() - views_.data());
   fused_ =
       torch_compat::kHasFusedAdamW && (settings_.fused == AdamWSettings::Fused::kOn ||
                                        (settings_.fused == AdamWSettings::Fused::kAuto && params_.device().is_cuda()));
   if (settings_.fused == AdamWSettings::Fused::kOn && !torch_compat::kHasFusedAdamW) {
     throw std::invalid_argument("FlatAdamW: the fused AdamW kernel needs LibTorch 2.x");
   }
-
+  // The tensors in the order given (the wire's flat order, so that a cluster's slices of theta are slices of these
+  // buffers); runs of tensors exempt from decay (1-D ones unless decay_1d) become the step's undecayed segments.
   int64_t offset = 0;
-  for (torch::Tensor* slot_of : layout) {
-    torch::Tensor& p = *slot_of;
+  for (torch::Tensor& p : views_) {
     const int64_t n = p.numel();
+    const bool decayed = settings_.decay_1d || p.dim() >= 2;
+    if (n > 0) {
+      if (!segments_.empty() && segments_.back().decayed == decayed && segments_.back().end == offset) {
+        segments_.back().end += n;
+      } else {
+        segments_.push_back({offset, offset + n, decayed});
+      }
+    }
     torch::Tensor slot = params_.narrow(0, offset, n).view(p.sizes());
     slot.copy_(p.detach());
     p.set_data(slot);
-    p.mutable_grad() = grads_.narrow(0, offset, n).view(p.sizes());
+    if (bucketed_) {
+      p.mutable_grad().reset();
+    } else {
+      p.mutable_grad() = grads_.narrow(0, offset, n).view(p.sizes());
+    }
     offset += n;
   }
+  if (own_gradient_slice_) ReleaseGradients();  // allocated by the first ZeroGrad, freed after each reduce-scatter
+  // Now that the parameters' own storage is freed: the moments and the gradient slice can take its place.
+  AllocateSliceState(options);
+}
+
+std::vector<FlatAdamW::Segment> FlatAdamW::WindowSegments() const {
+  std::vector<Segment> out;  // indexed from the window's start
+  for (const Segment& s : segments_) {
+    const int64_t lo = std::max(s.begin, begin_), hi = std::min(s.end, end_);
+    if (hi > lo) out.push_back({lo - begin_, hi - begin_, s.decayed});
+  }
+  return out;
 }
 
 void FlatAdamW::SetUpShard(int64_t total, const torch::TensorOptions& options, const std::optional<FlatShard>& shard) {
@@ -83,6 +97,7 @@ void FlatAdamW::SetUpShard(int64_t total, const torch::TensorOptions& options, c
     const FlatRange range = plan.slice(shard->rank);
     sharded_ = true;
     own_gradient_slice_ = shard->own_gradient_slice;
+    bucketed_ = shard->own_gradient_slice && shard->bucketed;
     padded = plan.padded_numel();
     begin_ = range.begin;
     end_ = range.end;
@@ -90,9 +105,15 @@ void FlatAdamW::SetUpShard(int64_t total, const torch::TensorOptions& options, c
     piece_length_ = plan.slice_length();
   }
   params_ = sharded_ ? torch::zeros({padded}, options) : torch::empty({padded}, options);
-  grads_ = torch::zeros({padded}, options);
+  // Own gradient slice: untouched memory (not resident) until the first ZeroGrad, as the constructor releases it.
+  if (!bucketed_) {
+    grads_ = own_gradient_slice_ ? torch::empty({padded}, options) : torch::zeros({padded}, options);
+    flat_grads_ = grads_.narrow(0, 0, total);
+  }
   flat_params_ = params_.narrow(0, 0, total);
-  flat_grads_ = grads_.narrow(0, 0, total);
+}
+
+void FlatAdamW::AllocateSliceState(const torch::TensorOptions& options) {
   exp_avg_ = torch::zeros({end_ - begin_}, options);
   exp_avg_sq_ = torch::zeros({end_ - begin_}, options);
   if (!sharded_) {
@@ -116,7 +137,7 @@ torch::Tensor FlatAdamW::SquaredSliceNorm() const {
 }
 
 void FlatAdamW::ReleaseGradients() {
-  if (!own_gradient_slice_ || released_) return;
+  if (!own_gradient_slice_ || bucketed_ || released_) return;
   c10::StorageImpl* storage = grads_.storage().unsafeGetStorageImpl();
   storage->set_data_ptr_noswap(c10::DataPtr(nullptr, grads_.device()));
   storage->set_nbytes(0);
@@ -124,6 +145,11 @@ void FlatAdamW::ReleaseGradients() {
 }
 
 void FlatAdamW::ZeroGrad() {
+  if (bucketed_) {
+    for (torch::Tensor& p : views_) p.mutable_grad().reset();
+    gradient_piece_.zero_();
+    return;
+  }
   if (released_) {  // the same storage gets new memory: the gradient views see it again
     c10::StorageImpl* storage = grads_.storage().unsafeGetStorageImpl();
     const size_t bytes = static_cast<size_t>(grads_.numel()) * sizeof(float);
@@ -152,17 +178,22 @@ void FlatAdamW::Step(double lr, const torch::Tensor& grad_scale) {
   if (fused_) {
     // The kernel divides the gradients by its scale: pass 1 / grad_scale (on the device).
     const torch::Tensor inverse = grad_scale.defined() ? grad_scale.reciprocal() : torch::ones({1}, params_.options());
-    const int64_t n = end_ - begin_;
-    const int64_t decayed = DecayedInWindow();
-    const torch::Tensor params = params_.narrow(0, begin_, n);
-    for (const auto& [begin, end, decay] : {std::tuple<int64_t, int64_t, double>{0, decayed, settings_.weight_decay},
-                                            std::tuple<int64_t, int64_t, double>{decayed, n, 0.0}}) {
-      if (end == begin) continue;
-      // The kernel takes each tensor's step count, this step included (a float on the device), as torch.optim does.
-      torch::Tensor step = torch::full({1}, static_cast<double>(step_), params_.options());
-      torch_compat::FusedAdamW({params.narrow(0, begin, end - begin)}, {step_grads_.narrow(0, begin, end - begin)},
-                               {exp_avg_.narrow(0, begin, end - begin)}, {exp_avg_sq_.narrow(0, begin, end - begin)},
-                               {step}, lr, settings_.beta1, settings_.beta2, decay, settings_.eps, inverse);
+    const torch::Tensor params = params_.narrow(0, begin_, end_ - begin_);
+    for (const bool decayed : {true, false}) {
+      std::vector<torch::Tensor> p, g, m, v, steps;
+      for (const Segment& s : WindowSegments()) {
+        if (s.decayed != decayed) continue;
+        const int64_t n = s.end - s.begin;
+        p.push_back(params.narrow(0, s.begin, n));
+        g.push_back(step_grads_.narrow(0, s.begin, n));
+        m.push_back(exp_avg_.narrow(0, s.begin, n));
+        v.push_back(exp_avg_sq_.narrow(0, s.begin, n));
+        // The kernel takes each tensor's step count, this step included (a float on the device), as torch.optim does.
+        steps.push_back(torch::full({1}, static_cast<double>(step_), params_.options()));
+      }
+      if (p.empty()) continue;
+      torch_compat::FusedAdamW(p, g, m, v, steps, lr, settings_.beta1, settings_.beta2,
+                               decayed ? settings_.weight_decay : 0.0, settings_.eps, inverse);
     }
     return;
   }
@@ -172,10 +203,10 @@ void FlatAdamW::Step(double lr, const torch::Tensor& grad_scale) {
 void FlatAdamW::CheckViews() const {
   // Something that replaced a parameter's data or gradient (module zero_grad setting grads to none, .to(), a
   // set_data) would cut it off the flat buffers and train on nothing: refuse loudly instead.
-  const torch::Tensor& first = views_[first_laid_];
+  const torch::Tensor& first = views_[0];
   // Released gradients (own_gradient_slice) have no memory until ZeroGrad; the step reads the own slice then.
-  if (first.data_ptr() != params_.data_ptr() || !first.grad().defined() ||
-      (!released_ && first.grad().data_ptr() != grads_.data_ptr())) {
+  if (first.data_ptr() != params_.data_ptr() ||
+      (!bucketed_ && (!first.grad().defined() || (!released_ && first.grad().data_ptr() != grads_.data_ptr())))) {
     throw std::logic_error("FlatAdamW: the parameters or gradients are no longer views of the flat buffers");
   }
 }
@@ -184,7 +215,9 @@ void FlatAdamW::UpdateWithTensorOps(double lr, const torch::Tensor& grads) {
   const double bias_correction1 = 1.0 - std::pow(settings_.beta1, static_cast<double>(step_));
   const double bias_correction2 = 1.0 - std::pow(settings_.beta2, static_cast<double>(step_));
   torch::Tensor params = sharded_ ? params_.narrow(0, begin_, end_ - begin_) : params_;
-  params.narrow(0, 0, DecayedInWindow()).mul_(1.0 - lr * settings_.weight_decay);
+  for (const Segment& s : WindowSegments()) {
+    if (s.decayed) params.narrow(0, s.begin, s.end - s.begin).mul_(1.0 - lr * settings_.weight_decay);
+  }
   exp_avg_.mul_(settings_.beta1).add_(grads, 1.0 - settings_.beta1);
   exp_avg_sq_.mul_(settings_.beta2).addcmul_(grads, grads, 1.0 - settings_.beta2);
   params.addcdiv_(exp_avg_, (exp_avg_sq_.sqrt() / std::sqrt(bias_correction2)).add_(settings_.eps),
@@ -218,13 +251,13 @@ void FlatAdamW::Step(double lr, double grad_scale) {
     const float* g = step_grads_.data_ptr<float>();
     float* m = exp_avg_.data_ptr<float>();
     float* v = exp_avg_sq_.data_ptr<float>();
-    const int64_t decayed = DecayedInWindow();
-    at::parallel_for(0, decayed, int64_t{1} << 15,
-                     [&](int64_t begin, int64_t end) { AdamWKernel(p, g, m, v, c, begin, end); });
     StepConstants exempt = c;
     exempt.decay = 1.0f;
-    at::parallel_for(decayed, end_ - begin_, int64_t{1} << 15,
-                     [&](int64_t begin, int64_t end) { AdamWKernel(p, g, m, v, exempt, begin, end); });
+    for (const Segment& s : WindowSegments()) {
+      const StepConstants& k = s.decayed ? c : exempt;
+      at::parallel_for(s.begin, s.end, int64_t{1} << 15,
+                       [&](int64_t begin, int64_t end) { AdamWKernel(p, g, m, v, k, begin, end); });
+    }
   }
 }
 

@@ -5,7 +5,8 @@
 // zeroing the gradients is one fill, and the gradient norm for clipping is one reduction whose scale is folded into
 // the step. The module keeps working as before: loads, merges, broadcasts and autograd's in-place gradient
 // accumulation all write through the views (Step throws if a parameter or its gradient was replaced instead).
-// The buffers hold the parameters in the order given, except with decay_1d false (see AdamWSettings).
+// The buffers hold the parameters in the order given (with decay_1d false too: the exempt tensors are segments the step
+// does not decay), so that a worker cluster's slices of the wire's flat order are slices of these buffers.
 // Parameters must be float32 and on one device. Unlike torch's AdamW, a parameter that got no gradient in a step is
 // still decayed and moved by its momentum (every parameter of a LanguageModel gets one every step).
 // Sharded (FlatShard, a worker cluster's rank with workers.sharding): the parameter and gradient buffers are padded to
@@ -29,8 +30,8 @@ struct AdamWSettings {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;
-  // Whether 1-D tensors (norm gains, biases) are decayed too (inner.weight_decay_1d). When false they are laid after
-  // the decayed ones in the flat buffers and stepped with no decay, as nanoGPT's and Hugging Face's parameter groups.
+  // Whether 1-D tensors (norm gains, biases) are decayed too (inner.weight_decay_1d). When false they are stepped with
+  // no decay, as nanoGPT's and Hugging Face's parameter groups (they keep their place in the flat buffers).
   bool decay_1d = true;
   // LibTorch's fused AdamW kernel (at::_fused_adamw_, LibTorch 2.x) instead of our loop / tensor ops: kAuto takes it
   // on CUDA where it exists; kOn also on the CPU (tests hold it to our loop); kOff never.
@@ -39,13 +40,18 @@ struct AdamWSettings {
 
 // One rank's part of a sharded inner step: slice `rank` of SlicePlan(numel, parts, align) (proto/slice_plan.h).
 // own_gradient_slice (workers.sharding gradients): the reduced gradient slice lives in a buffer of its own, and
-// ReleaseGradients may free the full gradient buffer until the next ZeroGrad; else (optimizer) it is a view of the
+// ReleaseGradients may free the full gradient buffer until the next ZeroGrad (it starts freed: the first ZeroGrad
+// allocates it); else (optimizer) it is a view of the
 // full gradient buffer.
 struct FlatShard {
   int rank = 0;
   int parts = 1;
   int64_t align = 1;
   bool own_gradient_slice = false;
+  // With own_gradient_slice: no full gradient buffer at all. The parameters' gradients are autograd's own, each
+  // reduced into the gradient piece and dropped as backward produces it (GradientBuckets, worker/gradient_buckets.h);
+  // ZeroGrad drops any left and zeroes the piece.
+  bool bucketed = false;
 };
 
 class FlatAdamW {
@@ -81,8 +87,10 @@ class FlatAdamW {
   // Sharded optimizers (FlatShard); unsharded: one slice of everything, no padding.
   bool sharded() const { return sharded_; }
   bool owns_gradient_slice() const { return own_gradient_slice_; }  // FlatShard::own_gradient_slice
+  bool bucketed() const { return bucketed_; }                       // FlatShard::bucketed
   // The padded buffers (n * S elements; the padding stays zero) and this rank's piece of S elements of each: the
-  // reduce-scatter's input and output, the all-gather's input (the parameter piece) and output.
+  // reduce-scatter's input and output, the all-gather's input (the parameter piece) and output. Bucketed: no
+  // gradient buffer (padded_gradients() and flat_gradients() are undefined tensors).
   const torch::Tensor& padded_parameters() const { return params_; }
   const torch::Tensor& padded_gradients() const { return grads_; }
   torch::Tensor parameter_piece() const;
@@ -95,11 +103,17 @@ class FlatAdamW {
   void ReleaseGradients();
 
  private:
+  // A run of the buffers' elements that is decayed (or not) as a whole: [begin, end).
+  struct Segment {
+    int64_t begin, end;
+    bool decayed;
+  };
+  std::vector<Segment> WindowSegments() const;  // the segments clipped to the window, indexed from its start
   void CheckViews() const;
   void UpdateWithTensorOps(double lr, const torch::Tensor& grads);  // devices other than the CPU, without fusion
-  // The decayed elements of the window: [0, this) of it get weight decay.
-  int64_t DecayedInWindow() const { return std::clamp(decayed_ - begin_, int64_t{0}, end_ - begin_); }
+  // The flat buffers and the window; then, once the parameters live in them, the moments and the gradient slice.
   void SetUpShard(int64_t total, const torch::TensorOptions& options, const std::optional<FlatShard>& shard);
+  void AllocateSliceState(const torch::TensorOptions& options);
 
   std::vector<torch::Tensor> views_;  // the parameters, now views into params_
   AdamWSettings settings_;
@@ -109,12 +123,12 @@ class FlatAdamW {
   // (a view of grads_ or, own_gradient_slice, of its own buffer) and the S-element piece the reduce-scatter fills.
   bool sharded_ = false;
   bool own_gradient_slice_ = false;
+  bool bucketed_ = false;
   bool released_ = false;  // ReleaseGradients freed grads_' memory
   int64_t begin_ = 0, end_ = 0, piece_begin_ = 0, piece_length_ = 0;
   torch::Tensor step_grads_, gradient_piece_;
-  size_t first_laid_ = 0;  // the view at offset 0
   bool fused_ = false;
-  int64_t decayed_ = 0;  // params_[0, decayed_) get weight decay, the rest none
+  std::vector<Segment> segments_;  // of the whole buffers, in order, covering [0, numel)
   int64_t step_ = 0;
 };
 

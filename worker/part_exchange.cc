@@ -55,14 +55,21 @@ absl::Status DecodePartOutcome(const std::string& text, PullResult* result) {
 
 absl::StatusOr<std::unique_ptr<PartExchange>> PartExchange::Open(const Config& config, const WorkerOptions& options,
                                                                  const std::string& fingerprint, WorkerCluster& cluster,
-                                                                 NamedTensors params) {
+                                                                 NamedTensors params, const FlatAdamW* optimizer) {
   const SecurityConfig& sec = config.security;
   auto security = LoadTransportSecurity({sec.tls_cert, sec.tls_key, sec.tls_ca, sec.token_file, sec.server_name});
   if (!security.ok()) return WithExitCode(security.status(), kWorkerConfigError);
   auto client =
       std::make_unique<CoordinatorClient>(options.coordinator, options.id, fingerprint, config.workers.rpc_timeout_s,
                                           config.comm.chunk_bytes, CodecOf(config.comm.codec), std::move(*security));
-  return std::unique_ptr<PartExchange>(new PartExchange(config, cluster, std::move(params), std::move(client)));
+  std::unique_ptr<PartExchange> exchange(new PartExchange(config, cluster, std::move(params), std::move(client)));
+  const SlicePlan& plan = exchange->plan_;
+  if (optimizer != nullptr && optimizer->sharded() && optimizer->flat_parameters().numel() == plan.numel() &&
+      optimizer->padded_parameters().numel() == plan.padded_numel() &&
+      optimizer->gradient_piece().numel() == plan.slice_length()) {
+    exchange->padded_ = optimizer->padded_parameters();
+  }
+  return exchange;
 }
 
 PartExchange::PartExchange(const Config& config, WorkerCluster& cluster, NamedTensors params,
@@ -90,6 +97,7 @@ PartExchange::PartExchange(const Config& config, WorkerCluster& cluster, NamedTe
 
 torch::Tensor PartExchange::SliceOfParameters() const {
   torch::NoGradGuard no_grad;
+  if (padded_.defined()) return padded_.narrow(0, mine_.begin, mine_.size()).to(torch::kCPU);
   torch::Tensor out = torch::empty({mine_.size()}, torch::kFloat);
   for (size_t i = 0; i < specs_.size(); ++i) {
     const int64_t lo = std::clamp(mine_.begin - starts_[i], int64_t{0}, specs_[i].numel());
@@ -114,7 +122,7 @@ void PartExchange::RestoreResidual(const torch::Tensor& saved) {
 }
 
 void PartExchange::TakeSnapshot() {
-  snapshot_ = SliceOfParameters();
+  snapshot_.copy_(SliceOfParameters());  // into the same buffer: no second slice meanwhile
   delta_ready_ = false;
 }
 
@@ -133,6 +141,11 @@ torch::Tensor PartExchange::RoundTrip(const torch::Tensor& values) const {
   return sent;
 }
 
+const torch::Tensor& PartExchange::PseudoGradientSlice() {
+  if (!delta_ready_) PrepareDelta();
+  return delta_;
+}
+
 void PartExchange::PrepareDelta() {
   delta_ = snapshot_ - SliceOfParameters();
   if (feedback_) {
@@ -144,7 +157,7 @@ void PartExchange::PrepareDelta() {
 }
 
 absl::StatusOr<int64_t> PartExchange::PushMine(const PushHeader& member_header) {
-  if (!delta_ready_) PrepareDelta();
+  PseudoGradientSlice();
   PushHeader header = member_header;
   header.set_part(cluster_.rank());
   header.set_parts(cluster_.size());
@@ -171,6 +184,13 @@ absl::StatusOr<PullResult> PartExchange::PullMine() {
 
 void PartExchange::GatherIntoParameters() {
   torch::NoGradGuard no_grad;
+  delta_ready_ = false;
+  if (padded_.defined()) {  // the parameters are views of padded_: gathered in place
+    torch::Tensor piece = padded_.narrow(0, cluster_.rank() * plan_.slice_length(), plan_.slice_length());
+    piece.narrow(0, 0, mine_.size()).copy_(snapshot_);
+    cluster_.AllGather(piece, padded_);
+    return;
+  }
   const torch::Device device = params_.empty() ? torch::Device(torch::kCPU) : params_[0].second.device();
   torch::Tensor all = torch::empty({plan_.padded_numel()}, torch::TensorOptions(torch::kFloat).device(device));
   torch::Tensor piece = all.narrow(0, cluster_.rank() * plan_.slice_length(), plan_.slice_length());
@@ -179,7 +199,6 @@ void PartExchange::GatherIntoParameters() {
   for (size_t i = 0; i < specs_.size(); ++i) {
     params_[i].second.detach().view({-1}).copy_(all.narrow(0, starts_[i], specs_[i].numel()));
   }
-  delta_ready_ = false;
 }
 
 absl::StatusOr<int64_t> PartLeader::Push(int64_t round, const RoundReport& report) {
@@ -274,7 +293,8 @@ FollowerPartsFactory FollowerPartsOf(const Config& config, const WorkerOptions& 
   return [&config, options, &cluster](InnerTrainer& trainer,
                                       LocalState& local) -> absl::StatusOr<std::unique_ptr<FollowerParts>> {
     const NamedTensors params = NamedParameters(*trainer.model());
-    auto exchange = PartExchange::Open(config, options, Fingerprint(SpecsOf(params)), cluster, params);
+    auto exchange =
+        PartExchange::Open(config, options, Fingerprint(SpecsOf(params)), cluster, params, &trainer.optimizer());
     if (!exchange.ok()) return exchange.status();
     PartExchange* mine = exchange->get();  // the RankParts below owns it; it outlives the follower's saves
     mine->RestoreResidual(local.KeepSliceResidual([mine] { return mine->residual(); }));

@@ -8,7 +8,9 @@
 //     of the residual: comm.error_feedback with int8/int4, always with topk; saved in the rank's state file by
 //     worker/local_state.h, restored at set-up by RestoreResidual);
 // and pushes that slice as part r of n, pulls its slice of theta_{t+1} into the snapshot, and all-gathers the
-// snapshots into the model's parameters. Rank 0 drives the others through the cluster's commands
+// snapshots into the model's parameters: in place in the inner optimizer's padded parameter buffer when the optimizer
+// is sharded with the same slices (workers.sharding with comm.chunk_bytes >= the smallest chunk), else through a
+// temporary buffer of the whole model. Rank 0 drives the others through the cluster's commands
 // (worker/cluster_protocol.h: push part, pull part, gather) and folds the ranks' outcomes into one status
 // (PartLeader below), which CoordinatorSession then decides on as it does for a one-stream push or pull: any part
 // refused, broken or ABORTED means every part is pushed again.
@@ -30,6 +32,7 @@
 #include "proto/tensor_spec.h"
 #include "worker/client.h"
 #include "worker/cluster_protocol.h"
+#include "worker/flat_adamw.h"
 #include "worker/round_report.h"
 #include "worker/worker_options.h"
 
@@ -39,9 +42,11 @@ class PartExchange {
  public:
   // `params`: handles to the model's parameters (any device), in parameter order. The client is made like the
   // session's (security.*, options.coordinator and options.id); an unreadable credential is a config error.
+  // `optimizer`: the trainer's inner optimizer, whose padded parameter buffer the gather fills when its slices are
+  // this exchange's (else, or null, a temporary).
   static absl::StatusOr<std::unique_ptr<PartExchange>> Open(const Config& config, const WorkerOptions& options,
                                                             const std::string& fingerprint, WorkerCluster& cluster,
-                                                            NamedTensors params);
+                                                            NamedTensors params, const FlatAdamW* optimizer = nullptr);
 
   const SlicePlan& plan() const { return plan_; }
   FlatRange mine() const { return mine_; }
@@ -51,6 +56,9 @@ class PartExchange {
   // A resumed rank's saved residual (worker/local_state.h KeepSliceResidual; undefined: none): taken when this
   // exchange keeps one and it has this rank's slice length, else ignored with a warning.
   void RestoreResidual(const torch::Tensor& saved);
+  bool gathers_in_place() const { return padded_.defined(); }  // into the optimizer's buffer (see Open)
+  // This rank's slice of the round's pseudo-gradient as the next push sends it (computed once per snapshot).
+  const torch::Tensor& PseudoGradientSlice();
 
   // After a full pull loaded theta into the parameters: this rank's slice of them becomes the snapshot.
   void TakeSnapshot();
@@ -66,13 +74,15 @@ class PartExchange {
  private:
   PartExchange(const Config& config, WorkerCluster& cluster, NamedTensors params,
                std::unique_ptr<CoordinatorClient> client);
-  torch::Tensor SliceOfParameters() const;  // this rank's slice of the parameters, float32 on the CPU
+  // This rank's slice of the parameters, float32 on the CPU (a view of the optimizer's buffer where it can be).
+  torch::Tensor SliceOfParameters() const;
   void PrepareDelta();
   torch::Tensor RoundTrip(const torch::Tensor& values) const;  // what the coordinator decodes from `values`
 
   const Config& config_;
   WorkerCluster& cluster_;
   NamedTensors params_;
+  torch::Tensor padded_;  // the optimizer's padded parameter buffer when its slices are plan_'s; else undefined
   std::vector<TensorSpec> specs_;
   std::vector<int64_t> starts_;  // flat index of each tensor's first element
   SlicePlan plan_;

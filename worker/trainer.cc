@@ -42,8 +42,13 @@ class AutocastScope {
 
 std::optional<FlatShard> ShardOf(const Config& config, int rank, int ranks) {
   if (config.workers.sharding == Sharding::kNone || ranks < 2) return std::nullopt;
-  return FlatShard{rank, ranks, std::max<int64_t>(1, config.comm.chunk_bytes / 4),
-                   config.workers.sharding == Sharding::kGradients};
+  const bool gradients = config.workers.sharding == Sharding::kGradients;
+  // Gradients reduced bucket by bucket during backward (worker/gradient_buckets.h): on the CPU (Gloo), and when one
+  // backward makes the step's gradient (no micro-batches accumulating into it).
+  const int64_t micro = config.inner.micro_batch_size;
+  const bool bucketed =
+      gradients && torch::Device(config.workers.device).is_cpu() && (micro <= 0 || micro >= config.inner.batch_size);
+  return FlatShard{rank, ranks, std::max<int64_t>(1, config.comm.chunk_bytes / 4), gradients, bucketed};
 }
 
 InnerTrainer::InnerTrainer(const Config& config, TokenData train, torch::Device device, uint64_t seed,

@@ -96,7 +96,7 @@ absl::Status Worker::SetUpTrainer(const TokenCache& cache, LanguageModelPtr mode
       plan_.fragments(), std::move(share));
   if (cluster_ && config_.comm.cluster_parts) {
     fragment_theta_.assign(1, NamedTensors());  // Exchange's pull goes to the ranks' slices instead
-    return SetUpParts();                        // theta_ is made for each full pull only (PullAll)
+    return SetUpParts();                        // and so does PullAll's (theta_ stays empty)
   }
   theta_ = trainer_->MakeParameterBuffers();
   fragment_theta_.assign(static_cast<size_t>(plan_.fragments()), NamedTensors());
@@ -108,7 +108,8 @@ absl::Status Worker::SetUpTrainer(const TokenCache& cache, LanguageModelPtr mode
 
 absl::Status Worker::SetUpParts() {
   const NamedTensors params = NamedParameters(*trainer_->model());
-  auto parts = PartExchange::Open(config_, options_, Fingerprint(SpecsOf(params)), *cluster_, params);
+  auto parts =
+      PartExchange::Open(config_, options_, Fingerprint(SpecsOf(params)), *cluster_, params, &trainer_->optimizer());
   if (!parts.ok()) return parts.status();
   parts_ = std::move(*parts);
   parts_->RestoreResidual(local_->KeepSliceResidual([this] { return parts_->residual(); }));
@@ -160,21 +161,19 @@ void Worker::RunRounds() {
 }
 
 bool Worker::PullAll(int64_t* round) {
-  if (parts_) theta_ = trainer_->MakeParameterBuffers();  // for this pull only (each rank then keeps its slice)
+  // With parts every rank pulls its slice into its snapshot (theta_ stays empty: no rank holds a second full copy).
   const std::optional<PullResult> pulled = session_->Pull(theta_, -1);
   if (!pulled) return false;
   if (pulled->run_complete) {
     spdlog::info("run complete at round {}; leaving", pulled->round);
     return false;
   }
-  if (!session_->TakeKeepLocal()) {
+  if (parts_) {
+    if (!session_->TakeKeepLocal()) part_leader_->Gather();  // the slices into every rank's parameters
+  } else if (!session_->TakeKeepLocal()) {
     trainer_->Load(theta_);
     // The followers get theta from the leader's loaded parameters, on its device (no second host-to-device copy).
     if (leader_) leader_->Load(NamedParameters(*trainer_->model()));
-  }
-  if (parts_) {  // the followers took theirs when they loaded
-    parts_->TakeSnapshot();
-    theta_.clear();
   }
   *round = pulled->round;
   assigned_steps_ = pulled->inner_steps;

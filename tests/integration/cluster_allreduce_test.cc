@@ -3,7 +3,9 @@
 // the mean of the ranks' gradients, tensor by tensor, as a per-tensor reference computes it, also when the flat buffer
 // lays the tensors out in another order than the model's (weight_decay_1d false); and the ranks' stop wishes are ORed.
 // The sharded step (workers.sharding optimizer and gradients) on four ranks against torch.optim.AdamW on the full model
-// (tests/golden/make_sharded_adamw_golden.py): reduce-scatter, global clipping, AdamW on each slice, all-gather.
+// (tests/golden/make_sharded_adamw_golden.py): reduce-scatter, global clipping, AdamW on each slice, all-gather; and
+// with bucketed gradients (worker/gradient_buckets.h), reduced bucket by bucket during a real backward whose
+// gradients are the golden ones.
 // The leader's silence limit: a follower busy in a command far longer than the limit (no polls) is waited for, as
 // its heartbeat thread shows it alive; a follower whose process is gone is given up on.
 #include <gtest/gtest.h>
@@ -36,7 +38,7 @@ struct Rank {
 
 TEST(ClusterAllReduce, FlatBufferInPlaceMatchesPerTensorMeanAndOrsStopWishes) {
   ModelConfig model;
-  model.arch = ModelArch::kLlama;  // norms (1-D) and matrices: the flat order differs from the model's below
+  model.arch = ModelArch::kLlama;  // norms (1-D) and matrices: undecayed segments of the flat buffer
   model.vocab_size = 97;
   model.seq_len = 16;
   model.n_layer = 2;
@@ -93,7 +95,7 @@ struct ShardedRank {
   std::unique_ptr<FlatAdamW> optimizer;
 };
 
-ShardedRank MakeShardedRank(int rank, bool own_gradient_slice) {
+ShardedRank MakeShardedRank(int rank, bool own_gradient_slice, bool bucketed) {
   ShardedRank out;
   for (size_t i = 0; i < kGoldenShapes.size(); ++i) {
     out.params.push_back(torch::tensor(kGoldenParams[i]).reshape(kGoldenShapes[i]).requires_grad_(true));
@@ -101,17 +103,20 @@ ShardedRank MakeShardedRank(int rank, bool own_gradient_slice) {
   AdamWSettings settings;
   settings.weight_decay = kGoldenWeightDecay;
   settings.decay_1d = false;
-  out.optimizer =
-      std::make_unique<FlatAdamW>(out.params, settings, FlatShard{rank, kGoldenRanks, /*align=*/4, own_gradient_slice});
+  out.optimizer = std::make_unique<FlatAdamW>(out.params, settings,
+                                              FlatShard{rank, kGoldenRanks, /*align=*/4, own_gradient_slice, bucketed});
   return out;
 }
 
 TEST(ClusterShardedStep, FourRanksMatchTorchAdamWOnTheFullModel) {
-  for (const bool own_gradient_slice : {false, true}) {
-    SCOPED_TRACE(own_gradient_slice ? "workers.sharding gradients" : "workers.sharding optimizer");
+  for (const int variant : {0, 1, 2}) {
+    const bool own_gradient_slice = variant > 0, bucketed = variant == 2;
+    SCOPED_TRACE(bucketed             ? "workers.sharding gradients, bucketed"
+                 : own_gradient_slice ? "workers.sharding gradients"
+                                      : "workers.sharding optimizer");
     const std::string store = "127.0.0.1:" + std::to_string(FreePort());
     std::vector<ShardedRank> ranks;
-    for (int r = 0; r < kGoldenRanks; ++r) ranks.push_back(MakeShardedRank(r, own_gradient_slice));
+    for (int r = 0; r < kGoldenRanks; ++r) ranks.push_back(MakeShardedRank(r, own_gradient_slice, bucketed));
     std::vector<std::string> errors(kGoldenRanks);
     auto run = [&](int r) {
       auto cluster = WorkerCluster::Connect(r, kGoldenRanks, store, 60);
@@ -120,11 +125,20 @@ TEST(ClusterShardedStep, FourRanksMatchTorchAdamWOnTheFullModel) {
         return;
       }
       FlatAdamW& opt = *ranks[r].optimizer;
+      // Buckets of >= 7 elements: [0, 35), [35, 42), [42, 54); the first spans the slices of ranks 0, 1 and 2.
+      if (bucketed) (*cluster)->InstallGradientBuckets(opt, ranks[r].params, 7);
       for (int step = 0; step < kGoldenSteps; ++step) {
         opt.ZeroGrad();
+        torch::Tensor loss = torch::zeros({});
         for (size_t i = 0; i < ranks[r].params.size(); ++i) {
-          ranks[r].params[i].mutable_grad().copy_(torch::tensor(kGoldenGrads[step][r][i]).reshape(kGoldenShapes[i]));
+          const torch::Tensor grad = torch::tensor(kGoldenGrads[step][r][i]).reshape(kGoldenShapes[i]);
+          if (bucketed) {
+            loss = loss + (ranks[r].params[i] * grad).sum();  // d loss / d param = grad, exactly
+          } else {
+            ranks[r].params[i].mutable_grad().copy_(grad);
+          }
         }
+        if (bucketed) loss.backward();
         if ((*cluster)->ReduceScatterGradients(opt, false)) errors[r] = "a rank wanted to stop";
         const double norm = std::sqrt((*cluster)->squared_gradient_norm().item<double>());
         opt.Step(kGoldenLr, std::min(1.0, kGoldenMaxNorm / (norm + 1e-6)));
