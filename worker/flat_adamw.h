@@ -88,6 +88,11 @@ class FlatAdamW {
   bool sharded() const { return sharded_; }
   bool owns_gradient_slice() const { return own_gradient_slice_; }  // FlatShard::own_gradient_slice
   bool bucketed() const { return bucketed_; }                       // FlatShard::bucketed
+  // Whether some tensors are stepped without decay (decay_1d false). Since 2026-12-05 they keep their model-order
+  // place in the buffers (before, they were grouped after the decayed ones): saved moments record which order.
+  bool has_undecayed_segments() const {
+    return std::any_of(segments_.begin(), segments_.end(), [](const Segment& s) { return !s.decayed; });
+  }
   // The padded buffers (n * S elements; the padding stays zero) and this rank's piece of S elements of each: the
   // reduce-scatter's input and output, the all-gather's input (the parameter piece) and output. Bucketed: no
   // gradient buffer (padded_gradients() and flat_gradients() are undefined tensors).

@@ -22,8 +22,12 @@ namespace diloco {
 std::string SliceLayoutOf(const FlatAdamW& optimizer) {
   const int64_t piece = optimizer.gradient_piece().numel();
   const int64_t parts = piece > 0 ? optimizer.padded_parameters().numel() / piece : 1;
-  return SliceLayout(optimizer.flat_parameters().numel(), optimizer.sharded(), optimizer.owns_gradient_slice(), parts,
-                     piece);
+  std::string layout = SliceLayout(optimizer.flat_parameters().numel(), optimizer.sharded(),
+                                   optimizer.owns_gradient_slice(), parts, piece);
+  // Moments saved before the buffers kept undecayed tensors in model order are in another order: a new name for the
+  // layout makes such a state file start its moments fresh (with one line) instead of restoring them misplaced.
+  if (optimizer.has_undecayed_segments()) absl::StrAppend(&layout, "; undecayed tensors in model order");
+  return layout;
 }
 
 StateIdentity IdentityOf(const Config& config, const TokenCache& cache, const std::string& worker_id,
