@@ -74,6 +74,17 @@ int DecodeStatus(int status) {
 }
 }  // namespace
 
+std::string Subprocess::ReadOutputToEnd() const {
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; output_fd_ >= 0 && (n = read(output_fd_, buf, sizeof(buf))) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
 int Subprocess::Wait() {
   if (exited_ || pid_ < 0) return exit_code_;
   int status = 0;

@@ -30,6 +30,8 @@ class Subprocess {
 
   pid_t pid() const { return pid_; }
   int output_fd() const { return output_fd_; }
+  // With capture_output: reads output_fd() until the child closes it (it exited) and returns everything read.
+  std::string ReadOutputToEnd() const;
 
   // Blocks until the child exits: its exit code, or 128 + signal number if a signal ended it.
   int Wait();

@@ -118,13 +118,7 @@ std::pair<int, std::string> RunToEnd(const std::string& binary, const std::vecto
   options.capture_output = true;
   auto child = Subprocess::Start(argv, options);
   if (!child.ok()) return {-1, std::string(child.status().message())};
-  std::string out;
-  char buf[4096];
-  for (ssize_t n; (n = read(child->output_fd(), buf, sizeof(buf))) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
+  const std::string out = child->ReadOutputToEnd();
   return {child->Wait(), out};
 }
 

@@ -52,13 +52,7 @@ absl::StatusOr<std::string> RunTokenizer(const std::vector<std::string>& args) {
   options.capture_output = true;
   auto child = Subprocess::Start(argv, options);
   if (!child.ok()) return child.status();
-  std::string out;
-  char buf[4096];
-  for (ssize_t n; (n = read(child->output_fd(), buf, sizeof(buf))) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
+  const std::string out = child->ReadOutputToEnd();
   if (int code = child->Wait(); code != 0) {
     return absl::InternalError(absl::StrCat("diloco-tokenize ", args[0], " exited with code ", code, ": ", out));
   }
