@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "proto/slice_plan.h"
+#include "worker/free_memory.h"
 #include "worker/lm/torch_compat.h"
 
 namespace diloco {
@@ -53,6 +54,12 @@ FlatAdamW::FlatAdamW(std::vector<torch::Tensor> params, AdamWSettings settings, 
   }
   // The tensors in the order given (the wire's flat order, so that a cluster's slices of theta are slices of these
   // buffers); runs of tensors exempt from decay (1-D ones unless decay_1d) become the step's undecayed segments.
+  // Each tensor's own storage is freed as soon as it is copied, and on the CPU given back to the kernel every
+  // kReturnBytes (the allocator keeps freed memory resident otherwise): the set-up never holds the model twice, and
+  // the moments allocated next are not stacked on top of a freed copy of it.
+  constexpr int64_t kReturnBytes = int64_t{64} << 20;
+  const bool on_cpu = params_.device().is_cpu();
+  int64_t freed_bytes = 0;
   int64_t offset = 0;
   for (torch::Tensor& p : views_) {
     const int64_t n = p.numel();
@@ -67,6 +74,11 @@ FlatAdamW::FlatAdamW(std::vector<torch::Tensor> params, AdamWSettings settings, 
     torch::Tensor slot = params_.narrow(0, offset, n).view(p.sizes());
     slot.copy_(p.detach());
     p.set_data(slot);
+    freed_bytes += n * 4;
+    if (on_cpu && freed_bytes >= kReturnBytes) {
+      ReturnFreeMemory();
+      freed_bytes = 0;
+    }
     if (bucketed_) {
       p.mutable_grad().reset();
     } else {
@@ -74,6 +86,7 @@ FlatAdamW::FlatAdamW(std::vector<torch::Tensor> params, AdamWSettings settings, 
     }
     offset += n;
   }
+  if (on_cpu) ReturnFreeMemory();
   if (own_gradient_slice_) ReleaseGradients();  // allocated by the first ZeroGrad, freed after each reduce-scatter
   // Now that the parameters' own storage is freed: the moments and the gradient slice can take its place.
   AllocateSliceState(options);
@@ -104,7 +117,9 @@ void FlatAdamW::SetUpShard(int64_t total, const torch::TensorOptions& options, c
     piece_begin_ = shard->rank * plan.slice_length();
     piece_length_ = plan.slice_length();
   }
-  params_ = sharded_ ? torch::zeros({padded}, options) : torch::empty({padded}, options);
+  // Untouched (not resident) until the constructor copies each parameter into its place; only the padding is zeroed.
+  params_ = torch::empty({padded}, options);
+  params_.narrow(0, total, padded - total).zero_();
   // Own gradient slice: untouched memory (not resident) until the first ZeroGrad, as the constructor releases it.
   if (!bucketed_) {
     grads_ = own_gradient_slice_ ? torch::empty({padded}, options) : torch::zeros({padded}, options);

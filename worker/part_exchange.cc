@@ -14,6 +14,7 @@
 #include "proto/transport_security.h"
 #include "worker/cluster.h"
 #include "worker/cluster_protocol.h"
+#include "worker/free_memory.h"
 #include "worker/local_state.h"
 
 namespace diloco {
@@ -123,7 +124,7 @@ void PartExchange::RestoreResidual(const torch::Tensor& saved) {
 
 void PartExchange::TakeSnapshot() {
   snapshot_.copy_(SliceOfParameters());  // into the same buffer: no second slice meanwhile
-  delta_ready_ = false;
+  DropDelta();
 }
 
 torch::Tensor PartExchange::RoundTrip(const torch::Tensor& values) const {
@@ -147,11 +148,13 @@ const torch::Tensor& PartExchange::PseudoGradientSlice() {
 }
 
 void PartExchange::PrepareDelta() {
+  // The inner steps' activations are freed by now: handed back first, so that the slice does not come on top of them.
+  if (snapshot_.device().is_cpu()) ReturnFreeMemory();
   delta_ = snapshot_ - SliceOfParameters();
   if (feedback_) {
     if (!residual_.defined()) residual_ = torch::zeros_like(delta_);
     delta_.add_(residual_, beta_);
-    residual_ = delta_ - RoundTrip(delta_);
+    torch::sub_out(residual_, delta_, RoundTrip(delta_));  // in place: no second residual slice
   }
   delta_ready_ = true;
 }
@@ -176,15 +179,24 @@ absl::StatusOr<PullResult> PartExchange::PullMine() {
     snapshot_.narrow(0, at, values->numel()).copy_(*values);
     return absl::OkStatus();
   };
-  delta_ready_ = false;  // the snapshot changes (or is half written, then pulled again)
+  DropDelta();  // the snapshot changes (or is half written, then pulled again)
   absl::StatusOr<PullResult> pulled = client_->PullPart(-1, mine_.begin, mine_.end, accept);
   if (pulled.ok() && !reader.Done()) return absl::DataLossError("pull of a part: stream ended before its slice came");
   return pulled;
 }
 
+void PartExchange::DropDelta() {
+  delta_ready_ = false;
+  if (!delta_.defined()) return;
+  // Freed now, not when the next round's slice is taken (never two slices at once), and handed back to the kernel
+  // once a round: the allocator would otherwise keep the slice resident beside the next steps' activations.
+  delta_ = torch::Tensor();
+  if (snapshot_.device().is_cpu()) ReturnFreeMemory();
+}
+
 void PartExchange::GatherIntoParameters() {
   torch::NoGradGuard no_grad;
-  delta_ready_ = false;
+  DropDelta();
   if (padded_.defined()) {  // the parameters are views of padded_: gathered in place
     torch::Tensor piece = padded_.narrow(0, cluster_.rank() * plan_.slice_length(), plan_.slice_length());
     piece.narrow(0, 0, mine_.size()).copy_(snapshot_);

@@ -82,6 +82,8 @@ class PartExchange {
   const Config& config_;
   WorkerCluster& cluster_;
   NamedTensors params_;
+  void DropDelta();  // the snapshot or the parameters changed: the pseudo-gradient slice is stale
+
   torch::Tensor padded_;  // the optimizer's padded parameter buffer when its slices are plan_'s; else undefined
   std::vector<TensorSpec> specs_;
   std::vector<int64_t> starts_;  // flat index of each tensor's first element
