@@ -1,24 +1,9 @@
 #include "coordinator/round_accumulator.h"
 
-#include <cstring>
 #include <stdexcept>
 #include <utility>
 
 namespace diloco {
-
-bool AllFinite(const at::Tensor& values) {
-  if (values.scalar_type() != at::kFloat || !values.is_contiguous()) return at::isfinite(values).all().item<bool>();
-  const float* v = values.data_ptr<float>();
-  const int64_t n = values.numel();
-  constexpr uint32_t kExponent = 0x7f800000u;  // all exponent bits set: Inf or NaN
-  uint32_t bad = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    uint32_t bits;
-    std::memcpy(&bits, v + j, sizeof(bits));
-    bad |= static_cast<uint32_t>((bits & kExponent) == kExponent);
-  }
-  return bad == 0;
-}
 
 RoundAccumulator::RoundAccumulator(const std::vector<TensorSpec>& specs, bool per_coordinate) : count_(specs.size()) {
   for (const TensorSpec& s : specs) {

@@ -14,13 +14,10 @@
 
 #include <vector>
 
+#include "proto/all_finite.h"  // AllFinite: every chunk is checked before it is folded
 #include "proto/tensor_spec.h"
 
 namespace diloco {
-
-// True when every value is finite. One pass over the bits for contiguous float32 (no temporary tensor: a push
-// checks every chunk before folding it), at::isfinite otherwise.
-bool AllFinite(const at::Tensor& values);
 
 class RoundAccumulator {
  public:

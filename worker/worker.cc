@@ -9,6 +9,7 @@
 #include <future>
 
 #include "absl/strings/str_cat.h"
+#include "proto/all_finite.h"
 #include "proto/codec.h"
 #include "proto/tensor_chunks.h"
 #include "proto/tensor_spec.h"
@@ -211,7 +212,7 @@ double Worker::PushedNorm(const NamedTensors& delta) const {
 bool Worker::TrainingStayedFinite(int64_t round, const StepStats& stats) {
   FlatAdamW& optimizer = trainer_->optimizer();
   if (std::isfinite(stats.loss_sum) && std::isfinite(stats.first_loss) &&
-      torch::isfinite(optimizer.flat_parameters()).all().item<bool>()) {
+      AllFinite(optimizer.flat_parameters())) {
     return true;
   }
   spdlog::warn("round {}: training turned non-finite (loss {}); not pushing, pulling the global model again", round + 1,
