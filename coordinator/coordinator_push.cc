@@ -24,8 +24,8 @@ absl::Status CoordinatorCore::CheckPushHeader(const PushHeader& header) {
   if (complete_) return absl::FailedPreconditionError("the run is complete");
   if (const Member* m = membership_.Find(id); m != nullptr && m->quarantined_until_round > theta_->round()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("worker '", id, "' is quarantined until round ", m->quarantined_until_round, " after ", m->strikes,
-                     " broken pushes in a row; pull the current parameters and push from that round on"));
+        absl::StrCat("worker '", id, "' is quarantined until round ", m->quarantined_until_round, " (",
+                     m->quarantine_reason, "); pull the current parameters and push from that round on"));
   }
   absl::Status s =
       DecidePushRound({theta_->round(), header.meta().round(), round_.phase()}, PushRoundOptionsOf(config_));
@@ -234,6 +234,8 @@ void CoordinatorCore::RecordBrokenPush(const std::string& id, bool cut_as_stalle
   const int64_t rounds = QuarantineRounds(m->strikes, cut_as_stalled);
   if (rounds == 0) return;
   m->quarantined_until_round = theta_->round() + rounds;
+  m->quarantine_reason =
+      absl::StrCat(m->strikes, " broken pushes in a row", cut_as_stalled ? ", the last one stalled" : "");
   spdlog::warn(
       "quarantined: worker {} until round {} ({} broken pushes in a row{}); its pushes are refused and no "
       "round waits for it",
@@ -350,6 +352,7 @@ absl::Status CoordinatorCore::CheckDuplicate(const PushTicket& ticket) {
   spdlog::warn("duplicate: {}; restarting the round's aggregation, {} worker(s) push again", why, dropped);
   if (Member* m = membership_.Find(ticket.worker_id)) {
     ++m->duplicate_pushes;
+    if (m->quarantined_until_round <= theta_->round()) m->quarantine_reason = "its push was a copy or a replay";
     m->quarantined_until_round = std::max(m->quarantined_until_round, theta_->round() + 1);  // sits out this round
   }
   cv_.SignalAll();

@@ -39,6 +39,7 @@ struct Member {
   int64_t broken_pushes = 0;     // its pushes that broke off after folding chunks (round_policy.h "Broken pushes")
   int64_t strikes = 0;           // ... since its last counted push
   int64_t quarantined_until_round = 0;  // its pushes are refused while fewer outer steps than this are done
+  std::string quarantine_reason;        // why, for the refusal's message ("3 broken pushes in a row", ...)
   double last_push_norm = 0;            // robust aggregation (issue 32), as of its last counted push
   double last_clip_scale = 1;           // outer.aggregation clip's factor for that push
   int64_t clipped_in_a_row = 0;         // consecutive counted pushes that were clipped

@@ -196,6 +196,34 @@ std::vector<diloco::RoundResult> SharedPseudoGradients(const diloco::NamedTensor
   return results;
 }
 
+// Worker w's own pushes: the shared tensors, except for the first element of each fragment's smallest tensor, which
+// is made different for every worker and round (MarkPush): the robust rules refuse a push byte-identical to another
+// of the round or of the previous round (a copy or a replay), so identical simulated pushes would all be refused.
+// One cloned small tensor (a norm's gains) per fragment and worker; the claimed norm moves by far less than the
+// coordinator's tolerance.
+size_t SmallestTensor(const diloco::RoundResult& result) {
+  size_t best = 0;
+  for (size_t i = 1; i < result.pseudo_gradient.size(); ++i) {
+    if (result.pseudo_gradient[i].second.numel() < result.pseudo_gradient[best].second.numel()) best = i;
+  }
+  return best;
+}
+std::vector<diloco::RoundResult> OwnPushes(const std::vector<diloco::RoundResult>& shared) {
+  std::vector<diloco::RoundResult> own = shared;  // tensor handles: the data stays shared
+  for (diloco::RoundResult& result : own) {
+    if (result.pseudo_gradient.empty()) continue;
+    at::Tensor& t = result.pseudo_gradient[SmallestTensor(result)].second;
+    t = t.clone();
+  }
+  return own;
+}
+void MarkPush(diloco::RoundResult& result, int worker, int64_t round, const diloco::RoundResult& shared) {
+  if (result.pseudo_gradient.empty()) return;
+  const size_t i = SmallestTensor(shared);
+  const float base = shared.pseudo_gradient[i].second.view({-1})[0].item<float>();
+  result.pseudo_gradient[i].second.view({-1})[0] = base + 1e-7f * static_cast<float>(1 + worker + 1000 * round);
+}
+
 // Push, retried while the coordinator answers UNAVAILABLE or ABORTED (as a worker does, worker/protocol_decision.h):
 // the robust rules hold a round's early pushers back with UNAVAILABLE until the round's set is known
 // (outer.aggregation clip: every member's header has declared its norm; trimmed_mean and centered_clip: the set of
@@ -273,7 +301,7 @@ void Bench::Heartbeats(const std::atomic<bool>& stop) {
   }
 }
 
-// One simulated worker: Join, then per round pull (dropped), push the shared pseudo-gradient, wait for the close;
+// One simulated worker: Join, then per round pull (dropped), push the shared pseudo-gradient (OwnPushes), wait for the close;
 // Leave. A failure marks the run failed but still passes every barrier, so the other threads finish.
 void Bench::Worker(int w, const diloco::ModelSpec& spec, const std::vector<diloco::RoundResult>& results) {
   const std::string id = "push-" + std::to_string(w);
@@ -281,6 +309,7 @@ void Bench::Worker(int w, const diloco::ModelSpec& spec, const std::vector<diloc
   diloco::CoordinatorClient& client = *clients[static_cast<size_t>(w)];
   auto stub = NewStub(address, config.comm.chunk_bytes);
   const int P = static_cast<int>(results.size());
+  std::vector<diloco::RoundResult> own = OwnPushes(results);
   if (!client.Join(spec, 1, "cpu", -1, P).ok()) failed = true;
   int64_t round = 0;
   for (int r = 0; r < rounds; ++r) {
@@ -300,7 +329,9 @@ void Bench::Worker(int w, const diloco::ModelSpec& spec, const std::vector<diloc
     }
     pull_done.arrive_and_wait();
     push_ready.arrive_and_wait();
-    auto sent = PushRetryingUnavailable(client, round, results[static_cast<size_t>(round % P)], timeout_s);
+    diloco::RoundResult& mine = own[static_cast<size_t>(round % P)];
+    MarkPush(mine, w, round, results[static_cast<size_t>(round % P)]);
+    auto sent = PushRetryingUnavailable(client, round, mine, timeout_s);
     if (sent.ok()) {
       pushed += *sent;
     } else {

@@ -379,7 +379,8 @@ TEST_F(CoordinatorCoreTest, AStalledPartialPushIsCutAtTheTimeoutAndItsMemberQuar
   core_->AbortPush(*b, "refused");  // what the session does with a refused stream: no second restart
   absl::Status quarantined = Push("B", 0, 1000, partial);
   EXPECT_EQ(quarantined.code(), absl::StatusCode::kFailedPrecondition) << quarantined;
-  EXPECT_THAT(std::string(quarantined.message()), HasSubstr("worker 'B' is quarantined until round 1"));
+  EXPECT_THAT(std::string(quarantined.message()),
+              HasSubstr("worker 'B' is quarantined until round 1 (1 broken pushes in a row, the last one stalled)"));
   EXPECT_EQ(Beat("B").quarantined_until_round(), 1) << "the heartbeat tells the worker to wait";
   EXPECT_EQ(Beat("A").quarantined_until_round(), 0);
   ASSERT_TRUE(Push("A", 0, 3000, d1).ok());
@@ -979,8 +980,9 @@ TEST_F(ClipAggregationTest, AByteIdenticalCopyOrReplayIsRefusedAndTheRoundRedone
   EXPECT_FALSE(Beat("A").pushed()) << "the aggregation restarted: A pushes again";
   EXPECT_FALSE(Beat("B").pushed()) << "the aggregation restarted: B pushes again";
   EXPECT_EQ(Worker(core_->Status(), "C").duplicate_pushes(), 1);
-  EXPECT_EQ(PushClaimed("C", 1000, RandomDelta()).code(), absl::StatusCode::kFailedPrecondition)
-      << "C sits out the round";
+  const absl::Status sits_out = PushClaimed("C", 1000, RandomDelta());
+  EXPECT_EQ(sits_out.code(), absl::StatusCode::kFailedPrecondition) << "C sits out the round";
+  EXPECT_THAT(std::string(sits_out.message()), HasSubstr("quarantined until round 1 (its push was a copy or a replay)"));
   ASSERT_TRUE(PushClaimed("A", 1000, dA).ok());
   ASSERT_TRUE(PushClaimed("B", 1000, dB).ok());
   core_->Poll();
