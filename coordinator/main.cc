@@ -172,6 +172,16 @@ absl::Status StartGrpc(Process& p) {
   // fixed windows they did not, scripts/bench/results/grpc_quota.md). The cost is a ceiling per push stream of about
   // (kStreamWindowBytes + comm.chunk_bytes) per round trip.
   if (c.coordinator.grpc_memory_quota_mb > 0) {
+    // Each push stream in flight holds its window and a message: workers.count pushing at once need about that many.
+    const int64_t per_push = kStreamWindowBytes + diloco::MaxMessageBytes(c.comm.chunk_bytes);
+    const int64_t needed_mb = (c.workers.count * per_push + (int64_t{1} << 20) - 1) >> 20;
+    if (c.coordinator.grpc_memory_quota_mb < needed_mb) {
+      spdlog::warn(
+          "coordinator.grpc_memory_quota_mb {} MiB is below what workers.count {} pushing at once hold ({} MiB: a {} "
+          "MiB window and a message each); their streams may be reset (RESOURCE_EXHAUSTED) and the workers stop: "
+          "set it to at least {}",
+          c.coordinator.grpc_memory_quota_mb, c.workers.count, needed_mb, kStreamWindowBytes >> 20, needed_mb);
+    }
     static grpc::ResourceQuota quota("diloco-coordinator");
     quota.Resize(static_cast<size_t>(c.coordinator.grpc_memory_quota_mb) << 20);
     quota.SetMaxThreads(kMaxSyncThreads);
