@@ -23,9 +23,9 @@ absl::Status CoordinatorCore::CheckPushHeader(const PushHeader& header) {
   }
   if (complete_) return absl::FailedPreconditionError("the run is complete");
   if (const Member* m = membership_.Find(id); m != nullptr && m->quarantined_until_round > theta_->round()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("worker '", id, "' is quarantined until round ", m->quarantined_until_round, " (",
-                     m->quarantine_reason, "); pull the current parameters and push from that round on"));
+    return absl::FailedPreconditionError(absl::StrCat("worker '", id, "' is quarantined until round ",
+                                                      m->quarantined_until_round, " (", m->quarantine_reason,
+                                                      "); pull the current parameters and push from that round on"));
   }
   absl::Status s =
       DecidePushRound({theta_->round(), header.meta().round(), round_.phase()}, PushRoundOptionsOf(config_));

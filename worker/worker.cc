@@ -211,8 +211,7 @@ double Worker::PushedNorm(const NamedTensors& delta) const {
 
 bool Worker::TrainingStayedFinite(int64_t round, const StepStats& stats) {
   FlatAdamW& optimizer = trainer_->optimizer();
-  if (std::isfinite(stats.loss_sum) && std::isfinite(stats.first_loss) &&
-      AllFinite(optimizer.flat_parameters())) {
+  if (std::isfinite(stats.loss_sum) && std::isfinite(stats.first_loss) && AllFinite(optimizer.flat_parameters())) {
     return true;
   }
   spdlog::warn("round {}: training turned non-finite (loss {}); not pushing, pulling the global model again", round + 1,

@@ -301,8 +301,8 @@ void Bench::Heartbeats(const std::atomic<bool>& stop) {
   }
 }
 
-// One simulated worker: Join, then per round pull (dropped), push the shared pseudo-gradient (OwnPushes), wait for the close;
-// Leave. A failure marks the run failed but still passes every barrier, so the other threads finish.
+// One simulated worker: Join, then per round pull (dropped), push the shared pseudo-gradient (OwnPushes), wait for the
+// close; Leave. A failure marks the run failed but still passes every barrier, so the other threads finish.
 void Bench::Worker(int w, const diloco::ModelSpec& spec, const std::vector<diloco::RoundResult>& results) {
   const std::string id = "push-" + std::to_string(w);
   const double timeout_s = RpcTimeout();

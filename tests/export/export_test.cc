@@ -5,7 +5,6 @@
 // Also: the checker rejects a transposed or a misnamed tensor, and every export error is one line with a non-zero
 // exit code. Each test runs in its own scratch directory; single-threaded.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -46,11 +45,7 @@ Ran RunToEnd(const std::vector<std::string>& argv) {
   auto p = Subprocess::Start(argv, options);
   if (!p.ok()) return {-1, std::string(p.status().message())};
   Ran ran;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(p->output_fd(), buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR)) {
-    if (n > 0) ran.output.append(buf, n);
-  }
+  ran.output = p->ReadOutputToEnd();
   ran.code = p->Wait();
   return ran;
 }

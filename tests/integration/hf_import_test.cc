@@ -5,7 +5,6 @@
 // baseline starts from the same theta_0 (same round-0 loss); the export goes back to transformers' format. Then one
 // round from each llama-shaped family's directory (HfFamilyRound).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 
@@ -32,11 +31,7 @@ int RunPython(const std::vector<std::string>& args, std::string* output) {
   options.capture_output = true;
   auto p = Subprocess::Start(argv, options);
   if (!p.ok()) return -1;
-  char buf[4096];
-  for (ssize_t n; (n = read(p->output_fd(), buf, sizeof(buf))) != 0;) {
-    if (n > 0) output->append(buf, n);
-    if (n < 0 && errno != EINTR) break;
-  }
+  *output += p->ReadOutputToEnd();
   return p->Wait();
 }
 

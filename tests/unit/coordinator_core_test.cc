@@ -982,7 +982,8 @@ TEST_F(ClipAggregationTest, AByteIdenticalCopyOrReplayIsRefusedAndTheRoundRedone
   EXPECT_EQ(Worker(core_->Status(), "C").duplicate_pushes(), 1);
   const absl::Status sits_out = PushClaimed("C", 1000, RandomDelta());
   EXPECT_EQ(sits_out.code(), absl::StatusCode::kFailedPrecondition) << "C sits out the round";
-  EXPECT_THAT(std::string(sits_out.message()), HasSubstr("quarantined until round 1 (its push was a copy or a replay)"));
+  EXPECT_THAT(std::string(sits_out.message()),
+              HasSubstr("quarantined until round 1 (its push was a copy or a replay)"));
   ASSERT_TRUE(PushClaimed("A", 1000, dA).ok());
   ASSERT_TRUE(PushClaimed("B", 1000, dB).ok());
   core_->Poll();
