@@ -1,5 +1,6 @@
 #include "coordinator/aggregation_rule.h"
 
+#include <ATen/Parallel.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -101,40 +102,99 @@ std::vector<double> CappedWeights(const std::vector<double>& tokens, double max_
 
 namespace {
 
-// numpy.median along dim 0 of a [k, n] float64 tensor.
-at::Tensor CoordinateMedian(const at::Tensor& rows) {
-  const at::Tensor sorted = std::get<0>(rows.sort(0));
-  const int64_t k = rows.size(0);
-  if (k % 2 == 1) return sorted[k / 2].clone();
-  return (sorted[k / 2 - 1] + sorted[k / 2]) * 0.5;
+// The coordinate-wise rules work on one chunk position of every push at a time: x is [k, n] float64 row-major (row i
+// = push i), and each rule is a loop over the n columns (in parallel over column ranges), no [k, n] temporaries.
+constexpr int64_t kColumnGrain = 4096;
+
+// The k values of column j, sorted, into col.
+void SortedColumn(const double* x, int64_t k, int64_t n, int64_t j, std::vector<double>& col) {
+  for (int64_t i = 0; i < k; ++i) col[static_cast<size_t>(i)] = x[i * n + j];
+  std::sort(col.begin(), col.end());
+}
+
+// numpy.median over each column.
+std::vector<double> ColumnMedians(const double* x, int64_t k, int64_t n) {
+  std::vector<double> v(static_cast<size_t>(n));
+  at::parallel_for(0, n, kColumnGrain, [&](int64_t lo, int64_t hi) {
+    std::vector<double> col(static_cast<size_t>(k));
+    for (int64_t j = lo; j < hi; ++j) {
+      SortedColumn(x, k, n, j, col);
+      const size_t h = static_cast<size_t>(k / 2);
+      v[static_cast<size_t>(j)] = k % 2 == 1 ? col[h] : (col[h - 1] + col[h]) * 0.5;
+    }
+  });
+  return v;
+}
+
+// |x_i - v| for each row i.
+std::vector<double> RowDistances(const double* x, int64_t k, int64_t n, const std::vector<double>& v) {
+  std::vector<double> out(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) {
+    const double* row = x + i * n;
+    double sum = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const double z = row[j] - v[static_cast<size_t>(j)];
+      sum += z * z;
+    }
+    out[static_cast<size_t>(i)] = std::sqrt(sum);
+  }
+  return out;
+}
+
+at::Tensor ToTensor(const std::vector<double>& v) {
+  return at::from_blob(const_cast<double*>(v.data()), {static_cast<int64_t>(v.size())}, at::kDouble).clone();
 }
 
 }  // namespace
 
 at::Tensor TrimmedMean(const at::Tensor& rows, int64_t trim) {
-  const at::Tensor x = rows.to(at::kDouble);
-  const int64_t k = x.size(0);
+  const at::Tensor x = rows.to(at::kDouble).contiguous();
+  const int64_t k = x.size(0), n = x.size(1);
   const int64_t b = std::min<int64_t>(std::max<int64_t>(trim, 0), (k - 1) / 2);
-  return std::get<0>(x.sort(0)).narrow(0, b, k - 2 * b).mean(0);
+  const double* data = x.data_ptr<double>();
+  at::Tensor out = at::empty({n}, at::kDouble);
+  double* o = out.data_ptr<double>();
+  at::parallel_for(0, n, kColumnGrain, [&](int64_t lo, int64_t hi) {
+    std::vector<double> col(static_cast<size_t>(k));
+    for (int64_t j = lo; j < hi; ++j) {
+      SortedColumn(data, k, n, j, col);
+      double sum = 0;
+      for (int64_t i = b; i < k - b; ++i) sum += col[static_cast<size_t>(i)];
+      o[j] = sum / static_cast<double>(k - 2 * b);
+    }
+  });
+  return out;
 }
 
 at::Tensor CenteredClip(const at::Tensor& rows, double tau, int64_t iterations) {
-  const at::Tensor x = rows.to(at::kDouble);
-  at::Tensor v = CoordinateMedian(x);
+  const at::Tensor x = rows.to(at::kDouble).contiguous();
+  const int64_t k = x.size(0), n = x.size(1);
+  const double* data = x.data_ptr<double>();
+  std::vector<double> v = ColumnMedians(data, k, n);
+  if (!(tau > 0)) tau = Median(RowDistances(data, k, n, v));  // CenteredClipTau, from the same median
   for (int64_t l = 0; l < iterations; ++l) {
-    const at::Tensor z = x - v;
-    const at::Tensor norms = z.norm(2, {1}, /*keepdim=*/true);
-    const at::Tensor factor = at::where(norms > 0, at::clamp_max(tau / norms, 1.0), at::ones_like(norms));
-    v = v + (z * factor).mean(0);
+    const std::vector<double> norms = RowDistances(data, k, n, v);
+    std::vector<double> factor(static_cast<size_t>(k), 1.0);
+    for (size_t i = 0; i < factor.size(); ++i) {
+      if (norms[i] > 0) factor[i] = std::min(tau / norms[i], 1.0);
+    }
+    at::parallel_for(0, n, kColumnGrain, [&](int64_t lo, int64_t hi) {
+      for (int64_t j = lo; j < hi; ++j) {
+        const double c = v[static_cast<size_t>(j)];
+        double sum = 0;
+        for (int64_t i = 0; i < k; ++i) sum += (data[i * n + j] - c) * factor[static_cast<size_t>(i)];
+        v[static_cast<size_t>(j)] = c + sum / static_cast<double>(k);
+      }
+    });
   }
-  return v;
+  return ToTensor(v);
 }
 
 double CenteredClipTau(const at::Tensor& rows) {
-  const at::Tensor x = rows.to(at::kDouble);
-  const at::Tensor norms = (x - CoordinateMedian(x)).norm(2, {1});
-  std::vector<double> values(norms.data_ptr<double>(), norms.data_ptr<double>() + norms.numel());
-  return Median(values);
+  const at::Tensor x = rows.to(at::kDouble).contiguous();
+  const int64_t k = x.size(0), n = x.size(1);
+  const double* data = x.data_ptr<double>();
+  return Median(RowDistances(data, k, n, ColumnMedians(data, k, n)));
 }
 
 bool ClipGate::TryOpen(const std::vector<std::string>& expected, bool force, size_t min_declared) {

@@ -80,6 +80,7 @@ std::vector<double> CappedWeights(const std::vector<double>& tokens, double max_
 // rows: [k, n], row i = push i's values of one chunk (any float dtype); returns [n] float64. trim is lowered to
 // (k - 1) / 2 when 2 x trim >= k.
 at::Tensor TrimmedMean(const at::Tensor& rows, int64_t trim);
+// tau <= 0: CenteredClipTau(rows), from the same coordinate-wise median.
 at::Tensor CenteredClip(const at::Tensor& rows, double tau, int64_t iterations);
 // centered_clip's radius when outer.cclip_tau is 0: the median over rows i of |x_i - coordinate-wise median|.
 double CenteredClipTau(const at::Tensor& rows);

@@ -79,8 +79,7 @@ absl::StatusOr<std::optional<CoordinateWindow::Reduced>> CoordinateWindow::Put(c
 
 at::Tensor CoordinateWindow::Reduce(const at::Tensor& rows) const {
   if (options_.rule == Aggregation::kTrimmedMean) return TrimmedMean(rows, options_.trim);
-  const double tau = options_.tau > 0 ? options_.tau : CenteredClipTau(rows);
-  return CenteredClip(rows, tau, options_.iterations);
+  return CenteredClip(rows, options_.tau, options_.iterations);  // tau <= 0: derived from the rows
 }
 
 bool CoordinateWindow::Finish(const std::string& id) {
