@@ -34,6 +34,7 @@ struct Flags {
   std::string mode = "diloco";
   std::string device;
   int local_rank = -1;  // -1: LOCAL_RANK, else --rank
+  bool fresh = false;   // --fresh: no resume from workers.state_dir at this start
 };
 
 void AddFlags(CLI::App& app, Flags& f) {
@@ -62,6 +63,9 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "this process's index among the worker processes on this machine, for workers.device cuda "
                  "(diloco-launch sets it; default: the LOCAL_RANK environment variable, else --rank)")
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--fresh", f.fresh,
+               "start cold at this start: ignore this worker's saved state in workers.state_dir (moments, data "
+               "position), which its first push then overwrites (diloco-launch --fresh passes it)");
 }
 
 // The device this process trains on: workers.device cuda gives the process of local rank r cuda:(r mod GPUs), where
@@ -106,6 +110,10 @@ absl::Status Run(const Flags& flags) {
   auto config = diloco::LoadConfig(flags.config_path, flags.overrides);
   if (!config.ok()) return config.status();
   spdlog::info("config {} (hash {})", flags.config_path, diloco::ConfigHash(*config));
+  if (flags.fresh && config->workers.resume) {
+    spdlog::info("--fresh: not resuming the saved state in {}", config->WorkerStateDir());
+    config->workers.resume = false;  // read once, at set-up (worker/local_state.h)
+  }
   diloco::SetComputeThreads(static_cast<int>(config->workers.threads));
   if (absl::Status s = ResolveDevice(flags, *config); !s.ok()) return s;
   auto cache = diloco::EnsureTokenized(*config, diloco::SiblingExecutable("diloco-tokenize"));

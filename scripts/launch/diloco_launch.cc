@@ -204,7 +204,7 @@ std::string WaitForAddress(Children& children, const std::string& port_file) {
 // process number p (worker i's rank r: p = i x cluster_size + r) gets --local-rank p, so that workers.device cuda
 // spreads the workers over the machine's GPUs (worker/lm/device_choice.h).
 absl::Status StartWorkers(const diloco::Config& config, const std::vector<std::string>& common,
-                          const PerWorker& per_worker, const std::string& address, Children& children) {
+                          const PerWorker& per_worker, const std::string& address, bool fresh, Children& children) {
   for (int64_t i = 0; i < config.workers.count; ++i) {
     const std::string id = "worker-" + std::to_string(i);
     // A worker cluster (workers.cluster_size ranks) meets at a c10d store that its rank 0 hosts on a free port.
@@ -215,6 +215,7 @@ absl::Status StartWorkers(const diloco::Config& config, const std::vector<std::s
       std::vector<std::string> argv = {diloco::SiblingExecutable("diloco-worker")};
       argv.insert(argv.end(), common.begin(), common.end());
       argv.insert(argv.end(), {"--coordinator", address, "--id", id});
+      if (fresh) argv.push_back("--fresh");  // the run starts over: no worker resumes the last run's moments
       if (sets != per_worker.end()) argv.insert(argv.end(), sets->second.begin(), sets->second.end());
       if (ranks > 1) argv.insert(argv.end(), {"--rank", std::to_string(r), "--cluster-store", store});
       // Its index among the processes on this machine: workers.device cuda gives it cuda:(index mod GPUs).
@@ -237,7 +238,7 @@ absl::StatusOr<int> RunDiloco(const Flags& flags, const diloco::Config& config, 
   const std::string address = WaitForAddress(children, port_file);
   if (!address.empty()) {
     Say("coordinator listening on " + address);
-    if (absl::Status s = StartWorkers(config, common, per_worker, address, children); !s.ok()) {
+    if (absl::Status s = StartWorkers(config, common, per_worker, address, flags.fresh, children); !s.ok()) {
       children.StopAll();
       children.Reap();
       return s;
@@ -308,7 +309,9 @@ int main(int argc, char** argv) {
   Flags flags;
   app.add_option("config", flags.config_path, "run config (YAML)")->required();
   app.add_option("--set", flags.overrides, "override a config key: section.key=value (repeatable)");
-  app.add_flag("--fresh", flags.fresh, "start from theta_0 even if run.output_dir holds checkpoints of this run");
+  app.add_flag("--fresh", flags.fresh,
+               "start from theta_0 even if run.output_dir holds checkpoints of this run; the workers start cold too "
+               "(their saved moments and data positions are not resumed)");
   app.add_option("--mode", flags.mode, "diloco (default) or ddp: the fully synchronous data-parallel baseline")
       ->check(CLI::IsMember({"diloco", "ddp"}));
   app.add_option("--worker-set", flags.worker_sets,

@@ -393,7 +393,7 @@ TEST_P(ArchLaunch, Int8AndStreamingFragmentsReachTheFp32Loss) {
 INSTANTIATE_TEST_SUITE_P(Archs, ArchLaunch, ::testing::Values("gpt", "llama"));
 
 // Launching a finished run again resumes it, sees it complete, and the workers learn so and exit 0 at once
-// (instead of retrying a coordinator that already left).
+// (instead of retrying a coordinator that already left); with --fresh it starts over, workers included.
 TEST(Launch, RelaunchOfACompletedRunEndsCleanly) {
   const std::string dir = ScratchDir("relaunch");
   std::vector<std::string> args = TinyArgs(dir);
@@ -409,6 +409,17 @@ TEST(Launch, RelaunchOfACompletedRunEndsCleanly) {
   EXPECT_NE(out.find("[worker-0] "), std::string::npos);
   EXPECT_EQ(out.find("exited with code"), std::string::npos) << out;
   EXPECT_NE(out.find("[launch] done: 3 rounds"), std::string::npos) << out;
+  // --fresh starts the run over, the workers included: none resumes (or even reads) the moments and data position
+  // its last run saved in workers.state_dir (before, each resumed them, or warned that its shard differed).
+  std::vector<std::string> fresh_args = args;
+  fresh_args.push_back("--fresh");
+  RunningProcess fresh("diloco-launch", fresh_args);
+  ASSERT_EQ(fresh.Wait(180), 0) << fresh.output();
+  const std::string restarted = fresh.output();
+  EXPECT_NE(restarted.find("[launch] done: 3 rounds"), std::string::npos) << restarted;
+  EXPECT_NE(restarted.find("--fresh: not resuming the saved state"), std::string::npos) << restarted;
+  EXPECT_EQ(restarted.find("resuming from"), std::string::npos) << restarted;
+  EXPECT_EQ(restarted.find("ignoring the saved state"), std::string::npos) << restarted;
 }
 
 TEST(Launch, TinyRunEndsWithExit0AndPrefixedLogs) {
