@@ -114,6 +114,7 @@ void SortedColumn(const double* x, int64_t k, int64_t n, int64_t j, std::vector<
 
 // numpy.median over each column.
 std::vector<double> ColumnMedians(const double* x, int64_t k, int64_t n) {
+  if (k < 1) throw std::invalid_argument("coordinate-wise median of no rows");
   std::vector<double> v(static_cast<size_t>(n));
   at::parallel_for(0, n, kColumnGrain, [&](int64_t lo, int64_t hi) {
     std::vector<double> col(static_cast<size_t>(k));
@@ -150,6 +151,7 @@ at::Tensor ToTensor(const std::vector<double>& v) {
 at::Tensor TrimmedMean(const at::Tensor& rows, int64_t trim) {
   const at::Tensor x = rows.to(at::kDouble).contiguous();
   const int64_t k = x.size(0), n = x.size(1);
+  if (k < 1) throw std::invalid_argument("trimmed mean of no rows");
   const int64_t b = std::min<int64_t>(std::max<int64_t>(trim, 0), (k - 1) / 2);
   const double* data = x.data_ptr<double>();
   at::Tensor out = at::empty({n}, at::kDouble);

@@ -172,15 +172,17 @@ absl::Status StartGrpc(Process& p) {
   // fixed windows they did not, scripts/bench/results/grpc_quota.md). The cost is a ceiling per push stream of about
   // (kStreamWindowBytes + comm.chunk_bytes) per round trip.
   if (c.coordinator.grpc_memory_quota_mb > 0) {
-    // Each push stream in flight holds its window and a message: workers.count pushing at once need about that many.
+    // Each push stream in flight may hold its window and a message: with every worker pushing at once (each rank of a
+    // cluster on a stream of its own with comm.cluster_parts) that can exceed the quota. 8 workers pushing the 155.5M
+    // model at once through 32 MiB were reset in every round; a 27M model's were not (docs/benchmarks.md).
+    const int64_t streams = c.workers.count * (c.comm.cluster_parts ? c.workers.cluster_size : 1);
     const int64_t per_push = kStreamWindowBytes + diloco::MaxMessageBytes(c.comm.chunk_bytes);
-    const int64_t needed_mb = (c.workers.count * per_push + (int64_t{1} << 20) - 1) >> 20;
+    const int64_t needed_mb = (streams * per_push + (int64_t{1} << 20) - 1) >> 20;
     if (c.coordinator.grpc_memory_quota_mb < needed_mb) {
       spdlog::warn(
-          "coordinator.grpc_memory_quota_mb {} MiB is below what workers.count {} pushing at once hold ({} MiB: a {} "
-          "MiB window and a message each); their streams may be reset (RESOURCE_EXHAUSTED) and the workers stop: "
-          "set it to at least {}",
-          c.coordinator.grpc_memory_quota_mb, c.workers.count, needed_mb, kStreamWindowBytes >> 20, needed_mb);
+          "coordinator.grpc_memory_quota_mb {} MiB is below what {} push streams at once may hold ({} MiB: a {} MiB "
+          "window and a message each); if pushes are reset (RESOURCE_EXHAUSTED) the workers stop: set it to {}",
+          c.coordinator.grpc_memory_quota_mb, streams, needed_mb, kStreamWindowBytes >> 20, needed_mb);
     }
     static grpc::ResourceQuota quota("diloco-coordinator");
     quota.Resize(static_cast<size_t>(c.coordinator.grpc_memory_quota_mb) << 20);

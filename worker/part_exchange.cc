@@ -148,7 +148,8 @@ const torch::Tensor& PartExchange::PseudoGradientSlice() {
 }
 
 void PartExchange::PrepareDelta() {
-  // The inner steps' activations are freed by now: handed back first, so that the slice does not come on top of them.
+  // The round's inner steps are over (with comm.overlap_steps the next round's run beside): what their activations
+  // left in the allocator is handed back first, so that the slice does not come on top of it. Once a round.
   if (snapshot_.device().is_cpu()) ReturnFreeMemory();
   delta_ = snapshot_ - SliceOfParameters();
   if (feedback_) {
