@@ -236,10 +236,8 @@ void CoordinatorCore::RecordBrokenPush(const std::string& id, bool cut_as_stalle
   m->quarantined_until_round = theta_->round() + rounds;
   m->quarantine_reason =
       absl::StrCat(m->strikes, " broken pushes in a row", cut_as_stalled ? ", the last one stalled" : "");
-  spdlog::warn(
-      "quarantined: worker {} until round {} ({} broken pushes in a row{}); its pushes are refused and no "
-      "round waits for it",
-      id, m->quarantined_until_round, m->strikes, cut_as_stalled ? ", the last one stalled" : "");
+  spdlog::warn("quarantined: worker {} until round {} ({}); its pushes are refused and no round waits for it", id,
+               m->quarantined_until_round, m->quarantine_reason);
 }
 
 void CoordinatorCore::CutStalledPushes(double now) {

@@ -77,13 +77,12 @@ class PartExchange {
   // This rank's slice of the parameters, float32 on the CPU (a view of the optimizer's buffer where it can be).
   torch::Tensor SliceOfParameters() const;
   void PrepareDelta();
+  void DropDelta();  // the snapshot or the parameters changed: the pseudo-gradient slice is stale
   torch::Tensor RoundTrip(const torch::Tensor& values) const;  // what the coordinator decodes from `values`
 
   const Config& config_;
   WorkerCluster& cluster_;
   NamedTensors params_;
-  void DropDelta();  // the snapshot or the parameters changed: the pseudo-gradient slice is stale
-
   torch::Tensor padded_;  // the optimizer's padded parameter buffer when its slices are plan_'s; else undefined
   std::vector<TensorSpec> specs_;
   std::vector<int64_t> starts_;  // flat index of each tensor's first element
