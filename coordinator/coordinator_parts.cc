@@ -20,11 +20,19 @@ absl::Status CoordinatorCore::BeginPart(const PushHeader& header, PushTicket& ti
                   {header.range().begin(), header.range().end()},
                   header.meta().round(),
                   header.tokens(),
-                  round_.epoch(),
                   numel};
   if (round_.IsStreaming(ticket.worker_id)) {
     return absl::UnavailableError(
         absl::StrCat("a push from worker '", ticket.worker_id, "' in one stream is still streaming; retry later"));
+  }
+  if (parts_.HasBegun(ticket.worker_id, header.part())) {
+    // A part that came before comes again: the member is pushing over, as when one of its parts broke on the way
+    // (perhaps before this coordinator read that part's header, so nothing broke here) and every rank pushes its part
+    // again with the same values. The earlier assembly goes as a broken push's does (the aggregation restarts if it
+    // had chunks in the sums) and this part opens a new one.
+    DiscardParts(ticket.worker_id, absl::StrCat("part ", header.part(), " of ", header.parts(),
+                                                " came again: the member started its push over"));
+    ticket.epoch = round_.epoch();
   }
   auto generation = parts_.Begin(part, clock_());
   if (!generation.ok()) {

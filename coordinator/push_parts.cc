@@ -101,6 +101,11 @@ absl::StatusOr<std::optional<PushTicket>> PushParts::Commit(const PushTicket& pa
   return std::optional<PushTicket>(std::move(whole));
 }
 
+bool PushParts::HasBegun(const std::string& member, int part) const {
+  auto it = members_.find(member);
+  return it != members_.end() && it->second.begun.count(part) != 0;
+}
+
 bool PushParts::HasFolded(const std::string& member) const {
   auto it = members_.find(member);
   return it != members_.end() && (it->second.folded || !it->second.committed.empty());

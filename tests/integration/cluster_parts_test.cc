@@ -245,7 +245,7 @@ class CuttingProxy {
 struct ManualRun {
   NamedTensors theta;
   nlohmann::json worker;
-  std::string leader_log, coordinator_log;
+  std::string leader_log, follower_log, coordinator_log;
   bool cut = false;
 };
 
@@ -268,6 +268,7 @@ ManualRun RunThroughProxy(const std::string& name, int64_t cut_after) {
   EXPECT_EQ(coordinator.Wait(60), 0) << coordinator.output();
   ManualRun out;
   out.leader_log = leader->output();
+  out.follower_log = follower->output();
   out.coordinator_log = coordinator.output();
   out.cut = proxy.cut();
   auto checkpoint = LoadCheckpoint(dir + "/checkpoints/ckpt-00000003.bin");
@@ -294,7 +295,10 @@ TEST(ClusterParts, ABrokenPartIsPushedAgainByEveryRankAndTheRoundCountsOnce) {
   EXPECT_EQ(clean.leader_log.find("rank 1's part"), std::string::npos) << clean.leader_log;
   EXPECT_EQ(broken.worker["pushes_in_parts"], 3);
   EXPECT_EQ(broken.worker["rounds_contributed"], 3);
-  EXPECT_EQ(MaxDifference(broken.theta, clean.theta), 0.0);
+  EXPECT_EQ(MaxDifference(broken.theta, clean.theta), 0.0) << "coordinator:\n"
+                                                           << broken.coordinator_log << "\nrank 0:\n"
+                                                           << broken.leader_log << "\nrank 1:\n"
+                                                           << broken.follower_log;
 }
 
 }  // namespace

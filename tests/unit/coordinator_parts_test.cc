@@ -203,6 +203,35 @@ TEST_F(CoordinatorPartsTest, ARefusedPartRestartsTheAggregationAndMakesTheOtherP
   EXPECT_TRUE(at::allclose(FlatTheta(), Step(theta0, (dA * 3000 + dB * 1000) / 4000), 1e-5, 1e-6));
 }
 
+// A's part 1 broke before the coordinator read its header, so only part 0 (in the sums) is seen; A pushes every part
+// over. Part 0 coming again discards the earlier assembly (B pushes again; a part of it still streaming is ABORTED)
+// and opens a new one; the round steps with A's second push once, not with its first part 0.
+TEST_F(CoordinatorPartsTest, APartThatComesAgainStartsTheMembersPushOver) {
+  Join("A", 2);
+  Join("B", 1);
+  const at::Tensor theta0 = FlatTheta();
+  const at::Tensor dA = at::randn({numel_}), dB = at::randn({numel_}), junk = at::randn({numel_}) * 100;
+  const FlatRange p0{0, numel_ / 2}, p1{numel_ / 2, numel_};
+  ASSERT_TRUE(PushWhole("B", 1000, dB).ok());
+  ASSERT_TRUE(PushPart("A", 3000, 0, 2, p0, junk).ok());
+  auto old_part_1 = core_->BeginPush(Header("A", 3000, 1, 2, p1));
+  ASSERT_TRUE(old_part_1.ok()) << old_part_1.status();
+  ASSERT_TRUE(PushPart("A", 3000, 0, 2, p0, dA).ok()) << "a part that comes again is not refused";
+  EXPECT_FALSE(Pushed("B")) << "A's first part 0 was in the sums: B's counted push went with them";
+  EXPECT_EQ(Worker("A").broken_pushes(), 1);
+  EXPECT_EQ(Worker("A").parts_received(), 1);
+  EXPECT_EQ(FoldRange(*old_part_1, junk, p1).code(), absl::StatusCode::kAborted);
+  core_->AbortPush(*old_part_1, "broke off");
+  ASSERT_TRUE(PushWhole("B", 1000, dB).ok());
+  ASSERT_TRUE(PushPart("A", 3000, 1, 2, p1, dA).ok());
+  EXPECT_TRUE(Pushed("A"));
+  EXPECT_EQ(PushPart("A", 3000, 0, 2, p0, junk).code(), absl::StatusCode::kAlreadyExists) << "counted: no push over";
+  core_->Poll();
+  ASSERT_EQ(core_->Status().round(), 1);
+  EXPECT_TRUE(at::allclose(FlatTheta(), Step(theta0, (dA * 3000 + dB * 1000) / 4000), 1e-5, 1e-6));
+  EXPECT_EQ(Worker("A").rounds_contributed(), 1);
+}
+
 // A's part 0 is in the sums and its other parts never come: when the round is due (round_timeout_s) and the parts
 // made no progress for lease_s, they are cut, the aggregation restarts, A is quarantined, and the round closes on B.
 TEST_F(CoordinatorPartsTest, StalledPartsAreCutWhenTheRoundIsDue) {

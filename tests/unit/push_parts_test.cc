@@ -18,7 +18,7 @@ namespace {
 using ::testing::HasSubstr;
 
 PartHeader Part(int part, FlatRange range, int parts = 2, int64_t round = 5, int64_t tokens = 100) {
-  return PartHeader{"m", part, parts, /*declared=*/2, range, round, tokens, /*epoch=*/0, /*numel=*/100};
+  return PartHeader{"m", part, parts, /*declared=*/2, range, round, tokens, /*numel=*/100};
 }
 
 PushTicket Ticket(int64_t bytes) {
