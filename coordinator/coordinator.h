@@ -185,6 +185,8 @@ class CoordinatorCore {
   // discards the assembly); a member's complete push is counted by CountPush.
   absl::Status BeginPart(const PushHeader& header, PushTicket& ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CommitPart(PushTicket& ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ABORTED for a part whose assembly was discarded (another part broke or was refused, or a newer attempt began).
+  absl::Status StalePartRefusal(const PushTicket& ticket) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CountPush(const PushTicket& ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops member `id`'s assembly of parts; restarts the aggregation if any part had chunks in the sums.
   void DiscardParts(const std::string& id, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -20,18 +20,25 @@ absl::Status CoordinatorCore::BeginPart(const PushHeader& header, PushTicket& ti
                   {header.range().begin(), header.range().end()},
                   header.meta().round(),
                   header.tokens(),
-                  numel};
+                  numel,
+                  header.attempt()};
   if (round_.IsStreaming(ticket.worker_id)) {
     return absl::UnavailableError(
         absl::StrCat("a push from worker '", ticket.worker_id, "' in one stream is still streaming; retry later"));
   }
-  if (parts_.HasBegun(ticket.worker_id, header.part())) {
-    // A part that came before comes again: the member is pushing over, as when one of its parts broke on the way
-    // (perhaps before this coordinator read that part's header, so nothing broke here) and every rank pushes its part
-    // again with the same values. The earlier assembly goes as a broken push's does (the aggregation restarts if it
-    // had chunks in the sums) and this part opens a new one.
-    DiscardParts(ticket.worker_id, absl::StrCat("part ", header.part(), " of ", header.parts(),
-                                                " came again: the member started its push over"));
+  if (const std::optional<uint64_t> under_way = parts_.AttemptOf(ticket.worker_id);
+      under_way.has_value() && header.attempt() != *under_way) {
+    if (header.attempt() < *under_way) {  // a part of an earlier attempt, read late: the member has moved on
+      return absl::AbortedError(absl::StrCat("push part ", header.part(), " of worker '", ticket.worker_id,
+                                             "' refused: its attempt ", header.attempt(), " is older than attempt ",
+                                             *under_way, " under way"));
+    }
+    // A newer attempt: the member pushes over, as when one of its parts broke on the way (perhaps before this
+    // coordinator read that part's header, so nothing broke here) and every rank pushes its part again with the same
+    // values. The earlier attempt's parts go as a broken push's do (the aggregation restarts if they had chunks in
+    // the sums; their streams still open are ABORTED) and this part opens the new attempt.
+    DiscardParts(ticket.worker_id, absl::StrCat("attempt ", header.attempt(), " replaces attempt ", *under_way,
+                                                ": the member pushes over"));
     ticket.epoch = round_.epoch();
   }
   auto generation = parts_.Begin(part, clock_());
@@ -47,10 +54,6 @@ absl::Status CoordinatorCore::BeginPart(const PushHeader& header, PushTicket& ti
 }
 
 absl::Status CoordinatorCore::CommitPart(PushTicket& ticket) {
-  if (!parts_.IsCurrent(ticket.worker_id, ticket.generation)) {
-    return absl::AbortedError(absl::StrCat("another part of worker '", ticket.worker_id,
-                                           "''s push broke or was refused; push every part again"));
-  }
   auto whole = parts_.Commit(ticket, ticket.part, clock_());
   if (!whole.ok()) {  // every part came but they leave elements out: the parts in the sums must go
     RestartAggregation(ticket.worker_id, ticket.round, std::string(whole.status().message()),
@@ -66,6 +69,12 @@ absl::Status CoordinatorCore::CommitPart(PushTicket& ticket) {
   absl::Status counted = CountPush(**whole);
   if (Member* m = membership_.Find(id); counted.ok() && m != nullptr) ++m->pushes_in_parts;
   return counted;
+}
+
+absl::Status CoordinatorCore::StalePartRefusal(const PushTicket& ticket) const {
+  if (ticket.parts <= 1 || parts_.IsCurrent(ticket.worker_id, ticket.generation)) return absl::OkStatus();
+  return absl::AbortedError(absl::StrCat("another part of worker '", ticket.worker_id,
+                                         "''s push broke, was refused or was pushed over; push every part again"));
 }
 
 void CoordinatorCore::DiscardParts(const std::string& id, const std::string& why) {

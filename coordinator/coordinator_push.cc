@@ -139,13 +139,11 @@ absl::Status CoordinatorCore::AdmitFold(const PushTicket& ticket) const {
   if (ticket.round != theta_->round() || round_.phase() != RoundPhase::kTraining) {
     return absl::FailedPreconditionError(absl::StrCat("round ", ticket.round, " closed while the push was streaming"));
   }
+  // A part of a discarded assembly first: its stream may have been replaced by the same part of a newer attempt.
+  if (absl::Status s = StalePartRefusal(ticket); !s.ok()) return s;
   if (!round_.IsCurrent(ticket.stream_key, ticket.stream)) return CutRefusal(ticket);
   if (ticket.epoch != round_.epoch()) {
     return absl::AbortedError("the round's aggregation restarted after a broken push; push again");
-  }
-  if (ticket.parts > 1 && !parts_.IsCurrent(ticket.worker_id, ticket.generation)) {
-    return absl::AbortedError(absl::StrCat("another part of worker '", ticket.worker_id,
-                                           "''s push broke or was refused; push every part again"));
   }
   return absl::OkStatus();
 }
@@ -168,6 +166,7 @@ absl::Status CoordinatorCore::CommitPush(PushTicket& ticket) {
   if (ticket.round != theta_->round() || round_.phase() != RoundPhase::kTraining) {
     return absl::FailedPreconditionError(absl::StrCat("round ", ticket.round, " closed before the push completed"));
   }
+  if (absl::Status s = StalePartRefusal(ticket); !s.ok()) return s;
   if (!current) return CutRefusal(ticket);
   if (ticket.epoch != round_.epoch()) return absl::AbortedError("the round's aggregation restarted; push again");
   if (absl::Status s = CheckClaimedNorm(ticket); !s.ok()) return s;

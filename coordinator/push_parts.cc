@@ -34,6 +34,11 @@ absl::StatusOr<int64_t> PushParts::Begin(const PartHeader& h, double now) {
                                                         " refused: worker '", h.member, "' has parts for round ",
                                                         a.push_round, " under way; all parts push the same round"));
     }
+    if (h.attempt != a.attempt) {
+      return absl::FailedPreconditionError(absl::StrCat("push part ", h.part, " of attempt ", h.attempt,
+                                                        " refused: worker '", h.member, "' has attempt ", a.attempt,
+                                                        " under way; all parts of an attempt carry the same one"));
+    }
     if (a.begun.count(h.part) != 0) {
       return absl::FailedPreconditionError(absl::StrCat("push part ", h.part, " of worker '", h.member,
                                                         "' refused: that part was already pushed this round"));
@@ -55,6 +60,7 @@ absl::StatusOr<int64_t> PushParts::Begin(const PartHeader& h, double now) {
     a.push_round = h.push_round;
     a.tokens = h.tokens;
     a.numel = h.numel;
+    a.attempt = h.attempt;
     a.opened_at = now;
     a.progress_at = now;
     it = members_.emplace(h.member, std::move(a)).first;
@@ -101,9 +107,10 @@ absl::StatusOr<std::optional<PushTicket>> PushParts::Commit(const PushTicket& pa
   return std::optional<PushTicket>(std::move(whole));
 }
 
-bool PushParts::HasBegun(const std::string& member, int part) const {
+std::optional<uint64_t> PushParts::AttemptOf(const std::string& member) const {
   auto it = members_.find(member);
-  return it != members_.end() && it->second.begun.count(part) != 0;
+  if (it == members_.end()) return std::nullopt;
+  return it->second.attempt;
 }
 
 bool PushParts::HasFolded(const std::string& member) const {

@@ -30,7 +30,8 @@ struct PartHeader {
   FlatRange range;         // elements of the round's flat buffer this part covers
   int64_t push_round = 0;  // meta.round: the round its pseudo-gradient was computed against
   int64_t tokens = 0;
-  int64_t numel = 0;  // elements of the round's flat buffer (the fragment's tensors)
+  int64_t numel = 0;     // elements of the round's flat buffer (the fragment's tensors)
+  uint64_t attempt = 0;  // PushHeader.attempt
 };
 
 class PushParts {
@@ -38,8 +39,9 @@ class PushParts {
   // Checks a part against the member's assembly (started by its first part) and records it as begun; returns the
   // generation to keep in its ticket. INVALID_ARGUMENT: part >= parts, a range outside the buffer or overlapping a
   // part already begun, tokens differing from its first part's; FAILED_PRECONDITION: parts not the member's declared
-  // cluster_size, a part already begun (the core starts the member's push over before that), parts of two different
-  // rounds. A refusal leaves the assembly as it was (the caller discards it: a refused part breaks the member's push).
+  // cluster_size, a part already begun, parts of two different rounds or attempts (the core starts the member's push
+  // over, or refuses a stale part, before that). A refusal leaves the assembly as it was (the caller discards it: a
+  // refused part breaks the member's push).
   absl::StatusOr<int64_t> Begin(const PartHeader& header, double now);
   // Whether the ticket's part belongs to the member's live assembly.
   bool IsCurrent(const std::string& member, int64_t generation) const;
@@ -48,8 +50,8 @@ class PushParts {
   // of its first committed part, bytes summed), else nullopt. FAILED_PRECONDITION when every part is in but their
   // ranges leave elements out (the assembly is then discarded).
   absl::StatusOr<std::optional<PushTicket>> Commit(const PushTicket& part_ticket, int part, double now);
-  // Whether the member's assembly has begun `part` (a part begun again means the member starts its push over).
-  bool HasBegun(const std::string& member, int part) const;
+  // The attempt of the member's assembly under way, if any (a part of a larger one starts the push over).
+  std::optional<uint64_t> AttemptOf(const std::string& member) const;
   // Whether the member has an assembly with chunks in the sums (folded or committed parts).
   bool HasFolded(const std::string& member) const;
   // Drops the member's assembly (its push broke); returns whether it had chunks in the sums.
@@ -69,6 +71,7 @@ class PushParts {
     int64_t push_round = 0;
     int64_t tokens = 0;
     int64_t numel = 0;
+    uint64_t attempt = 0;
     std::map<int, FlatRange> begun;    // by part
     std::map<int, int64_t> committed;  // part -> bytes
     PushTicket first;                  // the first committed part's ticket: the member's header values

@@ -219,6 +219,12 @@ absl::StatusOr<int64_t> PartLeader::Push(int64_t round, const RoundReport& repor
   PushHeader header;
   header.mutable_meta()->set_round(round);
   FillPushHeader(report, &header);
+  // A new attempt for every push, larger than the last even across a restart of this process (microseconds of the
+  // clock): the coordinator takes a part of a newer attempt as the member pushing over (PROTOCOL.md "Pushing over").
+  const auto micros =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch());
+  last_attempt_ = std::max(last_attempt_ + 1, static_cast<uint64_t>(micros.count()));
+  header.set_attempt(last_attempt_);
   const std::string bytes = header.SerializeAsString();
   for (int r = 1; r < cluster_.size(); ++r) cluster_.Put(Key("hdr", seq, r), bytes);
   leader_.Send(PushPartCommand{round, seq});

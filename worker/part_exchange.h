@@ -116,7 +116,8 @@ class PartLeader {
   WorkerCluster& cluster_;
   ClusterLeader& leader_;
   PartExchange& mine_;
-  int64_t seq_ = 0;  // numbers the exchanges (the store keys of their headers and outcomes)
+  int64_t seq_ = 0;            // numbers the exchanges (the store keys of their headers and outcomes)
+  uint64_t last_attempt_ = 0;  // PushHeader.attempt of the last push: each push (re-push) takes a larger one
 };
 
 // A follower's side (worker/cluster_protocol.h FollowerParts) when config.comm.cluster_parts; empty otherwise.

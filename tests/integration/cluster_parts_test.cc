@@ -293,6 +293,12 @@ TEST(ClusterParts, ABrokenPartIsPushedAgainByEveryRankAndTheRoundCountsOnce) {
   EXPECT_TRUE(broken.cut) << "the proxy never cut the connection";
   EXPECT_NE(broken.leader_log.find("rank 1's part"), std::string::npos) << broken.leader_log;
   EXPECT_EQ(clean.leader_log.find("rank 1's part"), std::string::npos) << clean.leader_log;
+  // Where the cut lands decides the path: the coordinator saw part 1 break (and discarded the parts), or never read
+  // its header (and the parts' next attempt pushes over). Both must end with the clean theta; say which one ran.
+  const bool pushed_over = broken.coordinator_log.find("the member pushes over") != std::string::npos;
+  RecordProperty("pushed_over", pushed_over ? 1 : 0);
+  std::printf("broken part: %s\n", pushed_over ? "never read by the coordinator; the next attempt pushed over"
+                                               : "seen to break by the coordinator");
   EXPECT_EQ(broken.worker["pushes_in_parts"], 3);
   EXPECT_EQ(broken.worker["rounds_contributed"], 3);
   EXPECT_EQ(MaxDifference(broken.theta, clean.theta), 0.0) << "coordinator:\n"

@@ -3,7 +3,7 @@
 // cluster_size 2 that pushes each round's pseudo-gradient as two part streams (proto/slice_plan.h's layout), and,
 // between its two rounds, hostile members whose parts are refused (overlapping, missing, a part index the member does
 // not have, more parts than it declared, a part of another round, a part that breaks off, a chunk past its range),
-// and in its second round the member pushes over (a part that comes again discards the parts before it). Coordinator
+// and in its second round the member pushes over (a part of a newer attempt discards the parts before it). Coordinator
 // B gets the same two pseudo-gradients from a plain member in one stream each. Both start from the same theta_0 (same
 // seed); theta_1 and theta_2 must be bit-equal, so the parts were folded at the right places and nothing of a refused
 // or pushed-over part reached the global model. A pull in parts returns the slice of theta.
@@ -140,7 +140,8 @@ class Member {
   // Part `part` of `parts` (parts 0: a push in one stream) of `delta` over elements [begin, end) of the flat buffer,
   // in chunks of at most 200 elements that never cross a tensor's end.
   std::vector<PushMessage> PartMessages(const std::vector<TensorInfo>& layout, const std::vector<float>& delta,
-                                        int64_t round, int part, int parts, FlatRange range) const {
+                                        int64_t round, int part, int parts, FlatRange range,
+                                        uint64_t attempt = 0) const {
     std::vector<PushMessage> out(1);
     PushHeader* h = out[0].mutable_header();
     *h->mutable_meta() = Meta(round);
@@ -151,6 +152,7 @@ class Member {
     if (parts > 1) {
       h->set_part(part);
       h->set_parts(parts);
+      h->set_attempt(attempt);
       h->mutable_range()->set_begin(range.begin);
       h->mutable_range()->set_end(range.end);
     }
@@ -301,6 +303,10 @@ TEST(PushParts, TwoPartPushesGiveTheThetaOfOneStreamAndHostilePartsAreRefusedWit
        [&](const Member& h) {
          return std::vector<std::vector<PushMessage>>{part(h, 0, 2, s0), part(h, 1, 2, s1, /*round=*/0)};
        }},
+      {"a part pushed twice in one attempt", grpc::StatusCode::FAILED_PRECONDITION, "already pushed",
+       [&](const Member& h) {
+         return std::vector<std::vector<PushMessage>>{part(h, 0, 2, s0), part(h, 0, 2, s0)};
+       }},
       {"a part that ends early", grpc::StatusCode::INVALID_ARGUMENT, "ended early",
        [&](const Member& h) {
          std::vector<PushMessage> cut = part(h, 0, 2, s0);
@@ -333,15 +339,19 @@ TEST(PushParts, TwoPartPushesGiveTheThetaOfOneStreamAndHostilePartsAreRefusedWit
     EXPECT_EQ(now.flat, theta_1.flat);
   }
 
-  // Round 2: on A the member pushes part 0 with other values, then pushes over (part 0 again, then part 1: how a
-  // cluster recovers from a part that broke before the coordinator read it); B gets the delta in one stream. theta_2
-  // equal means neither a refused part nor the first part 0 stayed in A's sums.
-  grpc::Status first = cluster.Push(cluster.PartMessages(layout, d1, 1, 0, 2, s0));
+  // Round 2: on A the member's attempt 5 sends part 0 with other values; then it pushes over (attempt 6: how a
+  // cluster recovers from a part that broke before the coordinator read it), part 0 first; a late part of attempt 5
+  // is refused as stale; B gets the delta in one stream. theta_2 equal means neither a refused part nor attempt 5's
+  // part 0 stayed in A's sums.
+  grpc::Status first = cluster.Push(cluster.PartMessages(layout, d1, 1, 0, 2, s0, /*attempt=*/5));
   ASSERT_TRUE(first.ok()) << first.error_message();
-  grpc::Status again = cluster.Push(cluster.PartMessages(layout, d2, 1, 0, 2, s0));
-  ASSERT_TRUE(again.ok()) << "a part that comes again starts the member's push over: " << again.error_message();
-  EXPECT_EQ(cluster.Status().round(), 1) << "one part of the push over is in: the round must stay open";
-  grpc::Status rest = cluster.Push(cluster.PartMessages(layout, d2, 1, 1, 2, s1));
+  grpc::Status over = cluster.Push(cluster.PartMessages(layout, d2, 1, 0, 2, s0, /*attempt=*/6));
+  ASSERT_TRUE(over.ok()) << "a part of a newer attempt starts the member's push over: " << over.error_message();
+  grpc::Status late = cluster.Push(cluster.PartMessages(layout, d1, 1, 1, 2, s1, /*attempt=*/5));
+  EXPECT_EQ(late.error_code(), grpc::StatusCode::ABORTED) << late.error_message();
+  EXPECT_NE(late.error_message().find("older than attempt 6"), std::string::npos) << late.error_message();
+  EXPECT_EQ(cluster.Status().round(), 1) << "one part of attempt 6 is in: the round must stay open";
+  grpc::Status rest = cluster.Push(cluster.PartMessages(layout, d2, 1, 1, 2, s1, /*attempt=*/6));
   ASSERT_TRUE(rest.ok()) << rest.error_message();
   ASSERT_TRUE(single.Push(single.PartMessages(layout, d2, 1, 0, 0, {0, n})).ok());
   WaitForRound(cluster, 2);

@@ -66,7 +66,8 @@ class CoordinatorPartsTest : public ScratchDirTest {
     EXPECT_TRUE(reply.ok()) << reply.status();
     return reply.ok() && reply->pushed();
   }
-  PushHeader Header(const std::string& id, int64_t tokens, int part = 0, int parts = 0, FlatRange range = {}) const {
+  PushHeader Header(const std::string& id, int64_t tokens, int part = 0, int parts = 0, FlatRange range = {},
+                    uint64_t attempt = 0) const {
     PushHeader h;
     *h.mutable_meta() = Meta(id);
     h.set_tokens(tokens);
@@ -76,6 +77,7 @@ class CoordinatorPartsTest : public ScratchDirTest {
     if (parts > 1) {
       h.set_part(part);
       h.set_parts(parts);
+      h.set_attempt(attempt);
       h.mutable_range()->set_begin(range.begin);
       h.mutable_range()->set_end(range.end);
     }
@@ -97,16 +99,16 @@ class CoordinatorPartsTest : public ScratchDirTest {
     return absl::OkStatus();
   }
   absl::StatusOr<PushTicket> BeginPart(const std::string& id, int64_t tokens, int part, int parts, FlatRange range,
-                                       const at::Tensor& flat) {
-    auto t = core_->BeginPush(Header(id, tokens, part, parts, range));
+                                       const at::Tensor& flat, uint64_t attempt = 0) {
+    auto t = core_->BeginPush(Header(id, tokens, part, parts, range, attempt));
     if (!t.ok()) return t.status();
     absl::Status s = FoldRange(*t, flat, range);
     if (!s.ok()) return s;
     return t;
   }
   absl::Status PushPart(const std::string& id, int64_t tokens, int part, int parts, FlatRange range,
-                        const at::Tensor& flat) {
-    auto t = BeginPart(id, tokens, part, parts, range, flat);
+                        const at::Tensor& flat, uint64_t attempt = 0) {
+    auto t = BeginPart(id, tokens, part, parts, range, flat, attempt);
     return t.ok() ? core_->CommitPush(*t) : t.status();
   }
   absl::Status PushWhole(const std::string& id, int64_t tokens, const at::Tensor& flat) {
@@ -203,33 +205,39 @@ TEST_F(CoordinatorPartsTest, ARefusedPartRestartsTheAggregationAndMakesTheOtherP
   EXPECT_TRUE(at::allclose(FlatTheta(), Step(theta0, (dA * 3000 + dB * 1000) / 4000), 1e-5, 1e-6));
 }
 
-// A's part 1 broke before the coordinator read its header, so only part 0 (in the sums) is seen; A pushes every part
-// over. Part 0 coming again discards the earlier assembly (B pushes again; a part of it still streaming is ABORTED)
-// and opens a new one; the round steps with A's second push once, not with its first part 0.
-TEST_F(CoordinatorPartsTest, APartThatComesAgainStartsTheMembersPushOver) {
+// A's attempt 1: part 0 in the sums, part 1 streaming when the ranks give up on it (say its connection broke before
+// the coordinator read it). Attempt 2 pushes over, part 1 first: attempt 1 goes (B pushes again, its stream is
+// ABORTED), a late part of attempt 1 is refused as stale, and the parts of attempt 2 join one assembly whatever their
+// order. The round steps with attempt 2's push once.
+TEST_F(CoordinatorPartsTest, APartOfANewerAttemptStartsTheMembersPushOver) {
   Join("A", 2);
   Join("B", 1);
   const at::Tensor theta0 = FlatTheta();
   const at::Tensor dA = at::randn({numel_}), dB = at::randn({numel_}), junk = at::randn({numel_}) * 100;
   const FlatRange p0{0, numel_ / 2}, p1{numel_ / 2, numel_};
   ASSERT_TRUE(PushWhole("B", 1000, dB).ok());
-  ASSERT_TRUE(PushPart("A", 3000, 0, 2, p0, junk).ok());
-  auto old_part_1 = core_->BeginPush(Header("A", 3000, 1, 2, p1));
+  ASSERT_TRUE(PushPart("A", 3000, 0, 2, p0, junk, /*attempt=*/1).ok());
+  auto old_part_1 = core_->BeginPush(Header("A", 3000, 1, 2, p1, /*attempt=*/1));
   ASSERT_TRUE(old_part_1.ok()) << old_part_1.status();
-  ASSERT_TRUE(PushPart("A", 3000, 0, 2, p0, dA).ok()) << "a part that comes again is not refused";
-  EXPECT_FALSE(Pushed("B")) << "A's first part 0 was in the sums: B's counted push went with them";
+  auto new_part_1 = BeginPart("A", 3000, 1, 2, p1, dA, /*attempt=*/2);
+  ASSERT_TRUE(new_part_1.ok()) << "a part of a newer attempt is not refused: " << new_part_1.status();
+  EXPECT_FALSE(Pushed("B")) << "attempt 1's part 0 was in the sums: B's counted push went with them";
   EXPECT_EQ(Worker("A").broken_pushes(), 1);
-  EXPECT_EQ(Worker("A").parts_received(), 1);
   EXPECT_EQ(FoldRange(*old_part_1, junk, p1).code(), absl::StatusCode::kAborted);
   core_->AbortPush(*old_part_1, "broke off");
+  absl::Status late = PushPart("A", 3000, 0, 2, p0, junk, /*attempt=*/1);
+  EXPECT_EQ(late.code(), absl::StatusCode::kAborted) << late;
+  EXPECT_THAT(std::string(late.message()), HasSubstr("older than attempt 2"));
+  ASSERT_TRUE(core_->CommitPush(*new_part_1).ok());
   ASSERT_TRUE(PushWhole("B", 1000, dB).ok());
-  ASSERT_TRUE(PushPart("A", 3000, 1, 2, p1, dA).ok());
+  ASSERT_TRUE(PushPart("A", 3000, 0, 2, p0, dA, /*attempt=*/2).ok());
   EXPECT_TRUE(Pushed("A"));
-  EXPECT_EQ(PushPart("A", 3000, 0, 2, p0, junk).code(), absl::StatusCode::kAlreadyExists) << "counted: no push over";
+  EXPECT_EQ(PushPart("A", 3000, 0, 2, p0, junk, 3).code(), absl::StatusCode::kAlreadyExists) << "counted: no push over";
   core_->Poll();
   ASSERT_EQ(core_->Status().round(), 1);
   EXPECT_TRUE(at::allclose(FlatTheta(), Step(theta0, (dA * 3000 + dB * 1000) / 4000), 1e-5, 1e-6));
   EXPECT_EQ(Worker("A").rounds_contributed(), 1);
+  EXPECT_EQ(Worker("A").broken_pushes(), 1) << "the stale part broke nothing";
 }
 
 // A's part 0 is in the sums and its other parts never come: when the round is due (round_timeout_s) and the parts

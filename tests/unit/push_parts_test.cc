@@ -17,8 +17,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-PartHeader Part(int part, FlatRange range, int parts = 2, int64_t round = 5, int64_t tokens = 100) {
-  return PartHeader{"m", part, parts, /*declared=*/2, range, round, tokens, /*numel=*/100};
+PartHeader Part(int part, FlatRange range, int parts = 2, int64_t round = 5, int64_t tokens = 100,
+                uint64_t attempt = 0) {
+  return PartHeader{"m", part, parts, /*declared=*/2, range, round, tokens, /*numel=*/100, attempt};
 }
 
 PushTicket Ticket(int64_t bytes) {
@@ -65,6 +66,8 @@ TEST(PushParts, RefusesHostileParts) {
       {"not declared", Part(1, {50, 100}, /*parts=*/3), absl::StatusCode::kFailedPrecondition, "cluster_size 2"},
       {"two rounds", Part(1, {50, 100}, 2, /*round=*/4), absl::StatusCode::kFailedPrecondition, "for round 5"},
       {"twice", Part(0, {0, 50}), absl::StatusCode::kFailedPrecondition, "already pushed"},
+      {"two attempts", Part(1, {50, 100}, 2, 5, 100, /*attempt=*/3), absl::StatusCode::kFailedPrecondition,
+       "has attempt 0 under way"},
       {"tokens", Part(1, {50, 100}, 2, 5, /*tokens=*/7), absl::StatusCode::kInvalidArgument, "tokens 7"},
       {"outside", Part(1, {50, 101}), absl::StatusCode::kInvalidArgument, "not within the round's 100 elements"},
   };
