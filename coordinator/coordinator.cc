@@ -182,6 +182,10 @@ absl::StatusOr<JoinReply> CoordinatorCore::Join(const JoinRequest& request) {
   const Member& m =
       membership_.Join(request.meta().worker_id(), clock_(), request.has_shard_hint() ? request.shard_hint() : -1);
   membership_.Find(m.id)->cluster_size = std::max(1, request.cluster_size());
+  // A member that joins again (its process restarted) starts its pushes in parts afresh: the parts under way go and
+  // its attempts are forgotten (a restarted rank 0's clock may be behind the attempts it sent before).
+  if (parts_.AttemptOf(m.id).has_value()) DiscardParts(m.id, "the member joined again");
+  parts_.Forget(m.id);
   spdlog::info("{} worker {} (shard {}/{}, {} threads, {}{}) at round {}", known ? "rejoined:" : "joined:", m.id,
                m.shard_index, membership_.shard_count(), request.threads(), Truncated(request.device(), 64),
                m.cluster_size > 1 ? absl::StrCat(", a cluster of ", m.cluster_size) : std::string(), theta_->round());

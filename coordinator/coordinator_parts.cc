@@ -26,20 +26,28 @@ absl::Status CoordinatorCore::BeginPart(const PushHeader& header, PushTicket& ti
     return absl::UnavailableError(
         absl::StrCat("a push from worker '", ticket.worker_id, "' in one stream is still streaming; retry later"));
   }
-  if (const std::optional<uint64_t> under_way = parts_.AttemptOf(ticket.worker_id);
-      under_way.has_value() && header.attempt() != *under_way) {
-    if (header.attempt() < *under_way) {  // a part of an earlier attempt, read late: the member has moved on
-      return absl::AbortedError(absl::StrCat("push part ", header.part(), " of worker '", ticket.worker_id,
-                                             "' refused: its attempt ", header.attempt(), " is older than attempt ",
-                                             *under_way, " under way"));
-    }
-    // A newer attempt: the member pushes over, as when one of its parts broke on the way (perhaps before this
-    // coordinator read that part's header, so nothing broke here) and every rank pushes its part again with the same
-    // values. The earlier attempt's parts go as a broken push's do (the aggregation restarts if they had chunks in
-    // the sums; their streams still open are ABORTED) and this part opens the new attempt.
-    DiscardParts(ticket.worker_id, absl::StrCat("attempt ", header.attempt(), " replaces attempt ", *under_way,
-                                                ": the member pushes over"));
-    ticket.epoch = round_.epoch();
+  const uint64_t latest = parts_.LatestAttempt(ticket.worker_id);
+  switch (parts_.Classify(ticket.worker_id, header.attempt())) {
+    case PushParts::AttemptVerdict::kStale:  // read late: the member has moved on, or this attempt was discarded
+      return absl::AbortedError(absl::StrCat(
+          "push part ", header.part(), " of worker '", ticket.worker_id, "' refused: its attempt ", header.attempt(),
+          header.attempt() < latest ? absl::StrCat(" is older than attempt ", latest)
+                                    : std::string(" was discarded (a part broke or was refused, or the aggregation "
+                                                  "restarted)"),
+          "; push every part again under a new attempt"));
+    case PushParts::AttemptVerdict::kPushOver:
+      // The member pushes over, as when one of its parts broke on the way (perhaps before this coordinator read that
+      // part's header, so nothing broke here) and every rank pushes its part again with the same values. The earlier
+      // attempt's parts go as a broken push's do (the aggregation restarts if they had chunks in the sums; their
+      // streams still open are ABORTED) and this part opens the new attempt.
+      DiscardParts(ticket.worker_id,
+                   absl::StrCat("attempt ", header.attempt(), " replaces attempt ",
+                                parts_.AttemptOf(ticket.worker_id).value_or(0), ": the member pushes over"));
+      ticket.epoch = round_.epoch();
+      break;
+    case PushParts::AttemptVerdict::kJoin:
+    case PushParts::AttemptVerdict::kNew:
+      break;
   }
   auto generation = parts_.Begin(part, clock_());
   if (!generation.ok()) {
@@ -73,6 +81,7 @@ absl::Status CoordinatorCore::CommitPart(PushTicket& ticket) {
 
 absl::Status CoordinatorCore::StalePartRefusal(const PushTicket& ticket) const {
   if (ticket.parts <= 1 || parts_.IsCurrent(ticket.worker_id, ticket.generation)) return absl::OkStatus();
+  if (parts_.CutAsStalled(ticket.generation)) return CutRefusal(ticket);
   return absl::AbortedError(absl::StrCat("another part of worker '", ticket.worker_id,
                                          "''s push broke, was refused or was pushed over; push every part again"));
 }

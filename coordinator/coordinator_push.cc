@@ -73,8 +73,9 @@ absl::StatusOr<PushTicket> CoordinatorCore::BeginPush(const PushHeader& header) 
   if (!s.ok()) return s;
   s = CheckPushHeader(header);
   if (!s.ok()) {
-    // A refused part breaks its member's whole push in parts (push_parts.h).
-    if (header.parts() > 1 && parts_.Progress(header.meta().worker_id()).second > 0) {
+    // A refused part breaks its member's whole push in parts (push_parts.h), unless it is of an older attempt.
+    const std::optional<uint64_t> under_way = parts_.AttemptOf(header.meta().worker_id());
+    if (header.parts() > 1 && under_way.has_value() && header.attempt() >= *under_way) {
       DiscardParts(header.meta().worker_id(), std::string(s.message()));
     }
     return s;
@@ -246,7 +247,7 @@ void CoordinatorCore::CutStalledPushes(double now) {
        round_.StalledStreams(now, config_.coordinator.lease_s, config_.coordinator.round_timeout_s)) {
     const std::string id = key.substr(0, key.find('#'));  // a part's stream key is id#part
     bool folded = round_.CutStream(key);
-    if (parts_.Discard(id) || window_.Holds(id)) folded = true;
+    if (parts_.Discard(id, /*stalled=*/true) || window_.Holds(id)) folded = true;
     spdlog::warn(
         "push from {} for round {} cut as late: the round is due to close and the stream made no progress "
         "for coordinator.lease_s {} s (or was open longer than round_timeout_s){}",
@@ -256,7 +257,7 @@ void CoordinatorCore::CutStalledPushes(double now) {
   for (const std::string& id : parts_.Stalled(now, config_.coordinator.lease_s, config_.coordinator.round_timeout_s)) {
     spdlog::warn("push in parts from {} for round {} cut as late: {} of its parts made no progress for lease_s", id,
                  theta_->round() + 1, parts_.Progress(id).second - parts_.Progress(id).first);
-    if (parts_.Discard(id)) broken.insert(id);
+    if (parts_.Discard(id, /*stalled=*/true)) broken.insert(id);
   }
   for (const std::string& id : broken) {
     restart = true;

@@ -126,7 +126,7 @@ CoordinatorCore::ClosingRound CoordinatorCore::BeginClose() {
   c.tokens = accumulator_.total_weight();
   c.delta = accumulator_.TakeAverage();    // no push folds while the round steps (phase stepping)
   c.contributors = round_.TakeForClose();  // phase stepping; their heartbeats still say "pushed"
-  parts_.Clear();                          // parts not yet in the sums are for a closed round now
+  parts_.NewRound();                       // parts not yet in the sums are for a closed round now
   clip_gate_.Reset();                      // outer.aggregation clip: the next round (or the redo) declares anew
   window_.Reset();                         // trimmed_mean, centered_clip: likewise
   return c;

@@ -1,6 +1,7 @@
 // PushParts (push_parts.h): the assemblies of the pushes in parts of the open round.
 #include "coordinator/push_parts.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -61,6 +62,7 @@ absl::StatusOr<int64_t> PushParts::Begin(const PartHeader& h, double now) {
     a.tokens = h.tokens;
     a.numel = h.numel;
     a.attempt = h.attempt;
+    latest_attempt_[h.member] = std::max(LatestAttempt(h.member), h.attempt);
     a.opened_at = now;
     a.progress_at = now;
     it = members_.emplace(h.member, std::move(a)).first;
@@ -107,6 +109,32 @@ absl::StatusOr<std::optional<PushTicket>> PushParts::Commit(const PushTicket& pa
   return std::optional<PushTicket>(std::move(whole));
 }
 
+PushParts::AttemptVerdict PushParts::Classify(const std::string& member, uint64_t attempt) const {
+  auto it = members_.find(member);
+  if (attempt == 0) return it != members_.end() ? AttemptVerdict::kJoin : AttemptVerdict::kNew;
+  if (it != members_.end()) {
+    if (attempt == it->second.attempt) return AttemptVerdict::kJoin;
+    return attempt > it->second.attempt ? AttemptVerdict::kPushOver : AttemptVerdict::kStale;
+  }
+  return attempt > LatestAttempt(member) ? AttemptVerdict::kNew : AttemptVerdict::kStale;
+}
+
+uint64_t PushParts::LatestAttempt(const std::string& member) const {
+  auto it = latest_attempt_.find(member);
+  return it == latest_attempt_.end() ? 0 : it->second;
+}
+
+void PushParts::NewRound() {
+  members_.clear();
+  latest_attempt_.clear();
+  stalled_.clear();
+}
+
+void PushParts::Forget(const std::string& member) {
+  members_.erase(member);
+  latest_attempt_.erase(member);
+}
+
 std::optional<uint64_t> PushParts::AttemptOf(const std::string& member) const {
   auto it = members_.find(member);
   if (it == members_.end()) return std::nullopt;
@@ -118,9 +146,12 @@ bool PushParts::HasFolded(const std::string& member) const {
   return it != members_.end() && (it->second.folded || !it->second.committed.empty());
 }
 
-bool PushParts::Discard(const std::string& member) {
+bool PushParts::Discard(const std::string& member, bool stalled) {
+  auto it = members_.find(member);
+  if (it == members_.end()) return false;
   const bool folded = HasFolded(member);
-  members_.erase(member);
+  if (stalled) stalled_.insert(it->second.generation);
+  members_.erase(it);
   return folded;
 }
 

@@ -5,13 +5,16 @@
 // count the member (one contribution, its tokens once). A part refused or broken discards the member's assembly
 // (Discard); the core restarts the round's aggregation when any part of it had chunks in the sums, so a member is
 // never partly in a round and nothing is applied twice. Part tickets carry the assembly's generation: a part of a
-// discarded assembly is stale (IsCurrent false) and is refused when it next folds or commits.
+// discarded assembly is stale (IsCurrent false) and is refused when it next folds or commits. Parts carry the
+// member's attempt (PushHeader.attempt, PROTOCOL.md "Pushing over"): the newest attempt seen in the open round is
+// kept across discards, so a part of an attempt already replaced or discarded never opens an assembly again.
 // Not thread-safe: a plain value that CoordinatorCore guards with its mutex.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -50,13 +53,28 @@ class PushParts {
   // of its first committed part, bytes summed), else nullopt. FAILED_PRECONDITION when every part is in but their
   // ranges leave elements out (the assembly is then discarded).
   absl::StatusOr<std::optional<PushTicket>> Commit(const PushTicket& part_ticket, int part, double now);
-  // The attempt of the member's assembly under way, if any (a part of a larger one starts the push over).
+  // What a part of `attempt` is to the member's push (attempt 0, a client without attempts: kJoin or kNew).
+  enum class AttemptVerdict {
+    kJoin,      // a part of the assembly under way
+    kNew,       // opens the member's first assembly of this attempt
+    kPushOver,  // newer than the assembly under way: discard that one (Discard), then Begin
+    kStale,     // not newer than an attempt already replaced or discarded: refuse, open nothing
+  };
+  AttemptVerdict Classify(const std::string& member, uint64_t attempt) const;
+  // The newest attempt of the member's parts seen this round (0 if none).
+  uint64_t LatestAttempt(const std::string& member) const;
+  // The attempt of the member's assembly under way, if any.
   std::optional<uint64_t> AttemptOf(const std::string& member) const;
   // Whether the member has an assembly with chunks in the sums (folded or committed parts).
   bool HasFolded(const std::string& member) const;
-  // Drops the member's assembly (its push broke); returns whether it had chunks in the sums.
-  bool Discard(const std::string& member);
-  void Clear() { members_.clear(); }  // the aggregation restarted or the round closed
+  // Drops the member's assembly (its push broke; `stalled`: cut as late, see CutAsStalled); returns whether it had
+  // chunks in the sums.
+  bool Discard(const std::string& member, bool stalled = false);
+  // Whether the assembly `generation` was cut as stalled (its streams are told "cut as late", not ABORTED).
+  bool CutAsStalled(int64_t generation) const { return stalled_.count(generation) != 0; }
+  void Clear() { members_.clear(); }       // the aggregation restarted: the attempts seen stay
+  void NewRound();                         // the round closed: assemblies, attempts and stalled generations go
+  void Forget(const std::string& member);  // the member joined again (its process restarted): its attempts go
   // Assemblies with chunks in the sums: a round may not close under them.
   size_t partial_count() const;
   // Members whose assembly made no progress for stall_s or is older than max_age_s.
@@ -80,6 +98,8 @@ class PushParts {
     double progress_at = 0;
   };
   std::map<std::string, Assembly> members_;
+  std::map<std::string, uint64_t> latest_attempt_;  // per member, this round
+  std::set<int64_t> stalled_;                       // generations cut as stalled, this round
   int64_t next_generation_ = 0;
 };
 

@@ -240,6 +240,66 @@ TEST_F(CoordinatorPartsTest, APartOfANewerAttemptStartsTheMembersPushOver) {
   EXPECT_EQ(Worker("A").broken_pushes(), 1) << "the stale part broke nothing";
 }
 
+// The review's cases around attempts. (1) A push-over whose earlier parts had no chunks in the sums restarts nothing:
+// B stays counted, A takes no strike. (2) B's broken push restarts the aggregation while A's attempt 2 is under way:
+// a late part of attempt 2 must not open a new assembly (that would cost A a strike when attempt 3 pushes over); it is
+// refused as discarded, and A's attempt 3 is counted once with no broken push on A's record.
+TEST_F(CoordinatorPartsTest, AttemptsAlreadyDiscardedOpenNothingAndAPushOverWithoutChunksRestartsNothing) {
+  Join("A", 2);
+  Join("B", 1);
+  const at::Tensor theta0 = FlatTheta();
+  const at::Tensor dA = at::randn({numel_}), dB = at::randn({numel_}), junk = at::randn({numel_}) * 100;
+  const FlatRange p0{0, numel_ / 2}, p1{numel_ / 2, numel_};
+  ASSERT_TRUE(PushWhole("B", 1000, dB).ok());
+  auto empty = core_->BeginPush(Header("A", 3000, 1, 2, p1, /*attempt=*/1));  // begun, nothing folded
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  auto part_0 = BeginPart("A", 3000, 0, 2, p0, junk, /*attempt=*/2);
+  ASSERT_TRUE(part_0.ok()) << part_0.status();
+  EXPECT_TRUE(Pushed("B")) << "attempt 1 had nothing in the sums: no restart";
+  EXPECT_EQ(Worker("A").broken_pushes(), 0);
+  ASSERT_TRUE(core_->CommitPush(*part_0).ok());
+
+  auto b_again = core_->BeginPush(Header("B", 1000));  // B is counted: ALREADY_EXISTS; C breaks the round instead
+  EXPECT_EQ(b_again.status().code(), absl::StatusCode::kAlreadyExists);
+  Join("C", 1);
+  auto broken = core_->BeginPush(Header("C", 1000));
+  ASSERT_TRUE(broken.ok()) << broken.status();
+  ASSERT_TRUE(FoldRange(*broken, junk, {0, 7}).ok());
+  core_->AbortPush(*broken, "connection lost");  // C's chunks were in the sums: the aggregation restarts
+  EXPECT_FALSE(Pushed("B"));
+  absl::Status late = PushPart("A", 3000, 1, 2, p1, junk, /*attempt=*/2);
+  EXPECT_EQ(late.code(), absl::StatusCode::kAborted) << late;
+  EXPECT_THAT(std::string(late.message()), HasSubstr("was discarded"));
+  EXPECT_EQ(Worker("A").parts_received(), 0) << "the late part opened an assembly";
+
+  ASSERT_TRUE(PushWhole("B", 1000, dB).ok());
+  ASSERT_TRUE(PushWhole("C", 1000, dB).ok());
+  ASSERT_TRUE(PushPart("A", 3000, 1, 2, p1, dA, /*attempt=*/3).ok());
+  ASSERT_TRUE(PushPart("A", 3000, 0, 2, p0, dA, /*attempt=*/3).ok());
+  core_->Poll();
+  ASSERT_EQ(core_->Status().round(), 1);
+  EXPECT_TRUE(at::allclose(FlatTheta(), Step(theta0, (dA * 3000 + dB * 2000) / 5000), 1e-5, 1e-6));
+  EXPECT_EQ(Worker("A").broken_pushes(), 0);
+  EXPECT_EQ(Worker("C").broken_pushes(), 1);
+}
+
+// A's process restarts mid-push (its clock now behind the attempts it sent): joining again discards its parts under
+// way and forgets its attempts, so the new process's smaller attempt is taken and counted once.
+TEST_F(CoordinatorPartsTest, JoiningAgainForgetsTheMembersAttempts) {
+  Join("A", 2);
+  const at::Tensor theta0 = FlatTheta();
+  const at::Tensor dA = at::randn({numel_}), junk = at::randn({numel_}) * 100;
+  const FlatRange p0{0, numel_ / 2}, p1{numel_ / 2, numel_};
+  ASSERT_TRUE(PushPart("A", 3000, 0, 2, p0, junk, /*attempt=*/500).ok());
+  Join("A", 2);
+  EXPECT_EQ(Worker("A").parts_received(), 0);
+  ASSERT_TRUE(PushPart("A", 3000, 0, 2, p0, dA, /*attempt=*/7).ok());
+  ASSERT_TRUE(PushPart("A", 3000, 1, 2, p1, dA, /*attempt=*/7).ok());
+  core_->Poll();
+  ASSERT_EQ(core_->Status().round(), 1);
+  EXPECT_TRUE(at::allclose(FlatTheta(), Step(theta0, dA), 1e-5, 1e-6));
+}
+
 // A's part 0 is in the sums and its other parts never come: when the round is due (round_timeout_s) and the parts
 // made no progress for lease_s, they are cut, the aggregation restarts, A is quarantined, and the round closes on B.
 TEST_F(CoordinatorPartsTest, StalledPartsAreCutWhenTheRoundIsDue) {
@@ -249,6 +309,9 @@ TEST_F(CoordinatorPartsTest, StalledPartsAreCutWhenTheRoundIsDue) {
   const at::Tensor dB = at::randn({numel_}), junk = at::randn({numel_}) * 100;
   ASSERT_TRUE(PushWhole("B", 1000, dB).ok());
   ASSERT_TRUE(PushPart("A", 3000, 0, 2, {0, numel_ / 2}, junk).ok());
+  auto streaming = core_->BeginPush(Header("A", 3000, 1, 2, {numel_ / 2, numel_}));  // header read, a chunk in
+  ASSERT_TRUE(streaming.ok()) << streaming.status();
+  ASSERT_TRUE(FoldRange(*streaming, junk, {numel_ / 2, numel_ / 2 + 7}).ok());
   now_ = 150;
   Pushed("A");  // both heartbeat: only A's push stalls
   EXPECT_TRUE(Pushed("B"));
@@ -258,6 +321,9 @@ TEST_F(CoordinatorPartsTest, StalledPartsAreCutWhenTheRoundIsDue) {
   EXPECT_EQ(Worker("A").broken_pushes(), 1);
   EXPECT_EQ(Worker("A").quarantined_until_round(), 1);
   EXPECT_EQ(Worker("A").parts(), 0);
+  absl::Status cut = FoldRange(*streaming, junk, {numel_ / 2 + 7, numel_});
+  EXPECT_EQ(cut.code(), absl::StatusCode::kFailedPrecondition) << "a part cut as stalled is told so, not ABORTED";
+  EXPECT_THAT(std::string(cut.message()), HasSubstr("cut as late"));
   ASSERT_TRUE(PushWhole("B", 1000, dB).ok());
   core_->Poll();
   ASSERT_EQ(core_->Status().round(), 1);
