@@ -132,7 +132,7 @@ class HfFamilyRound : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(HfFamilyRound, OneDiLoCoRoundFromTheDirectoryAndExportBack) {
   const std::string family = GetParam();
-  const std::string hf = ScratchDir("hf_" + family);
+  const std::string hf = ScratchDir("hf_family_" + family);
   std::string made;
   ASSERT_EQ(RunPython({"-c", kMakeFamily, family, hf}, &made), 0) << made;
   const std::vector<std::string> overrides = {"model.init_from=" + hf, "outer.rounds=1"};
