@@ -137,6 +137,19 @@ class CoordinatorPartsTest : public ScratchDirTest {
     return WorkerStatus();
   }
 
+  // A of cluster_size 2 (parts p0, p1: the halves of the flat buffer) and B in one stream joined; theta_0, the
+  // members' deltas and a junk one.
+  struct TwoMembers {
+    at::Tensor theta0, dA, dB, junk;
+    FlatRange p0, p1;
+  };
+  TwoMembers JoinTwoMembers() {
+    Join("A", 2);
+    Join("B", 1);
+    return {FlatTheta(),     at::randn({numel_}), at::randn({numel_}), at::randn({numel_}) * 100,
+            {0, numel_ / 2}, {numel_ / 2, numel_}};
+  }
+
   Config config_;
   double now_ = 0;
   std::unique_ptr<CoordinatorCore> core_;
@@ -210,11 +223,9 @@ TEST_F(CoordinatorPartsTest, ARefusedPartRestartsTheAggregationAndMakesTheOtherP
 // ABORTED), a late part of attempt 1 is refused as stale, and the parts of attempt 2 join one assembly whatever their
 // order. The round steps with attempt 2's push once.
 TEST_F(CoordinatorPartsTest, APartOfANewerAttemptStartsTheMembersPushOver) {
-  Join("A", 2);
-  Join("B", 1);
-  const at::Tensor theta0 = FlatTheta();
-  const at::Tensor dA = at::randn({numel_}), dB = at::randn({numel_}), junk = at::randn({numel_}) * 100;
-  const FlatRange p0{0, numel_ / 2}, p1{numel_ / 2, numel_};
+  const TwoMembers m = JoinTwoMembers();
+  const at::Tensor &theta0 = m.theta0, &dA = m.dA, &dB = m.dB, &junk = m.junk;
+  const FlatRange p0 = m.p0, p1 = m.p1;
   ASSERT_TRUE(PushWhole("B", 1000, dB).ok());
   ASSERT_TRUE(PushPart("A", 3000, 0, 2, p0, junk, /*attempt=*/1).ok());
   auto old_part_1 = core_->BeginPush(Header("A", 3000, 1, 2, p1, /*attempt=*/1));
@@ -241,15 +252,13 @@ TEST_F(CoordinatorPartsTest, APartOfANewerAttemptStartsTheMembersPushOver) {
 }
 
 // The review's cases around attempts. (1) A push-over whose earlier parts had no chunks in the sums restarts nothing:
-// B stays counted, A takes no strike. (2) B's broken push restarts the aggregation while A's attempt 2 is under way:
+// B stays counted, A takes no strike. (2) C's broken push restarts the aggregation while A's attempt 2 is under way:
 // a late part of attempt 2 must not open a new assembly (that would cost A a strike when attempt 3 pushes over); it is
 // refused as discarded, and A's attempt 3 is counted once with no broken push on A's record.
 TEST_F(CoordinatorPartsTest, AttemptsAlreadyDiscardedOpenNothingAndAPushOverWithoutChunksRestartsNothing) {
-  Join("A", 2);
-  Join("B", 1);
-  const at::Tensor theta0 = FlatTheta();
-  const at::Tensor dA = at::randn({numel_}), dB = at::randn({numel_}), junk = at::randn({numel_}) * 100;
-  const FlatRange p0{0, numel_ / 2}, p1{numel_ / 2, numel_};
+  const TwoMembers m = JoinTwoMembers();
+  const at::Tensor &theta0 = m.theta0, &dA = m.dA, &dB = m.dB, &junk = m.junk;
+  const FlatRange p0 = m.p0, p1 = m.p1;
   ASSERT_TRUE(PushWhole("B", 1000, dB).ok());
   auto empty = core_->BeginPush(Header("A", 3000, 1, 2, p1, /*attempt=*/1));  // begun, nothing folded
   ASSERT_TRUE(empty.ok()) << empty.status();
