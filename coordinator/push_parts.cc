@@ -130,10 +130,7 @@ void PushParts::NewRound() {
   stalled_.clear();
 }
 
-void PushParts::Forget(const std::string& member) {
-  members_.erase(member);
-  latest_attempt_.erase(member);
-}
+void PushParts::Forget(const std::string& member) { latest_attempt_.erase(member); }
 
 std::optional<uint64_t> PushParts::AttemptOf(const std::string& member) const {
   auto it = members_.find(member);

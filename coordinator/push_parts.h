@@ -72,9 +72,10 @@ class PushParts {
   bool Discard(const std::string& member, bool stalled = false);
   // Whether the assembly `generation` was cut as stalled (its streams are told "cut as late", not ABORTED).
   bool CutAsStalled(int64_t generation) const { return stalled_.count(generation) != 0; }
-  void Clear() { members_.clear(); }       // the aggregation restarted: the attempts seen stay
-  void NewRound();                         // the round closed: assemblies, attempts and stalled generations go
-  void Forget(const std::string& member);  // the member joined again (its process restarted): its attempts go
+  void Clear() { members_.clear(); }  // the aggregation restarted: the attempts seen stay
+  void NewRound();                    // the round closed: assemblies, attempts and stalled generations go
+  // The member joined again (its process restarted): its attempts go. Its assembly must be discarded first (Discard).
+  void Forget(const std::string& member);
   // Assemblies with chunks in the sums: a round may not close under them.
   size_t partial_count() const;
   // Members whose assembly made no progress for stall_s or is older than max_age_s.
