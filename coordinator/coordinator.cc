@@ -2,9 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "config/model_spec.h"
@@ -224,12 +226,44 @@ absl::StatusOr<HeartbeatReply> CoordinatorCore::Heartbeat(const HeartbeatRequest
   absl::Status s = CheckMeta(request.meta(), /*require_member=*/true);
   if (!s.ok()) return s;
   membership_.Touch(request.meta().worker_id(), clock_());
+  return HeartbeatReplyFor(request.meta().worker_id());
+}
+
+void CoordinatorCore::Heartbeat(const HeartbeatRequest& request, HeldHeartbeats::Answer answer) {
+  absl::StatusOr<HeartbeatReply> now;
+  std::optional<HeldHeartbeats::Held> replaced;
+  bool held = false;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::Status s = CheckMeta(request.meta(), /*require_member=*/true);
+    if (!s.ok()) {
+      now = s;
+    } else {
+      const std::string& id = request.meta().worker_id();
+      membership_.Touch(id, clock_());
+      HeartbeatReply reply = HeartbeatReplyFor(id);
+      const int64_t wait_ms = std::min<int64_t>(request.wait_ms(), kMaxHeartbeatHoldMs);
+      held = wait_ms > 0 && !stop_ && Holdable(reply, request.meta().round());
+      if (held) {
+        replaced = held_.Hold(
+            {id, request.meta().round(), clock_() + static_cast<double>(wait_ms) / 1000, reply, std::move(answer)});
+        if (replaced) replaced->reply = std::move(reply);  // the older heartbeat of this worker: answered now
+      } else {
+        now = std::move(reply);
+      }
+    }
+  }
+  if (replaced) replaced->answer(std::move(replaced->reply));
+  if (!held) answer(std::move(now));
+}
+
+HeartbeatReply CoordinatorCore::HeartbeatReplyFor(const std::string& id) const {
   HeartbeatReply reply;
   reply.set_round(theta_->round());
   reply.set_run_complete(complete_);
-  reply.set_pushed(round_.CountsAsPushed(request.meta().worker_id()));
+  reply.set_pushed(round_.CountsAsPushed(id));
   reply.set_phase(PhaseName(round_.phase()));
-  if (const Member* m = membership_.Find(request.meta().worker_id())) {
+  if (const Member* m = membership_.Find(id)) {
     reply.set_drain(m->drain_requested);
     if (m->quarantined_until_round > theta_->round()) reply.set_quarantined_until_round(m->quarantined_until_round);
   }

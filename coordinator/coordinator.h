@@ -63,6 +63,7 @@
 #include "coordinator/aggregation_rule.h"
 #include "coordinator/coordinate_window.h"
 #include "coordinator/evaluator.h"
+#include "coordinator/held_heartbeats.h"
 #include "coordinator/membership.h"
 #include "coordinator/push_parts.h"
 #include "coordinator/round_accumulator.h"
@@ -99,6 +100,10 @@ class CoordinatorCore {
   void set_push_port(int port) { push_port_ = port; }
   absl::Status Leave(const LeaveRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<HeartbeatReply> Heartbeat(const HeartbeatRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
+  // The same, answered through `answer`: at once, or, when the request's wait_ms > 0 and the answer is Holdable
+  // (held_heartbeats.h), later from the round thread (Run, Poll, the close, Stop) once the answer changes or
+  // min(wait_ms, kMaxHeartbeatHoldMs) has passed. `answer` runs without mu_ held and must not block.
+  void Heartbeat(const HeartbeatRequest& request, HeldHeartbeats::Answer answer) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::shared_ptr<const ParamSnapshot>> BeginPull(const PullRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
   void CountBytesSent(const std::string& worker_id, int64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   // Sparse pulls (sparse_pull.h): the kept update that takes the request's have_round to theta at `round`, when
@@ -145,7 +150,10 @@ class CoordinatorCore {
   // One pass of the round loop without waiting (lease expiry, the close decision, the outer step when due): for tests
   // and the fuzz target that drive the core without a round thread. Never call it while Run() runs.
   void Poll() ABSL_LOCKS_EXCLUDED(mu_);
+  // Stops the round loop and answers every held heartbeat.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Heartbeats held now (HeartbeatRequest.wait_ms): for tests and the status page.
+  size_t held_heartbeats() const ABSL_LOCKS_EXCLUDED(mu_);
   bool complete() const ABSL_LOCKS_EXCLUDED(mu_);
   // After completion: waits until workers.count members have joined and none is active (they saw run_complete and
   // left), or timeout_s passes.
@@ -170,6 +178,13 @@ class CoordinatorCore {
   // The sinks, in order (round_sinks.h); the evaluation sink when coordinator.eval_every > 0.
   void AddSinks(std::unique_ptr<Evaluator> evaluator);
   absl::Status CheckMeta(const RequestMeta& meta, bool require_member) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The heartbeat answer for member `id` now (round, pushed, phase, drain, quarantine); no lease refresh.
+  HeartbeatReply HeartbeatReplyFor(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes out the held heartbeats that are due (held_heartbeats.h), all of them with `all`; answer them with
+  // AnswerHeld once mu_ is released. AnswerDueHeartbeats does both, releasing mu_ while it answers.
+  std::vector<HeldHeartbeats::Held> TakeDueHeartbeats(bool all) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void AnswerHeld(std::vector<HeldHeartbeats::Held> due);
+  void AnswerDueHeartbeats() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a push with this header may start now (lease, round and staleness, duplicates, header values).
   absl::Status CheckPushHeader(const PushHeader& header) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   RoundDecision DecideClose(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -291,6 +306,7 @@ class CoordinatorCore {
   // Sparse pulls: the last committed round's update (null: none, or too large), built by the round thread.
   std::shared_ptr<const SparseUpdate> sparse_update_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  HeldHeartbeats held_ ABSL_GUARDED_BY(mu_);  // answered by the round thread (Run, Poll, FinishClose) and Stop
   // The duplicate check: the payload hashes of the last committed round's pushes.
   std::set<uint64_t> previous_hashes_ ABSL_GUARDED_BY(mu_);
 };

@@ -38,12 +38,43 @@ void CoordinatorCore::Run() {
     cv_.WaitWithTimeout(&mu_, absl::Milliseconds(100));
     if (stop_) break;
     RoundLoopPass();
+    AnswerDueHeartbeats();  // a changed answer (a restart, a quarantine) or a deadline: within one wake-up
   }
 }
 
 void CoordinatorCore::Poll() {
   absl::MutexLock lock(&mu_);
-  if (!stop_ && !complete_) RoundLoopPass();
+  if (stop_ || complete_) return;
+  RoundLoopPass();
+  AnswerDueHeartbeats();
+}
+
+std::vector<HeldHeartbeats::Held> CoordinatorCore::TakeDueHeartbeats(bool all) {
+  if (held_.size() == 0) return {};
+  return held_.Due(
+      clock_(),
+      [this](const std::string& id) {
+        mu_.AssertHeld();
+        return HeartbeatReplyFor(id);
+      },
+      all);
+}
+
+void CoordinatorCore::AnswerHeld(std::vector<HeldHeartbeats::Held> due) {
+  for (HeldHeartbeats::Held& h : due) h.answer(std::move(h.reply));
+}
+
+void CoordinatorCore::AnswerDueHeartbeats() {
+  std::vector<HeldHeartbeats::Held> due = TakeDueHeartbeats(/*all=*/false);
+  if (due.empty()) return;
+  mu_.Unlock();
+  AnswerHeld(std::move(due));
+  mu_.Lock();
+}
+
+size_t CoordinatorCore::held_heartbeats() const {
+  absl::MutexLock lock(&mu_);
+  return held_.size();
 }
 
 void CoordinatorCore::RoundLoopPass() {
@@ -161,11 +192,14 @@ void CoordinatorCore::FinishClose(ClosingRound& closing, const std::string& reas
   std::shared_ptr<const SparseUpdate> update = BuildRoundUpdate(*closed.theta, closing.delta);
   std::vector<at::Tensor> sums = std::move(closing.delta);
   for (at::Tensor& d : sums) d.zero_();  // the next round's accumulator
+  std::vector<HeldHeartbeats::Held> due;
   {
     absl::MutexLock lock(&mu_);
     PublishRound(closing, std::move(sums), t1, closed);
     sparse_update_ = std::move(update);
+    due = TakeDueHeartbeats(/*all=*/false);  // the workers waiting on this round: pull now
   }
+  AnswerHeld(std::move(due));
   sinks_.OnCommitted(closed);  // log line, evaluation, checkpoint
   if (!closed.theta->complete) return;
   {
@@ -173,7 +207,9 @@ void CoordinatorCore::FinishClose(ClosingRound& closing, const std::string& reas
     complete_ = true;
     round_.set_phase(RoundPhase::kComplete);
     cv_.SignalAll();
+    due = TakeDueHeartbeats(/*all=*/true);
   }
+  AnswerHeld(std::move(due));
   sinks_.OnRunComplete();  // summary.json
 }
 
@@ -214,9 +250,14 @@ void CoordinatorCore::WriteSummary() const {
 }
 
 void CoordinatorCore::Stop() {
-  absl::MutexLock lock(&mu_);
-  stop_ = true;
-  cv_.SignalAll();
+  std::vector<HeldHeartbeats::Held> due;
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    cv_.SignalAll();
+    due = TakeDueHeartbeats(/*all=*/true);
+  }
+  AnswerHeld(std::move(due));
 }
 
 bool CoordinatorCore::complete() const {

@@ -231,12 +231,13 @@ absl::Status StartUp(const Flags& flags, Process& p) {
 
 // Stops serving, in the order that lets nothing outlive what it uses: an operator checkpoint being written finishes
 // and is answered (its executor is joined) before the server cancels what is still in flight (the core has stopped:
-// a pull or push can no longer matter), then the TCP connections are closed. The service and the core are destroyed
-// after this, with the Process.
+// a pull or push can no longer matter; it answers any heartbeat it still holds), then the TCP connections are closed.
+// The service and the core are destroyed after this, with the Process.
 void StopServing(Process& p) {
   p.server->GetHealthCheckService()->SetServingStatus(false);
   if (p.http) p.http->Stop();
   p.service->StopCheckpoints();
+  p.core->Stop();  // answers the heartbeats it holds (HeartbeatRequest.wait_ms): Shutdown waits for every call
   p.server->Shutdown(std::chrono::system_clock::now());
   if (p.push_listener) p.push_listener->Stop();
 }

@@ -246,12 +246,18 @@ grpc::ServerUnaryReactor* CoordinatorService::Leave(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* ctx,
                                                         const HeartbeatRequest* request, HeartbeatReply* reply) {
   if (auto* refused = RefuseUnary(auth_, ctx, "Heartbeat", request->meta().worker_id())) return refused;
-  return Unary(ctx, [&]() -> absl::Status {
-    auto r = coordinator_->Heartbeat(*request);
-    if (!r.ok()) return r.status();
-    *reply = std::move(*r);
-    return absl::OkStatus();
-  });
+  // Answered at once, or held by the core (wait_ms) and answered from its round thread: Finish may come from any
+  // thread, and the request and reply live until it does.
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  try {
+    coordinator_->Heartbeat(*request, [reactor, reply](absl::StatusOr<HeartbeatReply> r) {
+      if (r.ok()) *reply = std::move(*r);
+      reactor->Finish(r.ok() ? grpc::Status::OK : ToGrpc(r.status()));
+    });
+  } catch (const std::exception& e) {  // before the answer: the core throws nothing after calling it
+    reactor->Finish(grpc::Status(grpc::StatusCode::INTERNAL, e.what()));
+  }
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetStatus(grpc::CallbackServerContext* ctx, const StatusRequest*,

@@ -82,11 +82,13 @@ absl::Status CoordinatorClient::Leave(const std::string& reason) {
   return FromGrpc(stub_->Leave(&ctx, request, &reply));
 }
 
-absl::StatusOr<HeartbeatReply> CoordinatorClient::Heartbeat(int64_t round) {
+absl::StatusOr<HeartbeatReply> CoordinatorClient::Heartbeat(int64_t round, int64_t wait_ms) {
   grpc::ClientContext ctx;
   Prepare(&ctx);
+  if (wait_ms > 0) ctx.set_deadline(ctx.deadline() + std::chrono::milliseconds(wait_ms));
   HeartbeatRequest request;
   *request.mutable_meta() = Meta(round);
+  request.set_wait_ms(wait_ms);
   HeartbeatReply reply;
   grpc::Status s = stub_->Heartbeat(&ctx, request, &reply);
   if (!s.ok()) return FromGrpc(s);

@@ -50,7 +50,9 @@ class CoordinatorClient {
   absl::StatusOr<JoinReply> Join(const ModelSpec& model, int32_t threads, const std::string& device,
                                  int32_t shard_hint = -1, int32_t fragments = 1, int32_t cluster_size = 1);
   absl::Status Leave(const std::string& reason);
-  absl::StatusOr<HeartbeatReply> Heartbeat(int64_t round);
+  // wait_ms > 0: the coordinator may hold the answer while it would say "round `round` open, push counted"
+  // (HeartbeatRequest.wait_ms); the call's deadline is the usual rpc_timeout_s plus wait_ms.
+  absl::StatusOr<HeartbeatReply> Heartbeat(int64_t round, int64_t wait_ms = 0);
   // Streams the current global parameters into `into` (made over InnerTrainer::MakeParameterBuffers' tensors); with
   // fragment >= 0, `into` holds just that fragment's tensors (Streaming DiLoCo) and only they are pulled.
   absl::StatusOr<PullResult> Pull(ChunkAssembler& into, int fragment = -1);

@@ -10,12 +10,15 @@
 #include "absl/strings/str_cat.h"
 #include "config/model_spec.h"
 #include "proto/codec.h"
+#include "proto/heartbeat_wait.h"
 #include "proto/sparse_update.h"
 #include "proto/tensor_chunks.h"
 #include "proto/transport_security.h"
 
 namespace diloco {
 namespace {
+
+constexpr double kAwaitPollS = 0.1;  // between heartbeats after a push, when the coordinator does not hold them
 
 double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
@@ -121,8 +124,15 @@ bool CoordinatorSession::PushUntilCounted(int64_t round, const RoundResult& resu
       outcome = PushOnce(round, result, &need_push);
     } else {
       if (flags_.drain) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      // The coordinator holds the heartbeat until the round closes (or a second passes), so the close is seen as
+      // it happens; one that answers at once (an older coordinator, a state that is not held) is asked again after
+      // the poll interval.
+      const double asked = Now();
       outcome = AwaitRound(round, &need_push);
+      const double left = kAwaitPollS - (Now() - asked);
+      if (outcome == Outcome::kGoOn && !need_push && left > 0) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(left));
+      }
     }
     if (outcome != Outcome::kGoOn) return outcome == Outcome::kRoundOver;
   }
@@ -180,7 +190,7 @@ void CoordinatorSession::WaitOutQuarantine(int64_t round) {
 }
 
 CoordinatorSession::Outcome CoordinatorSession::AwaitRound(int64_t round, bool* need_push) {
-  auto beat = client_->Heartbeat(round);
+  auto beat = client_->Heartbeat(round, kMaxHeartbeatHoldMs);
   const ProtocolDecision decision = DecideOnStatus(ProtocolCall::kHeartbeat, beat.status(), protocol_);
   if (decision.action == ProtocolAction::kRejoin) {
     if (!Rejoin()) return Outcome::kGiveUp;

@@ -266,6 +266,18 @@ def wait_for_round(stub, pb, round_, deadline_s=120):
     raise AssertionError(f"round {round_} did not close within {deadline_s} s")
 
 
+def wait_with_heartbeat(stub, pb, meta, round_, tries=120):
+    """Heartbeats with wait_ms after a counted push for round_ until the answer says the round closed. A held
+    answer is either the closed round or, after wait_ms, the unchanged one (asked again)."""
+    for _ in range(tries):
+        beat = stub.Heartbeat(pb.HeartbeatRequest(meta=meta, wait_ms=1000), timeout=30)
+        if beat.round > round_:
+            check(beat.round == round_ + 1, f"held heartbeat round {beat.round}")
+            return beat
+        check(beat.pushed and beat.round == round_, f"held heartbeat before the close: {beat}")
+    raise AssertionError(f"no heartbeat saw round {round_ + 1} in {tries} held heartbeats")
+
+
 def run(args, pb, pb_grpc, grpc, work):
     port_file = os.path.join(work, "addr")
     sets = [f"run.output_dir={work}/run", f"data.text={args.source_dir}/tests/data/tinyshakespeare.txt",
@@ -362,7 +374,9 @@ def exercise(address, pb, pb_grpc, grpc):
                 reply = push(stub, pb, meta, delta, codec)
             check(reply.round == round_, f"push reply round {reply.round}")
             expected = outer.step(as_received(delta, codec, pb))
-            # 5. The round closes (the only member pushed); pull theta_{t+1} and compare with the outer step here.
+            # 5. The round closes (the only member pushed): a held heartbeat (PROTOCOL.md "Waiting for the round to
+            # close") answers with round t + 1 once it has; pull theta_{t+1} and compare with the outer step here.
+            wait_with_heartbeat(stub, pb, meta, round_)
             wait_for_round(stub, pb, round_ + 1)
             meta.round = round_ + 1
             previous = theta

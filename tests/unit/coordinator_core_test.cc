@@ -488,6 +488,82 @@ TEST_F(CoordinatorCoreTest, NonFinitePseudoGradientIsRefused) {
   ExpectAllClose(Theta(), Step(theta0, clean));
 }
 
+// HeartbeatRequest.wait_ms (held_heartbeats.h): a worker whose push is counted is answered when its answer changes
+// (the round closed, its push was discarded) or at the deadline, not at once; driven by Poll, no round thread.
+TEST_F(CoordinatorCoreTest, AHeldHeartbeatIsAnsweredWhenItsAnswerChangesOrAtItsDeadline) {
+  Start();
+  Join("A");
+  Join("B");
+  std::vector<absl::StatusOr<HeartbeatReply>> answers;
+  auto beat = [&](const std::string& id, int64_t round, int64_t wait_ms) {
+    HeartbeatRequest r;
+    *r.mutable_meta() = Meta(id, round);
+    r.set_wait_ms(wait_ms);
+    core_->Heartbeat(r, [&answers](absl::StatusOr<HeartbeatReply> a) { answers.push_back(std::move(a)); });
+  };
+  const Tensors dA = RandomDelta(), dB = RandomDelta();
+  beat("A", 0, 5000);  // A has not pushed: nothing to wait for, answered at once
+  ASSERT_EQ(answers.size(), 1u);
+  ASSERT_TRUE(answers[0].ok()) << answers[0].status();
+  EXPECT_FALSE(answers[0]->pushed());
+
+  ASSERT_TRUE(Push("A", 0, 1000, dA).ok());
+  beat("A", 0, 5000);
+  EXPECT_EQ(answers.size(), 1u) << "A's push is counted and round 1 is open: the answer is held";
+  EXPECT_EQ(core_->held_heartbeats(), 1u);
+  beat("A", 0, 5000);  // one held heartbeat per worker: the older one is answered now, unchanged
+  ASSERT_EQ(answers.size(), 2u);
+  EXPECT_EQ(answers[1]->round(), 0);
+  EXPECT_TRUE(answers[1]->pushed());
+  beat("A", 1, 5000);  // a worker that thinks another round is open is answered at once
+  ASSERT_EQ(answers.size(), 3u);
+  EXPECT_EQ(answers[2]->round(), 0);
+  core_->Poll();  // nothing changed and no deadline passed
+  EXPECT_EQ(answers.size(), 3u);
+  EXPECT_EQ(core_->held_heartbeats(), 1u);
+
+  // B's push breaks off after folding a chunk: the aggregation restarts and A must push again.
+  auto broken = core_->BeginPush(Header("B", 0, 1000));
+  ASSERT_TRUE(broken.ok()) << broken.status();
+  ASSERT_TRUE(FoldTensor(*broken, 0, dB[0], /*only_first_half=*/true).ok());
+  core_->AbortPush(*broken, "test");
+  core_->Poll();
+  ASSERT_EQ(answers.size(), 4u);
+  EXPECT_EQ(answers[3]->round(), 0);
+  EXPECT_FALSE(answers[3]->pushed()) << "the held answer changed: push again";
+
+  ASSERT_TRUE(Push("A", 0, 1000, dA).ok());
+  beat("A", 0, 5000);
+  EXPECT_EQ(answers.size(), 4u);
+  ASSERT_TRUE(Push("B", 0, 1000, dB).ok());
+  core_->Poll();  // closes round 1: the held answer goes out with it
+  ASSERT_EQ(answers.size(), 5u);
+  EXPECT_EQ(answers[4]->round(), 1);
+  EXPECT_EQ(core_->held_heartbeats(), 0u);
+
+  // The deadline: wait_ms is capped at kMaxHeartbeatHoldMs; the answer is then the unchanged one.
+  ASSERT_TRUE(Push("A", 1, 1000, dA).ok());
+  beat("A", 1, 1000000);
+  now_ = now_ + 0.5 * static_cast<double>(kMaxHeartbeatHoldMs) / 1000;
+  core_->Poll();
+  EXPECT_EQ(answers.size(), 5u);
+  now_ = now_ + static_cast<double>(kMaxHeartbeatHoldMs) / 1000;
+  core_->Poll();
+  ASSERT_EQ(answers.size(), 6u);
+  EXPECT_EQ(answers[5]->round(), 1);
+  EXPECT_TRUE(answers[5]->pushed());
+
+  // Stop answers what it holds, and holds nothing after.
+  beat("A", 1, 5000);
+  EXPECT_EQ(answers.size(), 6u);
+  core_->Stop();
+  ASSERT_EQ(answers.size(), 7u);
+  EXPECT_EQ(answers[6]->round(), 1);
+  beat("A", 1, 5000);
+  EXPECT_EQ(answers.size(), 8u);
+  EXPECT_EQ(core_->held_heartbeats(), 0u);
+}
+
 TEST_F(CoordinatorCoreTest, RefusesWrongFingerprintModelAndUnknownWorker) {
   Start();
   JoinRequest bad_fp = JoinReq("A");
