@@ -30,8 +30,9 @@ std::optional<HeldHeartbeats::Held> HeldHeartbeats::Hold(Held held) {
   return replaced;
 }
 
-std::vector<HeldHeartbeats::Held> HeldHeartbeats::Due(
-    double now, const std::function<HeartbeatReply(const std::string&)>& current, bool all) {
+std::vector<HeldHeartbeats::Held> HeldHeartbeats::Due(double now,
+                                                      const std::function<HeartbeatReply(const std::string&)>& current,
+                                                      bool all) {
   std::vector<Held> due, kept;
   for (Held& h : held_) {
     HeartbeatReply answer = current(h.worker_id);

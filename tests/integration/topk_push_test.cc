@@ -7,6 +7,7 @@
 // the global model).
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <chrono>
@@ -26,11 +27,11 @@
 namespace diloco::testing {
 namespace {
 
-constexpr int kRounds = 3;
+constexpr int kRounds = 6;
 constexpr int64_t kBlock = 48;  // 6-bit positions: 48..63 fit the bits but not the block
 constexpr int64_t kKeep = 4;
 const std::vector<std::string> kTopk = {"comm.codec=topk", "comm.topk_chunk=48", "comm.topk_per_chunk=4",
-                                        "outer.rounds=3"};
+                                        "outer.rounds=6"};
 
 std::unique_ptr<Coordinator::Stub> Stub(const std::string& address) {
   return Coordinator::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
@@ -151,7 +152,17 @@ RunResult TinyTopkRun(const std::string& name, const std::function<void(const st
   RunningProcess w0("diloco-worker", With(args, {"--coordinator", address, "--id", "w0"}));
   EXPECT_TRUE(coordinator.WaitForOutput("joined: worker w0", 60)) << coordinator.output();
   RunningProcess w1("diloco-worker", With(args, {"--coordinator", address, "--id", "w1"}));
-  if (hostile) hostile(address);
+  if (hostile) {
+    // The hostile pushes go to a round of a run that goes on: once round 1 has closed the good workers are stopped
+    // (SIGSTOP) until the hostile client is done, so the run cannot complete under it however fast rounds close.
+    EXPECT_TRUE(coordinator.WaitForOutput("round 1/" + std::to_string(kRounds) + " closed", 120))
+        << coordinator.output();
+    w0.Signal(SIGSTOP);
+    w1.Signal(SIGSTOP);
+    hostile(address);
+    w0.Signal(SIGCONT);
+    w1.Signal(SIGCONT);
+  }
   EXPECT_EQ(w0.Wait(180), 0) << w0.output();
   EXPECT_EQ(w1.Wait(180), 0) << w1.output();
   EXPECT_EQ(coordinator.Wait(60), 0) << coordinator.output();
