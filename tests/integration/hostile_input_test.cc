@@ -8,6 +8,7 @@
 // hostile client (so no refused push reached the global model).
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <chrono>
@@ -165,9 +166,11 @@ struct RunResult {
 };
 
 // Runs the tiny config for kRounds rounds with workers w0 and w1 (w0 joins first, so shards are the same in every
-// run). `hostile`, if set, is called once round 1 has closed, with the coordinator's address.
+// run). `hostile`, if set, is called once round 1 has closed, with the coordinator's address. With
+// `pause_workers`, w0 and w1 are stopped (SIGSTOP) from round 1's close until `hostile` returns, so the run cannot
+// end before the hostile client has joined, however fast rounds close.
 RunResult TinyRun(const std::string& name, const std::function<void(const std::string&)>& hostile,
-                  std::vector<std::string> overrides = {}) {
+                  std::vector<std::string> overrides = {}, bool pause_workers = false) {
   const std::string dir = ScratchDir(name);
   overrides.push_back("outer.rounds=" + std::to_string(kRounds));
   const std::vector<std::string> args = TinyArgs(dir, overrides);
@@ -178,7 +181,17 @@ RunResult TinyRun(const std::string& name, const std::function<void(const std::s
   RunningProcess w0("diloco-worker", With(args, {"--coordinator", address, "--id", "w0"}));
   EXPECT_TRUE(coordinator.WaitForOutput("joined: worker w0", 60)) << coordinator.output();
   RunningProcess w1("diloco-worker", With(args, {"--coordinator", address, "--id", "w1"}));
+  if (hostile && pause_workers) {
+    EXPECT_TRUE(coordinator.WaitForOutput("round 1/" + std::to_string(kRounds) + " closed", 120))
+        << coordinator.output();
+    w0.Signal(SIGSTOP);
+    w1.Signal(SIGSTOP);
+  }
   if (hostile) hostile(address);
+  if (hostile && pause_workers) {
+    w0.Signal(SIGCONT);
+    w1.Signal(SIGCONT);
+  }
   EXPECT_EQ(w0.Wait(180), 0) << w0.output();
   EXPECT_EQ(w1.Wait(180), 0) << w1.output();
   EXPECT_EQ(coordinator.Wait(60), 0) << coordinator.output();
@@ -312,7 +325,7 @@ TEST(HostileInput, EveryBadPushGetsItsOwnErrorWhileTheGoodWorkersFinishTheRun) {
     }
   };
 
-  const RunResult attacked = TinyRun("hostile_input", hostile);
+  const RunResult attacked = TinyRun("hostile_input", hostile, {}, /*pause_workers=*/true);
   EXPECT_EQ(refused, 14);
   EXPECT_EQ(seen_messages.size(), 14u) << "two kinds of bad push got the same message";
   const nlohmann::json& summary = attacked.summary;
