@@ -1,11 +1,12 @@
 // CoordinatorCore: the state of a DiLoCo run on the coordinator side, without any networking and without the model.
 //
-// Owns the round: the accumulator, the membership, the round state (round_state.h) and the run's counters
-// (run_stats.h), under one mutex; theta_t and the outer step live in its ThetaStore (theta_store.h), and what
-// happens after a round commits (replay log, log line, evaluation, checkpoint, summary.json) in its RoundSinks
-// (round_sink.h, round_sinks.h). It is created from plain tensors: theta_0 by name and an Evaluator (evaluator.h)
-// handed in by its creator (the model host, model_host.h, in the coordinator; fakes in tests); the model fingerprint
-// is that of theta_0's specs. The gRPC service (service.h) translates RPCs into the methods below.
+// Owns the round: the accumulator, the membership, the round state (round_state.h), the run's counters
+// (run_stats.h) and the heartbeats it holds for workers waiting on the round (held_heartbeats.h), under one mutex;
+// theta_t and the outer step live in its ThetaStore (theta_store.h), and what happens after a round commits (replay
+// log, log line, evaluation, checkpoint, summary.json) in its RoundSinks (round_sink.h, round_sinks.h). It is created
+// from plain tensors: theta_0 by name and an Evaluator (evaluator.h) handed in by its creator (the model host,
+// model_host.h, in the coordinator; fakes in tests); the model fingerprint is that of theta_0's specs. The gRPC service
+// (service.h) translates RPCs into the methods below.
 //
 // Asynchronous mode (outer.mode async): a "round" is one version of theta. A push computed against any version at
 // most outer.max_staleness behind is accepted; the round closes as soon as a push has committed and no other is

@@ -278,8 +278,11 @@ TEST(Fault, LatePushIsRefusedAndLatePolicyDecidesTheRestart) {
                                 {"outer.rounds=3", "workers.count=2", "coordinator.min_workers=1",
                                  "coordinator.round_timeout_s=0.2", "inner.steps=20", "outer.late_policy=" + policy});
     auto coordinator = StartCoordinator(args);
-    auto fast = StartWorker(args, address, "fast");
+    // The slow worker joins first: the fast one's three rounds take well under a second, and a slow worker that
+    // joined after them would only learn that the run is complete.
     auto slow = StartWorker(With(args, {"--set", "inner.steps=400"}), address, "slow");
+    ASSERT_TRUE(coordinator->WaitForOutput("joined: worker slow", 60)) << coordinator->output();
+    auto fast = StartWorker(args, address, "fast");
     EXPECT_EQ(fast->Wait(120), 0) << fast->output();
     EXPECT_EQ(slow->Wait(120), 0) << slow->output();
     ASSERT_EQ(coordinator->Wait(60), 0) << coordinator->output();
