@@ -222,11 +222,11 @@ absl::Status CoordinatorCore::Leave(const LeaveRequest& request) {
 }
 
 absl::StatusOr<HeartbeatReply> CoordinatorCore::Heartbeat(const HeartbeatRequest& request) {
-  absl::MutexLock lock(&mu_);
-  absl::Status s = CheckMeta(request.meta(), /*require_member=*/true);
-  if (!s.ok()) return s;
-  membership_.Touch(request.meta().worker_id(), clock_());
-  return HeartbeatReplyFor(request.meta().worker_id());
+  HeartbeatRequest at_once = request;  // never held: the answer below comes before this returns
+  at_once.set_wait_ms(0);
+  absl::StatusOr<HeartbeatReply> out;
+  Heartbeat(at_once, [&out](absl::StatusOr<HeartbeatReply> r) { out = std::move(r); });
+  return out;
 }
 
 void CoordinatorCore::Heartbeat(const HeartbeatRequest& request, HeldHeartbeats::Answer answer) {
@@ -245,8 +245,7 @@ void CoordinatorCore::Heartbeat(const HeartbeatRequest& request, HeldHeartbeats:
       const int64_t wait_ms = std::min<int64_t>(request.wait_ms(), kMaxHeartbeatHoldMs);
       held = wait_ms > 0 && !stop_ && Holdable(reply, request.meta().round());
       if (held) {
-        replaced = held_.Hold(
-            {id, request.meta().round(), clock_() + static_cast<double>(wait_ms) / 1000, reply, std::move(answer)});
+        replaced = held_.Hold({id, clock_() + static_cast<double>(wait_ms) / 1000, reply, std::move(answer)});
         if (replaced) replaced->reply = std::move(reply);  // the older heartbeat of this worker: answered now
       } else {
         now = std::move(reply);

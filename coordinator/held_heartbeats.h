@@ -30,7 +30,6 @@ class HeldHeartbeats {
   using Answer = std::function<void(absl::StatusOr<HeartbeatReply>)>;
   struct Held {
     std::string worker_id;
-    int64_t round = 0;     // the round the worker waits on (its request's meta.round)
     double deadline = 0;   // seconds, on the caller's clock
     HeartbeatReply reply;  // the answer when it was held; Due replaces it with the answer to send
     Answer answer;
