@@ -69,6 +69,24 @@ std::string TrainedModel(const std::string& dir) {
   return dir + "/made/tokenizer.model";
 }
 
+// SentencePiece splits an argument string on spaces and its "input" on commas: a tokenizer trained under a run
+// directory holding both must be the one trained under a plain path.
+TEST(Tokenize, ATokenizerTrainsUnderADirectoryWithSpacesAndCommas) {
+  const std::string dir = ScratchDir("tok_odd_dir");
+  const std::string plain = TrainedModel(dir);
+  const std::string odd_dir = dir + "/a run, with spaces";
+  std::filesystem::create_directories(odd_dir);
+  const std::string odd = TrainedModel(odd_dir);
+  ASSERT_TRUE(std::filesystem::exists(odd));
+  const std::string text = "Before we proceed any further, hear me speak.";
+  RunningProcess a(kTokenizer, {"encode", "--model", plain, "--text", text});
+  RunningProcess b(kTokenizer, {"encode", "--model", odd, "--text", text});
+  ASSERT_EQ(a.Wait(60), 0) << a.output();
+  ASSERT_EQ(b.Wait(60), 0) << b.output();
+  EXPECT_GT(ParseIds(a.output()).size(), 8u) << a.output();
+  EXPECT_EQ(ParseIds(b.output()), ParseIds(a.output()));
+}
+
 TEST(Tokenize, GivenModelIdsAppearUnchangedInTheShards) {
   const std::string dir = ScratchDir("tok_given_ids");
   const std::string model = TrainedModel(dir);

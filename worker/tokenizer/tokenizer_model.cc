@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <unordered_map>
 
 #include "worker/tokenizer/work_items.h"
 
@@ -46,18 +47,45 @@ std::string WriteSample(const std::string& path, const std::vector<InputRange>& 
   return out ? "" : "cannot write " + path;
 }
 
+// The sample's lines, for SentencePieceTrainer (it calls from one thread).
+class LineIterator : public sentencepiece::SentenceIterator {
+ public:
+  explicit LineIterator(const std::string& path) : in_(path, std::ios::binary) { Next(); }
+  bool done() const override { return done_; }
+  void Next() override { done_ = !std::getline(in_, line_); }
+  const std::string& value() const override { return line_; }
+  sentencepiece::util::Status status() const override {
+    if (in_.is_open() && !in_.bad()) return {};
+    return {sentencepiece::util::StatusCode::kInternal, "cannot read the tokenizer sample"};
+  }
+
+ private:
+  std::ifstream in_;
+  std::string line_;
+  bool done_ = false;
+};
+
 }  // namespace
 
 std::string TrainTokenizer(const std::string& dir, const std::vector<InputRange>& train, InputFormat format,
                            const std::string& jsonl_field, uint64_t train_mb, int vocab_size, int threads) {
   const std::string sample = dir + "/tokenizer-sample.txt";
   if (std::string e = WriteSample(sample, train, format, jsonl_field, train_mb << 20); !e.empty()) return e;
-  std::ostringstream args;
-  args << "--input=" << sample << " --model_prefix=" << dir << "/tokenizer"
-       << " --vocab_size=" << vocab_size << " --model_type=bpe --character_coverage=1.0"
-       << " --user_defined_symbols=" << kNewlineSymbol << " --unk_id=0 --bos_id=1 --eos_id=2 --pad_id=-1"
-       << " --num_threads=" << threads << " --minloglevel=1";
-  const auto trained = sentencepiece::SentencePieceTrainer::Train(args.str());
+  // Settings as a map and the sample through an iterator: SentencePiece splits an argument string on spaces and its
+  // "input" setting on commas, so a run directory holding either would break a command line.
+  const std::unordered_map<std::string, std::string> settings = {{"model_prefix", dir + "/tokenizer"},
+                                                                 {"vocab_size", std::to_string(vocab_size)},
+                                                                 {"model_type", "bpe"},
+                                                                 {"character_coverage", "1.0"},
+                                                                 {"user_defined_symbols", kNewlineSymbol},
+                                                                 {"unk_id", "0"},
+                                                                 {"bos_id", "1"},
+                                                                 {"eos_id", "2"},
+                                                                 {"pad_id", "-1"},
+                                                                 {"num_threads", std::to_string(threads)},
+                                                                 {"minloglevel", "1"}};
+  LineIterator lines(sample);
+  const auto trained = sentencepiece::SentencePieceTrainer::Train(settings, &lines);
   std::error_code ec;
   std::filesystem::remove(sample, ec);
   std::filesystem::remove(dir + "/tokenizer.vocab", ec);
