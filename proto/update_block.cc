@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <queue>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +14,8 @@ namespace {
 
 constexpr uint32_t kMagnitudeMask = 0x7fffffffu;
 constexpr int kMaxRice = 15;
+constexpr int kMaxCodeLength = 15;  // Huffman code lengths: 1..15 (0: the symbol is absent)
+constexpr int kHuffmanCode = 3;     // k = 3: canonical Huffman indices, the last symbol an inline sum
 constexpr int kPairLiterals = 64;   // sums of two are searched among this many literals
 constexpr int kTripleLiterals = 8;  // sums of three among this many
 
@@ -161,17 +164,61 @@ int BestRice(const std::vector<uint64_t>& gaps) {
   return best;
 }
 
-// 0: fixed width; 1..3: exp-Golomb of order k - 1. counts[i]: the positions whose magnitude is entry i.
-int BestIndexCode(const std::vector<int64_t>& counts) {
+// The cheapest of k = 0 (fixed width) and 1, 2 (exp-Golomb of order k - 1) for indices with these counts; *bits
+// its cost. counts[i]: the positions whose magnitude is entry i.
+int BestIndexCode(const std::vector<int64_t>& counts, int64_t* bits) {
   int64_t best_cost = 0;
   for (int64_t n : counts) best_cost += n * WidthFor(static_cast<int64_t>(counts.size()));
   int best = 0;
-  for (int k = 1; k <= 3; ++k) {
+  for (int k = 1; k <= 2; ++k) {
     int64_t cost = 0;
     for (size_t i = 0; i < counts.size(); ++i) cost += counts[i] * ExpGolombCost(i, k - 1);
     if (cost < best_cost) best = k, best_cost = cost;
   }
+  *bits = best_cost;
   return best;
+}
+
+// Huffman code lengths for the counts (0 for a count of 0): empty when fewer than two counts are positive or a
+// length would pass kMaxCodeLength. Ties merge the lower node id first, so the lengths are deterministic.
+std::vector<int> HuffmanLengths(const std::vector<int64_t>& counts) {
+  using Node = std::pair<int64_t, int>;  // (weight, id)
+  std::priority_queue<Node, std::vector<Node>, std::greater<Node>> queue;
+  std::vector<int> parent(2 * counts.size(), -1);
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (counts[i] > 0) queue.push({counts[i], static_cast<int>(i)});
+  }
+  if (queue.size() < 2) return {};
+  int next = static_cast<int>(counts.size());
+  while (queue.size() > 1) {
+    const Node a = queue.top();
+    queue.pop();
+    const Node b = queue.top();
+    queue.pop();
+    parent[a.second] = parent[b.second] = next;
+    queue.push({a.first + b.first, next++});
+  }
+  std::vector<int> lengths(counts.size(), 0);
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (counts[i] == 0) continue;
+    for (int j = parent[i]; j >= 0; j = parent[j]) ++lengths[i];
+    if (lengths[i] > kMaxCodeLength) return {};
+  }
+  return lengths;
+}
+
+// Canonical codes for the lengths (DEFLATE's rule: shorter codes first, ties by symbol order).
+std::vector<uint32_t> CanonicalCodes(const std::vector<int>& lengths) {
+  int count[kMaxCodeLength + 1] = {0};
+  for (int l : lengths) ++count[l];
+  count[0] = 0;
+  uint32_t next[kMaxCodeLength + 1] = {0}, code = 0;
+  for (int l = 1; l <= kMaxCodeLength; ++l) next[l] = code = (code + count[l - 1]) << 1;
+  std::vector<uint32_t> codes(lengths.size(), 0);
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    if (lengths[i] > 0) codes[i] = next[lengths[i]]++;
+  }
+  return codes;
 }
 
 void PutExpGolomb(BitWriter& bits, uint64_t n, int k) {
@@ -182,15 +229,10 @@ void PutExpGolomb(BitWriter& bits, uint64_t n, int k) {
 
 uint64_t ZigZag(int64_t v) { return v >= 0 ? 2 * static_cast<uint64_t>(v) : 2 * static_cast<uint64_t>(-v) - 1; }
 
-void PutIndex(BitWriter& bits, uint64_t index, int code, int width) {
-  if (code == 0) return bits.Put(index, width);
-  PutExpGolomb(bits, index, code - 1);
-}
-
-// The literals (the first's e and L in full, later ones' changes of both) and the sums, as the header describes.
-void PutTable(BitWriter& bits, const MagnitudeTable& table) {
+// The literals: the first's e and L in full, later ones' changes of both, then each one's L high mantissa bits.
+void PutLiterals(BitWriter& bits, const std::vector<uint32_t>& literals) {
   int64_t previous_e = -1, previous_l = 0;
-  for (uint32_t m : table.literals()) {
+  for (uint32_t m : literals) {
     const int64_t e = m >> 23, l = LiteralLength(m);
     if (previous_e < 0) {
       bits.Put(e, 8);
@@ -202,12 +244,77 @@ void PutTable(BitWriter& bits, const MagnitudeTable& table) {
     bits.Put((m & 0x7fffffu) >> (23 - l), static_cast<int>(l));
     previous_e = e, previous_l = l;
   }
+}
+
+// One sum (in the table or inline): t, the terms' literal indices in `width` bits, the minus bits.
+int SumBits(const Composite& c, int width) { return 1 + c.terms * width + c.terms - 1; }
+void PutSum(BitWriter& bits, const Composite& c, int width) {
+  bits.PutBit(c.terms == 3);
+  for (int t = 0; t < c.terms; ++t) bits.Put(c.index[t], width);
+  for (int t = 1; t < c.terms; ++t) bits.PutBit(c.minus[t]);
+}
+
+// The Huffman code lengths of the symbols: the first in 4 bits, each later one's change, zigzag, exp-Golomb(0).
+int64_t LengthTableBits(const std::vector<int>& lengths) {
+  int64_t bits = 4;
+  for (size_t i = 1; i < lengths.size(); ++i) bits += ExpGolombCost(ZigZag(lengths[i] - lengths[i - 1]), 0);
+  return bits;
+}
+void PutLengthTable(BitWriter& bits, const std::vector<int>& lengths) {
+  bits.Put(lengths[0], 4);
+  for (size_t i = 1; i < lengths.size(); ++i) PutExpGolomb(bits, ZigZag(lengths[i] - lengths[i - 1]), 0);
+}
+
+// How a block's magnitudes are named: the sums in the table, the index code, and (Huffman only) the sums sent inline
+// after the escape symbol m - 1 instead. counts: positions per symbol (literals, table sums[, the escape]).
+struct IndexPlan {
+  std::vector<Composite> sums;
+  std::unordered_map<uint32_t, Composite> inline_sums;  // magnitude -> its sum
+  std::vector<int64_t> counts;
+  int code = 0;
+  std::vector<int> lengths;  // code 3
+  int64_t bits = 0;          // table sums + length table + indices + inline sums
+};
+
+// The cheapest plan: every sum in the table with a fixed-width, exp-Golomb or Huffman index, or (Huffman) the sums
+// used once inline. literal_counts / sum_counts: positions per literal / per sum of `table`.
+IndexPlan PlanIndices(const MagnitudeTable& table, const std::vector<int64_t>& literal_counts,
+                      const std::vector<int64_t>& sum_counts) {
   const int width = WidthFor(static_cast<int64_t>(table.literals().size()));
-  for (const Composite& c : table.composites()) {
-    bits.PutBit(c.terms == 3);
-    for (int t = 0; t < c.terms; ++t) bits.Put(c.index[t], width);
-    for (int t = 1; t < c.terms; ++t) bits.PutBit(c.minus[t]);
+  IndexPlan all;  // every sum in the table
+  all.sums = table.composites();
+  all.counts = literal_counts;
+  all.counts.insert(all.counts.end(), sum_counts.begin(), sum_counts.end());
+  int64_t sum_bits = 0;
+  for (const Composite& c : all.sums) sum_bits += SumBits(c, width);
+  int64_t index_bits = 0;
+  all.code = BestIndexCode(all.counts, &index_bits);
+  all.bits = sum_bits + index_bits;
+  IndexPlan best = all;
+  for (bool inline_once : {false, true}) {
+    IndexPlan h;
+    h.code = kHuffmanCode;
+    h.counts = literal_counts;
+    int64_t escapes = 0, plan_bits = 0;
+    for (size_t i = 0; i < all.sums.size(); ++i) {
+      plan_bits += SumBits(all.sums[i], width);
+      if (inline_once && sum_counts[i] == 1) {
+        h.inline_sums.emplace(all.sums[i].magnitude, all.sums[i]);
+        ++escapes;
+      } else {
+        h.sums.push_back(all.sums[i]);
+        h.counts.push_back(sum_counts[i]);
+      }
+    }
+    h.counts.push_back(escapes);
+    h.lengths = HuffmanLengths(h.counts);
+    if (h.lengths.empty()) continue;
+    plan_bits += LengthTableBits(h.lengths);
+    for (size_t i = 0; i < h.counts.size(); ++i) plan_bits += h.counts[i] * h.lengths[i];
+    h.bits = plan_bits;
+    if (h.bits < best.bits) best = std::move(h);
   }
+  return best;
 }
 
 }  // namespace
@@ -274,29 +381,46 @@ void EncodeUpdateBlock(const float* delta, int64_t length, float minus_lr, std::
   MagnitudeTable table;
   for (const auto& [n, magnitude] : order) table.Add(magnitude);
   const int b = static_cast<int>(table.literals().size());
+  std::vector<int64_t> literal_counts, sum_counts;
+  for (uint32_t m : table.literals()) literal_counts.push_back(frequency[m]);
+  for (const Composite& c : table.composites()) sum_counts.push_back(frequency[c.magnitude]);
+  const IndexPlan plan = PlanIndices(table, literal_counts, sum_counts);
+  const uint64_t escape = plan.counts.size() - 1;  // Huffman only
   std::unordered_map<uint32_t, uint64_t> index;
   for (int i = 0; i < b; ++i) index[table.literals()[i]] = i;
-  for (size_t i = 0; i < table.composites().size(); ++i) index[table.composites()[i].magnitude] = b + i;
-  std::vector<int64_t> counts(index.size());
-  for (const auto& [magnitude, i] : index) counts[i] = frequency[magnitude];
+  for (size_t i = 0; i < plan.sums.size(); ++i) index[plan.sums[i].magnitude] = b + i;
   std::vector<uint64_t> gaps;
   for (int64_t i = 0, previous = -1; i < u; previous = positions[i++]) {
     gaps.push_back(static_cast<uint64_t>(positions[i] - previous - 1));
   }
   PutVarint(out, b);
-  PutVarint(out, table.composites().size());
+  PutVarint(out, plan.sums.size());
   BitWriter bits(out);
-  const int r = BestRice(gaps), code = BestIndexCode(counts);
+  const int r = BestRice(gaps), width = WidthFor(b);
   bits.Put(r, 4);
-  bits.Put(code, 2);
-  PutTable(bits, table);
+  bits.Put(plan.code, 2);
+  PutLiterals(bits, table.literals());
+  for (const Composite& c : plan.sums) PutSum(bits, c, width);
+  if (plan.code == kHuffmanCode) PutLengthTable(bits, plan.lengths);
   for (uint64_t g : gaps) {
     bits.Unary(g >> r);
     bits.Put(g, r);
   }
-  const int index_width = WidthFor(static_cast<int64_t>(counts.size()));
+  const std::vector<uint32_t> codes =
+      plan.code == kHuffmanCode ? CanonicalCodes(plan.lengths) : std::vector<uint32_t>();
+  const int index_width = WidthFor(static_cast<int64_t>(plan.counts.size()));
   for (uint32_t s : steps) {
-    PutIndex(bits, index[s & kMagnitudeMask], code, index_width);
+    const uint32_t magnitude = s & kMagnitudeMask;
+    if (plan.code == 0) {
+      bits.Put(index[magnitude], index_width);
+    } else if (plan.code < kHuffmanCode) {
+      PutExpGolomb(bits, index[magnitude], plan.code - 1);
+    } else {
+      const auto in_line = plan.inline_sums.find(magnitude);
+      const uint64_t symbol = in_line != plan.inline_sums.end() ? escape : index[magnitude];
+      for (int k = plan.lengths[symbol] - 1; k >= 0; --k) bits.PutBit((codes[symbol] >> k) & 1);
+      if (in_line != plan.inline_sums.end()) PutSum(bits, in_line->second, width);
+    }
     bits.PutBit(s >> 31);
   }
   bits.Flush();
@@ -312,6 +436,29 @@ bool ReadExpGolomb(UpdateReader& in, int k, uint64_t* n) {
 }
 
 int64_t UnZigZag(uint64_t z) { return (z & 1) ? -static_cast<int64_t>((z + 1) / 2) : static_cast<int64_t>(z / 2); }
+
+// One sum (a table entry or inline): t, 2 + t literal indices (< b), 1 + t minus bits; its magnitude into *v.
+std::string ReadSum(uint64_t b, UpdateReader& in, const std::vector<float>& literals, float* v) {
+  const int width = WidthFor(static_cast<int64_t>(b));
+  uint32_t three = 0;
+  Composite composite;
+  if (!in.Bit(&three)) return "payload ends inside a sum";
+  composite.terms = three ? 3 : 2;
+  for (int t = 0; t < composite.terms; ++t) {
+    uint64_t k = 0;
+    if (!in.Bits(width, &k)) return "payload ends inside a sum";
+    if (k >= b) return absl::StrCat("sum term ", k, " out of ", b, " literals");
+    composite.index[t] = static_cast<int>(k);
+  }
+  for (int t = 1; t < composite.terms; ++t) {
+    uint32_t minus = 0;
+    if (!in.Bit(&minus)) return "payload ends inside a sum";
+    composite.minus[t] = minus;
+  }
+  *v = FromBits(Combine(literals, composite));
+  if (!std::isfinite(*v)) return "non-finite sum";
+  return "";
+}
 
 // The magnitudes of a block: b literals then the composites; an error text or "".
 std::string DecodeMagnitudes(uint64_t b, uint64_t c, UpdateReader& in, std::vector<float>* table) {
@@ -334,29 +481,66 @@ std::string DecodeMagnitudes(uint64_t b, uint64_t c, UpdateReader& in, std::vect
     if (!in.Bits(static_cast<int>(l), &high)) return "payload ends inside a literal";
     table->push_back(FromBits(static_cast<uint32_t>((e << 23) | (high << (23 - l)))));
   }
-  const int width = WidthFor(static_cast<int64_t>(b));
   for (uint64_t i = 0; i < c; ++i) {
-    uint32_t three = 0;
-    Composite composite;
-    if (!in.Bit(&three)) return "payload ends inside a sum";
-    composite.terms = three ? 3 : 2;
-    for (int t = 0; t < composite.terms; ++t) {
-      uint64_t k = 0;
-      if (!in.Bits(width, &k)) return "payload ends inside a sum";
-      if (k >= b) return absl::StrCat("sum term ", k, " out of ", b, " literals");
-      composite.index[t] = static_cast<int>(k);
-    }
-    for (int t = 1; t < composite.terms; ++t) {
-      uint32_t minus = 0;
-      if (!in.Bit(&minus)) return "payload ends inside a sum";
-      composite.minus[t] = minus;
-    }
-    const float v = FromBits(Combine(*table, composite));
-    if (!std::isfinite(v)) return "non-finite sum";
+    float v = 0;
+    if (std::string bad = ReadSum(b, in, *table, &v); !bad.empty()) return bad;
     table->push_back(v);
   }
   return "";
 }
+
+// A canonical Huffman code read from its length table (k = 3): m lengths in 0..15, at least two positive, filling
+// the code space exactly.
+class HuffmanReader {
+ public:
+  std::string ReadLengths(uint64_t m, UpdateReader& in) {
+    int64_t length = 0, used = 0, present = 0;
+    std::vector<int> lengths;
+    for (uint64_t i = 0; i < m; ++i) {
+      if (i == 0) {
+        uint64_t first = 0;
+        if (!in.Bits(4, &first)) return "payload ends inside the code lengths";
+        length = static_cast<int64_t>(first);
+      } else {
+        uint64_t z = 0;
+        if (!ReadExpGolomb(in, 0, &z)) return "code length change too long or cut";
+        length += UnZigZag(z);
+      }
+      if (length < 0 || length > kMaxCodeLength) return absl::StrCat("code length ", length, " out of [0, 15]");
+      lengths.push_back(static_cast<int>(length));
+      if (length > 0) used += int64_t{1} << (kMaxCodeLength - length), ++present;
+    }
+    if (present < 2 || used != (int64_t{1} << kMaxCodeLength)) return "code lengths do not make a complete code";
+    for (int l = 1; l <= kMaxCodeLength; ++l) {
+      for (uint64_t i = 0; i < m; ++i) {
+        if (lengths[i] == l) ++count_[l], sorted_.push_back(static_cast<uint32_t>(i));
+      }
+    }
+    return "";
+  }
+
+  // The next symbol: the code's bits, first bit most significant.
+  bool Read(UpdateReader& in, uint64_t* symbol) const {
+    int64_t code = 0, first = 0, index = 0;
+    for (int l = 1; l <= kMaxCodeLength; ++l) {
+      uint32_t bit = 0;
+      if (!in.Bit(&bit)) return false;
+      code |= bit;
+      if (code < first + count_[l]) {
+        *symbol = sorted_[index + code - first];
+        return true;
+      }
+      index += count_[l];
+      first = (first + count_[l]) << 1;
+      code <<= 1;
+    }
+    return false;
+  }
+
+ private:
+  int64_t count_[kMaxCodeLength + 1] = {0};
+  std::vector<uint32_t> sorted_;  // symbols by (length, symbol)
+};
 
 }  // namespace
 
@@ -372,6 +556,13 @@ std::string DecodeUpdateBlock(int64_t length, int64_t base, UpdateReader& in, st
   if (!in.Bits(4, &r) || !in.Bits(2, &code)) return "payload ends inside the block's parameters";
   std::vector<float> table;
   if (std::string bad = DecodeMagnitudes(b, c, in, &table); !bad.empty()) return bad;
+  // Huffman (k = 3): m + 1 symbols, the last an inline sum.
+  const bool huffman = code == kHuffmanCode;
+  const uint64_t m = b + c + (huffman ? 1 : 0);
+  HuffmanReader huffman_code;
+  if (huffman) {
+    if (std::string bad = huffman_code.ReadLengths(m, in); !bad.empty()) return bad;
+  }
   int64_t pos = -1;
   for (uint64_t i = 0; i < u; ++i) {
     uint64_t q = 0, low = 0;
@@ -381,19 +572,26 @@ std::string DecodeUpdateBlock(int64_t length, int64_t base, UpdateReader& in, st
     if (pos >= length) return absl::StrCat("position ", pos, " out of the block of ", length);
     index->push_back(base + pos);
   }
-  const uint64_t m = b + c;
   const int width = WidthFor(static_cast<int64_t>(m)), k = static_cast<int>(code) - 1;
   for (uint64_t i = 0; i < u; ++i) {
     uint64_t n = 0;
     if (code == 0) {
       if (!in.Bits(width, &n)) return "payload ends inside the indices";
+    } else if (huffman) {
+      if (!huffman_code.Read(in, &n)) return "payload ends inside the indices";
     } else if (!ReadExpGolomb(in, k, &n)) {
       return "index code too long or cut";
     }
     if (n >= m) return absl::StrCat("index ", n, " out of ", m, " magnitudes");
+    float magnitude = 0;
+    if (huffman && n == m - 1) {
+      if (std::string bad = ReadSum(b, in, table, &magnitude); !bad.empty()) return bad;
+    } else {
+      magnitude = table[n];
+    }
     uint32_t negative = 0;
     if (!in.Bit(&negative)) return "payload ends inside the indices";
-    values->push_back(negative ? -table[n] : table[n]);
+    values->push_back(negative ? -magnitude : magnitude);
   }
   in.AlignToByte();
   return "";

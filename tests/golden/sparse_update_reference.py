@@ -5,11 +5,13 @@ numpy only, so that it shares no code with the C++ coder (proto/update_block.h) 
 A chunk of `count` elements is cut into blocks of B from its first element (the last may be shorter); each block,
 byte-aligned: varint u (changed positions; nothing more when 0), varint b (literal magnitudes), varint c (sums);
 then one little-endian bit stream (bit 0 of a byte first, values low bit first) padded to a byte: r (4 bits, the
-Rice parameter), k (2 bits: 0 fixed-width indices, 1..3 exp-Golomb of order k - 1), b literals (the first's
-exponent in 8 bits and length L in 5, later ones' changes of both zigzag exp-Golomb(0); the L high mantissa bits),
-c sums (1 bit: 3 terms, else 2; the terms' literal indices in
-ceil(log2 b) bits; a sign bit for every term after the first: 1 subtracts; |((M0 +- M1) +- M2)| in float32), u
-Rice-coded position gaps, then per position its magnitude index and its sign bit.
+Rice parameter), k (2 bits: 0 fixed-width indices, 1 and 2 exp-Golomb of order k - 1, 3 canonical Huffman over
+b + c + 1 symbols, the last an inline sum), b literals (the first's exponent in 8 bits and length L in 5, later
+ones' changes of both zigzag exp-Golomb(0); the L high mantissa bits), c sums (1 bit: 3 terms, else 2; the terms'
+literal indices in ceil(log2 b) bits; a sign bit for every term after the first: 1 subtracts; |((M0 +- M1) +- M2)|
+in float32), for k = 3 the code lengths (the first in 4 bits, later ones' changes zigzag exp-Golomb(0)), u
+Rice-coded position gaps, then per position its magnitude index (k = 3: its code, first bit most significant; the
+last symbol is followed by a sum in the table's form) and its sign bit.
 
     sparse_update_reference.py --out DIR     writes cases: steps, mask and this reference's payloads (which the C++
                                              decoder must read back bit for bit: tests/unit/sparse_update_test.cc)
@@ -17,6 +19,7 @@ Rice-coded position gaps, then per position its magnitude index and its sign bit
                                              with DIR/<case>.steps.f32 / .mask.u8; exit 1 on any difference
 """
 import argparse
+import heapq
 import itertools
 import math
 import os
@@ -96,6 +99,36 @@ def read_exp_golomb(rd, k):
     return rd.get(q + k) + (1 << (q + k)) - (1 << k)
 
 
+def huffman_lengths(counts):
+    """Code lengths of a Huffman code for counts (0 for a count of 0), built with heapq."""
+    heap = [(n, i, [i]) for i, n in enumerate(counts) if n > 0]
+    heapq.heapify(heap)
+    lengths = [0] * len(counts)
+    serial = len(counts)
+    while len(heap) > 1:
+        n1, _, s1 = heapq.heappop(heap)
+        n2, _, s2 = heapq.heappop(heap)
+        for i in s1 + s2:
+            lengths[i] += 1
+        heapq.heappush(heap, (n1 + n2, serial, s1 + s2))
+        serial += 1
+    assert sum(1 for n in counts if n > 0) >= 2 and max(lengths) <= 15
+    return lengths
+
+
+def canonical(lengths):
+    """{symbol: (length, code)}: shorter codes first, ties in symbol order, each the previous code + 1 (shifted)."""
+    order = sorted((n, i) for i, n in enumerate(lengths) if n > 0)
+    codes, code, prev = {}, 0, order[0][0]
+    for k, (n, i) in enumerate(order):
+        if k > 0:
+            code = (code + 1) << (n - prev)
+        else:
+            code = 0
+        codes[i], prev = (n, code), n
+    return codes
+
+
 def encode_block(positions, steps, code):
     """positions: ascending ints; steps: uint32 bit patterns. This reference's choices: magnitudes in order of first
     appearance; one is a sum when some pair or triple of the first 8 literals gives it exactly."""
@@ -122,6 +155,11 @@ def encode_block(positions, steps, code):
             sums.append((m, found))
         else:
             literals.append(m)
+    inline = {}
+    if code == 3:  # sums used by one position go inline
+        uses = {m: sum(1 for s in steps if s & 0x7FFFFFFF == m) for m, _ in sums}
+        inline = {m: f for m, f in sums if uses[m] == 1}
+        sums = [(m, f) for m, f in sums if uses[m] > 1]
     table = literals + [m for m, _ in sums]
     out += varint(len(literals)) + varint(len(sums))
     gaps = [positions[0]] + [positions[i] - positions[i - 1] - 1 for i in range(1, u)]
@@ -142,19 +180,35 @@ def encode_block(positions, steps, code):
         bits.put(mantissa >> (23 - length), length)
         before = (m >> 23, length)
     w = width_for(len(literals))
-    for _, (terms, minus) in sums:
+
+    def put_sum(terms, minus):
         bits.put(1 if len(terms) == 3 else 0, 1)
         for t in terms:
             bits.put(t, w)
         for s in minus:
             bits.put(s, 1)
+
+    for _, f in sums:
+        put_sum(*f)
+    symbols = [table.index(s & 0x7FFFFFFF) if s & 0x7FFFFFFF not in inline else len(table) for s in steps]
+    if code == 3:
+        lengths = huffman_lengths([symbols.count(i) for i in range(len(table) + 1)])
+        bits.put(lengths[0], 4)
+        for a, b in zip(lengths, lengths[1:]):
+            exp_golomb(bits, zigzag(b - a), 0)
+        codes = canonical(lengths)
     for g in gaps:
         bits.unary(g >> r)
         bits.put(g, r)
-    for s in steps:
-        i = table.index(s & 0x7FFFFFFF)
+    for s, i in zip(steps, symbols):
         if code == 0:
             bits.put(i, width_for(len(table)))
+        elif code == 3:
+            n, c = codes[i]
+            for k in reversed(range(n)):
+                bits.put((c >> k) & 1, 1)
+            if i == len(table):
+                put_sum(*inline[s & 0x7FFFFFFF])
         else:
             exp_golomb(bits, i, code - 1)
         bits.put(s >> 31, 1)
@@ -214,14 +268,25 @@ def decode_block(rd, length):
         table.append((e << 23) | (rd.get(n) << (23 - n)))
     lit = [as_float(x) for x in table[:b]]
     w = width_for(b)
-    for _ in range(c):
+
+    def read_sum():
         n = 3 if rd.get(1) else 2
         terms = [rd.get(w) for _ in range(n)]
         minus = [rd.get(1) for _ in range(n - 1)]
         assert max(terms) < b
         m = combine(lit, terms, minus)
         assert np.isfinite(as_float(m))
-        table.append(m)
+        return m
+
+    for _ in range(c):
+        table.append(read_sum())
+    if code == 3:
+        lengths = [rd.get(4)]
+        for _ in range(b + c):
+            lengths.append(lengths[-1] + unzigzag(read_exp_golomb(rd, 0)))
+        assert all(0 <= n <= 15 for n in lengths)
+        assert sum(2 ** (15 - n) for n in lengths if n > 0) == 2 ** 15
+        decode = {v: i for i, v in canonical(lengths).items()}
     positions, pos = [], -1
     for _ in range(u):
         q = rd.unary()
@@ -232,10 +297,20 @@ def decode_block(rd, length):
     for _ in range(u):
         if code == 0:
             i = rd.get(width_for(len(table)))
+        elif code == 3:
+            n, v = 0, 0
+            while (n, v) not in decode:
+                v, n = (v << 1) | rd.get(1), n + 1
+                assert n <= 15
+            i = decode[(n, v)]
         else:
             i = read_exp_golomb(rd, code - 1)
-        assert i < len(table)
-        steps.append(table[i] | (rd.get(1) << 31))
+        if code == 3 and i == len(table):
+            m = read_sum()
+        else:
+            assert i < len(table)
+            m = table[i]
+        steps.append(m | (rd.get(1) << 31))
     rd.fill = 0
     return positions, steps
 
@@ -285,9 +360,11 @@ def cases():
     out = {}
     out["one_worker"] = (4096, 3 * 4096 + 1000, 0) + workers_case(rng, 3 * 4096 + 1000, 4096, 1, 1.0)
     out["four_workers"] = (4096, 2 * 4096, 1) + workers_case(rng, 2 * 4096, 4096, 4, 0.25)
+    out["four_workers_huffman"] = (4096, 2 * 4096, 3) + workers_case(rng, 2 * 4096, 4096, 4, 0.25)
     out["three_workers"] = (512, 3000, 2) + workers_case(rng, 3000, 512, 3, 1.0 / 3)
     dense = rng.standard_normal(300).astype(F32)
-    out["dense_distinct"] = (64, 300, 3, np.ones(300, np.uint8), dense)
+    out["dense_distinct"] = (64, 300, 2, np.ones(300, np.uint8), dense)
+    out["dense_distinct_huffman"] = (64, 300, 3, np.ones(300, np.uint8), dense)
     ext = np.array([np.finfo(F32).max, -np.finfo(F32).max, 1e-45, -1e-45, 1.1754942e-38, -0.0, 1.0, -1.0,
                     0.5, 1.5, 3e38, -2.0, 6.0, 0.25, -0.0, 7.0], F32)
     out["extremes"] = (16, 16, 0, np.ones(16, np.uint8), ext)

@@ -1,8 +1,9 @@
 // CODEC_UPDATE (proto/update_block.h) against tests/golden/sparse_update_reference.py, a numpy coder written from
 // proto/PROTOCOL.md (the ctest fixture runs it into the build directory): our decoder must read the reference's
-// payloads (its own choice of literals, sums and index codes, all four index codes, a short last block, blocks of 2,
-// empty blocks, subnormals, -0, the largest floats) to the same positions and steps bit for bit; and the reference
-// must read our encoder's payloads of the same steps back to them (run with DILOCO_PYTHON at test time).
+// payloads (its own choice of literals, sums and index codes, all four index codes and Huffman's inline sums, a short
+// last block, blocks of 2, empty blocks, subnormals, -0, the largest floats) to the same positions and steps bit for
+// bit; and the reference must read our encoder's payloads of the same steps back to them (run with DILOCO_PYTHON at
+// test time).
 #include <gtest/gtest.h>
 
 #include <cstdlib>

@@ -186,6 +186,11 @@ TEST(SparseUpdateTest, RefusesEveryMalformedPayload) {
       {std::string("\x03\x03\x00", 3) + Zeros(3) + "\x0c", "index 3 out of 3 magnitudes"},
       // k = 1 (exp-Golomb of order 0): an index of 17+ leading ones.
       {std::string("\x01\x01\x00\x10\x00\xf0\xff\xff", 8), "index code too long"},
+      // k = 3 (Huffman), a zero literal, then code lengths 1 and 2 (1000, then +1: zigzag 2, 1 0 1): half the code
+      // space is unused.
+      {std::string("\x02\x01\x00\x30\x00\x88\x02", 7), "code lengths do not make a complete code"},
+      // Lengths 15 (1111) and then +1: 16.
+      {std::string("\x02\x01\x00\x30\x00\xf8\x02", 7), "code length 16 out of [0, 15]"},
       {Good(), "block length 1", 1},
       {Good(), "does not start a block", 8, 4},
   };
@@ -199,6 +204,33 @@ TEST(SparseUpdateTest, RefusesEveryMalformedPayload) {
     ASSERT_FALSE(d.ok()) << c.message;
     EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(std::string(d.status().message()).find(c.message), std::string::npos) << d.status();
+  }
+}
+
+// Four workers' steps in one block: the cheapest index code is the Huffman one (k = 3: bits 4-5 of the first byte
+// after the varints u, b, c), with sums used once sent inline; the block reads back bit for bit.
+TEST(SparseUpdateTest, AFourWorkerBlockTakesTheHuffmanCode) {
+  const NamedTensors theta = {{"w", at::zeros({4096})}};
+  const at::Tensor delta = SparseDelta(theta, 4, 11)[0];
+  TensorChunk chunk = Chunk("", 4096);
+  chunk.set_shape(0, 4096);
+  chunk.set_count(4096);
+  const int64_t changed = EncodeUpdate(delta.data_ptr<float>(), 4096, -1.0f, 4096, &chunk);
+  EXPECT_GT(changed, 200);
+  const std::string& data = chunk.data();
+  size_t at = 0;
+  for (int varint = 0; varint < 3; ++varint) {
+    while (static_cast<uint8_t>(data[at++]) & 0x80) {
+    }
+  }
+  EXPECT_EQ((static_cast<uint8_t>(data[at]) >> 4) & 3, 3);
+  auto decoded = DecodeUpdate(chunk);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  ASSERT_EQ(decoded->index.numel(), changed);
+  const float* d = delta.data_ptr<float>();
+  for (int64_t i = 0; i < changed; ++i) {
+    const float want = -1.0f * d[decoded->index[i].item<int64_t>()], got = decoded->values[i].item<float>();
+    ASSERT_EQ(std::memcmp(&want, &got, 4), 0) << "position " << decoded->index[i].item<int64_t>();
   }
 }
 
