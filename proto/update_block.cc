@@ -508,12 +508,17 @@ class HuffmanReader {
       }
       if (length < 0 || length > kMaxCodeLength) return absl::StrCat("code length ", length, " out of [0, 15]");
       lengths.push_back(static_cast<int>(length));
-      if (length > 0) used += int64_t{1} << (kMaxCodeLength - length), ++present;
+      if (length > 0) {
+        used += int64_t{1} << (kMaxCodeLength - length);
+        ++present;
+      }
     }
     if (present < 2 || used != (int64_t{1} << kMaxCodeLength)) return "code lengths do not make a complete code";
     for (int l = 1; l <= kMaxCodeLength; ++l) {
       for (uint64_t i = 0; i < m; ++i) {
-        if (lengths[i] == l) ++count_[l], sorted_.push_back(static_cast<uint32_t>(i));
+        if (lengths[i] != l) continue;
+        ++count_[l];
+        sorted_.push_back(static_cast<uint32_t>(i));
       }
     }
     return "";
