@@ -265,53 +265,47 @@ void PutLengthTable(BitWriter& bits, const std::vector<int>& lengths) {
   for (size_t i = 1; i < lengths.size(); ++i) PutExpGolomb(bits, ZigZag(lengths[i] - lengths[i - 1]), 0);
 }
 
-// How a block's magnitudes are named: the sums in the table, the index code, and (Huffman only) the sums sent inline
-// after the escape symbol m - 1 instead. counts: positions per symbol (literals, table sums[, the escape]).
+// How a block names its magnitudes: the index code and, per entry of its MagnitudeTable (the literals, then the sums),
+// the symbol its positions send. Under Huffman the last symbol is the escape: a sum with that symbol is sent inline
+// after it instead of in the table.
 struct IndexPlan {
-  std::vector<Composite> sums;
-  std::unordered_map<uint32_t, Composite> inline_sums;  // magnitude -> its sum
-  std::vector<int64_t> counts;
   int code = 0;
-  std::vector<int> lengths;  // code 3
-  int64_t bits = 0;          // table sums + length table + indices + inline sums
+  std::vector<uint64_t> symbol;  // per table entry
+  std::vector<int64_t> counts;   // positions per symbol
+  std::vector<int> lengths;      // Huffman only
+  int64_t bits = 0;              // the sums + the length table + the indices
+  bool Inline(size_t entry) const { return code == kHuffmanCode && symbol[entry] == counts.size() - 1; }
 };
 
-// The cheapest plan: every sum in the table with a fixed-width, exp-Golomb or Huffman index, or (Huffman) the sums
-// used once inline. literal_counts / sum_counts: positions per literal / per sum of `table`.
-IndexPlan PlanIndices(const MagnitudeTable& table, const std::vector<int64_t>& literal_counts,
-                      const std::vector<int64_t>& sum_counts) {
-  const int width = WidthFor(static_cast<int64_t>(table.literals().size()));
-  IndexPlan all;  // every sum in the table
-  all.sums = table.composites();
-  all.counts = literal_counts;
-  all.counts.insert(all.counts.end(), sum_counts.begin(), sum_counts.end());
-  int64_t sum_bits = 0;
-  for (const Composite& c : all.sums) sum_bits += SumBits(c, width);
+// The cheapest plan for a table whose entries are used entry_counts times: every sum in the table with a fixed-width,
+// exp-Golomb or Huffman index, or Huffman with the sums used once inline.
+IndexPlan PlanIndices(const MagnitudeTable& table, const std::vector<int64_t>& entry_counts) {
+  const size_t b = table.literals().size(), n = entry_counts.size();
+  int64_t sum_bits = 0;  // the same in every plan: each sum is written once, in the table or inline
+  for (const Composite& c : table.composites()) sum_bits += SumBits(c, WidthFor(static_cast<int64_t>(b)));
+  IndexPlan best;
+  best.counts = entry_counts;
+  for (size_t i = 0; i < n; ++i) best.symbol.push_back(i);
   int64_t index_bits = 0;
-  all.code = BestIndexCode(all.counts, &index_bits);
-  all.bits = sum_bits + index_bits;
-  IndexPlan best = all;
+  best.code = BestIndexCode(best.counts, &index_bits);
+  best.bits = sum_bits + index_bits;
   for (bool inline_once : {false, true}) {
+    const auto once = [&](size_t i) { return inline_once && i >= b && entry_counts[i] == 1; };
+    int64_t escapes = 0;
+    for (size_t i = 0; i < n; ++i) escapes += once(i);
     IndexPlan h;
     h.code = kHuffmanCode;
-    h.counts = literal_counts;
-    int64_t escapes = 0, plan_bits = 0;
-    for (size_t i = 0; i < all.sums.size(); ++i) {
-      plan_bits += SumBits(all.sums[i], width);
-      if (inline_once && sum_counts[i] == 1) {
-        h.inline_sums.emplace(all.sums[i].magnitude, all.sums[i]);
-        ++escapes;
-      } else {
-        h.sums.push_back(all.sums[i]);
-        h.counts.push_back(sum_counts[i]);
-      }
+    const uint64_t escape = n - escapes;
+    h.counts.assign(escape + 1, 0);
+    h.counts[escape] = escapes;
+    for (size_t i = 0, next = 0; i < n; ++i) {
+      h.symbol.push_back(once(i) ? escape : next);
+      if (!once(i)) h.counts[next++] = entry_counts[i];
     }
-    h.counts.push_back(escapes);
     h.lengths = HuffmanLengths(h.counts);
     if (h.lengths.empty()) continue;
-    plan_bits += LengthTableBits(h.lengths);
-    for (size_t i = 0; i < h.counts.size(); ++i) plan_bits += h.counts[i] * h.lengths[i];
-    h.bits = plan_bits;
+    h.bits = sum_bits + LengthTableBits(h.lengths);
+    for (size_t i = 0; i < h.counts.size(); ++i) h.bits += h.counts[i] * h.lengths[i];
     if (h.bits < best.bits) best = std::move(h);
   }
   return best;
@@ -381,26 +375,34 @@ void EncodeUpdateBlock(const float* delta, int64_t length, float minus_lr, std::
   MagnitudeTable table;
   for (const auto& [n, magnitude] : order) table.Add(magnitude);
   const int b = static_cast<int>(table.literals().size());
-  std::vector<int64_t> literal_counts, sum_counts;
-  for (uint32_t m : table.literals()) literal_counts.push_back(frequency[m]);
-  for (const Composite& c : table.composites()) sum_counts.push_back(frequency[c.magnitude]);
-  const IndexPlan plan = PlanIndices(table, literal_counts, sum_counts);
-  const uint64_t escape = plan.counts.size() - 1;  // Huffman only
-  std::unordered_map<uint32_t, uint64_t> index;
-  for (int i = 0; i < b; ++i) index[table.literals()[i]] = i;
-  for (size_t i = 0; i < plan.sums.size(); ++i) index[plan.sums[i].magnitude] = b + i;
+  const std::vector<Composite>& sums = table.composites();
+  std::vector<int64_t> entry_counts;
+  std::unordered_map<uint32_t, size_t> entry;  // magnitude -> table entry
+  for (uint32_t m : table.literals()) {
+    entry[m] = entry_counts.size();
+    entry_counts.push_back(frequency[m]);
+  }
+  for (const Composite& c : sums) {
+    entry[c.magnitude] = entry_counts.size();
+    entry_counts.push_back(frequency[c.magnitude]);
+  }
+  const IndexPlan plan = PlanIndices(table, entry_counts);
   std::vector<uint64_t> gaps;
   for (int64_t i = 0, previous = -1; i < u; previous = positions[i++]) {
     gaps.push_back(static_cast<uint64_t>(positions[i] - previous - 1));
   }
+  uint64_t table_sums = 0;
+  for (size_t j = 0; j < sums.size(); ++j) table_sums += !plan.Inline(b + j);
   PutVarint(out, b);
-  PutVarint(out, plan.sums.size());
+  PutVarint(out, table_sums);
   BitWriter bits(out);
   const int r = BestRice(gaps), width = WidthFor(b);
   bits.Put(r, 4);
   bits.Put(plan.code, 2);
   PutLiterals(bits, table.literals());
-  for (const Composite& c : plan.sums) PutSum(bits, c, width);
+  for (size_t j = 0; j < sums.size(); ++j) {
+    if (!plan.Inline(b + j)) PutSum(bits, sums[j], width);
+  }
   if (plan.code == kHuffmanCode) PutLengthTable(bits, plan.lengths);
   for (uint64_t g : gaps) {
     bits.Unary(g >> r);
@@ -410,16 +412,15 @@ void EncodeUpdateBlock(const float* delta, int64_t length, float minus_lr, std::
       plan.code == kHuffmanCode ? CanonicalCodes(plan.lengths) : std::vector<uint32_t>();
   const int index_width = WidthFor(static_cast<int64_t>(plan.counts.size()));
   for (uint32_t s : steps) {
-    const uint32_t magnitude = s & kMagnitudeMask;
+    const size_t e = entry[s & kMagnitudeMask];
+    const uint64_t symbol = plan.symbol[e];
     if (plan.code == 0) {
-      bits.Put(index[magnitude], index_width);
+      bits.Put(symbol, index_width);
     } else if (plan.code < kHuffmanCode) {
-      PutExpGolomb(bits, index[magnitude], plan.code - 1);
+      PutExpGolomb(bits, symbol, plan.code - 1);
     } else {
-      const auto in_line = plan.inline_sums.find(magnitude);
-      const uint64_t symbol = in_line != plan.inline_sums.end() ? escape : index[magnitude];
       for (int k = plan.lengths[symbol] - 1; k >= 0; --k) bits.PutBit((codes[symbol] >> k) & 1);
-      if (in_line != plan.inline_sums.end()) PutSum(bits, in_line->second, width);
+      if (plan.Inline(e)) PutSum(bits, sums[e - b], width);
     }
     bits.PutBit(s >> 31);
   }
@@ -489,12 +490,11 @@ std::string DecodeMagnitudes(uint64_t b, uint64_t c, UpdateReader& in, std::vect
   return "";
 }
 
-// A canonical Huffman code read from its length table (k = 3): m lengths in 0..15, at least two positive, filling
-// the code space exactly.
+// A canonical Huffman code read from its length table (k = 3): m lengths in 0..15 that fill the code space exactly.
 class HuffmanReader {
  public:
   std::string ReadLengths(uint64_t m, UpdateReader& in) {
-    int64_t length = 0, used = 0, present = 0;
+    int64_t length = 0, used = 0;
     std::vector<int> lengths;
     for (uint64_t i = 0; i < m; ++i) {
       if (i == 0) {
@@ -508,12 +508,10 @@ class HuffmanReader {
       }
       if (length < 0 || length > kMaxCodeLength) return absl::StrCat("code length ", length, " out of [0, 15]");
       lengths.push_back(static_cast<int>(length));
-      if (length > 0) {
-        used += int64_t{1} << (kMaxCodeLength - length);
-        ++present;
-      }
+      if (length > 0) used += int64_t{1} << (kMaxCodeLength - length);
     }
-    if (present < 2 || used != (int64_t{1} << kMaxCodeLength)) return "code lengths do not make a complete code";
+    // A complete code of lengths >= 1 has at least two symbols.
+    if (used != (int64_t{1} << kMaxCodeLength)) return "code lengths do not make a complete code";
     for (int l = 1; l <= kMaxCodeLength; ++l) {
       for (uint64_t i = 0; i < m; ++i) {
         if (lengths[i] != l) continue;
