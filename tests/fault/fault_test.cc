@@ -276,13 +276,20 @@ TEST(Fault, LatePushIsRefusedAndLatePolicyDecidesTheRestart) {
     const std::string address = Loopback();
     const auto args = FaultArgs(dir, address,
                                 {"outer.rounds=3", "workers.count=2", "coordinator.min_workers=1",
-                                 "coordinator.round_timeout_s=0.2", "inner.steps=20", "outer.late_policy=" + policy});
+                                 "coordinator.round_timeout_s=0.2", "coordinator.lease_s=60", "inner.steps=20",
+                                 "outer.late_policy=" + policy});
     auto coordinator = StartCoordinator(args);
     // The slow worker joins first: the fast one's three rounds take well under a second, and a slow worker that
-    // joined after them would only learn that the run is complete.
+    // joined after them would only learn that the run is complete. It is held stopped until the fast one has
+    // joined: a fast worker slow to start (a loaded machine) would otherwise find round 1 closed by the slow one
+    // alone (min_workers 1, the round older than round_timeout_s). lease_s 60 keeps the stopped worker a member.
     auto slow = StartWorker(With(args, {"--set", "inner.steps=400"}), address, "slow");
     ASSERT_TRUE(coordinator->WaitForOutput("joined: worker slow", 60)) << coordinator->output();
+    slow->Signal(SIGSTOP);
     auto fast = StartWorker(args, address, "fast");
+    const bool fast_joined = coordinator->WaitForOutput("joined: worker fast", 60);
+    slow->Signal(SIGCONT);
+    ASSERT_TRUE(fast_joined) << coordinator->output();
     EXPECT_EQ(fast->Wait(120), 0) << fast->output();
     EXPECT_EQ(slow->Wait(120), 0) << slow->output();
     ASSERT_EQ(coordinator->Wait(60), 0) << coordinator->output();
