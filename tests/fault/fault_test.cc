@@ -274,10 +274,10 @@ TEST(Fault, LatePushIsRefusedAndLatePolicyDecidesTheRestart) {
   for (const std::string policy : {"drop", "reuse_local"}) {
     const std::string dir = ScratchDir("late_" + policy);
     const std::string address = Loopback();
-    const auto args = FaultArgs(dir, address,
-                                {"outer.rounds=3", "workers.count=2", "coordinator.min_workers=1",
-                                 "coordinator.round_timeout_s=0.2", "coordinator.lease_s=60", "inner.steps=20",
-                                 "outer.late_policy=" + policy});
+    const auto args =
+        FaultArgs(dir, address,
+                  {"outer.rounds=3", "workers.count=2", "coordinator.min_workers=1", "coordinator.round_timeout_s=0.2",
+                   "coordinator.lease_s=60", "inner.steps=20", "outer.late_policy=" + policy});
     auto coordinator = StartCoordinator(args);
     // The slow worker joins first: the fast one's three rounds take well under a second, and a slow worker that
     // joined after them would only learn that the run is complete. It is held stopped until the fast one has
