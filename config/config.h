@@ -134,6 +134,9 @@ struct OuterConfig {
   double max_token_weight = 2.0;
   // clip: a member whose pushes were clipped this many rounds in a row is logged and shown as suspect; 0 = never
   int64_t flag_rounds = 3;
+  // clip: each push's component along the outer momentum is lowered to at most the round's median component + this
+  // x 1.4826 x their median absolute deviation (a stale or replayed delta leans on the momentum); 0 = off
+  double momentum_bound = 1.5;
   // trimmed_mean: the pushes dropped at each end of every coordinate (lowered to (k - 1) / 2 for k pushes)
   int64_t trim = 1;
   // centered_clip: iterations of v += mean(clip_tau(x_i - v)) from the coordinate-wise median

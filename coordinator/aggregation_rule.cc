@@ -26,6 +26,28 @@ double SquaredNorm(const at::Tensor& values) {
   return sum;
 }
 
+double Dot(const at::Tensor& a, const at::Tensor& b) {
+  if (a.numel() != b.numel()) throw std::invalid_argument("Dot of tensors of different lengths");
+  if (a.scalar_type() != at::kFloat || b.scalar_type() != at::kFloat || !a.is_contiguous() || !b.is_contiguous()) {
+    return (a.to(at::kDouble) * b.to(at::kDouble)).sum().item<double>();
+  }
+  const float* x = a.data_ptr<float>();
+  const float* y = b.data_ptr<float>();
+  const int64_t n = a.numel();
+  // Eight partial sums, added up in a fixed order at the end: the compiler vectorizes the inner loop (one sum would
+  // be a serial chain of float64 adds), and the result stays the same from run to run.
+  constexpr int kLanes = 8;
+  double lanes[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int l = 0; l < kLanes; ++l) lanes[l] += static_cast<double>(x[j + l]) * static_cast<double>(y[j + l]);
+  }
+  double sum = 0;
+  for (double lane : lanes) sum += lane;
+  for (; j < n; ++j) sum += static_cast<double>(x[j]) * static_cast<double>(y[j]);
+  return sum;
+}
+
 namespace {
 
 uint64_t HashBytes(const at::Tensor& t, uint64_t seed) {
@@ -80,6 +102,26 @@ double Median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const size_t k = values.size();
   return k % 2 == 1 ? values[k / 2] : 0.5 * (values[k / 2 - 1] + values[k / 2]);
+}
+
+std::vector<double> MomentumBound(const std::vector<double>& q, double k) {
+  const double median = Median(q);
+  std::vector<double> deviations;
+  deviations.reserve(q.size());
+  for (double v : q) deviations.push_back(std::fabs(v - median));
+  const double half_width = k * 1.4826 * Median(std::move(deviations));
+  std::vector<double> bounded;
+  bounded.reserve(q.size());
+  for (double v : q) bounded.push_back(std::min(v, median + half_width));
+  return bounded;
+}
+
+double MomentumDot(const MomentumAxis* axis, size_t index, int64_t offset, const at::Tensor& values,
+                   const at::Tensor& positions) {
+  if (axis == nullptr || index >= axis->tensors.size()) return 0;
+  const at::Tensor m = axis->tensors[index].reshape(-1);
+  if (positions.defined()) return Dot(m.narrow(0, offset, m.numel() - offset).index_select(0, positions), values);
+  return Dot(m.narrow(0, offset, values.numel()), values.reshape(-1));
 }
 
 std::vector<double> ClipScales(const std::vector<double>& norms, double clip_factor) {

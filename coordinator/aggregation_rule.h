@@ -8,6 +8,10 @@
 //   Median              numpy.median: an even count gives the mean of the two middle values
 //   ClipScales          Templar's clip: s_i = min(1, clip_factor x median_j n_j / n_i) (n_i = 0: 1)
 //   CappedWeights       w_i = min(t_i, max_token_weight x median_j t_j) (max_token_weight 0: no cap)
+//   MomentumBound       clip's bound along the outer momentum m: each push's projection q_i = s_i d_i . m / |m|
+//                       lowered to at most median(q) + k x 1.4826 x median_i |q_i - median(q)| (1.4826 x MAD
+//                       estimates a standard deviation; one-sided: nothing a push did not send is added); the
+//                       average then loses sum_i w_i (q_i - q'_i) / sum_i w_i along m / |m|
 //   TrimmedMean         per coordinate, the mean after dropping the `trim` smallest and largest values
 //   CenteredClip        BTARD's CenteredClip over rows x_i: v = coordinate-wise median, then `iterations` times
 //                       v += mean_i(clip_tau(x_i - v)), clip_tau(z) = z min(1, tau / |z|); streamed chunk by chunk,
@@ -29,6 +33,8 @@ namespace diloco {
 
 // sum_j values[j]^2 in float64 (any float dtype, any layout); +Inf when the sum itself overflows float64.
 double SquaredNorm(const at::Tensor& values);
+// sum_j a[j] b[j] in float64; a and b: 1-D of one length, any float dtype.
+double Dot(const at::Tensor& a, const at::Tensor& b);
 
 // XXH64 of one chunk's bytes (`values`, made contiguous) with its place (tensor `index`, element `offset`) as seed;
 // `more` (e.g. a topk chunk's positions) is hashed first when defined. ChainHash folds it into a push's running
@@ -75,6 +81,18 @@ class ClipGate {
 };
 
 double Median(std::vector<double> values);  // requires values non-empty
+// The projections q bounded as above (k >= 0); requires q non-empty.
+std::vector<double> MomentumBound(const std::vector<double>& q, double k);
+// The outer momentum a round's pushes are projected on: the store's tensors (handles, read in place; written only by
+// an outer step, while no push of the round can fold) and their L2 norm (> 0).
+struct MomentumAxis {
+  std::vector<at::Tensor> tensors;
+  double norm = 0;
+};
+// One chunk's dot with the momentum: values (1-D) at elements [offset, offset + n) of tensor `index`, or, with
+// `positions` defined (a topk chunk), at offset + positions. 0 with no axis. Reads only: thread-safe.
+double MomentumDot(const MomentumAxis* axis, size_t index, int64_t offset, const at::Tensor& values,
+                   const at::Tensor& positions = at::Tensor());
 std::vector<double> ClipScales(const std::vector<double>& norms, double clip_factor);
 std::vector<double> CappedWeights(const std::vector<double>& tokens, double max_token_weight);
 // rows: [k, n], row i = push i's values of one chunk (any float dtype); returns [n] float64. trim is lowered to

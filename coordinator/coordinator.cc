@@ -134,8 +134,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const C
                                                          std::make_shared<EvalHistory>(std::move(boot->evals)),
                                                          std::move(clock)));
   c->AddSinks(std::move(evaluator));
+  std::shared_ptr<const MomentumAxis> axis = c->ReadMomentumAxis();  // a resumed run's (outer.momentum_bound)
   {
     absl::MutexLock lock(&c->mu_);
+    c->axis_ = std::move(axis);
     c->stats_.tokens_committed = boot->tokens_committed;
     c->stats_.bytes_pushed_committed = boot->bytes_pushed_committed;
     c->complete_ = snapshot->complete;

@@ -37,6 +37,7 @@
 // (pull_payload.h). Asynchronous rounds keep theta_{t-1} as an immutable snapshot beside theta_t (pulls of older
 // versions are useful there and theta moves with every push), so they hold one copy more; Delayed Nesterov keeps its
 // own buffers (delayed_nesterov.h). Buffers are allocated and faulted in at Create (no cold first round).
+// outer.momentum_bound (coordinator_momentum.cc) reads the momentum in place while pushes fold (no copy).
 // Sparse pulls (sparse_pull.h; topk pushes, outer momentum 0) keep the last round's update as encoded pull messages,
 // at most 1/8 of a copy (a larger update is dropped); without momentum there is no momentum copy, so such a run holds
 // about 2 copies plus the update.
@@ -278,8 +279,22 @@ class CoordinatorCore {
   // Cuts the window's slowest pushes as stalled (a member of the set that never streamed included), quarantines
   // them and restarts the aggregation.
   void CutWindowLaggards() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A counted push's norm and clip factor on its member; the suspect flag (outer.flag_rounds), logged once.
+  // A counted push's norm and clip factor on its member.
   void RecordPushNorm(Member& m, const PushTicket& ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // BeginClose: each contributor's member counts a clipped round (its push clipped, or in `bounded`) or starts over;
+  // the suspect flag (outer.flag_rounds), logged once.
+  void NoteClippedPushes(const RoundState::Pushes& contributors, const std::set<std::string>& bounded)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // outer.momentum_bound (coordinator_momentum.cc): whether it acts in this run (clip, sync rounds, comm.fragments
+  // 1, one weight per push).
+  bool MomentumBoundApplies() const;
+  // The outer momentum after the last step, read in place (handles, no copy), and its norm; null when the bound does
+  // not apply or there is no momentum yet. Takes the store's steady read: never with mu_ held (the round thread
+  // after a step, Create before the first round).
+  std::shared_ptr<const MomentumAxis> ReadMomentumAxis() const ABSL_LOCKS_EXCLUDED(mu_);
+  // BeginClose, after the average is taken: bounds each contributor's projection on the momentum (MomentumBound),
+  // takes the excess out of closing.delta along it, sets each contributor's momentum cosine; the ids bounded.
+  std::set<std::string> ApplyMomentumBound(ClosingRound& closing) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Fixed at creation.
   const Config config_;
@@ -310,6 +325,10 @@ class CoordinatorCore {
   HeldHeartbeats held_ ABSL_GUARDED_BY(mu_);  // answered by the round thread (Run, Poll, FinishClose) and Stop
   // The duplicate check: the payload hashes of the last committed round's pushes.
   std::set<uint64_t> previous_hashes_ ABSL_GUARDED_BY(mu_);
+  // outer.momentum_bound: the momentum the open round's pushes are projected on (set after each committed step; the
+  // tensors are the store's, written only by a step, while no push of the round folds); each clip ticket holds it too,
+  // so that a chunk's dot is taken outside mu_.
+  std::shared_ptr<const MomentumAxis> axis_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace diloco

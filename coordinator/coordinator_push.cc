@@ -125,12 +125,14 @@ absl::Status CoordinatorCore::FoldChunk(PushTicket& ticket, size_t index, int64_
   }
   const double squared_norm = SquaredNorm(values);  // outside the lock: the push's norm (aggregation_rule.h)
   const uint64_t chunk_hash = ChunkHash(index, offset, values);  // and its part of the payload hash
+  const double momentum_dot = MomentumDot(ticket.momentum.get(), index, offset, values);  // outer.momentum_bound
   absl::MutexLock lock(&mu_);
   if (absl::Status s = AdmitFold(ticket); !s.ok()) return s;
   if (CoordinateWiseRounds()) {  // trimmed_mean, centered_clip: through the window (coordinator_window.cc)
     if (absl::Status s = FoldToWindow(ticket, index, offset, values); !s.ok()) return s;
   } else {
     accumulator_.Fold(index, offset, values, ticket.weight * ticket.fold_scale);
+    ticket.momentum_dot += momentum_dot;
   }
   NoteFold(ticket, squared_norm, chunk_hash, wire_bytes);
   return absl::OkStatus();
@@ -306,6 +308,7 @@ absl::Status CoordinatorCore::AdmitToClip(const PushHeader& header, PushTicket& 
                  theta_->round() + 1, clip_gate_.declared(), clip_gate_.median_norm(), clip_gate_.median_tokens());
   }
   ticket.claimed_norm = norm;
+  ticket.momentum = axis_;  // outer.momentum_bound: null when it does not apply
   ticket.fold_scale = clip_gate_.Scale(norm);
   ticket.weight = clip_gate_.Weight(ticket.weight);
   return absl::OkStatus();
@@ -360,16 +363,26 @@ absl::Status CoordinatorCore::CheckDuplicate(const PushTicket& ticket) {
 void CoordinatorCore::RecordPushNorm(Member& m, const PushTicket& ticket) {
   m.last_push_norm = std::sqrt(ticket.squared_norm);
   m.last_clip_scale = ticket.fold_scale;
-  m.clipped_in_a_row = ticket.fold_scale < 1 ? m.clipped_in_a_row + 1 : 0;
+}
+
+void CoordinatorCore::NoteClippedPushes(const RoundState::Pushes& contributors, const std::set<std::string>& bounded) {
   const int64_t flag = config_.outer.flag_rounds;
-  const bool suspect = flag > 0 && m.clipped_in_a_row >= flag;
-  if (suspect && !m.suspect) {
-    spdlog::warn(
-        "suspect: worker {} had its push clipped in {} rounds in a row (norm {:.4g}, scaled by {:.3g}); "
-        "diloco-ctl leave removes it",
-        m.id, m.clipped_in_a_row, m.last_push_norm, m.last_clip_scale);
+  for (const auto& [id, ticket] : contributors) {
+    Member* m = membership_.Find(id);
+    if (m == nullptr) continue;
+    const bool was_bounded = bounded.count(id) != 0;
+    m->clipped_in_a_row = ticket.fold_scale < 1 || was_bounded ? m->clipped_in_a_row + 1 : 0;
+    const bool suspect = flag > 0 && m->clipped_in_a_row >= flag;
+    if (suspect && !m->suspect) {
+      spdlog::warn(
+          "suspect: worker {} had its push clipped{} in {} rounds in a row (norm {:.4g}, scaled by {:.3g}{}); "
+          "diloco-ctl leave removes it",
+          id, MomentumBoundApplies() ? " or bounded along the outer momentum" : "", m->clipped_in_a_row,
+          m->last_push_norm, m->last_clip_scale,
+          was_bounded ? absl::StrCat(", cosine ", m->momentum_cosine, " with the momentum") : "");
+    }
+    m->suspect = suspect;
   }
-  m.suspect = suspect;
 }
 
 }  // namespace diloco

@@ -155,11 +155,12 @@ RoundDecision CoordinatorCore::DecideClose(double now) {
 CoordinatorCore::ClosingRound CoordinatorCore::BeginClose() {
   ClosingRound c;
   c.tokens = accumulator_.total_weight();
-  c.delta = accumulator_.TakeAverage();    // no push folds while the round steps (phase stepping)
-  c.contributors = round_.TakeForClose();  // phase stepping; their heartbeats still say "pushed"
-  parts_.NewRound();                       // parts not yet in the sums are for a closed round now
-  clip_gate_.Reset();                      // outer.aggregation clip: the next round (or the redo) declares anew
-  window_.Reset();                         // trimmed_mean, centered_clip: likewise
+  c.delta = accumulator_.TakeAverage();                      // no push folds while the round steps (phase stepping)
+  c.contributors = round_.TakeForClose();                    // phase stepping; their heartbeats still say "pushed"
+  NoteClippedPushes(c.contributors, ApplyMomentumBound(c));  // outer.momentum_bound; suspects (outer.flag_rounds)
+  parts_.NewRound();                                         // parts not yet in the sums are for a closed round now
+  clip_gate_.Reset();  // outer.aggregation clip: the next round (or the redo) declares anew
+  window_.Reset();     // trimmed_mean, centered_clip: likewise
   return c;
 }
 
@@ -190,6 +191,7 @@ void CoordinatorCore::FinishClose(ClosingRound& closing, const std::string& reas
   sinks_.OnStepped(closed);  // the replay log, while the delta is intact
   closed.delta = nullptr;
   std::shared_ptr<const SparseUpdate> update = BuildRoundUpdate(*closed.theta, closing.delta);
+  std::shared_ptr<const MomentumAxis> axis = ReadMomentumAxis();  // outer.momentum_bound: the next round's
   std::vector<at::Tensor> sums = std::move(closing.delta);
   for (at::Tensor& d : sums) d.zero_();  // the next round's accumulator
   std::vector<HeldHeartbeats::Held> due;
@@ -197,6 +199,7 @@ void CoordinatorCore::FinishClose(ClosingRound& closing, const std::string& reas
     absl::MutexLock lock(&mu_);
     PublishRound(closing, std::move(sums), t1, closed);
     sparse_update_ = std::move(update);
+    axis_ = std::move(axis);
     due = TakeDueHeartbeats(/*all=*/false);  // the workers waiting on this round: pull now
   }
   AnswerHeld(std::move(due));

@@ -29,10 +29,12 @@ absl::Status CoordinatorCore::FoldSparseChunk(PushTicket& ticket, size_t index, 
   }
   const double squared_norm = SquaredNorm(sparse.values);  // the values not sent are 0: the push's norm is theirs
   const uint64_t chunk_hash = ChunkHash(index, offset, sparse.values, sparse.index);
+  const double momentum_dot = MomentumDot(ticket.momentum.get(), index, offset, sparse.values, sparse.index);
   absl::MutexLock lock(&mu_);
   if (absl::Status s = AdmitFold(ticket); !s.ok()) return s;
   // comm.topk_average senders counts the push's own weight at its positions (a clip scale shrinks only its values).
   accumulator_.FoldSparse(index, offset, sparse.index, sparse.values, ticket.weight * ticket.fold_scale, ticket.weight);
+  ticket.momentum_dot += momentum_dot;  // outer.momentum_bound
   NoteFold(ticket, squared_norm, chunk_hash, wire_bytes);
   return absl::OkStatus();
 }

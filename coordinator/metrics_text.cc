@@ -149,6 +149,16 @@ void WorkerMetrics(const StatusReply& s, Exposition& e) {
   for (const WorkerStatus& w : s.workers()) {
     e.Sample("diloco_worker_clip_scale", {{"worker", w.id()}}, Real(w.last_clip_scale()));
   }
+  e.Family("diloco_worker_momentum_cosine", "gauge",
+           "outer.momentum_bound: the cosine of the worker's last counted push with the outer momentum.");
+  for (const WorkerStatus& w : s.workers()) {
+    e.Sample("diloco_worker_momentum_cosine", {{"worker", w.id()}}, Real(w.momentum_cosine()));
+  }
+  e.Family("diloco_worker_momentum_bounded", "gauge",
+           "1 when the worker's last counted push was bounded along the outer momentum (outer.momentum_bound).");
+  for (const WorkerStatus& w : s.workers()) {
+    e.Sample("diloco_worker_momentum_bounded", {{"worker", w.id()}}, w.momentum_bounded() ? "1" : "0");
+  }
   e.Family("diloco_worker_suspect", "gauge",
            "1 once the worker's pushes were clipped outer.flag_rounds rounds in a row.");
   for (const WorkerStatus& w : s.workers()) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <utility>
@@ -15,6 +16,8 @@
 #include "proto/round_phase.h"
 
 namespace diloco {
+
+struct MomentumAxis;  // aggregation_rule.h
 
 // One push in flight: created by CoordinatorCore::BeginPush, passed to FoldChunk and CommitPush/AbortPush.
 struct PushTicket {
@@ -30,10 +33,12 @@ struct PushTicket {
   double seconds = 0;
   double data_epochs = 0;  // the worker's passes over its shard so far
   int64_t bytes = 0;
-  double squared_norm = 0;    // sum of the squares of its folded values (float64), aggregation_rule.h
-  double claimed_norm = -1;   // outer.aggregation clip: the header's claimed_norm (checked at the end); -1: mean
-  double fold_scale = 1;      // outer.aggregation clip: chunks fold with weight x fold_scale (ClipGate::Scale)
-  uint64_t payload_hash = 0;  // ChainHash of its folded chunks in stream order (aggregation_rule.h)
+  double squared_norm = 0;   // sum of the squares of its folded values (float64), aggregation_rule.h
+  double claimed_norm = -1;  // outer.aggregation clip: the header's claimed_norm (checked at the end); -1: mean
+  double fold_scale = 1;     // outer.aggregation clip: chunks fold with weight x fold_scale (ClipGate::Scale)
+  double momentum_dot = 0;   // outer.momentum_bound: its folded values . the outer momentum (float64 sums)
+  std::shared_ptr<const MomentumAxis> momentum;  // ... that momentum, as the push was admitted (null: no bound)
+  uint64_t payload_hash = 0;                     // ChainHash of its folded chunks in stream order (aggregation_rule.h)
   bool folded_any = false;
   bool finished = false;
   // A push in parts (push_parts.h): this stream is part `part` of `parts` (> 1), of the assembly `generation`; its

@@ -61,6 +61,8 @@ void AddWorkers(const StatusSources& in, double now, StatusReply& s) {
     w->set_pushes_in_parts(m.pushes_in_parts);
     w->set_suspect(m.suspect);
     w->set_duplicate_pushes(m.duplicate_pushes);
+    w->set_momentum_cosine(m.momentum_cosine);
+    w->set_momentum_bounded(m.momentum_bounded);
   }
 }
 

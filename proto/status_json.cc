@@ -28,7 +28,9 @@ nlohmann::json WorkerJson(const WorkerStatus& w) {
           {"clipped_in_a_row", w.clipped_in_a_row()},
           {"pushes_in_parts", w.pushes_in_parts()},
           {"suspect", w.suspect()},
-          {"duplicate_pushes", w.duplicate_pushes()}};
+          {"duplicate_pushes", w.duplicate_pushes()},
+          {"momentum_cosine", w.momentum_cosine()},
+          {"momentum_bounded", w.momentum_bounded()}};
 }
 
 nlohmann::json ModelJson(const ModelSpec& m) {

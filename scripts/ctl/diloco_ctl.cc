@@ -82,6 +82,10 @@ void PrintHuman(const diloco::StatusReply& s) {
              w.suspect() ? "suspect" : "clipped", w.id().c_str(), w.last_push_norm(), w.last_clip_scale(),
              static_cast<long long>(w.clipped_in_a_row()));
     }
+    if (w.momentum_bounded()) {  // outer.momentum_bound
+      printf("bounded: %s last push bounded along the outer momentum (cosine %.3g with it)\n", w.id().c_str(),
+             w.momentum_cosine());
+    }
   }
   if (s.evals_size() > 0) {
     printf("val_loss:");

@@ -11,6 +11,13 @@ token counts, and what each rule makes of them:
 numpy.median of an even count is the mean of the two middle values. Cases cover an odd and an even count, ties at
 the median, one push, an outlier (x1000) and an inflated token count.
 
+Also the bound along the outer momentum (outer.momentum_bound, on top of clip): q_i = s_i d_i . m / |m| (the
+projection of each clipped push onto the unit momentum m / |m|) lowered to at most median(q) + bound x 1.4826 x
+median_i |q_i - median(q)|, and the clipped mean minus sum_i w_i (q_i - q'_i) / sum_i w_i x m / |m|. Cases: a push
+leaning on m, an even count with a capped token count, projections tied at the median (a zero deviation), one push,
+bound 0 (every projection above the median lowered to it), a push against the momentum (left alone) and honest
+pushes.
+
 Also writes tests/unit/coordinate_window_golden.inc: the streamed coordinate-wise rules of
 coordinator/coordinate_window.h, each push cut into chunks of `chunk` values (the last one shorter) and the rule applied
 to chunk s of every push: trimmed_mean with outer.trim `trim`; centered_clip with outer.cclip_iterations `iterations`
@@ -60,6 +67,51 @@ CASES = [
     case("kOnePush", [[0.25, -0.5, 1.5]], [300]),
     case("kInflatedTokens", [[0.1, 0.2, 0.3], [0.2, 0.1, 0.0], [0.3, -0.1, 0.2]], [1000, 1000, 1000000]),
 ]
+
+
+def bound_case(name, rows, tokens, momentum, bound=3.0):
+    """outer.momentum_bound on top of clip: q_i = s_i d_i . m / |m|, lowered to at most median(q) + bound x 1.4826 x
+    median|q - median(q)| (one-sided); the clipped mean loses sum_i w_i (q_i - q'_i) / sum_i w_i along m / |m|."""
+    c = case(name, rows, tokens)
+    m = np.array(momentum, dtype=np.float32).astype(np.float64)
+    unit = m / np.linalg.norm(m)
+    q = c["scales"] * (c["d"] @ unit)
+    med = np.median(q)
+    half = bound * 1.4826 * np.median(np.abs(q - med))
+    bounded = np.minimum(q, med + half)
+    out = c["clip"] - (c["weights"] * (q - bounded)).sum() / c["weights"].sum() * unit
+    return dict(name=name, bound=bound, d=c["d"], tokens=c["tokens"], m=m, q=q, bounded=bounded, out=out)
+
+
+def bound_cases():
+    rng = np.random.default_rng(46)
+    m = rng.normal(0.0, 1.0, size=6)
+    honest = rng.normal(0.0, 0.1, size=(5, 6))
+    leaning = honest.copy()
+    leaning[4] = 0.3 * m / np.linalg.norm(m) + 0.02 * honest[4]  # a stale delta: honest norm, along m
+    flat = np.zeros((5, 3))
+    flat[:, 1:] = rng.normal(0.0, 1.0, size=(5, 2))
+    flat[3, 0], flat[4, 0] = 0.5, -2.0  # three projections tie at 0 (MAD 0): 0.5 is lowered to it, -2 stays
+    return [
+        bound_case("kBoundLeaning", leaning, [1000] * 5, m),
+        bound_case("kBoundEvenCountCappedTokens", leaning[1:], [1000, 1000, 900, 50000], m),
+        bound_case("kBoundTiesAtTheMedian", flat, [100] * 5, [1.0, 0.0, 0.0]),
+        bound_case("kBoundOnePush", leaning[4:], [300], m),
+        bound_case("kBoundZero", honest, [1000] * 5, m, bound=0.0),
+        bound_case("kBoundAgainstTheMomentum", -leaning, [1000] * 5, m),
+        bound_case("kBoundHonest", honest, [1000, 1100, 900, 1000, 1000], m),
+    ]
+
+
+def write_bound_cases(lines):
+    lines += ["struct BoundCase {", "  const char* name;", "  double bound;", "  int k, n;",
+              "  std::vector<double> d, tokens, m, q, bounded, out;", "};",
+              "inline const std::vector<BoundCase>& BoundCases() {", "  static const std::vector<BoundCase> cases = {"]
+    for c in bound_cases():
+        k, n = c["d"].shape
+        fields = ", ".join(floats(c[key]) for key in ("d", "tokens", "m", "q", "bounded", "out"))
+        lines.append('      {"%s", %r, %d, %d, %s},' % (c["name"], c["bound"], k, n, fields))
+    lines += ["  };", "  return cases;", "}", ""]
 
 
 def stream_case(name, rule, d, chunk, trim=1, iterations=3, tau=0.0):
@@ -140,6 +192,7 @@ def main():
                                                       "cclip"))
         lines.append('      {"%s", %d, %d, %s},' % (c["name"], k, n, fields))
     lines += ["  };", "  return cases;", "}", ""]
+    write_bound_cases(lines)
     with open(out, "w") as f:
         f.write("\n".join(lines))
     write_stream_cases(os.path.join(os.path.dirname(out), "coordinate_window_golden.inc"))

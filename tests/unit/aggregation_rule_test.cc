@@ -44,6 +44,40 @@ TEST(AggregationRuleTest, MedianIsNumpys) {
   EXPECT_THROW(Median({}), std::invalid_argument);
 }
 
+// outer.momentum_bound: the projections of the clipped pushes onto the unit momentum (Dot, float64), MomentumBound
+// over them, and the clipped mean minus the excess along the momentum, as the coordinator takes it out of the
+// round's average (coordinator_momentum.cc), against numpy.
+TEST(AggregationRuleTest, TheBoundAlongTheOuterMomentumMatchesNumpy) {
+  for (const robust_golden::BoundCase& c : robust_golden::BoundCases()) {
+    const at::Tensor rows = at::tensor(c.d, at::kDouble).reshape({c.k, c.n}).to(at::kFloat);
+    const at::Tensor m = at::tensor(c.m, at::kDouble).to(at::kFloat);
+    const double m_norm = std::sqrt(SquaredNorm(m));
+    std::vector<double> norms, q;
+    for (int i = 0; i < c.k; ++i) norms.push_back(std::sqrt(SquaredNorm(rows[i])));
+    const std::vector<double> scales = ClipScales(norms, robust_golden::kClipFactor);
+    const std::vector<double> weights = CappedWeights(c.tokens, robust_golden::kMaxTokenWeight);
+    for (int i = 0; i < c.k; ++i) q.push_back(scales[i] * Dot(rows[i], m) / m_norm);
+    ExpectNear(q, c.q, 1e-12, c.name);
+    const std::vector<double> bounded = MomentumBound(q, c.bound);
+    ExpectNear(bounded, c.bounded, 1e-12, c.name);
+    RoundAccumulator acc({TensorSpec{"x", {c.n}}});
+    double excess = 0;
+    for (int i = 0; i < c.k; ++i) {
+      acc.Fold(0, 0, rows[i], weights[i] * scales[i]);
+      acc.AddContribution(weights[i]);
+      excess += weights[i] * (q[i] - bounded[i]);
+    }
+    at::Tensor average = acc.Average()[0];
+    average.sub_(m, excess / acc.total_weight() / m_norm);
+    ExpectNear(Values(average), c.out, 1e-6, c.name);  // float32 sums
+  }
+  EXPECT_EQ(MomentumBound({0.1, 0.1, 0.1, 0.5, -2.0}, 3), std::vector<double>({0.1, 0.1, 0.1, 0.1, -2.0}))
+      << "a zero deviation; one-sided";
+  EXPECT_THROW(MomentumBound({}, 3), std::invalid_argument);
+  EXPECT_EQ(Dot(at::tensor({1.0f, 2.0f, 3.0f}), at::tensor({4.0, 5.0, 6.0}, at::kDouble)), 32.0);
+  EXPECT_THROW(Dot(at::ones({2}), at::ones({3})), std::invalid_argument);
+}
+
 TEST(AggregationRuleTest, WeightsScalesAndTheClippedMeanMatchNumpy) {
   for (const RobustCase& c : Cases()) {
     const at::Tensor rows = Rows(c);

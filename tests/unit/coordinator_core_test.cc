@@ -17,6 +17,7 @@
 #include <functional>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -1035,6 +1036,105 @@ TEST_F(ClipAggregationTest, AClaimedNormThatDoesNotMatchRefusesThePushAndRestart
   Tensors want;
   for (const at::Tensor& d : dB) want.push_back(d * scale);
   ExpectAllClose(Theta(), Step(theta0, want));
+}
+
+// outer.momentum_bound (coordinator_momentum.cc): in round 2, E pushes a delta that leans on the outer momentum
+// (round 1's average, as a stale or replayed delta does). Each push's projection onto the unit momentum, after its
+// norm clip, is lowered to at most the median projection + 3 x 1.4826 x their median absolute deviation; the average
+// loses the excess along the momentum. The expected theta is computed here from that definition with plain tensor
+// ops; without the bound (outer.momentum_bound 0) theta is the plain clip step, which the bound must differ from.
+TEST_F(ClipAggregationTest, APushThatLeansOnTheOuterMomentumIsBoundedAlongIt) {
+  const std::vector<std::string> ids = {"A", "B", "C", "D", "E"};
+  // All headers are declared before the fold opens: each push is tried, the early ones told to retry, then pushed.
+  auto push_round = [&](const std::map<std::string, Tensors>& deltas, int64_t round) {
+    std::vector<std::string> again;
+    for (const auto& [id, d] : deltas) {
+      const absl::Status s = PushClaimed(id, 1000, d, -1, round);
+      if (s.code() == absl::StatusCode::kUnavailable)
+        again.push_back(id);
+      else
+        ASSERT_TRUE(s.ok()) << id << ": " << s;
+    }
+    for (const std::string& id : again) ASSERT_TRUE(PushClaimed(id, 1000, deltas.at(id), -1, round).ok()) << id;
+    core_->Poll();
+    ASSERT_EQ(core_->Status().round(), round + 1);
+  };
+  // The clip rule's average (equal tokens): sum_i s_i d_i / k, s_i = min(1, median norm / norm_i).
+  auto clip_average = [](const std::map<std::string, Tensors>& deltas, std::vector<double>* scales) {
+    std::vector<double> norms;
+    for (const auto& [id, d] : deltas) norms.push_back(NormOf(d));
+    std::vector<double> sorted = norms;
+    std::sort(sorted.begin(), sorted.end());
+    const double median = sorted[sorted.size() / 2];
+    Tensors sum;
+    size_t i = 0;
+    for (const auto& [id, d] : deltas) {
+      const double s = std::min(1.0, median / norms[i++]);
+      if (scales != nullptr) scales->push_back(s);
+      for (size_t t = 0; t < d.size(); ++t) {
+        if (sum.size() <= t) sum.push_back(at::zeros_like(d[t]));
+        sum[t].add_(d[t], s / static_cast<double>(deltas.size()));
+      }
+    }
+    return sum;
+  };
+  at::manual_seed(32);
+  for (const double bound : {3.0, 0.0}) {
+    SCOPED_TRACE(bound);
+    config_.outer.momentum_bound = bound;
+    config_.workers.count = 5;
+    Start();
+    for (const std::string& id : ids) Join(id);
+    const Tensors theta0 = Theta();
+    std::map<std::string, Tensors> round1, round2;
+    for (const std::string& id : ids) round1[id] = RandomDelta();
+    push_round(round1, 0);
+    const Tensors m = clip_average(round1, nullptr);  // the momentum after the first step: buf = delta
+    const Tensors theta1 = Step(theta0, m);
+    ExpectAllClose(Theta(), theta1);
+    for (const std::string& id : ids) round2[id] = RandomDelta();
+    for (size_t t = 0; t < m.size(); ++t) round2["E"][t] = m[t] * 4 + round2["E"][t] * 0.25;  // leans on m
+    std::vector<double> scales;
+    Tensors average = clip_average(round2, &scales);
+    const double m_norm = NormOf(m);
+    std::vector<double> q;  // projections onto m / |m| after the clip
+    size_t i = 0;
+    for (const auto& [id, d] : round2) {
+      double dot = 0;
+      for (size_t t = 0; t < d.size(); ++t) dot += (d[t].to(at::kDouble) * m[t].to(at::kDouble)).sum().item<double>();
+      q.push_back(scales[i++] * dot / m_norm);
+    }
+    std::vector<double> sorted = q;
+    std::sort(sorted.begin(), sorted.end());
+    const double median = sorted[2];
+    std::vector<double> deviations;
+    for (double v : q) deviations.push_back(std::fabs(v - median));
+    std::sort(deviations.begin(), deviations.end());
+    const double half = 3.0 * 1.4826 * deviations[2];
+    double excess = 0;
+    std::map<std::string, bool> clamped;  // by id, as round2 iterates
+    i = 0;
+    for (const auto& [id, d] : round2) {
+      const double v = q[i++];
+      excess += v - std::min(v, median + half);
+      clamped[id] = v > median + half;
+    }
+    ASSERT_TRUE(clamped["E"]) << "E's projection is an outlier";
+    Tensors bounded;
+    for (size_t t = 0; t < m.size(); ++t) bounded.push_back(average[t] - m[t] * (excess / 5.0 / m_norm));
+    push_round(round2, 1);
+    const Tensors plain = Step(theta1, average, m);
+    const Tensors with_bound = Step(theta1, bounded, m);
+    ExpectAllClose(Theta(), bound > 0 ? with_bound : plain);
+    EXPECT_GT((plain[0] - with_bound[0]).abs().max().item<float>(), 1e-3) << "the bound moves theta";
+    const StatusReply status = core_->Status();
+    for (const std::string& id : ids) EXPECT_EQ(Worker(status, id).momentum_bounded(), bound > 0 && clamped[id]) << id;
+    if (bound > 0) {
+      EXPECT_GT(Worker(status, "E").momentum_cosine(), 0.5);
+      EXPECT_LT(std::fabs(Worker(status, "A").momentum_cosine()), 0.5);
+    }
+    core_.reset();
+  }
 }
 
 // The duplicate check (CoordinatorCore::CheckDuplicate) under a robust rule: C's push byte-identical to A's counted

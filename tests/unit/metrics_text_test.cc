@@ -54,6 +54,8 @@ StatusReply TwoWorkers() {
   b->set_clipped_in_a_row(3);
   b->set_suspect(true);
   b->set_duplicate_pushes(2);
+  b->set_momentum_cosine(0.375);  // its last push leaned on the outer momentum (outer.momentum_bound)
+  b->set_momentum_bounded(true);
   b->set_state("lost");
   b->set_heartbeat_age_s(12);
   for (auto [round, loss] : {std::pair<int, double>{0, 4.5}, {1, 4.0}, {2, 3.75}}) {
@@ -147,6 +149,14 @@ diloco_worker_push_norm{worker="w1"} 2000
 # TYPE diloco_worker_clip_scale gauge
 diloco_worker_clip_scale{worker="w0"} 1
 diloco_worker_clip_scale{worker="w1"} 0.25
+# HELP diloco_worker_momentum_cosine outer.momentum_bound: the cosine of the worker's last counted push with the outer momentum.
+# TYPE diloco_worker_momentum_cosine gauge
+diloco_worker_momentum_cosine{worker="w0"} 0
+diloco_worker_momentum_cosine{worker="w1"} 0.375
+# HELP diloco_worker_momentum_bounded 1 when the worker's last counted push was bounded along the outer momentum (outer.momentum_bound).
+# TYPE diloco_worker_momentum_bounded gauge
+diloco_worker_momentum_bounded{worker="w0"} 0
+diloco_worker_momentum_bounded{worker="w1"} 1
 # HELP diloco_worker_suspect 1 once the worker's pushes were clipped outer.flag_rounds rounds in a row.
 # TYPE diloco_worker_suspect gauge
 diloco_worker_suspect{worker="w0"} 0

@@ -1,0 +1,86 @@
+// CoordinatorCore, outer.aggregation clip's bound along the outer momentum (outer.momentum_bound; coordinator.h,
+// aggregation_rule.h MomentumBound, docs/operations.md "Robust aggregation and the non-finite guard").
+//
+// A pseudo-gradient computed from an older theta (the previous round's delta pushed again, or a worker training from
+// a stale base) has an honest norm, so the norm clip passes it; what gives it away is that it leans on the outer
+// momentum: fresh deltas, computed after the last outer step, are nearly orthogonal to it (on config/tiny.yaml with 8
+// workers, cosines of 0.00-0.04 late in a run against 0.10-0.18 for a one-round-old delta; docs/benchmarks.md). So
+// while a push folds, the dot of its values with the momentum is added up (the momentum is read in place: no copy;
+// outside the lock, as the chunk's norm: a step writes the momentum only while the round closes, and a chunk that
+// arrives then is refused by AdmitFold, its dot dropped); at the close each counted push's projection onto the unit
+// momentum is lowered to at most the round's median projection + k robust standard deviations, and the excess leaves
+// the round's average along the momentum. One-sided: a push that points against the momentum (a sign flip) is the norm
+// clip's to bound; raising its projection would add to the step what no worker sent: one pass over the model, under the
+// lock, while no push folds. Sync rounds only, with an outer momentum (nothing to lean on in round 1 or with
+// outer.momentum 0), comm.fragments 1 and one weight per push (not comm.topk_average senders).
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+#include "coordinator/aggregation_rule.h"
+#include "coordinator/coordinator.h"
+
+namespace diloco {
+
+bool CoordinatorCore::MomentumBoundApplies() const {
+  return config_.outer.aggregation == Aggregation::kClip && config_.outer.momentum_bound > 0 &&
+         config_.outer.mode == OuterMode::kSync && fragments() <= 1 &&
+         config_.comm.topk_average != TopkAverage::kSenders;
+}
+
+std::shared_ptr<const MomentumAxis> CoordinatorCore::ReadMomentumAxis() const {
+  if (!MomentumBoundApplies()) return nullptr;
+  auto axis = std::make_shared<MomentumAxis>();
+  (void)theta_->ReadSteady([&axis](const SteadyTheta& steady) {
+    axis->tensors = steady.momentum;
+    double squared = 0;
+    for (const at::Tensor& m : axis->tensors) squared += SquaredNorm(m);
+    axis->norm = std::sqrt(squared);
+    return absl::OkStatus();
+  });
+  if (!(axis->norm > 0) || !std::isfinite(axis->norm)) return nullptr;
+  return axis;
+}
+
+std::set<std::string> CoordinatorCore::ApplyMomentumBound(ClosingRound& closing) {
+  std::set<std::string> bounded_ids;
+  if (axis_ == nullptr || closing.contributors.empty() || !(closing.tokens > 0)) return bounded_ids;
+  const MomentumAxis& axis = *axis_;
+  std::vector<double> q;  // each push's projection onto the unit momentum, as folded (after its clip scale)
+  for (const auto& [id, t] : closing.contributors) q.push_back(t.fold_scale * t.momentum_dot / axis.norm);
+  const std::vector<double> bounded = MomentumBound(q, config_.outer.momentum_bound);
+  double excess = 0;  // sum_i w_i (q_i - q'_i)
+  std::string moved;
+  std::vector<double> cosines;
+  size_t i = 0;
+  for (const auto& [id, t] : closing.contributors) {
+    const double norm = std::sqrt(t.squared_norm);
+    const double cosine = norm > 0 ? t.momentum_dot / (axis.norm * norm) : 0;
+    cosines.push_back(cosine);
+    if (Member* m = membership_.Find(id)) {
+      m->momentum_cosine = cosine;
+      m->momentum_bounded = bounded[i] != q[i];
+    }
+    if (bounded[i] != q[i]) {
+      excess += t.weight * (q[i] - bounded[i]);
+      absl::StrAppendFormat(&moved, "%s%s %.4g -> %.4g (cosine %.3f)", moved.empty() ? "" : ", ", id, q[i], bounded[i],
+                            cosine);
+      bounded_ids.insert(id);
+    }
+    ++i;
+  }
+  if (excess == 0) return bounded_ids;
+  // The average is sum_i w_i s_i d_i / W: its component along m / |m| loses sum_i w_i (q_i - q'_i) / W.
+  const double alpha = excess / closing.tokens / axis.norm;
+  for (size_t k = 0; k < closing.delta.size() && k < axis.tensors.size(); ++k) {
+    closing.delta[k].sub_(axis.tensors[k], alpha);
+  }
+  spdlog::info(
+      "round {}: pushes bounded along the outer momentum (projection -> bound; outer.momentum_bound {}): {}; the "
+      "round's median cosine with the momentum {:.3f}",
+      theta_->round() + 1, config_.outer.momentum_bound, moved, Median(cosines));
+  return bounded_ids;
+}
+
+}  // namespace diloco
