@@ -3,16 +3,19 @@
 //
 // A pseudo-gradient computed from an older theta (the previous round's delta pushed again, or a worker training from
 // a stale base) has an honest norm, so the norm clip passes it; what gives it away is that it leans on the outer
-// momentum: fresh deltas, computed after the last outer step, are nearly orthogonal to it (on config/tiny.yaml with 8
-// workers, cosines of 0.00-0.04 late in a run against 0.10-0.18 for a one-round-old delta; docs/benchmarks.md). So
-// while a push folds, the dot of its values with the momentum is added up (the momentum is read in place: no copy;
-// outside the lock, as the chunk's norm: a step writes the momentum only while the round closes, and a chunk that
-// arrives then is refused by AdmitFold, its dot dropped); at the close each counted push's projection onto the unit
-// momentum is lowered to at most the round's median projection + k robust standard deviations, and the excess leaves
-// the round's average along the momentum. One-sided: a push that points against the momentum (a sign flip) is the norm
-// clip's to bound; raising its projection would add to the step what no worker sent: one pass over the model, under the
-// lock, while no push folds. Sync rounds only, with an outer momentum (nothing to lean on in round 1 or with
-// outer.momentum 0), comm.fragments 1 and one weight per push (not comm.topk_average senders).
+// momentum, to which fresh deltas, computed after the last outer step, are nearly orthogonal (config/tiny.yaml, 8
+// workers, 2 of them stale: in round 10 the stale pushes' cosines with the momentum were 0.12-0.13, the round's
+// median 0.002; docs/benchmarks.md "The bound along the outer momentum").
+//   - While a push folds, the dot of each chunk with the momentum is added up: the momentum is read in place (no
+//     copy), outside the lock as the chunk's norm is (a step writes the momentum only while the round closes, and a
+//     chunk that arrives then is refused by AdmitFold, its dot dropped).
+//   - At the close each counted push's projection onto the unit momentum is lowered to at most the round's median
+//     projection + k robust standard deviations, and the excess leaves the round's average along the momentum: one
+//     pass over the model, under the lock, while no push folds.
+//   - One-sided: a push that points against the momentum (a sign flip) is the norm clip's to bound; raising its
+//     projection would add to the step what no worker sent.
+// Sync rounds only, with an outer momentum (nothing to lean on in round 1 or with outer.momentum 0), comm.fragments 1
+// and one weight per push (not comm.topk_average senders).
 #include <spdlog/spdlog.h>
 
 #include <cmath>

@@ -78,6 +78,27 @@ TEST(AggregationRuleTest, TheBoundAlongTheOuterMomentumMatchesNumpy) {
   EXPECT_THROW(Dot(at::ones({2}), at::ones({3})), std::invalid_argument);
 }
 
+// Dot's eight-lane loop (lengths past the lanes, a tail) and MomentumDot's two paths (a dense chunk at an offset, a
+// topk chunk's positions) against LibTorch's float64 sums of the same products.
+TEST(AggregationRuleTest, DotAndMomentumDotMatchFloat64Sums) {
+  at::manual_seed(7);
+  const at::Tensor a = at::randn({1003}), b = at::randn({1003});
+  const double want = (a.to(at::kDouble) * b.to(at::kDouble)).sum().item<double>();
+  EXPECT_NEAR(Dot(a, b), want, 1e-12 * (a.to(at::kDouble).abs() * b.to(at::kDouble).abs()).sum().item<double>());
+  MomentumAxis axis{{at::randn({4, 5}), at::randn({50})}, 1.0};
+  const at::Tensor chunk = at::randn({20});
+  const double dense = (axis.tensors[1].narrow(0, 17, 20).to(at::kDouble) * chunk.to(at::kDouble)).sum().item<double>();
+  EXPECT_NEAR(MomentumDot(&axis, 1, 17, chunk), dense, 1e-12);
+  const at::Tensor positions = at::tensor(std::vector<int64_t>{0, 3, 9}), kept = at::randn({3});
+  double sparse = 0;
+  for (int64_t i = 0; i < 3; ++i) {
+    sparse += static_cast<double>(axis.tensors[0].reshape(-1)[6 + positions[i].item<int64_t>()].item<float>()) *
+              static_cast<double>(kept[i].item<float>());
+  }
+  EXPECT_NEAR(MomentumDot(&axis, 0, 6, kept, positions), sparse, 1e-12);
+  EXPECT_EQ(MomentumDot(nullptr, 0, 0, chunk), 0) << "no axis: no bound";
+}
+
 TEST(AggregationRuleTest, WeightsScalesAndTheClippedMeanMatchNumpy) {
   for (const RobustCase& c : Cases()) {
     const at::Tensor rows = Rows(c);
