@@ -116,6 +116,10 @@ std::vector<double> MomentumBound(const std::vector<double>& q, double k) {
   return bounded;
 }
 
+bool FarBeyond(double value, double limit, double center, double margin) {
+  return value > limit && value - center > margin * (limit - center);
+}
+
 double MomentumDot(const MomentumAxis* axis, size_t index, int64_t offset, const at::Tensor& values,
                    const at::Tensor& positions) {
   if (axis == nullptr || index >= axis->tensors.size()) return 0;

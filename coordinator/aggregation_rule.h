@@ -12,6 +12,9 @@
 //                       lowered to at most median(q) + k x 1.4826 x median_i |q_i - median(q)| (1.4826 x MAD
 //                       estimates a standard deviation; one-sided: nothing a push did not send is added); the
 //                       average then loses sum_i w_i (q_i - q'_i) / sum_i w_i along m / |m|
+//   FarBeyond           outer.flag_margin: a value held to `limit` lay beyond center + margin x (limit - center),
+//                       far past the limit and not just over it (the suspect count: a clip of norm n to n s is far
+//                       when s < 1 / margin; a bounded projection when it lay margin x as far from the median)
 //   TrimmedMean         per coordinate, the mean after dropping the `trim` smallest and largest values
 //   CenteredClip        BTARD's CenteredClip over rows x_i: v = coordinate-wise median, then `iterations` times
 //                       v += mean_i(clip_tau(x_i - v)), clip_tau(z) = z min(1, tau / |z|); streamed chunk by chunk,
@@ -83,6 +86,7 @@ class ClipGate {
 double Median(std::vector<double> values);  // requires values non-empty
 // The projections q bounded as above (k >= 0); requires q non-empty.
 std::vector<double> MomentumBound(const std::vector<double>& q, double k);
+bool FarBeyond(double value, double limit, double center, double margin);
 // The outer momentum a round's pushes are projected on: the store's tensors (handles, read in place; written only by
 // an outer step, while no push of the round can fold) and their L2 norm (> 0).
 struct MomentumAxis {

@@ -281,9 +281,9 @@ class CoordinatorCore {
   void CutWindowLaggards() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A counted push's norm and clip factor on its member.
   void RecordPushNorm(Member& m, const PushTicket& ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // BeginClose: each contributor's member counts a clipped round (its push clipped, or in `bounded`) or starts over;
-  // the suspect flag (outer.flag_rounds), logged once.
-  void NoteClippedPushes(const RoundState::Pushes& contributors, const std::set<std::string>& bounded)
+  // BeginClose: each contributor's member counts a round held back (its push clipped to under 1 / outer.flag_margin
+  // of its norm, or in `far_bounded`) or starts over; the suspect flag (outer.flag_rounds), logged once.
+  void NoteClippedPushes(const RoundState::Pushes& contributors, const std::set<std::string>& far_bounded)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // outer.momentum_bound (coordinator_momentum.cc): whether it acts in this run (clip, sync rounds, comm.fragments
   // 1, one weight per push).
@@ -293,7 +293,8 @@ class CoordinatorCore {
   // after a step, Create before the first round).
   std::shared_ptr<const MomentumAxis> ReadMomentumAxis() const ABSL_LOCKS_EXCLUDED(mu_);
   // BeginClose, after the average is taken: bounds each contributor's projection on the momentum (MomentumBound),
-  // takes the excess out of closing.delta along it, sets each contributor's momentum cosine; the ids bounded.
+  // takes the excess out of closing.delta along it, sets each contributor's momentum cosine; the ids whose projection
+  // lay far beyond the bound (FarBeyond, outer.flag_margin).
   std::set<std::string> ApplyMomentumBound(ClosingRound& closing) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Fixed at creation.

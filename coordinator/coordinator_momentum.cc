@@ -47,12 +47,13 @@ std::shared_ptr<const MomentumAxis> CoordinatorCore::ReadMomentumAxis() const {
 }
 
 std::set<std::string> CoordinatorCore::ApplyMomentumBound(ClosingRound& closing) {
-  std::set<std::string> bounded_ids;
-  if (axis_ == nullptr || closing.contributors.empty() || !(closing.tokens > 0)) return bounded_ids;
+  std::set<std::string> far_ids;
+  if (axis_ == nullptr || closing.contributors.empty() || !(closing.tokens > 0)) return far_ids;
   const MomentumAxis& axis = *axis_;
   std::vector<double> q;  // each push's projection onto the unit momentum, as folded (after its clip scale)
   for (const auto& [id, t] : closing.contributors) q.push_back(t.fold_scale * t.momentum_dot / axis.norm);
   const std::vector<double> bounded = MomentumBound(q, config_.outer.momentum_bound);
+  const double median = Median(q);
   double excess = 0;  // sum_i w_i (q_i - q'_i)
   std::string moved;
   std::vector<double> cosines;
@@ -67,13 +68,14 @@ std::set<std::string> CoordinatorCore::ApplyMomentumBound(ClosingRound& closing)
     }
     if (bounded[i] != q[i]) {
       excess += t.weight * (q[i] - bounded[i]);
-      absl::StrAppendFormat(&moved, "%s%s %.4g -> %.4g (cosine %.3f)", moved.empty() ? "" : ", ", id, q[i], bounded[i],
-                            cosine);
-      bounded_ids.insert(id);
+      const bool far = FarBeyond(q[i], bounded[i], median, config_.outer.flag_margin);
+      absl::StrAppendFormat(&moved, "%s%s %.4g -> %.4g (cosine %.3f%s)", moved.empty() ? "" : ", ", id, q[i],
+                            bounded[i], cosine, far ? ", far beyond" : "");
+      if (far) far_ids.insert(id);
     }
     ++i;
   }
-  if (excess == 0) return bounded_ids;
+  if (excess == 0) return far_ids;
   // The average is sum_i w_i s_i d_i / W: its component along m / |m| loses sum_i w_i (q_i - q'_i) / W.
   const double alpha = excess / closing.tokens / axis.norm;
   for (size_t k = 0; k < closing.delta.size() && k < axis.tensors.size(); ++k) {
@@ -81,9 +83,9 @@ std::set<std::string> CoordinatorCore::ApplyMomentumBound(ClosingRound& closing)
   }
   spdlog::info(
       "round {}: pushes bounded along the outer momentum (projection -> bound; outer.momentum_bound {}): {}; the "
-      "round's median cosine with the momentum {:.3f}",
-      theta_->round() + 1, config_.outer.momentum_bound, moved, Median(cosines));
-  return bounded_ids;
+      "round's median projection {:.4g}, median cosine with the momentum {:.3f}",
+      theta_->round() + 1, config_.outer.momentum_bound, moved, median, Median(cosines));
+  return far_ids;
 }
 
 }  // namespace diloco

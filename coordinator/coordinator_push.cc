@@ -365,21 +365,28 @@ void CoordinatorCore::RecordPushNorm(Member& m, const PushTicket& ticket) {
   m.last_clip_scale = ticket.fold_scale;
 }
 
-void CoordinatorCore::NoteClippedPushes(const RoundState::Pushes& contributors, const std::set<std::string>& bounded) {
+void CoordinatorCore::NoteClippedPushes(const RoundState::Pushes& contributors,
+                                        const std::set<std::string>& far_bounded) {
   const int64_t flag = config_.outer.flag_rounds;
+  const double margin = config_.outer.flag_margin;
   for (const auto& [id, ticket] : contributors) {
     Member* m = membership_.Find(id);
     if (m == nullptr) continue;
-    const bool was_bounded = bounded.count(id) != 0;
-    m->clipped_in_a_row = ticket.fold_scale < 1 || was_bounded ? m->clipped_in_a_row + 1 : 0;
+    // Half of the honest pushes are clipped a little in any round (clip_factor 1 x the median norm): only a push far
+    // beyond the threshold counts.
+    const double norm = std::sqrt(ticket.squared_norm);
+    const bool far_clipped = FarBeyond(norm, norm * ticket.fold_scale, 0, margin);
+    const bool far_along = far_bounded.count(id) != 0;
+    m->clipped_in_a_row = far_clipped || far_along ? m->clipped_in_a_row + 1 : 0;
     const bool suspect = flag > 0 && m->clipped_in_a_row >= flag;
     if (suspect && !m->suspect) {
       spdlog::warn(
-          "suspect: worker {} had its push clipped{} in {} rounds in a row (norm {:.4g}, scaled by {:.3g}{}); "
-          "diloco-ctl leave removes it",
-          id, MomentumBoundApplies() ? " or bounded along the outer momentum" : "", m->clipped_in_a_row,
-          m->last_push_norm, m->last_clip_scale,
-          was_bounded ? absl::StrCat(", cosine ", m->momentum_cosine, " with the momentum") : "");
+          "suspect: worker {}'s push lay over {} x the clip threshold{} in {} rounds in a row (norm {:.4g}, scaled "
+          "by {:.3g}{}); diloco-ctl leave removes it",
+          id, margin,
+          MomentumBoundApplies() ? absl::StrCat(" or ", margin, " x as far along the outer momentum as the bound") : "",
+          m->clipped_in_a_row, m->last_push_norm, m->last_clip_scale,
+          far_along ? absl::StrCat(", cosine ", m->momentum_cosine, " with the momentum") : "");
     }
     m->suspect = suspect;
   }

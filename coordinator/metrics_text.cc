@@ -159,8 +159,10 @@ void WorkerMetrics(const StatusReply& s, Exposition& e) {
   for (const WorkerStatus& w : s.workers()) {
     e.Sample("diloco_worker_momentum_bounded", {{"worker", w.id()}}, w.momentum_bounded() ? "1" : "0");
   }
-  e.Family("diloco_worker_suspect", "gauge",
-           "1 once the worker's pushes were clipped outer.flag_rounds rounds in a row.");
+  e.Family(
+      "diloco_worker_suspect", "gauge",
+      "1 once the worker's pushes lay far beyond the clip or bound (outer.flag_margin) outer.flag_rounds rounds in "
+      "a row.");
   for (const WorkerStatus& w : s.workers()) {
     e.Sample("diloco_worker_suspect", {{"worker", w.id()}}, w.suspect() ? "1" : "0");
   }

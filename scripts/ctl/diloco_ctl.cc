@@ -78,7 +78,7 @@ void PrintHuman(const diloco::StatusReply& s) {
     }
     if (w.parts() > 0) printf("push in parts: %s %d/%d parts in\n", w.id().c_str(), w.parts_received(), w.parts());
     if (w.suspect() || (w.last_clip_scale() > 0 && w.last_clip_scale() < 1)) {  // outer.aggregation clip
-      printf("%s: %s last push norm %.4g scaled by %.3g, clipped %lld rounds in a row\n",
+      printf("%s: %s last push norm %.4g scaled by %.3g; far beyond the limits %lld rounds in a row\n",
              w.suspect() ? "suspect" : "clipped", w.id().c_str(), w.last_push_norm(), w.last_clip_scale(),
              static_cast<long long>(w.clipped_in_a_row()));
     }

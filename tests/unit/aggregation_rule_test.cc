@@ -78,6 +78,18 @@ TEST(AggregationRuleTest, TheBoundAlongTheOuterMomentumMatchesNumpy) {
   EXPECT_THROW(Dot(at::ones({2}), at::ones({3})), std::invalid_argument);
 }
 
+// outer.flag_margin: a value counts when it lay beyond center + margin x (limit - center), not merely over the limit.
+TEST(AggregationRuleTest, FarBeyondIsMarginTimesAsFarFromTheCenterAsTheLimit) {
+  EXPECT_FALSE(FarBeyond(1.0, 0.8, 0, 2)) << "a norm clipped by 20%: over the threshold, not twice it";
+  EXPECT_TRUE(FarBeyond(1.0, 0.1, 0, 2)) << "clipped to a tenth: ten times the threshold";
+  EXPECT_FALSE(FarBeyond(1.0, 0.5, 0, 2)) << "exactly twice: not beyond";
+  EXPECT_TRUE(FarBeyond(1.0, 0.8, 0, 1)) << "margin 1: any clip";
+  EXPECT_FALSE(FarBeyond(0.5, 0.5, 0, 1)) << "not held";
+  EXPECT_TRUE(FarBeyond(0.85, 0.5, 0.42, 2)) << "a stale push's projection: 0.43 past the median, the bound 0.08";
+  EXPECT_FALSE(FarBeyond(0.36, 0.355, 0.3, 2)) << "an honest projection just over the bound";
+  EXPECT_TRUE(FarBeyond(0.2, 0.1, 0.1, 2)) << "a zero deviation: the bound is the median, any excess is far";
+}
+
 // Dot's eight-lane loop (lengths past the lanes, a tail) and MomentumDot's two paths (a dense chunk at an offset, a
 // topk chunk's positions) against LibTorch's float64 sums of the same products.
 TEST(AggregationRuleTest, DotAndMomentumDotMatchFloat64Sums) {

@@ -968,6 +968,21 @@ class ClipAggregationTest : public CoordinatorCoreTest {
     }
     return core_->CommitPush(*ticket);
   }
+  // One round, 1000 tokens a push: every header is declared before the fold opens, so each push is tried, the early
+  // ones told to retry (UNAVAILABLE), then pushed again; the round then closes.
+  void PushRound(const std::map<std::string, Tensors>& deltas, int64_t round) {
+    std::vector<std::string> again;
+    for (const auto& [id, d] : deltas) {
+      const absl::Status s = PushClaimed(id, 1000, d, -1, round);
+      if (s.code() == absl::StatusCode::kUnavailable)
+        again.push_back(id);
+      else
+        ASSERT_TRUE(s.ok()) << id << ": " << s;
+    }
+    for (const std::string& id : again) ASSERT_TRUE(PushClaimed(id, 1000, deltas.at(id), -1, round).ok()) << id;
+    core_->Poll();
+    ASSERT_EQ(core_->Status().round(), round + 1);
+  }
 };
 
 // outer.aggregation clip: the fold opens once every active member's header has declared its norm (the early ones
@@ -1045,20 +1060,6 @@ TEST_F(ClipAggregationTest, AClaimedNormThatDoesNotMatchRefusesThePushAndRestart
 // ops; without the bound (outer.momentum_bound 0) theta is the plain clip step, which the bound must differ from.
 TEST_F(ClipAggregationTest, APushThatLeansOnTheOuterMomentumIsBoundedAlongIt) {
   const std::vector<std::string> ids = {"A", "B", "C", "D", "E"};
-  // All headers are declared before the fold opens: each push is tried, the early ones told to retry, then pushed.
-  auto push_round = [&](const std::map<std::string, Tensors>& deltas, int64_t round) {
-    std::vector<std::string> again;
-    for (const auto& [id, d] : deltas) {
-      const absl::Status s = PushClaimed(id, 1000, d, -1, round);
-      if (s.code() == absl::StatusCode::kUnavailable)
-        again.push_back(id);
-      else
-        ASSERT_TRUE(s.ok()) << id << ": " << s;
-    }
-    for (const std::string& id : again) ASSERT_TRUE(PushClaimed(id, 1000, deltas.at(id), -1, round).ok()) << id;
-    core_->Poll();
-    ASSERT_EQ(core_->Status().round(), round + 1);
-  };
   // The clip rule's average (equal tokens): sum_i s_i d_i / k, s_i = min(1, median norm / norm_i).
   auto clip_average = [](const std::map<std::string, Tensors>& deltas, std::vector<double>* scales) {
     std::vector<double> norms;
@@ -1088,7 +1089,7 @@ TEST_F(ClipAggregationTest, APushThatLeansOnTheOuterMomentumIsBoundedAlongIt) {
     const Tensors theta0 = Theta();
     std::map<std::string, Tensors> round1, round2;
     for (const std::string& id : ids) round1[id] = RandomDelta();
-    push_round(round1, 0);
+    PushRound(round1, 0);
     const Tensors m = clip_average(round1, nullptr);  // the momentum after the first step: buf = delta
     const Tensors theta1 = Step(theta0, m);
     ExpectAllClose(Theta(), theta1);
@@ -1112,26 +1113,72 @@ TEST_F(ClipAggregationTest, APushThatLeansOnTheOuterMomentumIsBoundedAlongIt) {
     std::sort(deviations.begin(), deviations.end());
     const double half = 3.0 * 1.4826 * deviations[2];
     double excess = 0;
-    std::map<std::string, bool> clamped;  // by id, as round2 iterates
+    std::map<std::string, bool> clamped, far;  // by id, as round2 iterates; far: 2 x as far out as the bound
     i = 0;
     for (const auto& [id, d] : round2) {
+      ASSERT_GT(scales[i], 0.5) << id << ": not far beyond the norm clip (outer.flag_margin 2)";
       const double v = q[i++];
       excess += v - std::min(v, median + half);
       clamped[id] = v > median + half;
+      far[id] = v - median > 2 * half;
     }
     ASSERT_TRUE(clamped["E"]) << "E's projection is an outlier";
+    ASSERT_TRUE(far["E"]) << "and twice as far out as the bound";
     Tensors bounded;
     for (size_t t = 0; t < m.size(); ++t) bounded.push_back(average[t] - m[t] * (excess / 5.0 / m_norm));
-    push_round(round2, 1);
+    PushRound(round2, 1);
     const Tensors plain = Step(theta1, average, m);
     const Tensors with_bound = Step(theta1, bounded, m);
     ExpectAllClose(Theta(), bound > 0 ? with_bound : plain);
     EXPECT_GT((plain[0] - with_bound[0]).abs().max().item<float>(), 1e-3) << "the bound moves theta";
     const StatusReply status = core_->Status();
-    for (const std::string& id : ids) EXPECT_EQ(Worker(status, id).momentum_bounded(), bound > 0 && clamped[id]) << id;
+    for (const std::string& id : ids) {
+      EXPECT_EQ(Worker(status, id).momentum_bounded(), bound > 0 && clamped[id]) << id;
+      // Round 1's random pushes are clipped by little: the count is this round's (outer.flag_margin 2).
+      EXPECT_EQ(Worker(status, id).clipped_in_a_row(), bound > 0 && far[id] ? 1 : 0) << id;
+    }
     if (bound > 0) {
       EXPECT_GT(Worker(status, "E").momentum_cosine(), 0.5);
       EXPECT_LT(std::fabs(Worker(status, "A").momentum_cosine()), 0.5);
+    }
+    core_.reset();
+  }
+}
+
+// outer.flag_margin: for three rounds B pushes 1.25 x the median norm (clipped by 20% each round, as honest pushes
+// are: half of them are clipped a little in any round) and C 10 x (an attack). With outer.flag_rounds 3 and the
+// default margin 2 only C counts and becomes suspect; with margin 1 (any clip counts) B becomes suspect too.
+TEST_F(ClipAggregationTest, OnlyAPushFarBeyondTheClipThresholdCountsTowardSuspect) {
+  const std::map<std::string, double> norms = {{"A1", 0.8}, {"A2", 0.9}, {"A3", 1.0}, {"B", 1.25}, {"C", 10}};
+  at::manual_seed(33);
+  for (const double margin : {2.0, 1.0}) {
+    SCOPED_TRACE(margin);
+    config_.outer.flag_margin = margin;
+    config_.outer.flag_rounds = 3;
+    config_.outer.momentum_bound = 0;  // the norm clip's count alone
+    config_.workers.count = 5;
+    Start();
+    for (const auto& [id, norm] : norms) Join(id);
+    for (int64_t round = 0; round < 3; ++round) {
+      std::map<std::string, Tensors> deltas;
+      for (const auto& [id, norm] : norms) {
+        Tensors d = RandomDelta();
+        const double scale = norm / NormOf(d);
+        for (at::Tensor& t : d) t.mul_(scale);
+        deltas[id] = d;
+      }
+      ASSERT_NO_FATAL_FAILURE(PushRound(deltas, round));
+      const StatusReply status = core_->Status();
+      EXPECT_NEAR(Worker(status, "B").last_clip_scale(), 0.8, 1e-4);
+      EXPECT_NEAR(Worker(status, "C").last_clip_scale(), 0.1, 1e-4);
+      EXPECT_EQ(Worker(status, "C").clipped_in_a_row(), round + 1);
+      EXPECT_EQ(Worker(status, "B").clipped_in_a_row(), margin > 1.5 ? 0 : round + 1);
+      EXPECT_EQ(Worker(status, "C").suspect(), round == 2);
+      EXPECT_EQ(Worker(status, "B").suspect(), margin < 1.5 && round == 2);
+      for (const char* id : {"A1", "A2", "A3"}) {
+        EXPECT_EQ(Worker(status, id).clipped_in_a_row(), 0) << id;
+        EXPECT_FALSE(Worker(status, id).suspect()) << id;
+      }
     }
     core_.reset();
   }

@@ -157,7 +157,7 @@ diloco_worker_momentum_cosine{worker="w1"} 0.375
 # TYPE diloco_worker_momentum_bounded gauge
 diloco_worker_momentum_bounded{worker="w0"} 0
 diloco_worker_momentum_bounded{worker="w1"} 1
-# HELP diloco_worker_suspect 1 once the worker's pushes were clipped outer.flag_rounds rounds in a row.
+# HELP diloco_worker_suspect 1 once the worker's pushes lay far beyond the clip or bound (outer.flag_margin) outer.flag_rounds rounds in a row.
 # TYPE diloco_worker_suspect gauge
 diloco_worker_suspect{worker="w0"} 0
 diloco_worker_suspect{worker="w1"} 1
