@@ -15,16 +15,7 @@
 
 namespace diloco {
 
-double SquaredNorm(const at::Tensor& values) {
-  if (values.scalar_type() != at::kFloat || !values.is_contiguous()) {
-    return values.to(at::kDouble).square().sum().item<double>();
-  }
-  const float* v = values.data_ptr<float>();
-  const int64_t n = values.numel();
-  double sum = 0;
-  for (int64_t j = 0; j < n; ++j) sum += static_cast<double>(v[j]) * static_cast<double>(v[j]);
-  return sum;
-}
+double SquaredNorm(const at::Tensor& values) { return Dot(values, values); }  // Dot's eight float64 lanes
 
 double Dot(const at::Tensor& a, const at::Tensor& b) {
   if (a.numel() != b.numel()) throw std::invalid_argument("Dot of tensors of different lengths");

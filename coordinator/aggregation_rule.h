@@ -1,6 +1,6 @@
 // Robust aggregation (issue 32): the per-push facts the coordinator keeps to judge a round's pushes without holding
 // one copy of the model per worker, and the rules over them.
-//   SquaredNorm         sum of v^2 over one chunk in float64, added up per push while it folds (PushTicket)
+//   SquaredNorm         sum of v^2 over one chunk in float64 (Dot(v, v)), added up per push while it folds
 //   DescribePushNorms   "id norm x (tokens t)" for each push of a round, for the log line of a discarded round
 //   LargestNormPush     the push blamed when a round's outer step would not be finite (the non-finite guard)
 //   ChunkHash, ChainHash a push's payload hash (streaming XXH64 of its chunks in stream order): the duplicate check
