@@ -119,6 +119,10 @@ TEST(Robust, ClipKeepsTheLossFallingUnderASignFlipTimesAThousand) {
   const double last = summary["evals"].back()["val_loss"].get<double>();
   EXPECT_LT(last, first) << summary.dump();
   std::cout << "clip under scale:-1000: val_loss " << first << " -> " << last << "\n";
+  // Visible (item 3): the attacker's push lay 1000 x over the clip threshold in each of the 3 rounds (outer.flag_margin
+  // 2, outer.flag_rounds 3): it is logged and shown as suspect; the honest members are not.
+  EXPECT_NE(log.find("suspect: worker bad's push"), std::string::npos) << log;
+  for (const auto& w : summary["workers"]) EXPECT_EQ(w.value("suspect", false), w["id"] == "bad") << w.dump();
 }
 
 }  // namespace
