@@ -27,72 +27,14 @@
 #include "config/config_reference.h"
 #include "proto/diloco.grpc.pb.h"
 #include "proto/status_json.h"
+#include "proto/status_text.h"
 #include "proto/transport_security.h"
 #include "scripts/ctl/export.h"
 #include "scripts/ctl/generate.h"
 
 namespace {
 
-void PrintHuman(const diloco::StatusReply& s) {
-  printf("run %s: round %lld/%lld, phase %s%s%s\n", s.run_name().c_str(), static_cast<long long>(s.round()),
-         static_cast<long long>(s.rounds_total()), s.phase().c_str(), s.phase_reason().empty() ? "" : ": ",
-         s.phase_reason().c_str());
-  printf("model: %lld parameters, fingerprint %s\n", static_cast<long long>(s.params()), s.fingerprint().c_str());
-  const diloco::ModelSpec& m = s.model();
-  printf(
-      "model settings: arch %s, vocab %lld, seq_len %lld, layers %lld, heads %lld (kv %lld), d_model %lld, ffn %lld\n",
-      m.arch().c_str(), static_cast<long long>(m.vocab_size()), static_cast<long long>(m.seq_len()),
-      static_cast<long long>(m.n_layer()), static_cast<long long>(m.n_head()), static_cast<long long>(m.n_kv_head()),
-      static_cast<long long>(m.d_model()), static_cast<long long>(m.ffn_hidden()));
-  printf("protocol: H %lld, fragments %d, chunk %lld B, max message %lld B, lease %lld ms, heartbeat %lld ms\n",
-         static_cast<long long>(s.inner_steps()), std::max(1, s.fragments()), static_cast<long long>(s.chunk_bytes()),
-         static_cast<long long>(s.max_message_bytes()), static_cast<long long>(s.lease_ms()),
-         static_cast<long long>(s.heartbeat_interval_ms()));
-  printf("traffic: %.2f MB received, %.2f MB sent; last round %.2f s (outer step %.3f s)\n", s.bytes_received() / 1e6,
-         s.bytes_sent() / 1e6, s.last_round_seconds(), s.last_outer_step_seconds());
-  if (s.bytes_pushed_committed() > 0 && s.dp_equivalent_bytes() > 0) {
-    printf("pushed %.2f MB in committed rounds; data parallel would have sent %.2f MB for the same steps (%.1fx)\n",
-           s.bytes_pushed_committed() / 1e6, s.dp_equivalent_bytes() / 1e6,
-           static_cast<double>(s.dp_equivalent_bytes()) / s.bytes_pushed_committed());
-  }
-  printf("%-16s %-7s %6s %5s %5s %7s %12s %10s %10s %7s %9s\n", "worker", "state", "shard", "procs", "H", "rounds",
-         "tokens", "tokens/s", "last_loss", "epochs", "hb_age_s");
-  for (const auto& w : s.workers()) {
-    printf("%-16s %-7s %6d %5d %5lld %7lld %12lld %10.0f %10.4f %7.3f %9.1f\n", w.id().c_str(), w.state().c_str(),
-           w.shard_index(), std::max(1, w.cluster_size()), static_cast<long long>(w.inner_steps()),
-           static_cast<long long>(w.rounds_contributed()), static_cast<long long>(w.tokens()), w.tokens_per_s(),
-           w.last_loss(), w.data_epochs(), w.heartbeat_age_s());
-  }
-  if (s.members_not_listed() > 0) {
-    printf("(%lld more members that left or were lost are not listed)\n",
-           static_cast<long long>(s.members_not_listed()));
-  }
-  for (const auto& w : s.workers()) {
-    if (w.quarantined_until_round() > 0) {
-      printf("quarantined: %s until round %lld (%lld broken pushes)\n", w.id().c_str(),
-             static_cast<long long>(w.quarantined_until_round()), static_cast<long long>(w.broken_pushes()));
-    }
-    if (w.duplicate_pushes() > 0) {
-      printf("duplicate: %s had %lld pushes refused as copies or replays of another push\n", w.id().c_str(),
-             static_cast<long long>(w.duplicate_pushes()));
-    }
-    if (w.parts() > 0) printf("push in parts: %s %d/%d parts in\n", w.id().c_str(), w.parts_received(), w.parts());
-    if (w.suspect() || (w.last_clip_scale() > 0 && w.last_clip_scale() < 1)) {  // outer.aggregation clip
-      printf("%s: %s last push norm %.4g scaled by %.3g; far beyond the limits %lld rounds in a row\n",
-             w.suspect() ? "suspect" : "clipped", w.id().c_str(), w.last_push_norm(), w.last_clip_scale(),
-             static_cast<long long>(w.clipped_in_a_row()));
-    }
-    if (w.momentum_bounded()) {  // outer.momentum_bound
-      printf("bounded: %s last push bounded along the outer momentum (cosine %.3g with it)\n", w.id().c_str(),
-             w.momentum_cosine());
-    }
-  }
-  if (s.evals_size() > 0) {
-    printf("val_loss:");
-    for (const auto& e : s.evals()) printf(" r%lld=%.4f", static_cast<long long>(e.round()), e.val_loss());
-    printf("\n");
-  }
-}
+void PrintHuman(const diloco::StatusReply& s) { fputs(diloco::StatusToText(s).c_str(), stdout); }
 
 // Redraws the status table every interval_s until the run is complete; an error once the coordinator cannot be
 // reached (after it was complete, OK: the coordinator exits at the end of a run).
