@@ -146,12 +146,13 @@ const std::vector<Field>& Fields() {
       MakeField("outer.max_token_weight", &Config::outer, &OuterConfig::max_token_weight, AtLeast(0),
                 "clip: no push weighs more than this x the round's median token count; 0 = no cap"),
       MakeField("outer.flag_rounds", &Config::outer, &OuterConfig::flag_rounds, AtLeast(0),
-                "clip: a member whose pushes lay far beyond the limits (outer.flag_margin) this many rounds in a row "
-                "is logged and shown as suspect; 0 = never"),
+                "clip, centered_clip (its norm bound), trimmed_mean: a member whose pushes lay far beyond the limits "
+                "(outer.flag_margin) this many rounds in a row is logged and shown as suspect; 0 = never"),
       MakeField("outer.flag_margin", &Config::outer, &OuterConfig::flag_margin, AtLeast(1),
-                "clip: a push counts toward outer.flag_rounds when its norm was over this x the clip threshold, or its "
-                "component along the outer momentum lay this x as far from the round's median as the bound (1: any "
-                "clip or bound counts)"),
+                "a push counts toward outer.flag_rounds when its norm was over this x the clip threshold (clip, "
+                "centered_clip), its component along the outer momentum lay this x as far from the round's median as "
+                "the bound, or (trimmed_mean) the share of its coordinates the trim kept was under 1/this of an even "
+                "trim's (1: any clip, bound or uneven trim counts)"),
       MakeField("outer.momentum_bound", &Config::outer, &OuterConfig::momentum_bound, AtLeast(0),
                 "clip: each push's component along the outer momentum is lowered to at most the round's median "
                 "component + this x 1.4826 x their median absolute deviation (a stale or replayed delta leans on the "

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <stdexcept>
 #include <tuple>
 #include <utility>
@@ -185,7 +186,7 @@ at::Tensor ToTensor(const std::vector<double>& v) {
 
 }  // namespace
 
-at::Tensor TrimmedMean(const at::Tensor& rows, int64_t trim) {
+at::Tensor TrimmedMean(const at::Tensor& rows, int64_t trim, std::vector<int64_t>* trimmed) {
   const at::Tensor x = rows.to(at::kDouble).contiguous();
   const int64_t k = x.size(0), n = x.size(1);
   if (k < 1) throw std::invalid_argument("trimmed mean of no rows");
@@ -193,16 +194,33 @@ at::Tensor TrimmedMean(const at::Tensor& rows, int64_t trim) {
   const double* data = x.data_ptr<double>();
   at::Tensor out = at::empty({n}, at::kDouble);
   double* o = out.data_ptr<double>();
+  std::mutex counts_mu;  // guards *trimmed while the ranges add their counts
   at::parallel_for(0, n, kColumnGrain, [&](int64_t lo, int64_t hi) {
     std::vector<double> col(static_cast<size_t>(k));
+    std::vector<int64_t> dropped(trimmed != nullptr && b > 0 ? static_cast<size_t>(k) : 0, 0);
     for (int64_t j = lo; j < hi; ++j) {
       SortedColumn(data, k, n, j, col);
       double sum = 0;
       for (int64_t i = b; i < k - b; ++i) sum += col[static_cast<size_t>(i)];
       o[j] = sum / static_cast<double>(k - 2 * b);
+      if (dropped.empty()) continue;
+      const double low = col[static_cast<size_t>(b)], high = col[static_cast<size_t>(k - b - 1)];
+      for (int64_t i = 0; i < k; ++i) {  // without branches: which rows fall outside is unpredictable
+        const double v = data[i * n + j];
+        dropped[static_cast<size_t>(i)] += static_cast<int64_t>((v < low) | (v > high));
+      }
     }
+    if (dropped.empty()) return;
+    std::lock_guard<std::mutex> lock(counts_mu);
+    for (size_t i = 0; i < dropped.size(); ++i) (*trimmed)[i] += dropped[i];
   });
   return out;
+}
+
+double TrimKeptScale(double trimmed_share, int64_t trim, int64_t k) {
+  const int64_t b = std::min<int64_t>(std::max<int64_t>(trim, 0), (std::max<int64_t>(k, 1) - 1) / 2);
+  const double even_kept = 1.0 - 2.0 * static_cast<double>(b) / static_cast<double>(std::max<int64_t>(k, 1));
+  return std::clamp((1.0 - trimmed_share) / even_kept, 0.0, 1.0);
 }
 
 at::Tensor CenteredClip(const at::Tensor& rows, double tau, int64_t iterations) {

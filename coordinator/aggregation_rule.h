@@ -15,7 +15,12 @@
 //   FarBeyond           outer.flag_margin: a value held to `limit` lay beyond center + margin x (limit - center),
 //                       far past the limit and not just over it (the suspect count: a clip of norm n to n s is far
 //                       when s < 1 / margin; a bounded projection when it lay margin x as far from the median)
-//   TrimmedMean         per coordinate, the mean after dropping the `trim` smallest and largest values
+//   TrimmedMean         per coordinate, the mean after dropping the `trim` smallest and largest values; optionally
+//                       counts per row the coordinates at which its value lay outside the kept range (strictly
+//                       below the trim-th smallest or above the trim-th largest: a value tied with the edge is kept)
+//   TrimKeptScale       trimmed_mean's counterpart of a clip scale, for the suspect count: the share of a push's
+//                       coordinates that were kept over the share an even trim keeps, 1 - 2b / k (b the trim as
+//                       lowered), at most 1: 1 when trimmed no more than evenly, 0 when trimmed everywhere
 //   CenteredClip        BTARD's CenteredClip over rows x_i: v = coordinate-wise median, then `iterations` times
 //                       v += mean_i(clip_tau(x_i - v)), clip_tau(z) = z min(1, tau / |z|); streamed chunk by chunk,
 //                       |z| is the norm over the rows' coordinates (one chunk of each push)
@@ -100,8 +105,11 @@ double MomentumDot(const MomentumAxis* axis, size_t index, int64_t offset, const
 std::vector<double> ClipScales(const std::vector<double>& norms, double clip_factor);
 std::vector<double> CappedWeights(const std::vector<double>& tokens, double max_token_weight);
 // rows: [k, n], row i = push i's values of one chunk (any float dtype); returns [n] float64. trim is lowered to
-// (k - 1) / 2 when 2 x trim >= k.
-at::Tensor TrimmedMean(const at::Tensor& rows, int64_t trim);
+// (k - 1) / 2 when 2 x trim >= k. `trimmed` (when not null, k entries): adds to entry i the number of coordinates
+// at which row i was dropped.
+at::Tensor TrimmedMean(const at::Tensor& rows, int64_t trim, std::vector<int64_t>* trimmed = nullptr);
+// trimmed_share: the share of a push's coordinates that were dropped, of a set of k pushes trimmed by `trim`.
+double TrimKeptScale(double trimmed_share, int64_t trim, int64_t k);
 // tau <= 0: CenteredClipTau(rows), from the same coordinate-wise median.
 at::Tensor CenteredClip(const at::Tensor& rows, double tau, int64_t iterations);
 // centered_clip's radius when outer.cclip_tau is 0: the median over rows i of |x_i - coordinate-wise median|.

@@ -40,6 +40,7 @@ bool CoordinateWindow::TryOpen(const std::vector<std::string>& expected, bool fo
     slots_[id] = members_.size();
     members_[id] = Member{};
   }
+  trimmed_.assign(members_.size(), 0);
   open_ = true;
   return true;
 }
@@ -77,8 +78,9 @@ absl::StatusOr<std::optional<CoordinateWindow::Reduced>> CoordinateWindow::Put(c
   return std::optional<Reduced>(std::move(r));
 }
 
-at::Tensor CoordinateWindow::Reduce(const at::Tensor& rows) const {
-  if (options_.rule == Aggregation::kTrimmedMean) return TrimmedMean(rows, options_.trim);
+at::Tensor CoordinateWindow::Reduce(const at::Tensor& rows) {
+  coordinates_ += rows.size(1);
+  if (options_.rule == Aggregation::kTrimmedMean) return TrimmedMean(rows, options_.trim, &trimmed_);
   return CenteredClip(rows, options_.tau, options_.iterations);  // tau <= 0: derived from the rows
 }
 
@@ -116,6 +118,12 @@ int64_t CoordinateWindow::held_chunks() const {
   return n;
 }
 
+double CoordinateWindow::TrimmedShare(const std::string& id) const {
+  auto it = slots_.find(id);
+  if (it == slots_.end() || coordinates_ == 0) return 0;
+  return static_cast<double>(trimmed_[it->second]) / static_cast<double>(coordinates_);
+}
+
 void CoordinateWindow::Reset() {
   declared_.clear();
   open_ = false;
@@ -124,6 +132,8 @@ void CoordinateWindow::Reset() {
   pending_.clear();
   reduced_ = 0;
   finished_count_ = -1;
+  trimmed_.clear();
+  coordinates_ = 0;
   progress_at_ = 0;
 }
 

@@ -73,6 +73,10 @@ class CoordinateWindow {
   double progress_at() const { return progress_at_; }
   void Touch(double now) { progress_at_ = now; }
   int64_t held_chunks() const;  // chunks stored, for tests
+  // trimmed_mean: the share of the coordinates reduced so far at which member `id`'s value was dropped (0 before any
+  // chunk is reduced, under centered_clip, or for an id not in the set). The suspect count's measure
+  // (aggregation_rule.h TrimKeptScale).
+  double TrimmedShare(const std::string& id) const;
 
   void Reset();  // the next round (or the redo after a restart): nothing declared, closed
 
@@ -88,7 +92,7 @@ class CoordinateWindow {
     std::vector<at::Tensor> rows;  // by member slot; undefined until it arrives
     size_t arrived = 0;
   };
-  at::Tensor Reduce(const at::Tensor& rows) const;
+  at::Tensor Reduce(const at::Tensor& rows);
 
   Options options_;
   std::set<std::string> declared_;
@@ -98,6 +102,8 @@ class CoordinateWindow {
   std::map<int64_t, Pending> pending_;  // by chunk position
   int64_t reduced_ = 0;                 // chunks [0, reduced_) are reduced
   int64_t finished_count_ = -1;         // the chunk count of the first member that finished
+  std::vector<int64_t> trimmed_;        // trimmed_mean: by member slot, the coordinates at which it was dropped
+  int64_t coordinates_ = 0;             // the coordinates reduced so far (of one push)
   double progress_at_ = 0;
 };
 

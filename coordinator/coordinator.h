@@ -282,8 +282,17 @@ class CoordinatorCore {
   // A counted push's norm and clip factor on its member.
   void RecordPushNorm(Member& m, const PushTicket& ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // BeginClose: each contributor's member counts a round held back (its push clipped to under 1 / outer.flag_margin
-  // of its norm, or in `far_bounded`) or starts over; the suspect flag (outer.flag_rounds), logged once.
-  void NoteClippedPushes(const RoundState::Pushes& contributors, const std::set<std::string>& far_bounded)
+  // of its norm, or in `far_ids`: far along the momentum or trimmed) or starts over; the suspect flag
+  // (outer.flag_rounds), logged once.
+  void NoteClippedPushes(const RoundState::Pushes& contributors, const std::set<std::string>& far_ids)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // trimmed_mean, or centered_clip with outer.cclip_norm_clip off: nothing scales a push by its norm.
+  bool CoordinateWiseWithoutNormClip() const;
+  // BeginClose under a coordinate-wise rule, before the window is reset: sets each contributor's trimmed share
+  // (trimmed_mean: the share of its coordinates the trim dropped); the ids far beyond (outer.flag_margin): under
+  // trimmed_mean a kept share under 1 / margin of an even trim's (aggregation_rule.h TrimKeptScale), and without a
+  // norm clip a norm over margin x the round's median. Empty under mean and clip.
+  std::set<std::string> NoteCoordinateWiseFar(const RoundState::Pushes& contributors)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // outer.momentum_bound (coordinator_momentum.cc): whether it acts in this run (clip, sync rounds, comm.fragments
   // 1, one weight per push).

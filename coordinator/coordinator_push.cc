@@ -8,6 +8,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "coordinator/aggregation_rule.h"
 #include "coordinator/coordinator.h"
 #include "proto/peer_text.h"
@@ -365,10 +366,10 @@ void CoordinatorCore::RecordPushNorm(Member& m, const PushTicket& ticket) {
   m.last_clip_scale = ticket.fold_scale;
 }
 
-void CoordinatorCore::NoteClippedPushes(const RoundState::Pushes& contributors,
-                                        const std::set<std::string>& far_bounded) {
+void CoordinatorCore::NoteClippedPushes(const RoundState::Pushes& contributors, const std::set<std::string>& far_ids) {
   const int64_t flag = config_.outer.flag_rounds;
   const double margin = config_.outer.flag_margin;
+  const bool trimmed_mean = config_.outer.aggregation == Aggregation::kTrimmedMean;
   for (const auto& [id, ticket] : contributors) {
     Member* m = membership_.Find(id);
     if (m == nullptr) continue;
@@ -376,17 +377,25 @@ void CoordinatorCore::NoteClippedPushes(const RoundState::Pushes& contributors,
     // beyond the threshold counts.
     const double norm = std::sqrt(ticket.squared_norm);
     const bool far_clipped = FarBeyond(norm, norm * ticket.fold_scale, 0, margin);
-    const bool far_along = far_bounded.count(id) != 0;
-    m->clipped_in_a_row = far_clipped || far_along ? m->clipped_in_a_row + 1 : 0;
+    const bool far_other = far_ids.count(id) != 0;  // along the momentum, or under a coordinate-wise rule
+    m->clipped_in_a_row = far_clipped || far_other ? m->clipped_in_a_row + 1 : 0;
     const bool suspect = flag > 0 && m->clipped_in_a_row >= flag;
     if (suspect && !m->suspect) {
-      spdlog::warn(
-          "suspect: worker {}'s push lay over {} x the clip threshold{} in {} rounds in a row (norm {:.4g}, scaled "
-          "by {:.3g}{}); diloco-ctl leave removes it",
-          id, margin,
-          MomentumBoundApplies() ? absl::StrCat(" or ", margin, " x as far along the outer momentum as the bound") : "",
-          m->clipped_in_a_row, m->last_push_norm, m->last_clip_scale,
-          far_along ? absl::StrCat(", cosine ", m->momentum_cosine, " with the momentum") : "");
+      std::string limits = CoordinateWiseWithoutNormClip()
+                               ? absl::StrCat("lay over ", margin, " x the round's median norm")
+                               : absl::StrCat("lay over ", margin, " x the clip threshold");
+      if (MomentumBoundApplies())
+        absl::StrAppend(&limits, " or ", margin, " x as far along the outer momentum as the bound");
+      if (trimmed_mean)
+        absl::StrAppend(&limits, " or kept under 1/", margin, " of an even trim's share of its coordinates");
+      std::string facts = absl::StrFormat("norm %.4g", m->last_push_norm);
+      if (m->last_clip_scale < 1) absl::StrAppendFormat(&facts, ", scaled by %.3g", m->last_clip_scale);
+      if (m->momentum_bounded) absl::StrAppendFormat(&facts, ", cosine %.3g with the momentum", m->momentum_cosine);
+      if (trimmed_mean)
+        absl::StrAppendFormat(&facts, ", dropped by the trim at %.1f%% of its coordinates",
+                              100 * m->last_trimmed_share);
+      spdlog::warn("suspect: worker {}'s push {} in {} rounds in a row ({}); diloco-ctl leave removes it", id, limits,
+                   m->clipped_in_a_row, facts);
     }
     m->suspect = suspect;
   }

@@ -7,8 +7,11 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/aggregation_rule.h"
 #include "coordinator/coordinator.h"
 
 namespace diloco {
@@ -80,6 +83,32 @@ absl::Status CoordinatorCore::FoldToWindow(PushTicket& ticket, size_t index, int
     cv_.SignalAll();  // the pushes waiting for room
   }
   return absl::OkStatus();
+}
+
+bool CoordinatorCore::CoordinateWiseWithoutNormClip() const {
+  return CoordinateWiseRounds() &&
+         !(config_.outer.aggregation == Aggregation::kCenteredClip && config_.outer.cclip_norm_clip);
+}
+
+std::set<std::string> CoordinatorCore::NoteCoordinateWiseFar(const RoundState::Pushes& contributors) {
+  std::set<std::string> far_ids;
+  if (!CoordinateWiseRounds() || contributors.empty()) return far_ids;
+  const double margin = config_.outer.flag_margin;
+  std::vector<double> norms;
+  for (const auto& [id, ticket] : contributors) norms.push_back(std::sqrt(ticket.squared_norm));
+  const double median_norm = Median(norms);
+  const bool trimmed_mean = config_.outer.aggregation == Aggregation::kTrimmedMean;
+  const auto k = static_cast<int64_t>(window_.size());
+  for (const auto& [id, ticket] : contributors) {
+    const double share = trimmed_mean ? window_.TrimmedShare(id) : 0;
+    if (Member* m = membership_.Find(id)) m->last_trimmed_share = share;
+    const bool far_trimmed = trimmed_mean && FarBeyond(1.0, TrimKeptScale(share, config_.outer.trim, k), 0, margin);
+    // Without a norm clip nothing scaled the push: its norm against the round's median, as clip's test.
+    const bool far_norm =
+        CoordinateWiseWithoutNormClip() && FarBeyond(std::sqrt(ticket.squared_norm), median_norm, 0, margin);
+    if (far_trimmed || far_norm) far_ids.insert(id);
+  }
+  return far_ids;
 }
 
 void CoordinatorCore::CheckWindowStall(double now) {

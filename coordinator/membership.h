@@ -46,6 +46,7 @@ struct Member {
   bool suspect = false;                 // clipped_in_a_row reached outer.flag_rounds (outer.flag_margin)
   double momentum_cosine = 0;           // clip with outer.momentum_bound: its last counted push's cosine with the
   bool momentum_bounded = false;        // outer momentum, and whether its component along it was bounded
+  double last_trimmed_share = 0;        // trimmed_mean: the share of its last push's coordinates the trim dropped
   int64_t pushes_in_parts = 0;          // counted pushes that came in parts (coordinator_parts.cc)
   int64_t duplicate_pushes = 0;         // pushes refused as byte-identical copies or replays (CheckDuplicate)
 };

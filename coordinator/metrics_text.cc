@@ -159,10 +159,16 @@ void WorkerMetrics(const StatusReply& s, Exposition& e) {
   for (const WorkerStatus& w : s.workers()) {
     e.Sample("diloco_worker_momentum_bounded", {{"worker", w.id()}}, w.momentum_bounded() ? "1" : "0");
   }
+  e.Family("diloco_worker_trimmed_share", "gauge",
+           "outer.aggregation trimmed_mean: the share of the worker's last counted push's coordinates the trim "
+           "dropped.");
+  for (const WorkerStatus& w : s.workers()) {
+    e.Sample("diloco_worker_trimmed_share", {{"worker", w.id()}}, Real(w.trimmed_share()));
+  }
   e.Family(
       "diloco_worker_suspect", "gauge",
-      "1 once the worker's pushes lay far beyond the clip or bound (outer.flag_margin) outer.flag_rounds rounds in "
-      "a row.");
+      "1 once the worker's pushes lay far beyond the clip, bound or trim (outer.flag_margin) outer.flag_rounds rounds "
+      "in a row.");
   for (const WorkerStatus& w : s.workers()) {
     e.Sample("diloco_worker_suspect", {{"worker", w.id()}}, w.suspect() ? "1" : "0");
   }

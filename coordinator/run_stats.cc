@@ -63,6 +63,7 @@ void AddWorkers(const StatusSources& in, double now, StatusReply& s) {
     w->set_duplicate_pushes(m.duplicate_pushes);
     w->set_momentum_cosine(m.momentum_cosine);
     w->set_momentum_bounded(m.momentum_bounded);
+    w->set_trimmed_share(m.last_trimmed_share);
   }
 }
 

@@ -30,7 +30,8 @@ nlohmann::json WorkerJson(const WorkerStatus& w) {
           {"suspect", w.suspect()},
           {"duplicate_pushes", w.duplicate_pushes()},
           {"momentum_cosine", w.momentum_cosine()},
-          {"momentum_bounded", w.momentum_bounded()}};
+          {"momentum_bounded", w.momentum_bounded()},
+          {"trimmed_share", w.trimmed_share()}};
 }
 
 nlohmann::json ModelJson(const ModelSpec& m) {

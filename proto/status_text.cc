@@ -65,14 +65,17 @@ std::string StatusToText(const StatusReply& s) {
     if (w.parts() > 0)
       absl::StrAppendFormat(&out, "push in parts: %s %d/%d parts in\n", w.id(), w.parts_received(), w.parts());
     if (w.suspect() || w.clipped_in_a_row() > 0) {  // outer.flag_margin, outer.flag_rounds
-      absl::StrAppendFormat(
-          &out, "%s: %s last push norm %.4g scaled by %.3g%s; far beyond the limits %lld rounds in a row%s\n",
-          w.suspect() ? "suspect" : "far beyond", w.id(), w.last_push_norm(), w.last_clip_scale(),
-          w.momentum_bounded()
-              ? absl::StrFormat(", bounded along the outer momentum (cosine %.3g)", w.momentum_cosine())
-              : "",
-          static_cast<long long>(w.clipped_in_a_row()),
-          w.suspect() ? absl::StrCat(" (operators decide: diloco-ctl leave --id ", w.id(), ")") : "");
+      std::string how;                              // what held it back: a clip, the bound along the momentum, the trim
+      if (w.last_clip_scale() > 0 && w.last_clip_scale() < 1)
+        absl::StrAppendFormat(&how, " scaled by %.3g", w.last_clip_scale());
+      if (w.momentum_bounded())
+        absl::StrAppendFormat(&how, ", bounded along the outer momentum (cosine %.3g)", w.momentum_cosine());
+      if (w.trimmed_share() > 0)
+        absl::StrAppendFormat(&how, ", dropped by the trim at %.1f%% of its coordinates", 100 * w.trimmed_share());
+      absl::StrAppendFormat(&out, "%s: %s last push norm %.4g%s; far beyond the limits %lld rounds in a row%s\n",
+                            w.suspect() ? "suspect" : "far beyond", w.id(), w.last_push_norm(), how,
+                            static_cast<long long>(w.clipped_in_a_row()),
+                            w.suspect() ? absl::StrCat(" (operators decide: diloco-ctl leave --id ", w.id(), ")") : "");
     } else if (w.last_clip_scale() > 0 && w.last_clip_scale() < 1) {  // within the margin: one line for them all
       clipped.push_back(absl::StrFormat("%s x%.3g", w.id(), w.last_clip_scale()));
     }

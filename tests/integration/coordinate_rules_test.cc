@@ -3,7 +3,8 @@
 // scale:-1000, worker/attack.h). With outer.aggregation trimmed_mean and centered_clip, streamed chunk by chunk
 // through the coordinator's window (coordinator/coordinate_window.h; a small comm.chunk_bytes and
 // outer.window_chunks make every push wait on the slowest), the final validation loss stays within a few % of an
-// honest run with mean, every evaluation is finite and every member counts in every round.
+// honest run with mean, every evaluation is finite and every member counts in every round; the attacker, and only
+// it, is logged and shown as suspect.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -55,6 +56,13 @@ double FinalLoss(const std::string& name, const std::string& rule, const std::st
   EXPECT_EQ(summary["round"].get<int64_t>(), kRounds);
   for (const auto& e : summary["evals"]) EXPECT_TRUE(std::isfinite(e["val_loss"].get<double>())) << e.dump();
   for (const auto& w : summary["workers"]) EXPECT_EQ(w["rounds_contributed"].get<int64_t>(), kRounds) << w.dump();
+  // Visible (item 3): the attacker lay far beyond the limits in each of the 3 rounds (outer.flag_rounds 3) and is
+  // shown as suspect (under trimmed_mean: dropped by the trim nearly everywhere), the honest members are not.
+  for (const auto& w : summary["workers"]) {
+    EXPECT_EQ(w.value("suspect", false), w["id"] == "bad") << rule << " " << w.dump();
+    if (rule == "trimmed_mean" && w["id"] == "bad") EXPECT_GT(w["trimmed_share"].get<double>(), 0.9) << w.dump();
+  }
+  if (!attack.empty()) EXPECT_NE(log.find("suspect: worker bad's push"), std::string::npos) << log;
   return summary["evals"].back()["val_loss"].get<double>();
 }
 

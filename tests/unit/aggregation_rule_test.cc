@@ -90,6 +90,21 @@ TEST(AggregationRuleTest, FarBeyondIsMarginTimesAsFarFromTheCenterAsTheLimit) {
   EXPECT_TRUE(FarBeyond(0.2, 0.1, 0.1, 2)) << "a zero deviation: the bound is the median, any excess is far";
 }
 
+// trimmed_mean's suspect measure: 8 pushes trimmed by 2 keep half of each column (an even share: 1/2 of a push's
+// coordinates kept); trimmed by 1, three quarters.
+TEST(AggregationRuleTest, TrimKeptScaleIsTheKeptShareOverAnEvenTrimsShare) {
+  EXPECT_DOUBLE_EQ(TrimKeptScale(0.5, 2, 8), 1.0) << "trimmed evenly";
+  EXPECT_DOUBLE_EQ(TrimKeptScale(0.2, 2, 8), 1.0) << "trimmed less than evenly: at most 1";
+  EXPECT_DOUBLE_EQ(TrimKeptScale(0.75, 2, 8), 0.5) << "a quarter kept where an even trim keeps half";
+  EXPECT_DOUBLE_EQ(TrimKeptScale(1.0, 2, 8), 0.0) << "dropped everywhere (a push far out at every coordinate)";
+  EXPECT_DOUBLE_EQ(TrimKeptScale(0.625, 1, 8), 0.5) << "trim 1: 3/8 kept where 3/4 would be even";
+  EXPECT_DOUBLE_EQ(TrimKeptScale(0.9, 5, 3), 0.1 / (1.0 / 3.0)) << "trim lowered to 1 of 3 pushes: 1/3 kept evenly";
+  EXPECT_DOUBLE_EQ(TrimKeptScale(0.0, 0, 4), 1.0) << "trim 0 drops nothing";
+  // Far beyond at outer.flag_margin 2 (as a clip to under 1/2): kept scale under 1/2.
+  EXPECT_TRUE(FarBeyond(1.0, TrimKeptScale(0.9, 2, 8), 0, 2));
+  EXPECT_FALSE(FarBeyond(1.0, TrimKeptScale(0.7, 2, 8), 0, 2));
+}
+
 // Dot's eight-lane loop (lengths past the lanes, a tail) and MomentumDot's two paths (a dense chunk at an offset, a
 // topk chunk's positions) against LibTorch's float64 sums of the same products.
 TEST(AggregationRuleTest, DotAndMomentumDotMatchFloat64Sums) {

@@ -85,6 +85,10 @@ TEST(CoordinateWindowTest, StreamedRulesMatchNumpy) {
         EXPECT_NEAR(got[j], c.out[j], 1e-9 * std::max(1.0, std::fabs(c.out[j])))
             << c.name << " window " << window_chunks << " [" << j << "]";
       }
+      // trimmed_mean: the share of its coordinates at which each push was dropped (0 under centered_clip)
+      for (int i = 0; i < c.k; ++i) {
+        EXPECT_DOUBLE_EQ(w.TrimmedShare(Id(i)), static_cast<double>(c.dropped[i]) / c.n) << c.name << " push " << i;
+      }
     }
   }
 }

@@ -1305,6 +1305,69 @@ TEST_F(CoordinatorCoreTest, TrimmedMeanWaitsForTheSetThenTrimsEachCoordinate) {
   ExpectAllClose(Theta(), Step(theta0, want));
 }
 
+// trimmed_mean's suspect count (issue 32 item 3): each member's trimmed share is the share of its push's coordinates
+// the trim dropped (2 of 4 values of every coordinate, so the shares add up to 2); D, pushing -1000 x a random delta,
+// is dropped almost everywhere, far beyond an even trim (kept scale under 1 / outer.flag_margin), and is suspect after
+// outer.flag_rounds 2 rounds; A, B and C, dropped about a third of the time each, never count.
+TEST_F(CoordinatorCoreTest, TrimmedMeanFlagsAPushTheTrimDropsAlmostEverywhere) {
+  config_.outer.aggregation = Aggregation::kTrimmedMean;
+  config_.outer.trim = 1;
+  config_.outer.window_chunks = 1000;
+  config_.outer.flag_rounds = 2;
+  Start();
+  for (const char* id : {"A", "B", "C", "D"}) Join(id);
+  for (int64_t round = 0; round < 2; ++round) {
+    std::map<std::string, Tensors> deltas{{"A", RandomDelta()}, {"B", RandomDelta()}, {"C", RandomDelta()}};
+    for (const at::Tensor& d : RandomDelta()) deltas["D"].push_back(d * -1000);
+    for (const char* id : {"A", "B", "C"})
+      EXPECT_EQ(Push(id, round, 1000, deltas[id]).code(), absl::StatusCode::kUnavailable);
+    for (const char* id : {"D", "A", "B", "C"}) ASSERT_TRUE(Push(id, round, 1000, deltas[id]).ok()) << id;
+    core_->Poll();
+    ASSERT_EQ(core_->Status().round(), round + 1);
+    const StatusReply status = core_->Status();
+    double sum = 0;
+    for (const char* id : {"A", "B", "C", "D"}) sum += Worker(status, id).trimmed_share();
+    EXPECT_NEAR(sum, 2.0, 1e-12) << "two of the four values of every coordinate are dropped";
+    EXPECT_GT(Worker(status, "D").trimmed_share(), 0.95);
+    EXPECT_EQ(Worker(status, "D").clipped_in_a_row(), round + 1);
+    EXPECT_EQ(Worker(status, "D").suspect(), round + 1 >= 2);
+    for (const char* id : {"A", "B", "C"}) {
+      EXPECT_GT(Worker(status, id).trimmed_share(), 0.2) << id;
+      EXPECT_LT(Worker(status, id).trimmed_share(), 0.5) << id;
+      EXPECT_EQ(Worker(status, id).clipped_in_a_row(), 0) << id;
+      EXPECT_FALSE(Worker(status, id).suspect()) << id;
+    }
+  }
+}
+
+// trimmed_mean with a trim too small for its attackers (outer.trim 1, two of five push -1000 x the same delta, E a
+// little larger): at each coordinate E is dropped as the extreme and D, next to it, is kept, so D is dropped less than
+// evenly; what gives D away is its norm, 1000 x the round's median (nothing scaled it, as clip would): with
+// outer.flag_rounds 1 both are suspect at once; the honest members are not.
+TEST_F(CoordinatorCoreTest, TrimmedMeanFlagsByNormAPushTheTrimCannotDrop) {
+  config_.outer.aggregation = Aggregation::kTrimmedMean;
+  config_.outer.trim = 1;
+  config_.outer.window_chunks = 1000;
+  config_.outer.flag_rounds = 1;
+  Start();
+  for (const char* id : {"A", "B", "C", "D", "E"}) Join(id);
+  std::map<std::string, Tensors> deltas{{"A", RandomDelta()}, {"B", RandomDelta()}, {"C", RandomDelta()}};
+  for (const at::Tensor& d : RandomDelta()) {
+    deltas["D"].push_back(d * -1000);
+    deltas["E"].push_back(d * -1000 * (1 + 1e-3));  // not byte-identical (the duplicate check)
+  }
+  for (const char* id : {"A", "B", "C", "D"})
+    EXPECT_EQ(Push(id, 0, 1000, deltas[id]).code(), absl::StatusCode::kUnavailable);
+  for (const char* id : {"E", "A", "B", "C", "D"}) ASSERT_TRUE(Push(id, 0, 1000, deltas[id]).ok()) << id;
+  core_->Poll();
+  ASSERT_EQ(core_->Status().round(), 1);
+  const StatusReply status = core_->Status();
+  EXPECT_GT(Worker(status, "E").trimmed_share(), 0.9);
+  EXPECT_LT(Worker(status, "D").trimmed_share(), 0.1) << "kept behind E at nearly every coordinate";
+  for (const char* id : {"D", "E"}) EXPECT_TRUE(Worker(status, id).suspect()) << id;
+  for (const char* id : {"A", "B", "C"}) EXPECT_FALSE(Worker(status, id).suspect()) << id;
+}
+
 }  // namespace
 }  // namespace diloco
 

@@ -56,6 +56,7 @@ StatusReply TwoWorkers() {
   b->set_duplicate_pushes(2);
   b->set_momentum_cosine(0.375);  // its last push leaned on the outer momentum (outer.momentum_bound)
   b->set_momentum_bounded(true);
+  b->set_trimmed_share(0.875);  // outer.aggregation trimmed_mean: dropped at 7/8 of its coordinates
   b->set_state("lost");
   b->set_heartbeat_age_s(12);
   for (auto [round, loss] : {std::pair<int, double>{0, 4.5}, {1, 4.0}, {2, 3.75}}) {
@@ -157,7 +158,11 @@ diloco_worker_momentum_cosine{worker="w1"} 0.375
 # TYPE diloco_worker_momentum_bounded gauge
 diloco_worker_momentum_bounded{worker="w0"} 0
 diloco_worker_momentum_bounded{worker="w1"} 1
-# HELP diloco_worker_suspect 1 once the worker's pushes lay far beyond the clip or bound (outer.flag_margin) outer.flag_rounds rounds in a row.
+# HELP diloco_worker_trimmed_share outer.aggregation trimmed_mean: the share of the worker's last counted push's coordinates the trim dropped.
+# TYPE diloco_worker_trimmed_share gauge
+diloco_worker_trimmed_share{worker="w0"} 0
+diloco_worker_trimmed_share{worker="w1"} 0.875
+# HELP diloco_worker_suspect 1 once the worker's pushes lay far beyond the clip, bound or trim (outer.flag_margin) outer.flag_rounds rounds in a row.
 # TYPE diloco_worker_suspect gauge
 diloco_worker_suspect{worker="w0"} 0
 diloco_worker_suspect{worker="w1"} 1

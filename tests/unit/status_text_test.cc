@@ -36,6 +36,8 @@ TEST(StatusTextTest, OnlyMembersFarBeyondTheLimitsGetALineOfTheirOwn) {
   bad->set_suspect(true);
   bad->set_momentum_bounded(true);
   bad->set_momentum_cosine(-0.5);
+  WorkerStatus* trimmed = AddMember(s, "trimmed", 1.0, 1);  // outer.aggregation trimmed_mean: scale 1, share dropped
+  trimmed->set_trimmed_share(0.96875);
   const std::string text = StatusToText(s);
 
   EXPECT_THAT(text, HasSubstr("clipped within the flag margin: honest-a x0.93, honest-c x0.871\n"));
@@ -45,6 +47,8 @@ TEST(StatusTextTest, OnlyMembersFarBeyondTheLimitsGetALineOfTheirOwn) {
   EXPECT_THAT(text, HasSubstr("suspect: bad last push norm 2.5 scaled by 0.001, bounded along the outer momentum "
                               "(cosine -0.5); far beyond the limits 3 rounds in a row (operators decide: diloco-ctl "
                               "leave --id bad)\n"));
+  EXPECT_THAT(text, HasSubstr("far beyond: trimmed last push norm 2.5, dropped by the trim at 96.9% of its "
+                              "coordinates; far beyond the limits 1 rounds in a row\n"));
   // No member gets a remark line of its own unless it is far beyond the limits or suspect.
   EXPECT_THAT(text, Not(HasSubstr("\nclipped: ")));  // the line each clipped member had before
   EXPECT_THAT(text, Not(HasSubstr("\nbounded: ")));
