@@ -158,7 +158,7 @@ CoordinatorCore::ClosingRound CoordinatorCore::BeginClose() {
   c.delta = accumulator_.TakeAverage();                   // no push folds while the round steps (phase stepping)
   c.contributors = round_.TakeForClose();                 // phase stepping; their heartbeats still say "pushed"
   std::set<std::string> far_ids = ApplyMomentumBound(c);  // outer.momentum_bound
-  far_ids.merge(NoteCoordinateWiseFar(c.contributors));   // trimmed_mean, before the window resets
+  far_ids.merge(NoteCoordinateWiseFar(c.contributors));   // coordinate-wise rules, before the window resets
   NoteClippedPushes(c.contributors, far_ids);             // suspects (outer.flag_rounds)
   parts_.NewRound();                                      // parts not yet in the sums are for a closed round now
   clip_gate_.Reset();  // outer.aggregation clip: the next round (or the redo) declares anew

@@ -3,7 +3,8 @@
 // (coordinate_window.h), which hands back every chunk reduced once all pushes of the set sent it; the reduced chunk is
 // written into the round accumulator, and the set's pushes count 1/k each, so the round's "average" is the rule's
 // result. A push that runs window_chunks ahead of the slowest waits here (its ingest thread blocks, gRPC flow control
-// holds the sender back). docs/operations.md "Robust aggregation".
+// holds the sender back). At the close, each push's trimmed share and the far-out test of the suspect flag
+// (NoteCoordinateWiseFar). docs/operations.md "Robust aggregation".
 #include <spdlog/spdlog.h>
 
 #include <cmath>
