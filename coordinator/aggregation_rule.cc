@@ -138,26 +138,55 @@ std::vector<double> CappedWeights(const std::vector<double>& tokens, double max_
   return weights;
 }
 
+SortingNetwork MakeSortingNetwork(int64_t k) {
+  SortingNetwork network;
+  int64_t size = 1;  // Batcher's network for the next power of two; pairs that touch an index >= k are dropped (as
+  while (size < k) size *= 2;  // if those inputs were +Inf, which no compare-exchange moves)
+  for (int64_t p = 1; p < size; p *= 2) {
+    for (int64_t d = p; d >= 1; d /= 2) {
+      for (int64_t j = d % p; j + d < size; j += 2 * d) {
+        for (int64_t i = 0; i < d && i + j + d < size; ++i) {
+          const int64_t a = i + j, b = i + j + d;
+          if (a / (2 * p) == b / (2 * p) && b < k) {
+            network.emplace_back(static_cast<int32_t>(a), static_cast<int32_t>(b));
+          }
+        }
+      }
+    }
+  }
+  return network;
+}
+
+void SortWithNetwork(const SortingNetwork& network, double* values) {
+  for (const auto& [a, b] : network) {
+    const double x = values[a], y = values[b];
+    values[a] = std::min(x, y);
+    values[b] = std::max(x, y);
+  }
+}
+
 namespace {
 
 // The coordinate-wise rules work on one chunk position of every push at a time: x is [k, n] float64 row-major (row i
 // = push i), and each rule is a loop over the n columns (in parallel over column ranges), no [k, n] temporaries.
 constexpr int64_t kColumnGrain = 4096;
 
-// The k values of column j, sorted, into col.
-void SortedColumn(const double* x, int64_t k, int64_t n, int64_t j, std::vector<double>& col) {
+// The k values of column j, sorted by `network` (SortingNetwork(k)), into col.
+void SortedColumn(const double* x, int64_t k, int64_t n, int64_t j, const SortingNetwork& network,
+                  std::vector<double>& col) {
   for (int64_t i = 0; i < k; ++i) col[static_cast<size_t>(i)] = x[i * n + j];
-  std::sort(col.begin(), col.end());
+  SortWithNetwork(network, col.data());
 }
 
 // numpy.median over each column.
 std::vector<double> ColumnMedians(const double* x, int64_t k, int64_t n) {
   if (k < 1) throw std::invalid_argument("coordinate-wise median of no rows");
+  const SortingNetwork network = MakeSortingNetwork(k);
   std::vector<double> v(static_cast<size_t>(n));
   at::parallel_for(0, n, kColumnGrain, [&](int64_t lo, int64_t hi) {
     std::vector<double> col(static_cast<size_t>(k));
     for (int64_t j = lo; j < hi; ++j) {
-      SortedColumn(x, k, n, j, col);
+      SortedColumn(x, k, n, j, network, col);
       const size_t h = static_cast<size_t>(k / 2);
       v[static_cast<size_t>(j)] = k % 2 == 1 ? col[h] : (col[h - 1] + col[h]) * 0.5;
     }
@@ -191,6 +220,7 @@ at::Tensor TrimmedMean(const at::Tensor& rows, int64_t trim, std::vector<int64_t
   const int64_t k = x.size(0), n = x.size(1);
   if (k < 1) throw std::invalid_argument("trimmed mean of no rows");
   const int64_t b = std::min<int64_t>(std::max<int64_t>(trim, 0), (k - 1) / 2);
+  const SortingNetwork network = MakeSortingNetwork(k);
   const double* data = x.data_ptr<double>();
   at::Tensor out = at::empty({n}, at::kDouble);
   double* o = out.data_ptr<double>();
@@ -199,7 +229,7 @@ at::Tensor TrimmedMean(const at::Tensor& rows, int64_t trim, std::vector<int64_t
     std::vector<double> col(static_cast<size_t>(k));
     std::vector<int64_t> dropped(trimmed != nullptr && b > 0 ? static_cast<size_t>(k) : 0, 0);
     for (int64_t j = lo; j < hi; ++j) {
-      SortedColumn(data, k, n, j, col);
+      SortedColumn(data, k, n, j, network, col);
       double sum = 0;
       for (int64_t i = b; i < k - b; ++i) sum += col[static_cast<size_t>(i)];
       o[j] = sum / static_cast<double>(k - 2 * b);

@@ -25,6 +25,9 @@
 //                       v += mean_i(clip_tau(x_i - v)), clip_tau(z) = z min(1, tau / |z|); streamed chunk by chunk,
 //                       |z| is the norm over the rows' coordinates (one chunk of each push)
 //   CenteredClipTau     tau derived from the rows: median_i |x_i - coordinate-wise median| (scale-free per chunk)
+//   MakeSortingNetwork  Batcher's odd-even merge sort for k values as compare-exchange pairs; SortWithNetwork runs it
+//                       with min / max, no branches (the coordinate-wise rules sort each column's k values with it:
+//                       which values swap is unpredictable, which made std::sort's insertion sort mispredict)
 // Pure functions of their arguments: thread-safe.
 #pragma once
 
@@ -33,6 +36,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coordinator/round_state.h"
@@ -114,5 +118,9 @@ double TrimKeptScale(double trimmed_share, int64_t trim, int64_t k);
 at::Tensor CenteredClip(const at::Tensor& rows, double tau, int64_t iterations);
 // centered_clip's radius when outer.cclip_tau is 0: the median over rows i of |x_i - coordinate-wise median|.
 double CenteredClipTau(const at::Tensor& rows);
+// Compare-exchange pairs (a < b): after each, values[a] <= values[b]. Sorts any k finite values.
+using SortingNetwork = std::vector<std::pair<int32_t, int32_t>>;
+SortingNetwork MakeSortingNetwork(int64_t k);
+void SortWithNetwork(const SortingNetwork& network, double* values);
 
 }  // namespace diloco

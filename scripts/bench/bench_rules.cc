@@ -2,7 +2,8 @@
 // work the coordinator does under its lock for every chunk of a round under outer.aggregation trimmed_mean or
 // centered_clip: k pushes' values of one comm.chunk_bytes chunk (1 MiB of fp32: 262,144 values; N(0, 1e-3), one push
 // x -1000) reduced to one. trimmed_mean is timed with and without counting each push's dropped coordinates (the
-// suspect flag's trimmed share), side by side in one run. Bytes processed: the k pushes' fp32 bytes. On one LibTorch
+// suspect flag's trimmed share), and the column sort with std::sort and with the sorting network, side by side in
+// one run. Bytes processed: the k pushes' fp32 bytes. On one LibTorch
 // thread (at::set_num_threads(1)) unless --threads. Not a test; Google Benchmark's flags apply
 // (--benchmark_repetitions=5 --benchmark_report_aggregates_only=true for medians).
 // Usage: diloco-bench-rules [--threads N] [benchmark flags]
@@ -10,6 +11,7 @@
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -49,6 +51,32 @@ BENCHMARK(BM_TrimmedMean)
     ->Args({8, 1, 0})
     ->Args({8, 1, 1})
     ->Unit(benchmark::kMillisecond);
+
+// The column sort both rules do per coordinate, side by side: gather the k values of each column and sort them with
+// std::sort (insertion sort at this size) or with the sorting network (aggregation_rule.h SortWithNetwork).
+// Arguments: k pushes, network (0: std::sort).
+void BM_ColumnSort(benchmark::State& state) {
+  const int64_t k = state.range(0);
+  const at::Tensor rows = Rows(k).to(at::kDouble).contiguous();
+  const double* x = rows.data_ptr<double>();
+  const diloco::SortingNetwork network = diloco::MakeSortingNetwork(k);
+  std::vector<double> col(static_cast<size_t>(k));
+  for (auto _ : state) {
+    double sum = 0;
+    for (int64_t j = 0; j < kChunkValues; ++j) {
+      for (int64_t i = 0; i < k; ++i) col[static_cast<size_t>(i)] = x[i * kChunkValues + j];
+      if (state.range(1) != 0) {
+        diloco::SortWithNetwork(network, col.data());
+      } else {
+        std::sort(col.begin(), col.end());
+      }
+      sum += col[static_cast<size_t>(k / 2)];
+    }
+    benchmark::DoNotOptimize(sum);
+  }
+  SetBytes(state, k);
+}
+BENCHMARK(BM_ColumnSort)->ArgNames({"k", "network"})->Args({8, 0})->Args({8, 1})->Unit(benchmark::kMillisecond);
 
 // Arguments: k pushes, iterations (tau derived from the rows, as outer.cclip_tau 0).
 void BM_CenteredClip(benchmark::State& state) {

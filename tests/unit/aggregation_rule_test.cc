@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -103,6 +105,35 @@ TEST(AggregationRuleTest, TrimKeptScaleIsTheKeptShareOverAnEvenTrimsShare) {
   // Far beyond at outer.flag_margin 2 (as a clip to under 1/2): kept scale under 1/2.
   EXPECT_TRUE(FarBeyond(1.0, TrimKeptScale(0.9, 2, 8), 0, 2));
   EXPECT_FALSE(FarBeyond(1.0, TrimKeptScale(0.7, 2, 8), 0, 2));
+}
+
+// The column sort of the coordinate-wise rules: Batcher's network sorts every input of 1..20 values as std::sort does,
+// by the 0-1 principle (a comparator network that sorts every 0/1 input sorts every input) for k <= 12, and on random
+// values with ties for every k; 8 values take Batcher's 19 compare-exchanges.
+TEST(AggregationRuleTest, SortingNetworkSortsAnyInputOfUpToTwentyValues) {
+  std::mt19937 rng(32);
+  for (int64_t k = 1; k <= 20; ++k) {
+    const SortingNetwork network = MakeSortingNetwork(k);
+    for (const auto& [a, b] : network) ASSERT_TRUE(a < b && b < k) << k;
+    if (k <= 12) {
+      for (uint32_t bits = 0; bits < (1u << k); ++bits) {
+        std::vector<double> v(static_cast<size_t>(k));
+        for (int64_t i = 0; i < k; ++i) v[static_cast<size_t>(i)] = (bits >> i) & 1u;
+        SortWithNetwork(network, v.data());
+        ASSERT_TRUE(std::is_sorted(v.begin(), v.end())) << "k " << k << " input " << bits;
+      }
+    }
+    for (int trial = 0; trial < 200; ++trial) {
+      std::vector<double> v(static_cast<size_t>(k));
+      for (double& x : v) x = static_cast<double>(std::uniform_int_distribution<int>(-5, 5)(rng)) * 0.5;
+      std::vector<double> want = v;
+      std::sort(want.begin(), want.end());
+      SortWithNetwork(network, v.data());
+      ASSERT_EQ(v, want) << "k " << k;
+    }
+  }
+  EXPECT_EQ(MakeSortingNetwork(8).size(), 19u);
+  EXPECT_TRUE(MakeSortingNetwork(1).empty());
 }
 
 // Dot's eight-lane loop (lengths past the lanes, a tail) and MomentumDot's two paths (a dense chunk at an offset, a
