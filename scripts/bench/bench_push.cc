@@ -14,6 +14,8 @@
 // coordinator: the model is built once (for the parameter names, shapes and the fingerprint), its parameters are then
 // overwritten in place with N(0, 1e-3) values and are the read-only pseudo-gradient every worker pushes; pulls are read
 // off the stream and dropped (bytes and elements counted, nothing decoded), so a worker holds one chunk, not a model.
+// --distinct-noise S gives each worker its own values instead (the shared ones + N(0, S): one copy of the model per
+// worker).
 // Used by scripts/bench/comm and tests/integration/coordinator_memory_test.cc; not a test. It trains nothing.
 #include <grpcpp/grpcpp.h>
 
@@ -208,10 +210,22 @@ size_t SmallestTensor(const diloco::RoundResult& result) {
   }
   return best;
 }
-std::vector<diloco::RoundResult> OwnPushes(const std::vector<diloco::RoundResult>& shared) {
+// noise > 0 (--distinct-noise): every tensor gets the worker's own N(0, noise) added (a copy of the model per worker),
+// so each coordinate's values differ across the pushes as real workers' do; the coordinate-wise rules' sort of a
+// column of equal values is not the work real pushes make.
+std::vector<diloco::RoundResult> OwnPushes(const std::vector<diloco::RoundResult>& shared, double noise) {
   std::vector<diloco::RoundResult> own = shared;  // tensor handles: the data stays shared
   for (diloco::RoundResult& result : own) {
     if (result.pseudo_gradient.empty()) continue;
+    if (noise > 0) {
+      double squares = 0;  // its own claimed norm
+      for (auto& [name, t] : result.pseudo_gradient) {
+        t = t + at::randn_like(t) * noise;
+        squares += t.to(at::kDouble).square().sum().item<double>();
+      }
+      result.report.norm = std::sqrt(squares);
+      continue;
+    }
     at::Tensor& t = result.pseudo_gradient[SmallestTensor(result)].second;
     t = t.clone();
   }
@@ -274,6 +288,7 @@ struct Bench {
         closed(workers) {}
 
   void Worker(int w, const diloco::ModelSpec& spec, const std::vector<diloco::RoundResult>& results);
+  double distinct_noise = 0;  // --distinct-noise (OwnPushes)
   // Every coordinator.heartbeat_interval_s until `stop`: a Heartbeat from each worker (errors ignored: before its
   // Join, after its Leave), as real workers do, so that no lease (coordinator.lease_s) runs out while a big model's
   // pulls, outer step or checkpoint take long.
@@ -309,7 +324,7 @@ void Bench::Worker(int w, const diloco::ModelSpec& spec, const std::vector<diloc
   diloco::CoordinatorClient& client = *clients[static_cast<size_t>(w)];
   auto stub = NewStub(address, config.comm.chunk_bytes);
   const int P = static_cast<int>(results.size());
-  std::vector<diloco::RoundResult> own = OwnPushes(results);
+  std::vector<diloco::RoundResult> own = OwnPushes(results, distinct_noise);
   if (!client.Join(spec, 1, "cpu", -1, P).ok()) failed = true;
   int64_t round = 0;
   for (int r = 0; r < rounds; ++r) {
@@ -383,12 +398,15 @@ int main(int argc, char** argv) {
   std::string config_path, address;
   std::vector<std::string> overrides;
   int workers = 2, rounds = 3, probe_ms = 0;
+  double distinct_noise = 0;
   app.add_option("--config", config_path)->required();
   app.add_option("--set", overrides);
   app.add_option("--coordinator", address)->required();
   app.add_option("--workers", workers)->check(CLI::PositiveNumber);
   app.add_option("--rounds", rounds)->check(CLI::PositiveNumber);
   app.add_option("--probe-ms", probe_ms, "time a GetStatus and a Heartbeat every this many ms during pushes (0: off)");
+  app.add_option("--distinct-noise", distinct_noise,
+                 "add each worker's own N(0, this) to its push (a copy of the model per worker; 0: shared values)");
   CLI11_PARSE(app, argc, argv);
   auto config = diloco::LoadConfig(config_path, overrides);
   if (!config.ok()) {
@@ -407,6 +425,7 @@ int main(int argc, char** argv) {
   spec.set_d_model(config->model.d_model);
 
   Bench bench(*config, address, diloco::Fingerprint(specs), workers, rounds);
+  bench.distinct_noise = distinct_noise;
   ProbeSamples probed;
   std::atomic<bool> stop_probe{false};
   std::thread probe;
