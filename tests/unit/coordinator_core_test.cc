@@ -68,6 +68,15 @@ class CoordinatorCoreTest : public ScratchDirTest {
     core_ = MakeCore(/*resume=*/false);
     ASSERT_NE(core_, nullptr);
   }
+  // outer.aggregation trimmed_mean with `trim`, `ids` joined. The pushes of these tests stream one after the other on
+  // this thread, so the window lets each run to its end (window_chunks 1000).
+  void StartTrimmedMean(int64_t trim, const std::vector<std::string>& ids) {
+    config_.outer.aggregation = Aggregation::kTrimmedMean;
+    config_.outer.trim = trim;
+    config_.outer.window_chunks = 1000;
+    Start();
+    for (const std::string& id : ids) Join(id);
+  }
   void StartRun() {
     run_core_ = core_.get();
     run_thread_ = std::thread([core = run_core_] { core->Run(); });
@@ -1277,11 +1286,7 @@ TEST_F(CoordinatorCoreTest, MeanCountsByteIdenticalPushes) {
 // has come (the early ones are told UNAVAILABLE and retry); each coordinate is the mean of the pushes' values after
 // dropping the smallest and the largest, whatever their token counts (a x-1000 push with 1e6 tokens moves nothing).
 TEST_F(CoordinatorCoreTest, TrimmedMeanWaitsForTheSetThenTrimsEachCoordinate) {
-  config_.outer.aggregation = Aggregation::kTrimmedMean;
-  config_.outer.trim = 1;
-  config_.outer.window_chunks = 1000;  // the pushes here stream one after the other on this thread
-  Start();
-  for (const char* id : {"A", "B", "C", "D"}) Join(id);
+  StartTrimmedMean(1, {"A", "B", "C", "D"});
   const Tensors theta0 = Theta();
   const Tensors dA = RandomDelta(), dB = RandomDelta(), dC = RandomDelta();
   Tensors dD;
@@ -1310,12 +1315,8 @@ TEST_F(CoordinatorCoreTest, TrimmedMeanWaitsForTheSetThenTrimsEachCoordinate) {
 // is dropped almost everywhere, far beyond an even trim (kept scale under 1 / outer.flag_margin), and is suspect after
 // outer.flag_rounds 2 rounds; A, B and C, dropped about a third of the time each, never count.
 TEST_F(CoordinatorCoreTest, TrimmedMeanFlagsAPushTheTrimDropsAlmostEverywhere) {
-  config_.outer.aggregation = Aggregation::kTrimmedMean;
-  config_.outer.trim = 1;
-  config_.outer.window_chunks = 1000;
   config_.outer.flag_rounds = 2;
-  Start();
-  for (const char* id : {"A", "B", "C", "D"}) Join(id);
+  StartTrimmedMean(1, {"A", "B", "C", "D"});
   for (int64_t round = 0; round < 2; ++round) {
     std::map<std::string, Tensors> deltas{{"A", RandomDelta()}, {"B", RandomDelta()}, {"C", RandomDelta()}};
     for (const at::Tensor& d : RandomDelta()) deltas["D"].push_back(d * -1000);
@@ -1345,12 +1346,8 @@ TEST_F(CoordinatorCoreTest, TrimmedMeanFlagsAPushTheTrimDropsAlmostEverywhere) {
 // evenly; what gives D away is its norm, 1000 x the round's median (nothing scaled it, as clip would): with
 // outer.flag_rounds 1 both are suspect at once; the honest members are not.
 TEST_F(CoordinatorCoreTest, TrimmedMeanFlagsByNormAPushTheTrimCannotDrop) {
-  config_.outer.aggregation = Aggregation::kTrimmedMean;
-  config_.outer.trim = 1;
-  config_.outer.window_chunks = 1000;
   config_.outer.flag_rounds = 1;
-  Start();
-  for (const char* id : {"A", "B", "C", "D", "E"}) Join(id);
+  StartTrimmedMean(1, {"A", "B", "C", "D", "E"});
   std::map<std::string, Tensors> deltas{{"A", RandomDelta()}, {"B", RandomDelta()}, {"C", RandomDelta()}};
   for (const at::Tensor& d : RandomDelta()) {
     deltas["D"].push_back(d * -1000);
