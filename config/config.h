@@ -132,11 +132,13 @@ struct OuterConfig {
   double clip_factor = 1.0;
   // clip: token weights capped at this x the round's median token count; 0 = no cap
   double max_token_weight = 2.0;
-  // clip: a member whose pushes lay far beyond the limits (outer.flag_margin) this many rounds in a row is logged and
-  // shown as suspect; 0 = never
+  // clip, centered_clip, trimmed_mean: a member whose pushes lay far beyond the limits (outer.flag_margin) this many
+  // rounds in a row is logged and shown as suspect; 0 = never
   int64_t flag_rounds = 3;
-  // clip: a push counts toward outer.flag_rounds when its norm was over this x the clip threshold (scaled by under
-  // 1 / this), or its component along the outer momentum lay this x as far from the round's median as the bound
+  // a push counts toward outer.flag_rounds when its norm was over this x the clip threshold (scaled by under
+  // 1 / this; without a norm clip, this x the round's median norm), its component along the outer momentum lay this
+  // x as far from the round's median as the bound, or (trimmed_mean) the trim kept under 1 / this of an even trim's
+  // share of its coordinates
   double flag_margin = 2.0;
   // clip: each push's component along the outer momentum is lowered to at most the round's median component + this
   // x 1.4826 x their median absolute deviation (a stale or replayed delta leans on the momentum); 0 = off

@@ -167,6 +167,9 @@ void SortWithNetwork(const SortingNetwork& network, double* values) {
 
 namespace {
 
+// trimmed_mean's trim as applied to k pushes: lowered to (k - 1) / 2, so at least one value of each column is kept.
+int64_t TrimOf(int64_t trim, int64_t k) { return std::min<int64_t>(std::max<int64_t>(trim, 0), (k - 1) / 2); }
+
 // The coordinate-wise rules work on one chunk position of every push at a time: x is [k, n] float64 row-major (row i
 // = push i), and each rule is a loop over the n columns (in parallel over column ranges), no [k, n] temporaries.
 constexpr int64_t kColumnGrain = 4096;
@@ -219,7 +222,7 @@ at::Tensor TrimmedMean(const at::Tensor& rows, int64_t trim, std::vector<int64_t
   const at::Tensor x = rows.to(at::kDouble).contiguous();
   const int64_t k = x.size(0), n = x.size(1);
   if (k < 1) throw std::invalid_argument("trimmed mean of no rows");
-  const int64_t b = std::min<int64_t>(std::max<int64_t>(trim, 0), (k - 1) / 2);
+  const int64_t b = TrimOf(trim, k);
   const SortingNetwork network = MakeSortingNetwork(k);
   const double* data = x.data_ptr<double>();
   at::Tensor out = at::empty({n}, at::kDouble);
@@ -248,8 +251,8 @@ at::Tensor TrimmedMean(const at::Tensor& rows, int64_t trim, std::vector<int64_t
 }
 
 double TrimKeptScale(double trimmed_share, int64_t trim, int64_t k) {
-  const int64_t b = std::min<int64_t>(std::max<int64_t>(trim, 0), (std::max<int64_t>(k, 1) - 1) / 2);
-  const double even_kept = 1.0 - 2.0 * static_cast<double>(b) / static_cast<double>(std::max<int64_t>(k, 1));
+  k = std::max<int64_t>(k, 1);
+  const double even_kept = 1.0 - 2.0 * static_cast<double>(TrimOf(trim, k)) / static_cast<double>(k);
   return std::clamp((1.0 - trimmed_share) / even_kept, 0.0, 1.0);
 }
 

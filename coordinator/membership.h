@@ -42,7 +42,7 @@ struct Member {
   std::string quarantine_reason;        // why, for the refusal's message ("3 broken pushes in a row", ...)
   double last_push_norm = 0;            // robust aggregation (issue 32), as of its last counted push
   double last_clip_scale = 1;           // outer.aggregation clip's factor for that push
-  int64_t clipped_in_a_row = 0;         // consecutive committed rounds whose push lay far beyond the clip or bound
+  int64_t clipped_in_a_row = 0;         // consecutive committed rounds its push lay far beyond clip, bound or trim
   bool suspect = false;                 // clipped_in_a_row reached outer.flag_rounds (outer.flag_margin)
   double momentum_cosine = 0;           // clip with outer.momentum_bound: its last counted push's cosine with the
   bool momentum_bounded = false;        // outer momentum, and whether its component along it was bounded
