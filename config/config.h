@@ -141,7 +141,8 @@ struct OuterConfig {
   // share of its coordinates
   double flag_margin = 2.0;
   // clip: each push's component along the outer momentum is lowered to at most the round's median component + this
-  // x 1.4826 x their median absolute deviation (a stale or replayed delta leans on the momentum); 0 = off
+  // x 1.4826 x their median absolute deviation (a stale or replayed delta leans on the momentum); trimmed_mean,
+  // centered_clip: the same limit, not applied, for outer.flag_margin's test; 0 = off
   double momentum_bound = 1.5;
   // trimmed_mean: the pushes dropped at each end of every coordinate (lowered to (k - 1) / 2 for k pushes)
   int64_t trim = 1;

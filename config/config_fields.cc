@@ -156,7 +156,8 @@ const std::vector<Field>& Fields() {
       MakeField("outer.momentum_bound", &Config::outer, &OuterConfig::momentum_bound, AtLeast(0),
                 "clip: each push's component along the outer momentum is lowered to at most the round's median "
                 "component + this x 1.4826 x their median absolute deviation (a stale or replayed delta leans on the "
-                "momentum; sync rounds with an outer momentum and comm.fragments 1); 0 = off"),
+                "momentum; sync rounds with an outer momentum and comm.fragments 1); trimmed_mean, centered_clip: "
+                "the same limit is not applied, only outer.flag_margin's test uses it; 0 = off"),
       MakeField("outer.trim", &Config::outer, &OuterConfig::trim, AtLeast(0),
                 "trimmed_mean: pushes dropped at each end of every coordinate (at most (k - 1) / 2 of k pushes)"),
       MakeField("outer.cclip_iterations", &Config::outer, &OuterConfig::cclip_iterations, AtLeast(0),

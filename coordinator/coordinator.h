@@ -190,6 +190,9 @@ class CoordinatorCore {
   // Whether a push with this header may start now (lease, round and staleness, duplicates, header values).
   absl::Status CheckPushHeader(const PushHeader& header) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   RoundDecision DecideClose(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The round as the close decision sees it. The members it waits for are the unquarantined active ones, or, once a
+  // coordinate-wise rule has fixed the round's set (coordinator_window.cc), those of them in the set: a member that
+  // joined after the set was fixed cannot push in this round, so the round must not wait for it.
   CloseView CloseViewNow() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A push of `id` broke off after folding chunks (or was cut as stalled): counts the strike and quarantines the
   // member per round_policy.h's QuarantineRounds.
@@ -294,17 +297,20 @@ class CoordinatorCore {
   // norm clip a norm over margin x the round's median. Empty under mean and clip.
   std::set<std::string> NoteCoordinateWiseFar(const RoundState::Pushes& contributors)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // outer.momentum_bound (coordinator_momentum.cc): whether it acts in this run (clip, sync rounds, comm.fragments
-  // 1, one weight per push).
+  // outer.momentum_bound (coordinator_momentum.cc): whether the pushes' projections on the outer momentum are taken
+  // in this run (clip, trimmed_mean, centered_clip; sync rounds, comm.fragments 1, one weight per push), and whether
+  // the bound acts on the average (clip: its average is a weighted sum of the pushes, from which the excess along
+  // the momentum can be taken; a coordinate-wise rule's is not, so there the bound only judges: the flag).
+  bool MomentumWatched() const;
   bool MomentumBoundApplies() const;
-  // The outer momentum after the last step, read in place (handles, no copy), and its norm; null when the bound does
-  // not apply or there is no momentum yet. Takes the store's steady read: never with mu_ held (the round thread
+  // The outer momentum after the last step, read in place (handles, no copy), and its norm; null when it is not
+  // watched or there is no momentum yet. Takes the store's steady read: never with mu_ held (the round thread
   // after a step, Create before the first round).
   std::shared_ptr<const MomentumAxis> ReadMomentumAxis() const ABSL_LOCKS_EXCLUDED(mu_);
-  // BeginClose, after the average is taken: bounds each contributor's projection on the momentum (MomentumBound),
-  // takes the excess out of closing.delta along it, sets each contributor's momentum cosine; the ids whose projection
-  // lay far beyond the bound (FarBeyond, outer.flag_margin).
-  std::set<std::string> ApplyMomentumBound(ClosingRound& closing) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // BeginClose, after the average is taken: computes each contributor's projection on the momentum and its bound
+  // (MomentumBound), sets its momentum cosine; under clip takes the excess out of closing.delta along the momentum.
+  // Returns the ids whose projection lay far beyond the bound (FarBeyond, outer.flag_margin), under every rule.
+  std::set<std::string> JudgeAlongMomentum(ClosingRound& closing) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Fixed at creation.
   const Config config_;

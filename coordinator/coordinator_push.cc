@@ -133,8 +133,8 @@ absl::Status CoordinatorCore::FoldChunk(PushTicket& ticket, size_t index, int64_
     if (absl::Status s = FoldToWindow(ticket, index, offset, values); !s.ok()) return s;
   } else {
     accumulator_.Fold(index, offset, values, ticket.weight * ticket.fold_scale);
-    ticket.momentum_dot += momentum_dot;
   }
+  ticket.momentum_dot += momentum_dot;
   NoteFold(ticket, squared_norm, chunk_hash, wire_bytes);
   return absl::OkStatus();
 }
@@ -384,13 +384,14 @@ void CoordinatorCore::NoteClippedPushes(const RoundState::Pushes& contributors, 
       std::string limits = CoordinateWiseWithoutNormClip()
                                ? absl::StrCat("lay over ", margin, " x the round's median norm")
                                : absl::StrCat("lay over ", margin, " x the clip threshold");
-      if (MomentumBoundApplies())
+      if (MomentumWatched())
         absl::StrAppend(&limits, " or ", margin, " x as far along the outer momentum as the bound");
       if (trimmed_mean)
         absl::StrAppend(&limits, " or kept under 1/", margin, " of an even trim's share of its coordinates");
       std::string facts = absl::StrFormat("norm %.4g", m->last_push_norm);
       if (m->last_clip_scale < 1) absl::StrAppendFormat(&facts, ", scaled by %.3g", m->last_clip_scale);
-      if (m->momentum_bounded) absl::StrAppendFormat(&facts, ", cosine %.3g with the momentum", m->momentum_cosine);
+      if (m->momentum_bounded || m->momentum_far)
+        absl::StrAppendFormat(&facts, ", cosine %.3g with the momentum", m->momentum_cosine);
       if (trimmed_mean)
         absl::StrAppendFormat(&facts, ", dropped by the trim at %.1f%% of its coordinates",
                               100 * m->last_trimmed_share);

@@ -3,11 +3,15 @@
 // (theta_store.h) without it, publishes theta_{t+1}, then hands the round to the sinks (round_sink.h).
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <map>
 #include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "config/text_file.h"
@@ -131,7 +135,13 @@ void CoordinatorCore::QuarantineForRound(const std::string& id, const std::strin
 }
 
 CloseView CoordinatorCore::CloseViewNow() const {
-  return {{UnquarantinedActiveIds(), round_.PushedIds(), round_.opened_at()},
+  std::vector<std::string> expected = UnquarantinedActiveIds();
+  if (CoordinateWiseRounds() && window_.open()) {  // the set is fixed: no one outside it pushes in this round
+    expected.erase(
+        std::remove_if(expected.begin(), expected.end(), [this](const std::string& id) { return !window_.Holds(id); }),
+        expected.end());
+  }
+  return {{std::move(expected), round_.PushedIds(), round_.opened_at()},
           {round_.pushed().size(), round_.streaming_count() + parts_.partial_count()}};
 }
 
@@ -157,7 +167,7 @@ CoordinatorCore::ClosingRound CoordinatorCore::BeginClose() {
   c.tokens = accumulator_.total_weight();
   c.delta = accumulator_.TakeAverage();                   // no push folds while the round steps (phase stepping)
   c.contributors = round_.TakeForClose();                 // phase stepping; their heartbeats still say "pushed"
-  std::set<std::string> far_ids = ApplyMomentumBound(c);  // outer.momentum_bound
+  std::set<std::string> far_ids = JudgeAlongMomentum(c);  // outer.momentum_bound
   far_ids.merge(NoteCoordinateWiseFar(c.contributors));   // coordinate-wise rules, before the window resets
   NoteClippedPushes(c.contributors, far_ids);             // suspects (outer.flag_rounds)
   parts_.NewRound();                                      // parts not yet in the sums are for a closed round now

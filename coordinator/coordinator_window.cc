@@ -59,6 +59,7 @@ absl::Status CoordinatorCore::AdmitToWindow(const PushHeader& header, PushTicket
                                                "'; retry (the round closes without it)"));
   }
   ticket.weight = 1.0 / static_cast<double>(window_.size());
+  ticket.momentum = axis_;  // outer.momentum_bound: its projection is judged (the flag), not bounded
   if (norm_clip) {
     clip_gate_.TryOpen({}, /*force=*/true, 1);  // the medians of the headers declared when the set was fixed
     ticket.claimed_norm = header.claimed_norm();

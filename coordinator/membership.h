@@ -44,8 +44,9 @@ struct Member {
   double last_clip_scale = 1;           // outer.aggregation clip's factor for that push
   int64_t clipped_in_a_row = 0;         // consecutive committed rounds its push lay far beyond clip, bound or trim
   bool suspect = false;                 // clipped_in_a_row reached outer.flag_rounds (outer.flag_margin)
-  double momentum_cosine = 0;           // clip with outer.momentum_bound: its last counted push's cosine with the
-  bool momentum_bounded = false;        // outer momentum, and whether its component along it was bounded
+  double momentum_cosine = 0;           // outer.momentum_bound: its last counted push's cosine with the outer
+  bool momentum_bounded = false;        // momentum, whether its component along it was bounded (clip), and whether
+  bool momentum_far = false;            // it lay far beyond the bound (outer.flag_margin; every robust rule)
   double last_trimmed_share = 0;        // trimmed_mean: the share of its last push's coordinates the trim dropped
   int64_t pushes_in_parts = 0;          // counted pushes that came in parts (coordinator_parts.cc)
   int64_t duplicate_pushes = 0;         // pushes refused as byte-identical copies or replays (CheckDuplicate)

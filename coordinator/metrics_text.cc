@@ -149,8 +149,10 @@ void WorkerMetrics(const StatusReply& s, Exposition& e) {
   for (const WorkerStatus& w : s.workers()) {
     e.Sample("diloco_worker_clip_scale", {{"worker", w.id()}}, Real(w.last_clip_scale()));
   }
-  e.Family("diloco_worker_momentum_cosine", "gauge",
-           "outer.momentum_bound: the cosine of the worker's last counted push with the outer momentum.");
+  e.Family(
+      "diloco_worker_momentum_cosine", "gauge",
+      "outer.momentum_bound (clip, trimmed_mean, centered_clip): the cosine of the worker's last counted push with "
+      "the outer momentum.");
   for (const WorkerStatus& w : s.workers()) {
     e.Sample("diloco_worker_momentum_cosine", {{"worker", w.id()}}, Real(w.momentum_cosine()));
   }

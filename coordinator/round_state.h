@@ -36,8 +36,8 @@ struct PushTicket {
   double squared_norm = 0;   // sum of the squares of its folded values (float64), aggregation_rule.h
   double claimed_norm = -1;  // outer.aggregation clip: the header's claimed_norm (checked at the end); -1: mean
   double fold_scale = 1;     // outer.aggregation clip: chunks fold with weight x fold_scale (ClipGate::Scale)
-  double momentum_dot = 0;   // outer.momentum_bound: its folded values . the outer momentum (float64 sums)
-  std::shared_ptr<const MomentumAxis> momentum;  // ... that momentum, as the push was admitted (null: no bound)
+  double momentum_dot = 0;   // outer.momentum_bound: its values . the outer momentum (float64 sums, before any scale)
+  std::shared_ptr<const MomentumAxis> momentum;  // ... that momentum, as the push was admitted (null: not watched)
   uint64_t payload_hash = 0;                     // ChainHash of its folded chunks in stream order (aggregation_rule.h)
   bool folded_any = false;
   bool finished = false;

@@ -70,6 +70,8 @@ std::string StatusToText(const StatusReply& s) {
         absl::StrAppendFormat(&how, " scaled by %.3g", w.last_clip_scale());
       if (w.momentum_bounded())
         absl::StrAppendFormat(&how, ", bounded along the outer momentum (cosine %.3g)", w.momentum_cosine());
+      else if (w.momentum_cosine() != 0)  // watched, not bounded (a coordinate-wise rule, or within clip's bound)
+        absl::StrAppendFormat(&how, ", cosine %.3g with the outer momentum", w.momentum_cosine());
       if (w.trimmed_share() > 0)
         absl::StrAppendFormat(&how, ", dropped by the trim at %.1f%% of its coordinates", 100 * w.trimmed_share());
       absl::StrAppendFormat(&out, "%s: %s last push norm %.4g%s; far beyond the limits %lld rounds in a row%s\n",

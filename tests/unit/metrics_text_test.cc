@@ -150,7 +150,7 @@ diloco_worker_push_norm{worker="w1"} 2000
 # TYPE diloco_worker_clip_scale gauge
 diloco_worker_clip_scale{worker="w0"} 1
 diloco_worker_clip_scale{worker="w1"} 0.25
-# HELP diloco_worker_momentum_cosine outer.momentum_bound: the cosine of the worker's last counted push with the outer momentum.
+# HELP diloco_worker_momentum_cosine outer.momentum_bound (clip, trimmed_mean, centered_clip): the cosine of the worker's last counted push with the outer momentum.
 # TYPE diloco_worker_momentum_cosine gauge
 diloco_worker_momentum_cosine{worker="w0"} 0
 diloco_worker_momentum_cosine{worker="w1"} 0.375

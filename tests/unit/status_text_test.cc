@@ -38,6 +38,10 @@ TEST(StatusTextTest, OnlyMembersFarBeyondTheLimitsGetALineOfTheirOwn) {
   bad->set_momentum_cosine(-0.5);
   WorkerStatus* trimmed = AddMember(s, "trimmed", 1.0, 1);  // outer.aggregation trimmed_mean: scale 1, share dropped
   trimmed->set_trimmed_share(0.96875);
+  WorkerStatus* stale = AddMember(s, "stale", 1.0, 3);  // trimmed_mean: far along the momentum, which is not bounded
+  stale->set_suspect(true);
+  stale->set_momentum_cosine(0.42);
+  stale->set_trimmed_share(0.5);
   const std::string text = StatusToText(s);
 
   EXPECT_THAT(text, HasSubstr("clipped within the flag margin: honest-a x0.93, honest-c x0.871\n"));
@@ -49,6 +53,9 @@ TEST(StatusTextTest, OnlyMembersFarBeyondTheLimitsGetALineOfTheirOwn) {
                               "leave --id bad)\n"));
   EXPECT_THAT(text, HasSubstr("far beyond: trimmed last push norm 2.5, dropped by the trim at 96.9% of its "
                               "coordinates; far beyond the limits 1 rounds in a row\n"));
+  EXPECT_THAT(text, HasSubstr("suspect: stale last push norm 2.5, cosine 0.42 with the outer momentum, dropped by the "
+                              "trim at 50.0% of its coordinates; far beyond the limits 3 rounds in a row (operators "
+                              "decide: diloco-ctl leave --id stale)\n"));
   // No member gets a remark line of its own unless it is far beyond the limits or suspect.
   EXPECT_THAT(text, Not(HasSubstr("\nclipped: ")));  // the line each clipped member had before
   EXPECT_THAT(text, Not(HasSubstr("\nbounded: ")));
