@@ -3,7 +3,6 @@
 // (theta_store.h) without it, publishes theta_{t+1}, then hands the round to the sinks (round_sink.h).
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -135,11 +134,10 @@ void CoordinatorCore::QuarantineForRound(const std::string& id, const std::strin
 }
 
 CloseView CoordinatorCore::CloseViewNow() const {
-  std::vector<std::string> expected = UnquarantinedActiveIds();
-  if (CoordinateWiseRounds() && window_.open()) {  // the set is fixed: no one outside it pushes in this round
-    expected.erase(
-        std::remove_if(expected.begin(), expected.end(), [this](const std::string& id) { return !window_.Holds(id); }),
-        expected.end());
+  std::vector<std::string> expected;
+  const bool set_fixed = CoordinateWiseRounds() && window_.open();  // no one outside the set pushes in this round
+  for (std::string& id : UnquarantinedActiveIds()) {
+    if (!set_fixed || window_.Holds(id)) expected.push_back(std::move(id));
   }
   return {{std::move(expected), round_.PushedIds(), round_.opened_at()},
           {round_.pushed().size(), round_.streaming_count() + parts_.partial_count()}};
