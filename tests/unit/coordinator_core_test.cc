@@ -990,6 +990,24 @@ class RobustAggregationTest : public CoordinatorCoreTest {
     core_->Poll();
     ASSERT_EQ(core_->Status().round(), round + 1);
   }
+  // Starts the core with `ids` joined (workers.count their number) and pushes round 1, a random delta each; the
+  // deltas, and theta_0 and theta_1 as pulled.
+  struct FirstRound {
+    std::map<std::string, Tensors> deltas;
+    Tensors theta0, theta1;
+  };
+  FirstRound StartWithARandomRound(const std::vector<std::string>& ids) {
+    FirstRound first;
+    config_.workers.count = static_cast<int64_t>(ids.size());
+    Start();
+    if (HasFatalFailure()) return first;
+    for (const std::string& id : ids) Join(id);
+    first.theta0 = Theta();
+    for (const std::string& id : ids) first.deltas[id] = RandomDelta();
+    PushRound(first.deltas, 0);
+    first.theta1 = Theta();
+    return first;
+  }
 };
 
 class ClipAggregationTest : public RobustAggregationTest {
@@ -1098,16 +1116,12 @@ TEST_F(ClipAggregationTest, APushThatLeansOnTheOuterMomentumIsBoundedAlongIt) {
   for (const double bound : {3.0, 0.0}) {
     SCOPED_TRACE(bound);
     config_.outer.momentum_bound = bound;
-    config_.workers.count = 5;
-    Start();
-    for (const std::string& id : ids) Join(id);
-    const Tensors theta0 = Theta();
-    std::map<std::string, Tensors> round1, round2;
-    for (const std::string& id : ids) round1[id] = RandomDelta();
-    PushRound(round1, 0);
-    const Tensors m = clip_average(round1, nullptr);  // the momentum after the first step: buf = delta
-    const Tensors theta1 = Step(theta0, m);
-    ExpectAllClose(Theta(), theta1);
+    const FirstRound first = StartWithARandomRound(ids);
+    ASSERT_FALSE(HasFatalFailure());
+    const Tensors m = clip_average(first.deltas, nullptr);  // the momentum after the first step: buf = delta
+    const Tensors& theta1 = first.theta1;
+    ExpectAllClose(theta1, Step(first.theta0, m));
+    std::map<std::string, Tensors> round2;
     for (const std::string& id : ids) round2[id] = RandomDelta();
     for (size_t t = 0; t < m.size(); ++t) round2["E"][t] = m[t] * 4 + round2["E"][t] * 0.25;  // leans on m
     std::vector<double> scales;
@@ -1412,16 +1426,12 @@ TEST_F(RobustAggregationTest, CoordinateWiseRulesFlagAPushThatLeansOnTheOuterMom
     config_.outer.flag_rounds = 1;
     config_.outer.trim = 1;
     config_.outer.window_chunks = 1000;
-    config_.workers.count = 5;
-    Start();
-    for (const std::string& id : ids) Join(id);
-    const Tensors theta0 = Theta();
-    std::map<std::string, Tensors> round1, round2;
-    for (const std::string& id : ids) round1[id] = RandomDelta();
-    PushRound(round1, 0);
-    const Tensors theta1 = Theta();
+    const FirstRound first = StartWithARandomRound(ids);
+    ASSERT_FALSE(HasFatalFailure());
+    const Tensors& theta1 = first.theta1;
     Tensors m;  // the first step's momentum is its delta: theta_1 = theta_0 - lr (1 + mu) delta
-    for (size_t t = 0; t < theta0.size(); ++t) m.push_back((theta0[t] - theta1[t]) / (kLr * (1 + kMu)));
+    for (size_t t = 0; t < theta1.size(); ++t) m.push_back((first.theta0[t] - theta1[t]) / (kLr * (1 + kMu)));
+    std::map<std::string, Tensors> round2;
     for (const std::string& id : ids) round2[id] = RandomDelta();
     for (size_t t = 0; t < m.size(); ++t) round2["E"][t] = round2["E"][t] + m[t];
     PushRound(round2, 1);
