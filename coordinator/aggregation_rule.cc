@@ -170,61 +170,99 @@ namespace {
 // trimmed_mean's trim as applied to k pushes: lowered to (k - 1) / 2, so at least one value of each column is kept.
 int64_t TrimOf(int64_t trim, int64_t k) { return std::min<int64_t>(std::max<int64_t>(trim, 0), (k - 1) / 2); }
 
-// The coordinate-wise rules work on one chunk position of every push at a time: x is [k, n] float64 row-major (row i
-// = push i), and each rule is a loop over the n columns (in parallel over column ranges), no [k, n] temporaries.
+// The coordinate-wise rules work on one chunk position of every push at a time: x is [k, n] row-major (row i = push
+// i), and each rule is a loop over the n columns (in parallel over column ranges), no [k, n] temporaries. x is the
+// pushes' float32 values where the rows are float32 (each value widened to float64 as it is read: the same results
+// as over a float64 copy, at half the bytes read per pass), else a float64 copy (RuleRows); sums are float64.
 constexpr int64_t kColumnGrain = 4096;
 
+at::Tensor RuleRows(const at::Tensor& rows) {
+  return rows.scalar_type() == at::kFloat ? rows.contiguous() : rows.to(at::kDouble).contiguous();
+}
+
+// f(const T* data) with T float or double, as RuleRows left x.
+template <typename F>
+auto WithData(const at::Tensor& x, const F& f) {
+  return x.scalar_type() == at::kFloat ? f(x.data_ptr<float>()) : f(x.data_ptr<double>());
+}
+
 // The k values of column j, sorted by `network` (SortingNetwork(k)), into col.
-void SortedColumn(const double* x, int64_t k, int64_t n, int64_t j, const SortingNetwork& network,
+template <typename T>
+void SortedColumn(const T* x, int64_t k, int64_t n, int64_t j, const SortingNetwork& network,
                   std::vector<double>& col) {
   for (int64_t i = 0; i < k; ++i) col[static_cast<size_t>(i)] = x[i * n + j];
   SortWithNetwork(network, col.data());
 }
 
-// numpy.median over each column.
-std::vector<double> ColumnMedians(const double* x, int64_t k, int64_t n) {
+// Each row's norm |x_i - v| over the n columns, added up as the columns are visited: fixed blocks of kColumnGrain
+// columns hold their own k partial sums of squares, summed in block order at the end, so the norms are the same for
+// any number of threads. A rule's pass over the columns adds a column's squares once that column's v is final, which
+// saves a pass of its own over the k x n values.
+class RowNorms {
+ public:
+  RowNorms(int64_t k, int64_t n) : k_(k), squares_(static_cast<size_t>(Blocks(n) * k), 0.0) {}
+
+  static int64_t Blocks(int64_t n) { return (n + kColumnGrain - 1) / kColumnGrain; }
+  // Adds (x_ij - vj)^2 of column j to its block's sums.
+  template <typename T>
+  void Add(const T* x, int64_t n, int64_t j, double vj) {
+    double* s = squares_.data() + (j / kColumnGrain) * k_;
+    for (int64_t i = 0; i < k_; ++i) {
+      const double z = x[i * n + j] - vj;
+      s[i] += z * z;
+    }
+  }
+  std::vector<double> Norms() const {
+    std::vector<double> out(static_cast<size_t>(k_), 0.0);
+    for (size_t b = 0; b < squares_.size(); b += static_cast<size_t>(k_)) {
+      for (size_t i = 0; i < out.size(); ++i) out[i] += squares_[b + i];
+    }
+    for (double& o : out) o = std::sqrt(o);
+    return out;
+  }
+
+ private:
+  int64_t k_;
+  std::vector<double> squares_;  // [blocks, k]
+};
+
+// body(lo, hi) for each fixed column block [b x kColumnGrain, min(n, (b + 1) x kColumnGrain)), the blocks in
+// parallel: one block is never split between threads (RowNorms::Add writes its block's sums).
+template <typename Body>
+void ForColumnBlocks(int64_t n, const Body& body) {
+  at::parallel_for(0, RowNorms::Blocks(n), 1, [&](int64_t b_lo, int64_t b_hi) {
+    for (int64_t b = b_lo; b < b_hi; ++b) body(b * kColumnGrain, std::min(n, (b + 1) * kColumnGrain));
+  });
+}
+
+// numpy.median over each column, and each row's norm |x_i - median| (CenteredClipTau's and the first iteration's).
+template <typename T>
+std::pair<std::vector<double>, std::vector<double>> MediansAndDistances(const T* x, int64_t k, int64_t n) {
   if (k < 1) throw std::invalid_argument("coordinate-wise median of no rows");
   const SortingNetwork network = MakeSortingNetwork(k);
   std::vector<double> v(static_cast<size_t>(n));
-  at::parallel_for(0, n, kColumnGrain, [&](int64_t lo, int64_t hi) {
+  RowNorms distances(k, n);
+  ForColumnBlocks(n, [&](int64_t lo, int64_t hi) {
     std::vector<double> col(static_cast<size_t>(k));
     for (int64_t j = lo; j < hi; ++j) {
       SortedColumn(x, k, n, j, network, col);
       const size_t h = static_cast<size_t>(k / 2);
       v[static_cast<size_t>(j)] = k % 2 == 1 ? col[h] : (col[h - 1] + col[h]) * 0.5;
+      distances.Add(x, n, j, v[static_cast<size_t>(j)]);
     }
   });
-  return v;
-}
-
-// |x_i - v| for each row i.
-std::vector<double> RowDistances(const double* x, int64_t k, int64_t n, const std::vector<double>& v) {
-  std::vector<double> out(static_cast<size_t>(k));
-  for (int64_t i = 0; i < k; ++i) {
-    const double* row = x + i * n;
-    double sum = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      const double z = row[j] - v[static_cast<size_t>(j)];
-      sum += z * z;
-    }
-    out[static_cast<size_t>(i)] = std::sqrt(sum);
-  }
-  return out;
+  return {std::move(v), distances.Norms()};
 }
 
 at::Tensor ToTensor(const std::vector<double>& v) {
   return at::from_blob(const_cast<double*>(v.data()), {static_cast<int64_t>(v.size())}, at::kDouble).clone();
 }
 
-}  // namespace
-
-at::Tensor TrimmedMean(const at::Tensor& rows, int64_t trim, std::vector<int64_t>* trimmed) {
-  const at::Tensor x = rows.to(at::kDouble).contiguous();
-  const int64_t k = x.size(0), n = x.size(1);
+template <typename T>
+at::Tensor TrimmedMeanOf(const T* data, int64_t k, int64_t n, int64_t trim, std::vector<int64_t>* trimmed) {
   if (k < 1) throw std::invalid_argument("trimmed mean of no rows");
   const int64_t b = TrimOf(trim, k);
   const SortingNetwork network = MakeSortingNetwork(k);
-  const double* data = x.data_ptr<double>();
   at::Tensor out = at::empty({n}, at::kDouble);
   double* o = out.data_ptr<double>();
   std::mutex counts_mu;  // guards *trimmed while the ranges add their counts
@@ -239,7 +277,7 @@ at::Tensor TrimmedMean(const at::Tensor& rows, int64_t trim, std::vector<int64_t
       if (dropped.empty()) continue;
       const double low = col[static_cast<size_t>(b)], high = col[static_cast<size_t>(k - b - 1)];
       for (int64_t i = 0; i < k; ++i) {  // without branches: which rows fall outside is unpredictable
-        const double v = data[i * n + j];
+        const double v = static_cast<double>(data[i * n + j]);
         dropped[static_cast<size_t>(i)] += static_cast<int64_t>((v < low) | (v > high));
       }
     }
@@ -250,41 +288,55 @@ at::Tensor TrimmedMean(const at::Tensor& rows, int64_t trim, std::vector<int64_t
   return out;
 }
 
+template <typename T>
+at::Tensor CenteredClipOf(const T* data, int64_t k, int64_t n, double tau, int64_t iterations) {
+  std::vector<double> v, norms;
+  std::tie(v, norms) = MediansAndDistances(data, k, n);
+  if (!(tau > 0)) tau = Median(norms);  // CenteredClipTau, from the same median
+  for (int64_t l = 0; l < iterations; ++l) {
+    std::vector<double> factor(static_cast<size_t>(k), 1.0);
+    for (size_t i = 0; i < factor.size(); ++i) {
+      if (norms[i] > 0) factor[i] = std::min(tau / norms[i], 1.0);
+    }
+    const bool last = l + 1 == iterations;
+    RowNorms next(last ? 0 : k, n);  // the next iteration's |x_i - v|, taken in the same pass
+    ForColumnBlocks(n, [&](int64_t lo, int64_t hi) {
+      for (int64_t j = lo; j < hi; ++j) {
+        const double c = v[static_cast<size_t>(j)];
+        double sum = 0;
+        for (int64_t i = 0; i < k; ++i) {
+          sum += (static_cast<double>(data[i * n + j]) - c) * factor[static_cast<size_t>(i)];
+        }
+        v[static_cast<size_t>(j)] = c + sum / static_cast<double>(k);
+        if (!last) next.Add(data, n, j, v[static_cast<size_t>(j)]);
+      }
+    });
+    if (!last) norms = next.Norms();
+  }
+  return ToTensor(v);
+}
+
+}  // namespace
+
 double TrimKeptScale(double trimmed_share, int64_t trim, int64_t k) {
   k = std::max<int64_t>(k, 1);
   const double even_kept = 1.0 - 2.0 * static_cast<double>(TrimOf(trim, k)) / static_cast<double>(k);
   return std::clamp((1.0 - trimmed_share) / even_kept, 0.0, 1.0);
 }
 
+at::Tensor TrimmedMean(const at::Tensor& rows, int64_t trim, std::vector<int64_t>* trimmed) {
+  const at::Tensor x = RuleRows(rows);
+  return WithData(x, [&](const auto* data) { return TrimmedMeanOf(data, x.size(0), x.size(1), trim, trimmed); });
+}
+
 at::Tensor CenteredClip(const at::Tensor& rows, double tau, int64_t iterations) {
-  const at::Tensor x = rows.to(at::kDouble).contiguous();
-  const int64_t k = x.size(0), n = x.size(1);
-  const double* data = x.data_ptr<double>();
-  std::vector<double> v = ColumnMedians(data, k, n);
-  if (!(tau > 0)) tau = Median(RowDistances(data, k, n, v));  // CenteredClipTau, from the same median
-  for (int64_t l = 0; l < iterations; ++l) {
-    const std::vector<double> norms = RowDistances(data, k, n, v);
-    std::vector<double> factor(static_cast<size_t>(k), 1.0);
-    for (size_t i = 0; i < factor.size(); ++i) {
-      if (norms[i] > 0) factor[i] = std::min(tau / norms[i], 1.0);
-    }
-    at::parallel_for(0, n, kColumnGrain, [&](int64_t lo, int64_t hi) {
-      for (int64_t j = lo; j < hi; ++j) {
-        const double c = v[static_cast<size_t>(j)];
-        double sum = 0;
-        for (int64_t i = 0; i < k; ++i) sum += (data[i * n + j] - c) * factor[static_cast<size_t>(i)];
-        v[static_cast<size_t>(j)] = c + sum / static_cast<double>(k);
-      }
-    });
-  }
-  return ToTensor(v);
+  const at::Tensor x = RuleRows(rows);
+  return WithData(x, [&](const auto* data) { return CenteredClipOf(data, x.size(0), x.size(1), tau, iterations); });
 }
 
 double CenteredClipTau(const at::Tensor& rows) {
-  const at::Tensor x = rows.to(at::kDouble).contiguous();
-  const int64_t k = x.size(0), n = x.size(1);
-  const double* data = x.data_ptr<double>();
-  return Median(RowDistances(data, k, n, ColumnMedians(data, k, n)));
+  const at::Tensor x = RuleRows(rows);
+  return WithData(x, [&](const auto* data) { return Median(MediansAndDistances(data, x.size(0), x.size(1)).second); });
 }
 
 bool ClipGate::TryOpen(const std::vector<std::string>& expected, bool force, size_t min_declared) {

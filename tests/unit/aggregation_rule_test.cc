@@ -2,6 +2,7 @@
 // tests/golden/make_robust_golden.py (odd and even counts, ties at the median, one push, an outlier, inflated tokens).
 #include "coordinator/aggregation_rule.h"
 
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -181,6 +182,33 @@ TEST(AggregationRuleTest, TrimmedMeanAndCenteredClipMatchNumpy) {
   for (const RobustCase& c : Cases()) {
     ExpectNear(Values(TrimmedMean(Rows(c), robust_golden::kTrim)), c.trimmed, 1e-12, c.name);
     ExpectNear(Values(CenteredClip(Rows(c), robust_golden::kTau, robust_golden::kIterations)), c.cclip, 1e-12, c.name);
+  }
+}
+
+// A chunk of many columns (CenteredClip adds each row's distance up per block of 4096 columns, in parallel): each
+// golden case tiled m times along its columns is numpy's case with each distance sqrt(m) times as large, so with tau
+// sqrt(m) times as large the clip factors and the result are the case's, tiled; the derived tau is sqrt(m) times
+// the case's. The same bits on one thread and on two.
+TEST(AggregationRuleTest, CenteredClipOverManyColumnsIsTheGoldenCaseTiled) {
+  const int64_t m = 4000;  // > 2 blocks of 4096 columns for every case
+  const int threads = at::get_num_threads();
+  for (const RobustCase& c : Cases()) {
+    const at::Tensor tiled = Rows(c).repeat({1, m});
+    ASSERT_GT(tiled.size(1), 2 * 4096) << c.name;
+    std::vector<double> want;
+    for (int64_t r = 0; r < m; ++r) want.insert(want.end(), c.cclip.begin(), c.cclip.end());
+    std::vector<at::Tensor> got;
+    for (int t : {1, 2}) {
+      at::set_num_threads(t);
+      got.push_back(
+          CenteredClip(tiled, robust_golden::kTau * std::sqrt(static_cast<double>(m)), robust_golden::kIterations));
+      EXPECT_NEAR(CenteredClipTau(tiled), CenteredClipTau(Rows(c)) * std::sqrt(static_cast<double>(m)),
+                  1e-9 * CenteredClipTau(tiled))
+          << c.name;
+    }
+    at::set_num_threads(threads);
+    ExpectNear(Values(got[0]), want, 1e-9, c.name);
+    EXPECT_TRUE(at::equal(got[0], got[1])) << c.name << ": one thread and two differ";
   }
 }
 
