@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/aggregation_rule.h"
+#include "proto/codec.h"
+#include "proto/tensor_chunks.h"
 
 namespace diloco {
 
@@ -18,7 +20,7 @@ int IngestThreadsFor(const Config& config) {
   return static_cast<int>(std::max<int64_t>(kDefault, config.workers.count + 2));
 }
 
-CoordinateWindow::Options CoordinateWindowOptionsOf(const Config& config) {
+CoordinateWindow::Options CoordinateWindowOptionsOf(const Config& config, const std::vector<TensorSpec>& specs) {
   CoordinateWindow::Options o;
   o.rule = config.outer.aggregation;
   o.trim = config.outer.trim;
@@ -26,16 +28,25 @@ CoordinateWindow::Options CoordinateWindowOptionsOf(const Config& config) {
   o.tau = config.outer.cclip_tau;
   o.window_chunks = config.outer.window_chunks;
   o.max_members = static_cast<size_t>(IngestThreadsFor(config) - 1);
+  const int64_t chunk_bytes = std::max<int64_t>(config.comm.chunk_bytes, kMinChunkBytes);
+  for (const TensorSpec& spec : specs) {
+    const Codec codec = spec.dtype == at::kFloat ? CodecOf(config.comm.codec) : CODEC_RAW;
+    o.chunk_elements.push_back(ChunkElements(codec, chunk_bytes, static_cast<int64_t>(at::elementSize(spec.dtype))));
+    o.numel.push_back(spec.numel());
+  }
   return o;
 }
 
 bool CoordinateWindow::TryOpen(const std::vector<std::string>& expected, bool force, size_t min_declared) {
   if (open_) return true;
-  bool all = !declared_.empty();
-  for (const std::string& id : expected) all = all && declared_.count(id) != 0;
-  const bool full = declared_.size() >= options_.max_members;
-  if (!(all || force || full) || declared_.size() < std::max<size_t>(min_declared, 1)) return false;
-  for (const std::string& id : declared_) {
+  std::set<std::string> live;  // declared and still expected
+  for (const std::string& id : expected) {
+    if (declared_.count(id) != 0) live.insert(id);
+  }
+  const bool all = !live.empty() && live.size() == std::set<std::string>(expected.begin(), expected.end()).size();
+  const bool full = live.size() >= options_.max_members;
+  if (!(all || force || full) || live.size() < std::max<size_t>(min_declared, 1)) return false;
+  for (const std::string& id : live) {
     if (members_.size() >= options_.max_members) break;
     slots_[id] = members_.size();
     members_[id] = Member{};
@@ -55,6 +66,16 @@ absl::StatusOr<std::optional<CoordinateWindow::Reduced>> CoordinateWindow::Put(c
                                                                                const at::Tensor& values) {
   Member& m = members_.at(id);
   const int64_t position = m.next;
+  if (index < options_.chunk_elements.size()) {  // the coordinator's chunking is the reference
+    const int64_t e = options_.chunk_elements[index], numel = options_.numel[index];
+    if (offset % e != 0 || values.numel() != std::min(e, numel - offset)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chunk ", position, " of this push (tensor ", index, ", elements [", offset, ", ", offset + values.numel(),
+          ")) is not cut as the coordinator's comm.codec and comm.chunk_bytes cut it (", e,
+          " elements a chunk): with a coordinate-wise outer.aggregation every push must use the coordinator's "
+          "chunking"));
+    }
+  }
   Pending& p = pending_[position];
   if (p.rows.empty()) {
     p.index = index;
@@ -98,6 +119,14 @@ bool CoordinateWindow::complete() const {
     if (!m.finished) return false;
   }
   return pending_.empty();
+}
+
+std::vector<std::string> CoordinateWindow::Unfinished() const {
+  std::vector<std::string> ids;
+  for (const auto& [id, m] : members_) {
+    if (!m.finished) ids.push_back(id);
+  }
+  return ids;
 }
 
 std::vector<std::string> CoordinateWindow::Laggards() const {

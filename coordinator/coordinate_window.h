@@ -5,8 +5,11 @@
 // accumulator. A push may run at most window_chunks chunks ahead of the slowest push of the set (HasRoom); the core
 // makes a push that has no room wait, and so gRPC flow control holds a fast pusher back. Memory: at most
 // k x window_chunks chunks (docs/operations.md "Robust aggregation").
-// Pushes are chunk-aligned: chunk s of every push must cover the same elements (the same comm.chunk_bytes); a push
-// whose chunk does not line up with the others' is refused (Put).
+// Pushes are chunk-aligned: chunk s of every push must cover the same elements. The reference is the coordinator's
+// own chunking (comm.codec and comm.chunk_bytes, as a worker's TensorChunker cuts each tensor: Options.chunk_elements),
+// so a push cut otherwise is refused itself (Put), whichever push sent its chunk s first.
+// The set holds only members that are still expected when it is fixed (a member lost or left after its header is
+// not waited for); a member that joins again before the set is fixed is forgotten (Forget) and declares anew.
 // Not thread-safe: the core guards it with its mutex.
 #pragma once
 
@@ -21,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "config/config.h"
+#include "proto/tensor_spec.h"
 
 namespace diloco {
 
@@ -36,6 +40,10 @@ class CoordinateWindow {
     double tau = 0;                // centered_clip; 0: CenteredClipTau of each chunk
     int64_t window_chunks = 4;     // chunks a push may run ahead of the slowest
     size_t max_members = 1 << 20;  // the set never holds more pushes (each may hold an ingest thread)
+    // Per model tensor, the elements of each of its wire chunks (the last may be shorter) and its elements; empty:
+    // no reference, chunks are only compared with each other.
+    std::vector<int64_t> chunk_elements;
+    std::vector<int64_t> numel;
   };
   // One reduced chunk: `values` (float64) goes to elements [offset, offset + numel) of tensor `index`.
   struct Reduced {
@@ -48,18 +56,30 @@ class CoordinateWindow {
 
   // A push header of member `id` for the open round (idempotent).
   void Declare(const std::string& id) { declared_.insert(id); }
+  // Member `id`'s header is forgotten (it joined again: its new process declares anew); no effect once open.
+  void Forget(const std::string& id) {
+    if (!open_) declared_.erase(id);
+  }
   size_t declared() const { return declared_.size(); }
-  // Fixes the set when at least max(min_declared, 1) have declared and either every id of `expected` has, `force`,
-  // or max_members have; returns open().
+  // Fixes the set from the declared ids that are in `expected` (the members that may push now) when at least
+  // max(min_declared, 1) of them have declared and either every id of `expected` has, `force`, or max_members have;
+  // returns open().
   bool TryOpen(const std::vector<std::string>& expected, bool force, size_t min_declared);
   bool open() const { return open_; }
   size_t size() const { return members_.size(); }
   bool Holds(const std::string& id) const { return members_.count(id) != 0; }
+  // The members of the set whose push has not finished (the round waits for them); whether `id` is one.
+  std::vector<std::string> Unfinished() const;
+  bool Waits(const std::string& id) const {
+    auto it = members_.find(id);
+    return it != members_.end() && !it->second.finished;
+  }
 
   // Whether member `id` may hand in its next chunk now (it is fewer than window_chunks ahead of the slowest).
   bool HasRoom(const std::string& id) const;
   // Member `id`'s next chunk (its chunks in stream order; `values` is copied). Once every member has sent this
-  // chunk, returns it reduced. INVALID_ARGUMENT when it does not line up with the other pushes' chunk.
+  // chunk, returns it reduced. INVALID_ARGUMENT when it is not the coordinator's chunk (Options.chunk_elements) or
+  // does not line up with the other pushes' chunk.
   absl::StatusOr<std::optional<Reduced>> Put(const std::string& id, size_t index, int64_t offset,
                                              const at::Tensor& values);
   // Member `id`'s push ended complete; false when its chunk count differs from a member that ended before.
@@ -110,7 +130,9 @@ class CoordinateWindow {
 // The ingest threads a coordinator with `config` needs (ingest_queue.h): 2, or under a coordinate-wise rule in sync
 // rounds workers.count + 2 (each push of the set may wait on its thread while the slowest catches up).
 int IngestThreadsFor(const Config& config);
-// The window's options from outer.* (max_members: one less than IngestThreadsFor, so a thread is always free).
-CoordinateWindow::Options CoordinateWindowOptionsOf(const Config& config);
+// The window's options from outer.* (max_members: one less than IngestThreadsFor, so a thread is always free) and
+// the chunking of `specs` under comm.codec and comm.chunk_bytes (proto/tensor_chunks.h: a float32 tensor's chunks
+// are encoded with comm.codec, any other dtype's are raw).
+CoordinateWindow::Options CoordinateWindowOptionsOf(const Config& config, const std::vector<TensorSpec>& specs);
 
 }  // namespace diloco

@@ -190,6 +190,16 @@ absl::StatusOr<JoinReply> CoordinatorCore::Join(const JoinRequest& request) {
   // its attempts are forgotten (a restarted rank 0's clock may be behind the attempts it sent before).
   if (parts_.AttemptOf(m.id).has_value()) DiscardParts(m.id, "the member joined again");
   parts_.Forget(m.id);
+  // Likewise its header under a coordinate-wise rule: forgotten before the set is fixed; in a fixed set its push
+  // will never finish (the process that declared it is gone), so the aggregation restarts without waiting lease_s.
+  if (known && CoordinateWiseRounds()) {
+    if (window_.Waits(m.id)) {
+      RestartAggregation(m.id, theta_->round(), "the member joined again before its push finished",
+                         /*cut_as_stalled=*/false);
+    } else {
+      window_.Forget(m.id);
+    }
+  }
   spdlog::info("{} worker {} (shard {}/{}, {} threads, {}{}) at round {}", known ? "rejoined:" : "joined:", m.id,
                m.shard_index, membership_.shard_count(), request.threads(), Truncated(request.device(), 64),
                m.cluster_size > 1 ? absl::StrCat(", a cluster of ", m.cluster_size) : std::string(), theta_->round());

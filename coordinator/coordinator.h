@@ -201,6 +201,16 @@ class CoordinatorCore {
   // if any of them had chunks in the sums.
   void CutStalledPushes(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<std::string> UnquarantinedActiveIds() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Active members quarantined for the open round: excused from coordinator.min_workers (round_policy.h
+  // PushesNeeded), as they may not push until the round closes.
+  size_t QuarantinedActiveCount() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the clip gate or the coordinate-wise window fixes its set without the members that have not declared: the
+  // round is older than coordinator.round_timeout_s and the aggregation has not restarted within
+  // min(lease_s, round_timeout_s) (the pushes a restart dropped get that long to come back).
+  bool ForceSetNow() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Discards the round's aggregation so far (sums, parts, the clip gate's and the window's sets, which the pushes
+  // that come back form again) and notes when; returns the counted pushes dropped (they push again).
+  size_t DiscardAggregation() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Pushes in parts (push_parts.h): checks a part's header and joins it to its member's assembly (a refusal
   // discards the assembly); a member's complete push is counted by CountPush.
   absl::Status BeginPart(const PushHeader& header, PushTicket& ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -277,7 +287,9 @@ class CoordinatorCore {
   // slowest push of the set; a reduced chunk goes into the accumulator.
   absl::Status FoldToWindow(PushTicket& ticket, size_t index, int64_t offset, const at::Tensor& values)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The round loop's pass: when the window has not advanced for coordinator.lease_s, CutWindowLaggards.
+  // The round loop's pass: when a member of the set whose push has not finished is no longer active (lost or left),
+  // restarts the aggregation without it; when the window has not advanced for coordinator.lease_s,
+  // CutWindowLaggards.
   void CheckWindowStall(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Cuts the window's slowest pushes as stalled (a member of the set that never streamed included), quarantines
   // them and restarts the aggregation.
@@ -332,7 +344,8 @@ class CoordinatorCore {
   RoundState round_ ABSL_GUARDED_BY(mu_);
   PushParts parts_ ABSL_GUARDED_BY(mu_);
   ClipGate clip_gate_ ABSL_GUARDED_BY(mu_){config_.outer.clip_factor, config_.outer.max_token_weight};
-  CoordinateWindow window_ ABSL_GUARDED_BY(mu_){CoordinateWindowOptionsOf(config_)};
+  CoordinateWindow window_ ABSL_GUARDED_BY(mu_){CoordinateWindowOptionsOf(config_, model_.specs)};
+  double aggregation_restarted_at_ ABSL_GUARDED_BY(mu_) = -1e300;  // clock_() at the last DiscardAggregation
   RunStats stats_ ABSL_GUARDED_BY(mu_);
   bool complete_ ABSL_GUARDED_BY(mu_) = false;
   // Sparse pulls: the last committed round's update (null: none, or too large), built by the round thread.

@@ -219,10 +219,7 @@ void CoordinatorCore::AbortPush(PushTicket& ticket, const std::string& why) {
 
 void CoordinatorCore::RestartAggregation(const std::string& id, int64_t round, const std::string& why,
                                          bool cut_as_stalled) {
-  accumulator_.Reset();
-  parts_.Clear();
-  window_.Reset();
-  const size_t dropped = round_.RestartAggregation();
+  const size_t dropped = DiscardAggregation();
   spdlog::warn("push from {} for round {} broke off ({}); restarting the round's aggregation, {} worker(s) push again",
                id, round, Truncated(why, 512), dropped);
   RecordBrokenPush(id, cut_as_stalled);
@@ -267,12 +264,33 @@ void CoordinatorCore::CutStalledPushes(double now) {
     RecordBrokenPush(id, /*cut_as_stalled=*/true);
   }
   if (!restart) return;
-  parts_.Clear();
-  accumulator_.Reset();
-  window_.Reset();
-  const size_t dropped = round_.RestartAggregation();
+  const size_t dropped = DiscardAggregation();
   spdlog::warn("round {}: restarting the aggregation after a stalled push was cut; {} worker(s) push again",
                theta_->round() + 1, dropped);
+}
+
+size_t CoordinatorCore::DiscardAggregation() {
+  accumulator_.Reset();
+  parts_.Clear();
+  clip_gate_.Reset();
+  window_.Reset();
+  aggregation_restarted_at_ = clock_();
+  return round_.RestartAggregation();
+}
+
+bool CoordinatorCore::ForceSetNow() const {
+  const double now = clock_(), timeout = config_.coordinator.round_timeout_s;
+  return now - round_.opened_at() >= timeout &&
+         now - aggregation_restarted_at_ >= std::min(config_.coordinator.lease_s, timeout);
+}
+
+size_t CoordinatorCore::QuarantinedActiveCount() const {
+  size_t n = 0;
+  for (const std::string& id : membership_.ActiveIds()) {
+    const Member* m = membership_.Find(id);
+    if (m != nullptr && m->quarantined_until_round > theta_->round()) ++n;
+  }
+  return n;
 }
 
 std::vector<std::string> CoordinatorCore::UnquarantinedActiveIds() const {
@@ -300,8 +318,8 @@ absl::Status CoordinatorCore::AdmitToClip(const PushHeader& header, PushTicket& 
   clip_gate_.Declare(header.meta().worker_id(), norm, static_cast<double>(header.tokens()));
   if (!clip_gate_.open()) {
     const std::vector<std::string> expected = UnquarantinedActiveIds();
-    const bool force = clock_() - round_.opened_at() >= config_.coordinator.round_timeout_s;
-    if (!clip_gate_.TryOpen(expected, force, static_cast<size_t>(config_.coordinator.min_workers))) {
+    const int64_t needed = PushesNeeded(config_.coordinator.min_workers, QuarantinedActiveCount());
+    if (!clip_gate_.TryOpen(expected, ForceSetNow(), static_cast<size_t>(needed))) {
       return absl::UnavailableError(absl::StrCat("outer.aggregation clip: waiting for the round's other push headers (",
                                                  clip_gate_.declared(), " of ", expected.size(), " declared); retry"));
     }
@@ -323,10 +341,7 @@ absl::Status CoordinatorCore::CheckClaimedNorm(const PushTicket& ticket) {
   const std::string why = absl::StrCat("push from worker '", ticket.worker_id, "' claimed norm ", ticket.claimed_norm,
                                        " but its values have norm ", real, "; push refused");
   if (ticket.folded_any) {
-    accumulator_.Reset();
-    parts_.Clear();
-    window_.Reset();
-    const size_t dropped = round_.RestartAggregation();
+    const size_t dropped = DiscardAggregation();
     spdlog::warn("{}; restarting the round's aggregation, {} worker(s) push again", why, dropped);
   }
   QuarantineForRound(ticket.worker_id, "its claimed norm did not match its values");
@@ -347,10 +362,8 @@ absl::Status CoordinatorCore::CheckDuplicate(const PushTicket& ticket) {
   if (original.empty()) return absl::OkStatus();
   const std::string why = absl::StrCat("push from worker '", ticket.worker_id, "' for round ", ticket.round + 1,
                                        " is byte-identical to ", original, " (a copy or a replay); push refused");
-  accumulator_.Reset();  // its chunks are in the sums (or in the window's reduced chunks): start over without it
-  parts_.Clear();
-  window_.Reset();
-  const size_t dropped = round_.RestartAggregation();
+  // Its chunks are in the sums (or in the window's reduced chunks): start over without it.
+  const size_t dropped = DiscardAggregation();
   spdlog::warn("duplicate: {}; restarting the round's aggregation, {} worker(s) push again", why, dropped);
   if (Member* m = membership_.Find(ticket.worker_id)) {
     ++m->duplicate_pushes;

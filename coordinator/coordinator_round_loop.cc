@@ -139,7 +139,7 @@ CloseView CoordinatorCore::CloseViewNow() const {
   for (std::string& id : UnquarantinedActiveIds()) {
     if (!set_fixed || window_.Holds(id)) expected.push_back(std::move(id));
   }
-  return {{std::move(expected), round_.PushedIds(), round_.opened_at()},
+  return {{std::move(expected), round_.PushedIds(), round_.opened_at(), QuarantinedActiveCount()},
           {round_.pushed().size(), round_.streaming_count() + parts_.partial_count()}};
 }
 

@@ -42,8 +42,8 @@ absl::Status CoordinatorCore::AdmitToWindow(const PushHeader& header, PushTicket
   if (!window_.open()) {
     window_.Declare(id);
     const std::vector<std::string> expected = UnquarantinedActiveIds();
-    const bool force = clock_() - round_.opened_at() >= config_.coordinator.round_timeout_s;
-    if (!window_.TryOpen(expected, force, static_cast<size_t>(config_.coordinator.min_workers))) {
+    const int64_t needed = PushesNeeded(config_.coordinator.min_workers, QuarantinedActiveCount());
+    if (!window_.TryOpen(expected, ForceSetNow(), static_cast<size_t>(needed))) {
       return absl::UnavailableError(absl::StrCat("outer.aggregation ", std::string(EnumName(config_.outer.aggregation)),
                                                  ": waiting for the round's other push headers (", window_.declared(),
                                                  " of ", expected.size(), " declared); retry"));
@@ -115,6 +115,12 @@ std::set<std::string> CoordinatorCore::NoteCoordinateWiseFar(const RoundState::P
 
 void CoordinatorCore::CheckWindowStall(double now) {
   if (!CoordinateWiseRounds() || !window_.open() || window_.complete()) return;
+  for (const std::string& id : window_.Unfinished()) {
+    if (membership_.IsActive(id)) continue;
+    RestartAggregation(id, theta_->round(), "the member was lost or left before its push finished",
+                       /*cut_as_stalled=*/false);
+    return;
+  }
   if (now - window_.progress_at() > config_.coordinator.lease_s) CutWindowLaggards();
 }
 
@@ -127,10 +133,7 @@ void CoordinatorCore::CutWindowLaggards() {
     round_.CutStream(id);
     RecordBrokenPush(id, /*cut_as_stalled=*/true);
   }
-  accumulator_.Reset();
-  parts_.Clear();
-  window_.Reset();
-  const size_t dropped = round_.RestartAggregation();
+  const size_t dropped = DiscardAggregation();
   spdlog::warn("round {}: restarting the aggregation after a stalled push was cut; {} worker(s) push again",
                theta_->round() + 1, dropped);
   cv_.SignalAll();

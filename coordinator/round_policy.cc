@@ -15,9 +15,11 @@ RoundDecision DecideRoundClose(const RoundView& round, double now, const RoundPo
     if (round.pushed.count(id) == 0) missing.push_back(id);
   }
   const double age = now - round.opened_at;
-  if (pushed < options.min_workers) {
-    return {false, absl::StrCat("waiting for pushes: ", pushed, " of min_workers ", options.min_workers, " received (",
-                                round.active.size(), " active)")};
+  if (pushed < PushesNeeded(options.min_workers, round.quarantined)) {
+    const std::string excused =
+        round.quarantined > 0 ? absl::StrCat(" less ", round.quarantined, " quarantined") : std::string();
+    return {false, absl::StrCat("waiting for pushes: ", pushed, " of min_workers ", options.min_workers, excused,
+                                " received (", round.active.size(), " active)")};
   }
   if (missing.empty()) {
     return {true, absl::StrCat("all ", round.active.size(), " active members pushed")};
@@ -28,6 +30,10 @@ RoundDecision DecideRoundClose(const RoundView& round, double now, const RoundPo
   }
   return {false, absl::StrCat("waiting for ", Truncated(absl::StrJoin(missing, ", "), 512), " (", pushed,
                               " pushed, timeout in ", static_cast<int64_t>(options.round_timeout_s - age), " s)")};
+}
+
+int64_t PushesNeeded(int64_t min_workers, size_t quarantined) {
+  return std::max<int64_t>(1, min_workers - static_cast<int64_t>(quarantined));
 }
 
 int64_t QuarantineRounds(int64_t strikes, bool cut_as_stalled) {

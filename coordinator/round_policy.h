@@ -1,8 +1,10 @@
 // When does an open round close? A pure function of who is active, who has pushed, how long the round has been
 // open, and the options; it returns the decision and the reason, which status shows and the log prints once.
-//   close if pushed >= min_workers and every active member has pushed;
-//   close if pushed >= min_workers and the round is older than round_timeout_s;
-//   otherwise wait (never close with fewer than min_workers pushes).
+//   close if pushed >= needed and every active member has pushed;
+//   close if pushed >= needed and the round is older than round_timeout_s;
+//   otherwise wait (never close with fewer than `needed` pushes), where needed = PushesNeeded: min_workers less the
+//   active members quarantined for the round (they may not push before it closes: waiting for them would wait
+//   forever), at least 1.
 // Beside it, the other pure rules of the round, each (state[, now], options) -> decision + reason:
 //   DecideAsyncClose: outer.mode async closes a version as soon as a push has committed and none is streaming;
 //   HoldForPartialPushes: a close waits while a push is part-folded into the sums (never step on half a push);
@@ -37,6 +39,7 @@ struct RoundView {
   std::vector<std::string> active;  // active member ids
   std::set<std::string> pushed;     // ids whose push for this round is counted (may include now-lost members)
   double opened_at = 0;             // seconds, same clock as `now`
+  size_t quarantined = 0;           // active members quarantined for this round (not in `active`)
 };
 
 struct RoundPolicyOptions {
@@ -50,6 +53,8 @@ struct RoundDecision {
 };
 
 RoundDecision DecideRoundClose(const RoundView& round, double now, const RoundPolicyOptions& options);
+// The pushes a round needs before it may close: max(1, min_workers - quarantined).
+int64_t PushesNeeded(int64_t min_workers, size_t quarantined);
 
 // outer.mode async: each version closes once at least one push has committed and no push stream is open (pushes
 // that commit together are averaged into one arrival).

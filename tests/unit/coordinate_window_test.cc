@@ -124,6 +124,25 @@ TEST(CoordinateWindowTest, RefusesAChunkThatDoesNotLineUp) {
   EXPECT_NE(bad.status().message().find("line up"), std::string::npos) << bad.status();
 }
 
+// With the coordinator's chunking as the reference (Options.chunk_elements: tensor 0 of 10 elements in chunks of 4),
+// the push cut otherwise is the one refused, even when its chunk came first; the coordinator's chunks go in.
+TEST(CoordinateWindowTest, RefusesAChunkNotCutAsTheCoordinatorCutsIt) {
+  CoordinateWindow::Options o;
+  o.chunk_elements = {4};
+  o.numel = {10};
+  CoordinateWindow w = OpenWindow(o, 2);
+  auto first = w.Put("w0", 0, 0, at::ones({3}, at::kFloat));
+  ASSERT_FALSE(first.ok());
+  EXPECT_EQ(first.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(first.status().message().find("4 elements a chunk"), std::string::npos) << first.status();
+  EXPECT_TRUE(w.Put("w1", 0, 0, at::ones({4}, at::kFloat)).ok());
+  EXPECT_FALSE(w.Put("w1", 0, 5, at::ones({4}, at::kFloat)).ok()) << "not at a multiple of 4";
+  EXPECT_TRUE(w.Put("w0", 0, 0, at::ones({4}, at::kFloat)).ok());
+  EXPECT_TRUE(w.Put("w0", 0, 4, at::ones({4}, at::kFloat)).ok());
+  EXPECT_FALSE(w.Put("w0", 0, 8, at::ones({4}, at::kFloat)).ok()) << "the last chunk holds the 2 left";
+  EXPECT_TRUE(w.Put("w0", 0, 8, at::ones({2}, at::kFloat)).ok());
+}
+
 TEST(CoordinateWindowTest, FinishRefusesADifferentChunkCount) {
   CoordinateWindow w = OpenWindow(CoordinateWindow::Options(), 2);
   ASSERT_TRUE(w.Put("w0", 0, 0, at::ones({4}, at::kFloat)).ok());
@@ -150,6 +169,18 @@ TEST(CoordinateWindowTest, TheSetIsFixedWhenEveryExpectedMemberDeclaredOrForced)
   for (const char* id : {"a", "b", "c", "d"}) w.Declare(id);
   EXPECT_TRUE(w.TryOpen({"a", "b", "c", "d", "e"}, /*force=*/false, 1));  // max_members declared
   EXPECT_EQ(w.size(), 3u);
+  // Only members still expected are in the set: "x" declared and was then lost; "b" joined again (Forget) and has
+  // not declared anew.
+  w.Reset();
+  for (const char* id : {"a", "b", "x"}) w.Declare(id);
+  w.Forget("b");
+  EXPECT_FALSE(w.TryOpen({"a", "b"}, /*force=*/false, 1));
+  EXPECT_FALSE(w.TryOpen({"a", "b"}, /*force=*/true, 2)) << "x does not count toward min_workers";
+  EXPECT_TRUE(w.TryOpen({"a", "b"}, /*force=*/true, 1));
+  EXPECT_TRUE(w.Holds("a"));
+  EXPECT_FALSE(w.Holds("x"));
+  EXPECT_EQ(w.Unfinished(), std::vector<std::string>{"a"});
+  EXPECT_TRUE(w.Waits("a"));
 }
 
 }  // namespace

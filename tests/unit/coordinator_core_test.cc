@@ -27,6 +27,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/coordinate_window.h"
 #include "coordinator/coordinator.h"
 #include "tests/unit/scratch_dir_test.h"
 #include "tests/unit/tiny_coordinator_config.h"
@@ -70,11 +71,13 @@ class CoordinatorCoreTest : public ScratchDirTest {
     ASSERT_NE(core_, nullptr);
   }
   // outer.aggregation trimmed_mean with `trim`, `ids` joined. The pushes of these tests stream one after the other on
-  // this thread, so the window lets each run to its end (window_chunks 1000).
+  // this thread, so the window lets each run to its end (window_chunks 1000); 64 float32 a chunk (chunk_bytes 256),
+  // so that the pushes' tensors stream in several chunks.
   void StartTrimmedMean(int64_t trim, const std::vector<std::string>& ids) {
     config_.outer.aggregation = Aggregation::kTrimmedMean;
     config_.outer.trim = trim;
     config_.outer.window_chunks = 1000;
+    config_.comm.chunk_bytes = 256;
     Start();
     for (const std::string& id : ids) Join(id);
   }
@@ -139,15 +142,29 @@ class CoordinatorCoreTest : public ScratchDirTest {
     for (const TensorSpec& s : core_->specs()) d.push_back(at::randn(s.shape, at::kFloat));
     return d;
   }
-  // Folds tensor i of `delta` in two chunks (offset 0 and numel/2); `only_first_half` stops after the first chunk.
+  // The chunks (offset, count) FoldTensor sends of tensor i: two halves (offset 0 and numel/2), or under a
+  // coordinate-wise rule the coordinator's own chunking (comm.chunk_bytes), which every push must follow there.
+  std::vector<std::pair<int64_t, int64_t>> ChunksOf(size_t i) const {
+    const int64_t numel = core_->specs()[i].numel();
+    std::vector<std::pair<int64_t, int64_t>> chunks;
+    if (IsCoordinateWise(config_.outer.aggregation) && config_.outer.mode == OuterMode::kSync) {
+      const int64_t e = CoordinateWindowOptionsOf(config_, core_->specs()).chunk_elements.at(i);
+      for (int64_t o = 0; o < numel; o += e) chunks.emplace_back(o, std::min(e, numel - o));
+      return chunks;
+    }
+    const int64_t half = numel / 2;
+    if (half > 0) chunks.emplace_back(0, half);
+    chunks.emplace_back(half, numel - half);
+    return chunks;
+  }
+  // Folds tensor i of `delta` in its chunks (ChunksOf); `only_first_half` stops after the first chunk.
   absl::Status FoldTensor(PushTicket& t, size_t i, const at::Tensor& delta, bool only_first_half = false) {
     at::Tensor flat = delta.reshape({-1});
-    const int64_t half = flat.numel() / 2;
-    if (half > 0) {
-      absl::Status s = core_->FoldChunk(t, i, 0, flat.narrow(0, 0, half));
+    for (const auto& [offset, count] : ChunksOf(i)) {
+      absl::Status s = core_->FoldChunk(t, i, offset, flat.narrow(0, offset, count));
       if (!s.ok() || only_first_half) return s;
     }
-    return core_->FoldChunk(t, i, half, flat.narrow(0, half, flat.numel() - half));
+    return absl::OkStatus();
   }
   absl::Status Push(const std::string& id, int64_t round, int64_t tokens, const Tensors& delta, int64_t inner_steps = 5,
                     double seconds = 2.0) {
@@ -1062,7 +1079,9 @@ TEST_F(ClipAggregationTest, AClaimedNormThatDoesNotMatchRefusesThePushAndRestart
   Join("A");
   Join("B");
   const Tensors theta0 = Theta();
-  const Tensors dA = RandomDelta(), dB = RandomDelta();
+  const Tensors dA = RandomDelta();
+  Tensors dB;  // twice A's norm or so: the first two headers' median would clip it
+  for (const at::Tensor& d : RandomDelta()) dB.push_back(d * 2);
   EXPECT_EQ(PushClaimed("B", 1000, dB).code(), absl::StatusCode::kUnavailable);
   PushHeader h = Header("A", 0, 1000);
   h.set_claimed_norm(NormOf(dA));   // but it sends 100 x dA
@@ -1079,11 +1098,10 @@ TEST_F(ClipAggregationTest, AClaimedNormThatDoesNotMatchRefusesThePushAndRestart
   ASSERT_TRUE(PushClaimed("B", 1000, dB).ok());
   core_->Poll();
   ASSERT_EQ(core_->Status().round(), 1);
-  // The fold's medians stay those of the two declared headers (A's claim and B's norm): B is clipped to them.
-  const double scale = std::min(1.0, 0.5 * (NormOf(dA) + NormOf(dB)) / NormOf(dB));
-  Tensors want;
-  for (const at::Tensor& d : dB) want.push_back(d * scale);
-  ExpectAllClose(Theta(), Step(theta0, want));
+  // The restart formed the fold's medians again from the headers that came back: B's alone (A's claim no longer
+  // counts), so B is not clipped. Before, the medians of the first two headers stayed, A's claim among them.
+  ASSERT_GT(NormOf(dB), 0.5 * (NormOf(dA) + NormOf(dB))) << "the old medians would have clipped B";
+  ExpectAllClose(Theta(), Step(theta0, dB));
 }
 
 // outer.momentum_bound (coordinator_momentum.cc): in round 2, E pushes a delta that leans on the outer momentum
@@ -1236,8 +1254,11 @@ TEST_F(ClipAggregationTest, AByteIdenticalCopyOrReplayIsRefusedAndTheRoundRedone
   EXPECT_EQ(sits_out.code(), absl::StatusCode::kFailedPrecondition) << "C sits out the round";
   EXPECT_THAT(std::string(sits_out.message()),
               HasSubstr("quarantined until round 1 (its push was a copy or a replay)"));
-  ASSERT_TRUE(PushClaimed("A", 1000, dA).ok());
+  // The restart forgot the gate's headers (C's claim among them): the gate opens again once A and B, the members
+  // that may push, have declared.
+  EXPECT_EQ(PushClaimed("A", 1000, dA).code(), absl::StatusCode::kUnavailable);
   ASSERT_TRUE(PushClaimed("B", 1000, dB).ok());
+  ASSERT_TRUE(PushClaimed("A", 1000, dA).ok());
   core_->Poll();
   ASSERT_EQ(core_->Status().round(), 1);
   EXPECT_EQ(Worker(core_->Status(), "A").duplicate_pushes(), 0);
@@ -1257,6 +1278,7 @@ TEST_F(ClipAggregationTest, AByteIdenticalCopyOrReplayIsRefusedAndTheRoundRedone
 TEST_F(ClipAggregationTest, CenteredClipBoundsEachPushToTheMedianNormFirst) {
   config_.outer.aggregation = Aggregation::kCenteredClip;
   config_.outer.window_chunks = 1000;  // the pushes here stream one after the other on this thread
+  config_.comm.chunk_bytes = 256;      // 64 float32 a chunk: tensors of several chunks
   Start();
   for (const char* id : {"A", "B", "C"}) Join(id);
   const Tensors theta0 = Theta();
@@ -1275,12 +1297,10 @@ TEST_F(ClipAggregationTest, CenteredClipBoundsEachPushToTheMedianNormFirst) {
   const double scale_c = std::min(1.0, norms[1] / NormOf(dC));
   ASSERT_LT(scale_c, 0.5) << "C's push is the one far out";
   Tensors want;
-  for (size_t t = 0; t < dA.size(); ++t) {  // FoldTensor's two chunks per tensor
+  for (size_t t = 0; t < dA.size(); ++t) {  // FoldTensor's chunks: the coordinator's, 64 elements
     const at::Tensor a = dA[t].reshape({-1}), b = dB[t].reshape({-1}), c = dC[t].reshape({-1}) * scale_c;
-    const int64_t half = a.numel() / 2;
     std::vector<at::Tensor> parts;
-    for (auto [from, n] : {std::pair<int64_t, int64_t>{0, half}, {half, a.numel() - half}}) {
-      if (n == 0) continue;
+    for (auto [from, n] : ChunksOf(t)) {
       const at::Tensor rows = at::stack({a.narrow(0, from, n), b.narrow(0, from, n), c.narrow(0, from, n)});
       parts.push_back(CenteredClip(rows, CenteredClipTau(rows), config_.outer.cclip_iterations));
     }
@@ -1349,6 +1369,148 @@ TEST_F(CoordinatorCoreTest, TrimmedMeanClosesWithoutAMemberThatJoinedAfterTheSet
   ASSERT_TRUE(Push("B", 0, 1000, dB).ok());
   core_->Poll();
   EXPECT_EQ(core_->Status().round(), 1) << "the set's three pushes are in; D cannot push in this round";
+}
+
+// The coordinator's chunking is the reference (coordinate_window.h): M, whose header fixes the set, sends a chunk 0
+// of one element before the honest pushes send theirs. M's push is refused (INVALID_ARGUMENT) and struck, and A's
+// chunk, cut as the coordinator cuts it, is not: before, the push that sent its chunk 0 second was the one refused
+// (its worker exits on INVALID_ARGUMENT) and struck, so a member could remove honest members one attempt at a time.
+TEST_F(CoordinatorCoreTest, CoordinateWiseRulesRefuseThePushCutOtherwiseNotTheOneAfterIt) {
+  StartTrimmedMean(1, {"A", "B", "M"});
+  const Tensors dA = RandomDelta(), dB = RandomDelta(), dM = RandomDelta();
+  EXPECT_EQ(Push("A", 0, 1000, dA).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Push("B", 0, 1000, dB).code(), absl::StatusCode::kUnavailable);
+  auto m = core_->BeginPush(Header("M", 0, 1000));  // the last header: the set is fixed
+  ASSERT_TRUE(m.ok()) << m.status();
+  const absl::Status cut = core_->FoldChunk(*m, 0, 0, dM[0].reshape({-1}).narrow(0, 0, 1));
+  EXPECT_EQ(cut.code(), absl::StatusCode::kInvalidArgument) << cut;
+  EXPECT_THAT(std::string(cut.message()), HasSubstr("not cut as the coordinator's comm.codec and comm.chunk_bytes"));
+  core_->AbortPush(*m, std::string(cut.message()));  // as PushSession does after a refused chunk
+  EXPECT_EQ(Worker(core_->Status(), "M").broken_pushes(), 1);
+  // The set forms again from the headers that come back; A's push, cut as the coordinator cuts, goes in.
+  EXPECT_EQ(Push("A", 0, 1000, dA).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Push("B", 0, 1000, dB).code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(Push("M", 0, 1000, dM).ok());
+  ASSERT_TRUE(Push("A", 0, 1000, dA).ok());
+  ASSERT_TRUE(Push("B", 0, 1000, dB).ok());
+  core_->Poll();
+  EXPECT_EQ(core_->Status().round(), 1);
+  EXPECT_EQ(Worker(core_->Status(), "A").broken_pushes(), 0);
+  EXPECT_EQ(Worker(core_->Status(), "B").broken_pushes(), 0);
+}
+
+// The set holds only the members that may still push: A declares and is then lost (no heartbeat for lease_s); B's
+// push alone is the set and the round closes on it. Before, the set was every id that had declared: it held A, and
+// the round waited another lease_s for A's push, then cut A and made B push again.
+TEST_F(CoordinatorCoreTest, CoordinateWiseSetLeavesOutAMemberLostAfterItsHeader) {
+  config_.coordinator.lease_s = 10;
+  config_.coordinator.min_workers = 1;
+  StartTrimmedMean(1, {"A", "B"});
+  const Tensors theta0 = Theta();
+  const Tensors dA = RandomDelta(), dB = RandomDelta();
+  EXPECT_EQ(Push("A", 0, 1000, dA).code(), absl::StatusCode::kUnavailable);
+  now_ = 11;
+  Beat("B");
+  core_->Poll();  // A is lost
+  ASSERT_TRUE(Push("B", 0, 1000, dB).ok());
+  core_->Poll();
+  ASSERT_EQ(core_->Status().round(), 1) << "the round closes on B's push, without waiting for lost A";
+  ExpectAllClose(Theta("B"), Step(theta0, dB));
+}
+
+// A member of a fixed set that leaves (or is lost, or joins again: its process restarted) before its push finished
+// will never finish it: the aggregation restarts at once, without waiting lease_s for the window, and the set forms
+// again without it. And a member that joins again before the set is fixed declares anew: its old header does not
+// count.
+TEST_F(CoordinatorCoreTest, CoordinateWiseSetRestartsAtOnceWhenAMemberLeavesOrRejoinsUnfinished) {
+  StartTrimmedMean(1, {"A", "B", "C"});
+  const Tensors theta0 = Theta();
+  const Tensors dA = RandomDelta(), dB = RandomDelta(), dC = RandomDelta();
+  EXPECT_EQ(Push("A", 0, 1000, dA).code(), absl::StatusCode::kUnavailable);
+  Join("A");  // A's process restarted: its header is forgotten
+  EXPECT_EQ(Push("B", 0, 1000, dB).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Push("C", 0, 1000, dC).code(), absl::StatusCode::kUnavailable) << "A has not declared again";
+  EXPECT_EQ(Push("A", 0, 1000, dA).code(), absl::StatusCode::kOk) << "the last header: the set is fixed";
+  ASSERT_TRUE(Push("B", 0, 1000, dB).ok());
+  Join("C");  // C restarted with its push unfinished (it never streamed)
+  EXPECT_FALSE(Beat("A").pushed()) << "the aggregation restarted";
+  EXPECT_EQ(Push("A", 0, 1000, dA).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Push("B", 0, 1000, dB).code(), absl::StatusCode::kUnavailable);
+  LeaveRequest leave;
+  *leave.mutable_meta() = Meta("C");
+  ASSERT_TRUE(core_->Leave(leave).ok());
+  ASSERT_TRUE(Push("A", 0, 1000, dA).ok()) << "the set of A and B is fixed now that C has left";
+  ASSERT_TRUE(Push("B", 0, 1000, dB).ok());
+  core_->Poll();
+  ASSERT_EQ(core_->Status().round(), 1);
+  // Round 2: C joins and declares, then leaves with the set fixed and its push unfinished; the round loop restarts.
+  Join("C");
+  const Tensors eA = RandomDelta(), eB = RandomDelta(), eC = RandomDelta();
+  EXPECT_EQ(Push("A", 1, 1000, eA).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Push("B", 1, 1000, eB).code(), absl::StatusCode::kUnavailable);
+  auto c = core_->BeginPush(Header("C", 1, 1000));
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(core_->Leave(leave).ok());
+  core_->Poll();
+  EXPECT_EQ(Push("A", 1, 1000, eA).code(), absl::StatusCode::kUnavailable) << "the set forms again without C";
+  ASSERT_TRUE(Push("B", 1, 1000, eB).ok());
+  ASSERT_TRUE(Push("A", 1, 1000, eA).ok());
+  core_->Poll();
+  EXPECT_EQ(core_->Status().round(), 2);
+  EXPECT_EQ(core_->CommitPush(*c).code(), absl::StatusCode::kFailedPrecondition) << "C's old push is refused";
+}
+
+// coordinator.min_workers 3 with 3 members, one of whom is quarantined for the round (its push was a copy): the
+// other two are enough. Before, the round needed 3 pushes that could never come (the quarantine lasts until the
+// round closes) and hung forever, under every rule.
+TEST_F(CoordinatorCoreTest, AMemberQuarantinedForTheRoundIsExcusedFromMinWorkers) {
+  config_.coordinator.min_workers = 3;
+  StartTrimmedMean(1, {"A", "B", "C"});
+  const Tensors theta0 = Theta();
+  const Tensors dA = RandomDelta(), dC = RandomDelta();
+  EXPECT_EQ(Push("A", 0, 1000, dA).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Push("B", 0, 1000, dA).code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(Push("C", 0, 1000, dC).ok());
+  ASSERT_TRUE(Push("A", 0, 1000, dA).ok());
+  EXPECT_EQ(Push("B", 0, 1000, dA).code(), absl::StatusCode::kFailedPrecondition) << "B's copy of A's push";
+  EXPECT_EQ(Push("A", 0, 1000, dA).code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(Push("C", 0, 1000, dC).ok()) << "A and C are the set: B may not push in this round";
+  ASSERT_TRUE(Push("A", 0, 1000, dA).ok());
+  core_->Poll();
+  ASSERT_EQ(core_->Status().round(), 1);
+  Tensors mean;  // trimmed_mean of two pushes trims nothing
+  for (size_t i = 0; i < dA.size(); ++i) mean.push_back((dA[i] + dC[i]) / 2);
+  ExpectAllClose(Theta(), Step(theta0, mean));
+}
+
+// A push that breaks after coordinator.round_timeout_s restarts the aggregation; the set forms again from every
+// member that may push (min(lease_s, round_timeout_s) for them to come back), not from the first headers to arrive:
+// C, back first, is not the set alone. Before, the timed-out round fixed the set from the first min_workers headers.
+TEST_F(CoordinatorCoreTest, ARestartAfterTheRoundTimeoutWaitsForThePushesItDropped) {
+  config_.coordinator.round_timeout_s = 100;
+  StartTrimmedMean(1, {"A", "B", "C"});
+  const Tensors theta0 = Theta();
+  const Tensors dA = RandomDelta(), dB = RandomDelta(), dC = RandomDelta();
+  EXPECT_EQ(Push("A", 0, 1000, dA).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Push("B", 0, 1000, dB).code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(Push("C", 0, 1000, dC).ok());
+  ASSERT_TRUE(Push("A", 0, 1000, dA).ok());
+  now_ = 150;
+  for (const char* id : {"A", "B", "C"}) Beat(id);
+  auto b = core_->BeginPush(Header("B", 0, 1000));
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_TRUE(FoldTensor(*b, 0, dB[0], /*only_first_half=*/true).ok());
+  core_->AbortPush(*b, "connection reset");
+  EXPECT_EQ(Push("C", 0, 1000, dC).code(), absl::StatusCode::kUnavailable) << "not the set alone";
+  EXPECT_EQ(Push("A", 0, 1000, dA).code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(Push("B", 0, 1000, dB).ok());
+  ASSERT_TRUE(Push("C", 0, 1000, dC).ok());
+  ASSERT_TRUE(Push("A", 0, 1000, dA).ok());
+  core_->Poll();
+  ASSERT_EQ(core_->Status().round(), 1);
+  Tensors median;  // trimmed_mean with trim 1 of three pushes: the coordinate-wise median
+  for (size_t i = 0; i < dA.size(); ++i) median.push_back(std::get<0>(at::stack({dA[i], dB[i], dC[i]}).median(0)));
+  ExpectAllClose(Theta(), Step(theta0, median));
 }
 
 // trimmed_mean's suspect count (issue 32 item 3): each member's trimmed share is the share of its push's coordinates

@@ -47,6 +47,22 @@ TEST(RoundPolicyTest, WaitsBelowMinWorkersEvenPastTheTimeout) {
   EXPECT_THAT(d.reason, HasSubstr("min_workers"));
 }
 
+// Active members quarantined for the round may not push before it closes: they are excused from min_workers (else
+// min_workers = every member would wait forever), never below one push.
+TEST(RoundPolicyTest, QuarantinedMembersAreExcusedFromMinWorkers) {
+  RoundView round{{"w0", "w1"}, {"w0", "w1"}, 0.0, /*quarantined=*/1};
+  EXPECT_TRUE(DecideRoundClose(round, 1.0, Options(3, 60)).close);
+  round.quarantined = 0;
+  EXPECT_FALSE(DecideRoundClose(round, 1.0, Options(3, 60)).close);
+  RoundView one{{"w0", "w1"}, {"w0"}, 0.0, /*quarantined=*/1};
+  const RoundDecision d = DecideRoundClose(one, 1.0, Options(3, 60));
+  EXPECT_FALSE(d.close);
+  EXPECT_THAT(d.reason, HasSubstr("1 of min_workers 3 less 1 quarantined received"));
+  EXPECT_EQ(PushesNeeded(3, 1), 2);
+  EXPECT_EQ(PushesNeeded(3, 5), 1);
+  EXPECT_EQ(PushesNeeded(1, 0), 1);
+}
+
 TEST(RoundPolicyTest, TimeoutWithEnoughPushesClosesAndNamesTheMissing) {
   RoundView round{{"w0", "w1", "w2"}, {"w0", "w2"}, 10.0};
   RoundDecision d = DecideRoundClose(round, 70.0, Options(2, 60));  // age exactly the timeout
