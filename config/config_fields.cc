@@ -172,7 +172,7 @@ const std::vector<Field>& Fields() {
       MakeField("coordinator.listen", &Config::coordinator, &CoordinatorConfig::listen,
                 "HOST:PORT of the gRPC service; port 0 picks a free one"),
       MakeField("coordinator.min_workers", &Config::coordinator, &CoordinatorConfig::min_workers, Above(0),
-                "a round never closes with fewer pushes (less the active members quarantined for the round)"),
+                "a round never closes with fewer pushes (past round_timeout_s: less the members quarantined for it)"),
       MakeField("coordinator.round_timeout_s", &Config::coordinator, &CoordinatorConfig::round_timeout_s, Above(0),
                 "a round with at least coordinator.min_workers pushes closes once it is this old"),
       MakeField("coordinator.checkpoint_every", &Config::coordinator, &CoordinatorConfig::checkpoint_every, AtLeast(0),

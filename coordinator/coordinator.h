@@ -201,8 +201,8 @@ class CoordinatorCore {
   // if any of them had chunks in the sums.
   void CutStalledPushes(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<std::string> UnquarantinedActiveIds() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Active members quarantined for the open round: excused from coordinator.min_workers (round_policy.h
-  // PushesNeeded), as they may not push until the round closes.
+  // Active members quarantined for the open round: past round_timeout_s excused from coordinator.min_workers
+  // (round_policy.h PushesNeeded), as they may not push until the round closes.
   size_t QuarantinedActiveCount() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the clip gate or the coordinate-wise window fixes its set without the members that have not declared: the
   // round is older than coordinator.round_timeout_s and the aggregation has not restarted within

@@ -318,8 +318,10 @@ absl::Status CoordinatorCore::AdmitToClip(const PushHeader& header, PushTicket& 
   clip_gate_.Declare(header.meta().worker_id(), norm, static_cast<double>(header.tokens()));
   if (!clip_gate_.open()) {
     const std::vector<std::string> expected = UnquarantinedActiveIds();
-    const int64_t needed = PushesNeeded(config_.coordinator.min_workers, QuarantinedActiveCount());
-    if (!clip_gate_.TryOpen(expected, ForceSetNow(), static_cast<size_t>(needed))) {
+    const bool force = ForceSetNow();  // past the timeout, members quarantined for the round are excused
+    const int64_t needed = force ? PushesNeeded(config_.coordinator.min_workers, QuarantinedActiveCount())
+                                 : config_.coordinator.min_workers;
+    if (!clip_gate_.TryOpen(expected, force, static_cast<size_t>(needed))) {
       return absl::UnavailableError(absl::StrCat("outer.aggregation clip: waiting for the round's other push headers (",
                                                  clip_gate_.declared(), " of ", expected.size(), " declared); retry"));
     }

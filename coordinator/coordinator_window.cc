@@ -42,8 +42,10 @@ absl::Status CoordinatorCore::AdmitToWindow(const PushHeader& header, PushTicket
   if (!window_.open()) {
     window_.Declare(id);
     const std::vector<std::string> expected = UnquarantinedActiveIds();
-    const int64_t needed = PushesNeeded(config_.coordinator.min_workers, QuarantinedActiveCount());
-    if (!window_.TryOpen(expected, ForceSetNow(), static_cast<size_t>(needed))) {
+    const bool force = ForceSetNow();  // past the timeout, members quarantined for the round are excused
+    const int64_t needed = force ? PushesNeeded(config_.coordinator.min_workers, QuarantinedActiveCount())
+                                 : config_.coordinator.min_workers;
+    if (!window_.TryOpen(expected, force, static_cast<size_t>(needed))) {
       return absl::UnavailableError(absl::StrCat("outer.aggregation ", std::string(EnumName(config_.outer.aggregation)),
                                                  ": waiting for the round's other push headers (", window_.declared(),
                                                  " of ", expected.size(), " declared); retry"));

@@ -15,16 +15,17 @@ RoundDecision DecideRoundClose(const RoundView& round, double now, const RoundPo
     if (round.pushed.count(id) == 0) missing.push_back(id);
   }
   const double age = now - round.opened_at;
-  if (pushed < PushesNeeded(options.min_workers, round.quarantined)) {
+  const bool timed_out = age >= options.round_timeout_s;
+  if (pushed < (timed_out ? PushesNeeded(options.min_workers, round.quarantined) : options.min_workers)) {
     const std::string excused =
-        round.quarantined > 0 ? absl::StrCat(" less ", round.quarantined, " quarantined") : std::string();
+        timed_out && round.quarantined > 0 ? absl::StrCat(" less ", round.quarantined, " quarantined") : std::string();
     return {false, absl::StrCat("waiting for pushes: ", pushed, " of min_workers ", options.min_workers, excused,
                                 " received (", round.active.size(), " active)")};
   }
   if (missing.empty()) {
     return {true, absl::StrCat("all ", round.active.size(), " active members pushed")};
   }
-  if (age >= options.round_timeout_s) {
+  if (timed_out) {
     return {true, absl::StrCat("round_timeout_s ", options.round_timeout_s, " reached with ", pushed,
                                " pushes; not waiting for ", Truncated(absl::StrJoin(missing, ", "), 512))};
   }

@@ -1460,11 +1460,13 @@ TEST_F(CoordinatorCoreTest, CoordinateWiseSetRestartsAtOnceWhenAMemberLeavesOrRe
   EXPECT_EQ(core_->CommitPush(*c).code(), absl::StatusCode::kFailedPrecondition) << "C's old push is refused";
 }
 
-// coordinator.min_workers 3 with 3 members, one of whom is quarantined for the round (its push was a copy): the
-// other two are enough. Before, the round needed 3 pushes that could never come (the quarantine lasts until the
-// round closes) and hung forever, under every rule.
-TEST_F(CoordinatorCoreTest, AMemberQuarantinedForTheRoundIsExcusedFromMinWorkers) {
+// coordinator.min_workers 3 with 3 members, one of whom is quarantined for the round (its push was a copy): past
+// round_timeout_s the other two are enough (before it, a member still joining could make up the three). Before, the
+// round needed 3 pushes that could never come (the quarantine lasts until the round closes) and hung forever,
+// under every rule.
+TEST_F(CoordinatorCoreTest, AMemberQuarantinedForTheRoundIsExcusedFromMinWorkersPastTheTimeout) {
   config_.coordinator.min_workers = 3;
+  config_.coordinator.round_timeout_s = 100;
   StartTrimmedMean(1, {"A", "B", "C"});
   const Tensors theta0 = Theta();
   const Tensors dA = RandomDelta(), dC = RandomDelta();
@@ -1474,6 +1476,12 @@ TEST_F(CoordinatorCoreTest, AMemberQuarantinedForTheRoundIsExcusedFromMinWorkers
   ASSERT_TRUE(Push("A", 0, 1000, dA).ok());
   EXPECT_EQ(Push("B", 0, 1000, dA).code(), absl::StatusCode::kFailedPrecondition) << "B's copy of A's push";
   EXPECT_EQ(Push("A", 0, 1000, dA).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Push("C", 0, 1000, dC).code(), absl::StatusCode::kUnavailable) << "before the timeout: 3 are needed";
+  now_ = 150;
+  for (const char* id : {"A", "B", "C"}) Beat(id);
+  core_->Poll();
+  EXPECT_EQ(core_->Status().round(), 0);
+  EXPECT_THAT(core_->Status().phase_reason(), HasSubstr("of min_workers 3 less 1 quarantined"));
   ASSERT_TRUE(Push("C", 0, 1000, dC).ok()) << "A and C are the set: B may not push in this round";
   ASSERT_TRUE(Push("A", 0, 1000, dA).ok());
   core_->Poll();

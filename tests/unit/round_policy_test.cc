@@ -47,15 +47,17 @@ TEST(RoundPolicyTest, WaitsBelowMinWorkersEvenPastTheTimeout) {
   EXPECT_THAT(d.reason, HasSubstr("min_workers"));
 }
 
-// Active members quarantined for the round may not push before it closes: they are excused from min_workers (else
-// min_workers = every member would wait forever), never below one push.
-TEST(RoundPolicyTest, QuarantinedMembersAreExcusedFromMinWorkers) {
+// Active members quarantined for the round may not push before it closes: past round_timeout_s they are excused
+// from min_workers (else min_workers = every member would wait forever), never below one push; before it, the round
+// waits for min_workers (a member still joining may come).
+TEST(RoundPolicyTest, QuarantinedMembersAreExcusedFromMinWorkersPastTheTimeout) {
   RoundView round{{"w0", "w1"}, {"w0", "w1"}, 0.0, /*quarantined=*/1};
-  EXPECT_TRUE(DecideRoundClose(round, 1.0, Options(3, 60)).close);
+  EXPECT_FALSE(DecideRoundClose(round, 59.0, Options(3, 60)).close);
+  EXPECT_TRUE(DecideRoundClose(round, 60.0, Options(3, 60)).close);
   round.quarantined = 0;
-  EXPECT_FALSE(DecideRoundClose(round, 1.0, Options(3, 60)).close);
+  EXPECT_FALSE(DecideRoundClose(round, 60.0, Options(3, 60)).close);
   RoundView one{{"w0", "w1"}, {"w0"}, 0.0, /*quarantined=*/1};
-  const RoundDecision d = DecideRoundClose(one, 1.0, Options(3, 60));
+  const RoundDecision d = DecideRoundClose(one, 60.0, Options(3, 60));
   EXPECT_FALSE(d.close);
   EXPECT_THAT(d.reason, HasSubstr("1 of min_workers 3 less 1 quarantined received"));
   EXPECT_EQ(PushesNeeded(3, 1), 2);
