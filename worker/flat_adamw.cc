@@ -1,6 +1,7 @@
 #include "worker/flat_adamw.h"
 
 #include <ATen/Parallel.h>
+#include <c10/core/DeviceGuard.h>
 
 #include <cmath>
 #include <stdexcept>
@@ -166,6 +167,9 @@ void FlatAdamW::ZeroGrad() {
     return;
   }
   if (released_) {  // the same storage gets new memory: the gradient views see it again
+    // On the gradients' device: a CUDA allocator allocates on the current device, which for a rank on cuda:1 is
+    // not cuda:1 unless set.
+    const c10::OptionalDeviceGuard on_device(grads_.device());
     c10::StorageImpl* storage = grads_.storage().unsafeGetStorageImpl();
     const size_t bytes = static_cast<size_t>(grads_.numel()) * sizeof(float);
     storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));

@@ -205,12 +205,18 @@ class LlamaModel : public LanguageModel {
   }
 
  private:
-  Rotary Rope(int64_t start, int64_t T, const torch::Tensor& like) const {
+  Rotary Rope(int64_t start, int64_t T, const torch::Tensor& like) {
     if (start + T > config_.MaxPositions()) {
       throw std::invalid_argument(std::string(EnumName(config_.arch)) + ": position " + std::to_string(start + T - 1) +
                                   " is past model.max_positions (" + std::to_string(config_.MaxPositions()) + ")");
     }
-    auto [cos, sin] = RotaryTables(rope_, start, T, like);
+    // The frequencies on like's device, copied once: a copy from pageable host memory on every forward would wait
+    // for the device's queued work (a host sync per step on a GPU).
+    if (!rope_on_device_.inv_freq.defined() || rope_on_device_.inv_freq.device() != like.device()) {
+      rope_on_device_ = rope_;
+      rope_on_device_.inv_freq = rope_.inv_freq.to(like.device());
+    }
+    auto [cos, sin] = RotaryTables(rope_on_device_, start, T, like);
     return {cos, sin};
   }
 
@@ -219,7 +225,8 @@ class LlamaModel : public LanguageModel {
     return !lm_head_.is_empty() ? lm_head_->forward(h) : torch::matmul(h, model_->embed_tokens->weight.t());
   }
 
-  RopeFrequencies rope_;
+  RopeFrequencies rope_;            // on the CPU
+  RopeFrequencies rope_on_device_;  // rope_ on the device of the last forward (Rope)
   LlamaBackbone model_{nullptr};
   torch::nn::Linear lm_head_{nullptr};
 };

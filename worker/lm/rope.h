@@ -21,7 +21,7 @@
 namespace diloco {
 
 struct RopeFrequencies {
-  at::Tensor inv_freq;           // [HeadDim() / 2] float32, on the CPU
+  at::Tensor inv_freq;           // [HeadDim() / 2] float32 (ComputeRopeFrequencies: on the CPU)
   double attention_scaling = 1;  // multiplies cos and sin (yarn's attention factor; 1 otherwise)
 };
 
