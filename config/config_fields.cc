@@ -171,8 +171,9 @@ const std::vector<Field>& Fields() {
                 "(its header's claimed_norm, checked at the end, as with clip)"),
       MakeField("coordinator.listen", &Config::coordinator, &CoordinatorConfig::listen,
                 "HOST:PORT of the gRPC service; port 0 picks a free one"),
-      MakeField("coordinator.min_workers", &Config::coordinator, &CoordinatorConfig::min_workers, Above(0),
-                "a round never closes with fewer pushes (past round_timeout_s: less the members quarantined for it)"),
+      MakeField(
+          "coordinator.min_workers", &Config::coordinator, &CoordinatorConfig::min_workers, Above(0),
+          "a round never closes with fewer pushes (past round_timeout_s: less those quarantined for it if short)"),
       MakeField("coordinator.round_timeout_s", &Config::coordinator, &CoordinatorConfig::round_timeout_s, Above(0),
                 "a round with at least coordinator.min_workers pushes closes once it is this old"),
       MakeField("coordinator.checkpoint_every", &Config::coordinator, &CoordinatorConfig::checkpoint_every, AtLeast(0),

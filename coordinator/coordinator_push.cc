@@ -319,8 +319,9 @@ absl::Status CoordinatorCore::AdmitToClip(const PushHeader& header, PushTicket& 
   if (!clip_gate_.open()) {
     const std::vector<std::string> expected = UnquarantinedActiveIds();
     const bool force = ForceSetNow();  // past the timeout, members quarantined for the round are excused
-    const int64_t needed = force ? PushesNeeded(config_.coordinator.min_workers, QuarantinedActiveCount())
-                                 : config_.coordinator.min_workers;
+    const int64_t needed =
+        force ? PushesNeeded(config_.coordinator.min_workers, QuarantinedActiveCount(), expected.size())
+              : config_.coordinator.min_workers;
     if (!clip_gate_.TryOpen(expected, force, static_cast<size_t>(needed))) {
       return absl::UnavailableError(absl::StrCat("outer.aggregation clip: waiting for the round's other push headers (",
                                                  clip_gate_.declared(), " of ", expected.size(), " declared); retry"));

@@ -43,8 +43,9 @@ absl::Status CoordinatorCore::AdmitToWindow(const PushHeader& header, PushTicket
     window_.Declare(id);
     const std::vector<std::string> expected = UnquarantinedActiveIds();
     const bool force = ForceSetNow();  // past the timeout, members quarantined for the round are excused
-    const int64_t needed = force ? PushesNeeded(config_.coordinator.min_workers, QuarantinedActiveCount())
-                                 : config_.coordinator.min_workers;
+    const int64_t needed =
+        force ? PushesNeeded(config_.coordinator.min_workers, QuarantinedActiveCount(), expected.size())
+              : config_.coordinator.min_workers;
     if (!window_.TryOpen(expected, force, static_cast<size_t>(needed))) {
       return absl::UnavailableError(absl::StrCat("outer.aggregation ", std::string(EnumName(config_.outer.aggregation)),
                                                  ": waiting for the round's other push headers (", window_.declared(),

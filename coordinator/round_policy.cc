@@ -16,9 +16,13 @@ RoundDecision DecideRoundClose(const RoundView& round, double now, const RoundPo
   }
   const double age = now - round.opened_at;
   const bool timed_out = age >= options.round_timeout_s;
-  if (pushed < (timed_out ? PushesNeeded(options.min_workers, round.quarantined) : options.min_workers)) {
-    const std::string excused =
-        timed_out && round.quarantined > 0 ? absl::StrCat(" less ", round.quarantined, " quarantined") : std::string();
+  const size_t could_push = round.pushed.size() + missing.size();  // counted, and active members yet to push
+  const int64_t needed =
+      timed_out ? PushesNeeded(options.min_workers, round.quarantined, could_push) : options.min_workers;
+  if (pushed < needed) {
+    const std::string excused = needed < options.min_workers
+                                    ? absl::StrCat(" less ", options.min_workers - needed, " quarantined")
+                                    : std::string();
     return {false, absl::StrCat("waiting for pushes: ", pushed, " of min_workers ", options.min_workers, excused,
                                 " received (", round.active.size(), " active)")};
   }
@@ -33,7 +37,8 @@ RoundDecision DecideRoundClose(const RoundView& round, double now, const RoundPo
                               " pushed, timeout in ", static_cast<int64_t>(options.round_timeout_s - age), " s)")};
 }
 
-int64_t PushesNeeded(int64_t min_workers, size_t quarantined) {
+int64_t PushesNeeded(int64_t min_workers, size_t quarantined, size_t could_push) {
+  if (static_cast<int64_t>(could_push) >= min_workers) return min_workers;  // the others can make it up
   return std::max<int64_t>(1, min_workers - static_cast<int64_t>(quarantined));
 }
 

@@ -1,9 +1,9 @@
 // When does an open round close? A pure function of who is active, who has pushed, how long the round has been
 // open, and the options; it returns the decision and the reason, which status shows and the log prints once.
 //   close if pushed >= min_workers and every active member has pushed;
-//   close if pushed >= needed and the round is older than round_timeout_s, where needed = PushesNeeded: min_workers
-//   less the active members quarantined for the round (they may not push before it closes: past the timeout,
-//   waiting for them would wait forever), at least 1;
+//   close if pushed >= needed and the round is older than round_timeout_s, where needed = PushesNeeded: min_workers,
+//   less the active members quarantined for the round when without them min_workers cannot be reached (they may
+//   not push before it closes: past the timeout, waiting for them would wait forever), at least 1;
 //   otherwise wait (never close with fewer than min_workers pushes before the timeout, nor fewer than `needed`).
 // Beside it, the other pure rules of the round, each (state[, now], options) -> decision + reason:
 //   DecideAsyncClose: outer.mode async closes a version as soon as a push has committed and none is streaming;
@@ -53,8 +53,10 @@ struct RoundDecision {
 };
 
 RoundDecision DecideRoundClose(const RoundView& round, double now, const RoundPolicyOptions& options);
-// The pushes a round past round_timeout_s needs before it may close: max(1, min_workers - quarantined).
-int64_t PushesNeeded(int64_t min_workers, size_t quarantined);
+// The pushes a round past round_timeout_s needs before it may close: min_workers when `could_push` (the pushes counted
+// and the unquarantined active members yet to push) reach it, else max(1, min_workers - quarantined) (a shortfall
+// beyond the quarantined still waits: a member may join).
+int64_t PushesNeeded(int64_t min_workers, size_t quarantined, size_t could_push);
 
 // outer.mode async: each version closes once at least one push has committed and no push stream is open (pushes
 // that commit together are averaged into one arrival).

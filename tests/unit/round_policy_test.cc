@@ -60,9 +60,14 @@ TEST(RoundPolicyTest, QuarantinedMembersAreExcusedFromMinWorkersPastTheTimeout) 
   const RoundDecision d = DecideRoundClose(one, 60.0, Options(3, 60));
   EXPECT_FALSE(d.close);
   EXPECT_THAT(d.reason, HasSubstr("1 of min_workers 3 less 1 quarantined received"));
-  EXPECT_EQ(PushesNeeded(3, 1), 2);
-  EXPECT_EQ(PushesNeeded(3, 5), 1);
-  EXPECT_EQ(PushesNeeded(1, 0), 1);
+  // Three active members besides the quarantined one: min_workers 3 can be reached, nobody is excused.
+  RoundView others{{"w0", "w1", "w2"}, {"w0", "w1"}, 0.0, /*quarantined=*/1};
+  EXPECT_FALSE(DecideRoundClose(others, 60.0, Options(3, 60)).close);
+  EXPECT_EQ(PushesNeeded(3, 1, 2), 2);
+  EXPECT_EQ(PushesNeeded(3, 1, 3), 3);
+  EXPECT_EQ(PushesNeeded(3, 5, 0), 1);
+  EXPECT_EQ(PushesNeeded(3, 1, 1), 2) << "one member short beyond the quarantined: a member may join";
+  EXPECT_EQ(PushesNeeded(1, 0, 0), 1);
 }
 
 TEST(RoundPolicyTest, TimeoutWithEnoughPushesClosesAndNamesTheMissing) {
