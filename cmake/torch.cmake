@@ -18,23 +18,16 @@ foreach(_prefix ${CMAKE_PREFIX_PATH})
     find_library(c10_LIBRARY c10 PATHS "${_lib}" NO_DEFAULT_PATH)
     find_library(C10_CUDA_LIBRARY c10_cuda PATHS "${_lib}" NO_DEFAULT_PATH)
     find_library(kineto_LIBRARY kineto PATHS "${_lib}" NO_DEFAULT_PATH)
-    if(EXISTS "${_lib}/libtorch_cuda.so")
-      set(_torch_has_cuda ON)
-    endif()
   endif()
 endforeach()
-# Some LibTorch 2.x configs link torch::nvtoolsext to CUDA::nvToolsExt when they find no header-only NVTX (nvtx3),
-# and CUDA 12.9 and later ship no libnvToolsExt: the configure stops ("CUDA::nvToolsExt ... the target was not found",
-# pytorch/pytorch#152756). Where the toolkit lacks it, an empty target of that name lets the configure through (our
-# code calls no NVTX, and LibTorch's own libraries carry theirs); FindCUDAToolkit makes its targets only where none
-# exists.
-if(_torch_has_cuda)
-  find_package(CUDAToolkit QUIET)
-  if(CUDAToolkit_FOUND AND NOT TARGET CUDA::nvToolsExt)
-    add_library(CUDA::nvToolsExt INTERFACE IMPORTED)
-  endif()
-endif()
 find_package(Torch REQUIRED)
+# Some LibTorch 2.x configs link torch::nvtoolsext to CUDA::nvToolsExt when they find no header-only NVTX (nvtx3),
+# and CUDA 12.9 and later ship no libnvToolsExt: the generate step stops ("CUDA::nvToolsExt ... the target was not
+# found", pytorch/pytorch#152756). A link interface is resolved only then, so an empty target of that name made here
+# lets it through (our code calls no NVTX, and LibTorch's own libraries carry theirs).
+if(TARGET torch::nvtoolsext AND NOT TARGET CUDA::nvToolsExt)
+  add_library(CUDA::nvToolsExt INTERFACE IMPORTED)
+endif()
 string(REGEX MATCH "^[0-9]+" DILOCO_TORCH_MAJOR "${Torch_VERSION}")
 if(DILOCO_TORCH_MAJOR GREATER_EQUAL 2)
   set(CMAKE_CXX_STANDARD 20)

@@ -54,6 +54,13 @@ absl::Status CoordinatorCore::AdmitToWindow(const PushHeader& header, PushTicket
     window_.Touch(clock_());
     spdlog::info("round {}: {} aggregation of {} pushes open, {} chunks per push in the window", theta_->round() + 1,
                  EnumName(config_.outer.aggregation), window_.size(), config_.outer.window_chunks);
+    const auto k = static_cast<int64_t>(window_.size());
+    if (config_.outer.aggregation == Aggregation::kTrimmedMean && k < 2 * config_.outer.trim + 1) {
+      spdlog::warn(
+          "round {}: the set holds {} pushes, fewer than 2 x outer.trim + 1 = {}: each end is trimmed by {} only "
+          "(docs/operations.md \"Which pushes are in the set\")",
+          theta_->round() + 1, k, 2 * config_.outer.trim + 1, (k - 1) / 2);
+    }
   }
   if (!window_.Holds(id)) {
     return absl::UnavailableError(absl::StrCat("outer.aggregation ", std::string(EnumName(config_.outer.aggregation)),

@@ -38,8 +38,10 @@ RoundDecision DecideRoundClose(const RoundView& round, double now, const RoundPo
 }
 
 int64_t PushesNeeded(int64_t min_workers, size_t quarantined, size_t could_push) {
-  if (static_cast<int64_t>(could_push) >= min_workers) return min_workers;  // the others can make it up
-  return std::max<int64_t>(1, min_workers - static_cast<int64_t>(quarantined));
+  const auto could = static_cast<int64_t>(could_push);
+  if (could >= min_workers) return min_workers;  // the others can make it up
+  // Short: every member that may push must, and a shortfall beyond the quarantined still waits (a member may join).
+  return std::max<int64_t>({1, could, min_workers - static_cast<int64_t>(quarantined)});
 }
 
 int64_t QuarantineRounds(int64_t strikes, bool cut_as_stalled) {

@@ -54,8 +54,8 @@ struct RoundDecision {
 
 RoundDecision DecideRoundClose(const RoundView& round, double now, const RoundPolicyOptions& options);
 // The pushes a round past round_timeout_s needs before it may close: min_workers when `could_push` (the pushes counted
-// and the unquarantined active members yet to push) reach it, else max(1, min_workers - quarantined) (a shortfall
-// beyond the quarantined still waits: a member may join).
+// and the unquarantined active members yet to push) reach it, else max(1, could_push, min_workers - quarantined):
+// every member that may push must, and a shortfall beyond the quarantined still waits (a member may join).
 int64_t PushesNeeded(int64_t min_workers, size_t quarantined, size_t could_push);
 
 // outer.mode async: each version closes once at least one push has committed and no push stream is open (pushes

@@ -66,6 +66,9 @@ TEST(RoundPolicyTest, QuarantinedMembersAreExcusedFromMinWorkersPastTheTimeout) 
   EXPECT_EQ(PushesNeeded(3, 1, 2), 2);
   EXPECT_EQ(PushesNeeded(3, 1, 3), 3);
   EXPECT_EQ(PushesNeeded(3, 5, 0), 1);
+  EXPECT_EQ(PushesNeeded(3, 2, 2), 2) << "both members that may push must";
+  RoundView late{{"w0", "w1"}, {"w0"}, 0.0, /*quarantined=*/2};  // w1 may push: the round waits for it
+  EXPECT_FALSE(DecideRoundClose(late, 600.0, Options(3, 60)).close);
   EXPECT_EQ(PushesNeeded(3, 1, 1), 2) << "one member short beyond the quarantined: a member may join";
   EXPECT_EQ(PushesNeeded(1, 0, 0), 1);
 }
