@@ -43,7 +43,7 @@ bool CoordinateWindow::TryOpen(const std::vector<std::string>& expected, bool fo
   for (const std::string& id : expected) {
     if (declared_.count(id) != 0) live.insert(id);
   }
-  const bool all = !live.empty() && live.size() == std::set<std::string>(expected.begin(), expected.end()).size();
+  const bool all = !live.empty() && live.size() == expected.size();  // expected: distinct ids
   const bool full = live.size() >= options_.max_members;
   if (!(all || force || full) || live.size() < std::max<size_t>(min_declared, 1)) return false;
   for (const std::string& id : live) {

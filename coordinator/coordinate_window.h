@@ -61,7 +61,7 @@ class CoordinateWindow {
     if (!open_) declared_.erase(id);
   }
   size_t declared() const { return declared_.size(); }
-  // Fixes the set from the declared ids that are in `expected` (the members that may push now) when at least
+  // Fixes the set from the declared ids that are in `expected` (the members that may push now, distinct) when at least
   // max(min_declared, 1) of them have declared and either every id of `expected` has, `force`, or max_members have;
   // returns open().
   bool TryOpen(const std::vector<std::string>& expected, bool force, size_t min_declared);

@@ -204,6 +204,10 @@ class CoordinatorCore {
   // Active members quarantined for the open round: past round_timeout_s excused from coordinator.min_workers
   // (round_policy.h PushesNeeded), as they may not push until the round closes.
   size_t QuarantinedActiveCount() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The headers the clip gate or the window needs before it fixes its set, of `expected` unquarantined active
+  // members: coordinator.min_workers, or when `force` (ForceSetNow) PushesNeeded, which past the timeout excuses the
+  // members quarantined for the round where the others cannot make min_workers up.
+  size_t HeadersNeeded(bool force, size_t expected) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the clip gate or the coordinate-wise window fixes its set without the members that have not declared: the
   // round is older than coordinator.round_timeout_s and the aggregation has not restarted within
   // min(lease_s, round_timeout_s) (the pushes a restart dropped get that long to come back).

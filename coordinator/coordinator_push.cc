@@ -284,6 +284,11 @@ bool CoordinatorCore::ForceSetNow() const {
          now - aggregation_restarted_at_ >= std::min(config_.coordinator.lease_s, timeout);
 }
 
+size_t CoordinatorCore::HeadersNeeded(bool force, size_t expected) const {
+  const int64_t min_workers = config_.coordinator.min_workers;
+  return static_cast<size_t>(force ? PushesNeeded(min_workers, QuarantinedActiveCount(), expected) : min_workers);
+}
+
 size_t CoordinatorCore::QuarantinedActiveCount() const {
   size_t n = 0;
   for (const std::string& id : membership_.ActiveIds()) {
@@ -318,11 +323,8 @@ absl::Status CoordinatorCore::AdmitToClip(const PushHeader& header, PushTicket& 
   clip_gate_.Declare(header.meta().worker_id(), norm, static_cast<double>(header.tokens()));
   if (!clip_gate_.open()) {
     const std::vector<std::string> expected = UnquarantinedActiveIds();
-    const bool force = ForceSetNow();  // past the timeout, members quarantined for the round are excused
-    const int64_t needed =
-        force ? PushesNeeded(config_.coordinator.min_workers, QuarantinedActiveCount(), expected.size())
-              : config_.coordinator.min_workers;
-    if (!clip_gate_.TryOpen(expected, force, static_cast<size_t>(needed))) {
+    const bool force = ForceSetNow();
+    if (!clip_gate_.TryOpen(expected, force, HeadersNeeded(force, expected.size()))) {
       return absl::UnavailableError(absl::StrCat("outer.aggregation clip: waiting for the round's other push headers (",
                                                  clip_gate_.declared(), " of ", expected.size(), " declared); retry"));
     }

@@ -42,11 +42,8 @@ absl::Status CoordinatorCore::AdmitToWindow(const PushHeader& header, PushTicket
   if (!window_.open()) {
     window_.Declare(id);
     const std::vector<std::string> expected = UnquarantinedActiveIds();
-    const bool force = ForceSetNow();  // past the timeout, members quarantined for the round are excused
-    const int64_t needed =
-        force ? PushesNeeded(config_.coordinator.min_workers, QuarantinedActiveCount(), expected.size())
-              : config_.coordinator.min_workers;
-    if (!window_.TryOpen(expected, force, static_cast<size_t>(needed))) {
+    const bool force = ForceSetNow();
+    if (!window_.TryOpen(expected, force, HeadersNeeded(force, expected.size()))) {
       return absl::UnavailableError(absl::StrCat("outer.aggregation ", std::string(EnumName(config_.outer.aggregation)),
                                                  ": waiting for the round's other push headers (", window_.declared(),
                                                  " of ", expected.size(), " declared); retry"));
