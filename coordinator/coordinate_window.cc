@@ -20,6 +20,17 @@ int IngestThreadsFor(const Config& config) {
   return static_cast<int>(std::max<int64_t>(kDefault, config.workers.count + 2));
 }
 
+namespace {
+
+// The elements per chunk of a tensor of `spec`, cut as a worker's TensorChunker cuts it: a float32 tensor's chunks
+// encoded with `codec`, any other dtype's raw.
+int64_t PushChunkElements(const TensorSpec& spec, Codec codec, int64_t chunk_bytes) {
+  return ChunkElements(spec.dtype == at::kFloat ? codec : CODEC_RAW, std::max(chunk_bytes, kMinChunkBytes),
+                       static_cast<int64_t>(at::elementSize(spec.dtype)));
+}
+
+}  // namespace
+
 CoordinateWindow::Options CoordinateWindowOptionsOf(const Config& config, const std::vector<TensorSpec>& specs) {
   CoordinateWindow::Options o;
   o.rule = config.outer.aggregation;
@@ -28,13 +39,34 @@ CoordinateWindow::Options CoordinateWindowOptionsOf(const Config& config, const 
   o.tau = config.outer.cclip_tau;
   o.window_chunks = config.outer.window_chunks;
   o.max_members = static_cast<size_t>(IngestThreadsFor(config) - 1);
-  const int64_t chunk_bytes = std::max<int64_t>(config.comm.chunk_bytes, kMinChunkBytes);
   for (const TensorSpec& spec : specs) {
-    const Codec codec = spec.dtype == at::kFloat ? CodecOf(config.comm.codec) : CODEC_RAW;
-    o.chunk_elements.push_back(ChunkElements(codec, chunk_bytes, static_cast<int64_t>(at::elementSize(spec.dtype))));
+    o.chunk_elements.push_back(PushChunkElements(spec, CodecOf(config.comm.codec), config.comm.chunk_bytes));
     o.numel.push_back(spec.numel());
   }
   return o;
+}
+
+std::string PushChunkingMismatch(const Config& config, const std::vector<TensorSpec>& specs, Codec push_codec,
+                                 int64_t chunk_bytes) {
+  if (!IsCoordinateWise(config.outer.aggregation) || chunk_bytes == 0) return "";
+  const std::string rule(EnumName(config.outer.aggregation));
+  if (push_codec == CODEC_TOPK || push_codec == CODEC_UPDATE || !Codec_IsValid(push_codec)) {
+    return absl::StrCat("outer.aggregation ", rule, " needs pushes in a dense comm.codec; the worker's is ",
+                        Codec_IsValid(push_codec) ? CodecName(push_codec) : absl::StrCat("unknown (", push_codec, ")"));
+  }
+  const Codec own = CodecOf(config.comm.codec);
+  for (const TensorSpec& spec : specs) {
+    const int64_t theirs = PushChunkElements(spec, push_codec, chunk_bytes);
+    const int64_t ours = PushChunkElements(spec, own, config.comm.chunk_bytes);
+    if (theirs != ours) {
+      return absl::StrCat("outer.aggregation ", rule, " reduces chunk s of every push together, and the worker's ",
+                          "comm.codec ", CodecName(push_codec), " with comm.chunk_bytes ", chunk_bytes, " cuts '",
+                          spec.name, "' into chunks of ", theirs, " elements where the coordinator's (", CodecName(own),
+                          ", ", config.comm.chunk_bytes, ") cut ", ours, "; use the coordinator's comm.codec and ",
+                          "comm.chunk_bytes");
+    }
+  }
+  return "";
 }
 
 bool CoordinateWindow::TryOpen(const std::vector<std::string>& expected, bool force, size_t min_declared) {

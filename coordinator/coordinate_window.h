@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "config/config.h"
+#include "proto/diloco.pb.h"
 #include "proto/tensor_spec.h"
 
 namespace diloco {
@@ -134,5 +135,11 @@ int IngestThreadsFor(const Config& config);
 // the chunking of `specs` under comm.codec and comm.chunk_bytes (proto/tensor_chunks.h: a float32 tensor's chunks
 // are encoded with comm.codec, any other dtype's are raw).
 CoordinateWindow::Options CoordinateWindowOptionsOf(const Config& config, const std::vector<TensorSpec>& specs);
+// Why a worker that pushes with `push_codec` in chunks of `chunk_bytes` (its comm.codec and comm.chunk_bytes, sent in
+// JoinRequest) cannot be a member under `config`'s coordinate-wise rule, in one line: a codec that is not a dense
+// push codec, or chunks of some tensor of `specs` that differ from the coordinator's. Empty when its chunks line up,
+// when the rule is not coordinate-wise, or when chunk_bytes is 0 (not said: an older client).
+std::string PushChunkingMismatch(const Config& config, const std::vector<TensorSpec>& specs, Codec push_codec,
+                                 int64_t chunk_bytes);
 
 }  // namespace diloco

@@ -174,6 +174,11 @@ absl::StatusOr<JoinReply> CoordinatorCore::Join(const JoinRequest& request) {
     return absl::FailedPreconditionError(
         absl::StrCat("comm.fragments differs: worker has ", f, ", coordinator has ", config_.comm.fragments));
   }
+  if (const std::string chunking =
+          PushChunkingMismatch(config_, model_.specs, request.push_codec(), request.chunk_bytes());
+      !chunking.empty()) {
+    return absl::FailedPreconditionError(chunking);
+  }
   absl::MutexLock lock(&mu_);
   absl::Status s = CheckMeta(request.meta(), /*require_member=*/false);
   if (!s.ok()) return s;

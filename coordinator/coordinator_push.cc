@@ -132,7 +132,8 @@ absl::Status CoordinatorCore::FoldChunk(PushTicket& ticket, size_t index, int64_
   if (CoordinateWiseRounds()) {  // trimmed_mean, centered_clip: through the window (coordinator_window.cc)
     if (absl::Status s = FoldToWindow(ticket, index, offset, values); !s.ok()) return s;
   } else {
-    accumulator_.Fold(index, offset, values, ticket.weight * ticket.fold_scale);
+    // comm.topk_average senders counts the push's own weight (a clip scale shrinks only its values), as FoldSparse.
+    accumulator_.Fold(index, offset, values, ticket.weight * ticket.fold_scale, ticket.weight);
   }
   ticket.momentum_dot += momentum_dot;
   NoteFold(ticket, squared_norm, chunk_hash, wire_bytes);

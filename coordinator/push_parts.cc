@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/aggregation_rule.h"
 
 namespace diloco {
 namespace {
@@ -89,13 +90,11 @@ absl::StatusOr<std::optional<PushTicket>> PushParts::Commit(const PushTicket& pa
   if (it == members_.end()) return absl::AbortedError("push part of a discarded push; push every part again");
   Assembly& a = it->second;
   if (a.committed.empty()) a.first = part_ticket;
-  a.committed[part] = part_ticket.bytes;
+  a.committed[part] = part_ticket;
   a.progress_at = now;
   if (static_cast<int>(a.committed.size()) < a.parts) return std::optional<PushTicket>();
   int64_t covered = 0;
-  int64_t bytes = 0;
   for (const auto& [p, range] : a.begun) covered += range.size();
-  for (const auto& [p, b] : a.committed) bytes += b;
   if (covered != a.numel) {
     const std::string member = it->first;
     members_.erase(it);
@@ -103,8 +102,19 @@ absl::StatusOr<std::optional<PushTicket>> PushParts::Commit(const PushTicket& pa
                                                       covered, " of the round's ", a.numel,
                                                       " elements; the rest is missing"));
   }
+  // The member's push is the parts together: bytes, squared norms and momentum dots add up (the parts are disjoint);
+  // its payload hash chains the parts' in part order (the same whatever order they committed in).
   PushTicket whole = a.first;
-  whole.bytes = bytes;
+  whole.bytes = 0;
+  whole.squared_norm = 0;
+  whole.momentum_dot = 0;
+  whole.payload_hash = 0;
+  for (const auto& [p, t] : a.committed) {
+    whole.bytes += t.bytes;
+    whole.squared_norm += t.squared_norm;
+    whole.momentum_dot += t.momentum_dot;
+    whole.payload_hash = ChainHash(whole.payload_hash, t.payload_hash);
+  }
   members_.erase(it);
   return std::optional<PushTicket>(std::move(whole));
 }

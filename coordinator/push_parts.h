@@ -50,7 +50,8 @@ class PushParts {
   bool IsCurrent(const std::string& member, int64_t generation) const;
   void MarkFolded(const std::string& member, double now);  // a chunk of one of its parts reached the sums
   // A part's stream ended complete. Returns the member's whole push when this was its last part (the header values
-  // of its first committed part, bytes summed), else nullopt. FAILED_PRECONDITION when every part is in but their
+  // of its first committed part; bytes, squared norms and momentum dots summed over the parts, their payload hashes
+  // chained in part order), else nullopt. FAILED_PRECONDITION when every part is in but their
   // ranges leave elements out (the assembly is then discarded).
   absl::StatusOr<std::optional<PushTicket>> Commit(const PushTicket& part_ticket, int part, double now);
   // What a part of `attempt` is to the member's push (attempt 0, a client without attempts: kJoin or kNew).
@@ -91,9 +92,9 @@ class PushParts {
     int64_t tokens = 0;
     int64_t numel = 0;
     uint64_t attempt = 0;
-    std::map<int, FlatRange> begun;    // by part
-    std::map<int, int64_t> committed;  // part -> bytes
-    PushTicket first;                  // the first committed part's ticket: the member's header values
+    std::map<int, FlatRange> begun;       // by part
+    std::map<int, PushTicket> committed;  // part -> its ticket (bytes, squared norm, momentum dot, payload hash)
+    PushTicket first;                     // the first committed part's ticket: the member's header values
     bool folded = false;
     double opened_at = 0;
     double progress_at = 0;

@@ -12,10 +12,12 @@ RoundAccumulator::RoundAccumulator(const std::vector<TensorSpec>& specs, bool pe
   }
 }
 
-void RoundAccumulator::Fold(size_t index, int64_t offset, const at::Tensor& values, double weight) {
+void RoundAccumulator::Fold(size_t index, int64_t offset, const at::Tensor& values, double weight,
+                            double count_weight) {
   at::Tensor flat = sums_.at(index).view({-1});
   flat.narrow(0, offset, values.numel()).add_(values.to(at::kFloat), weight);
-  if (!weights_.empty()) weights_.at(index).view({-1}).narrow(0, offset, values.numel()).add_(weight);
+  if (weights_.empty()) return;
+  weights_.at(index).view({-1}).narrow(0, offset, values.numel()).add_(count_weight < 0 ? weight : count_weight);
 }
 
 void RoundAccumulator::FoldSparse(size_t index, int64_t offset, const at::Tensor& positions, const at::Tensor& values,

@@ -25,7 +25,8 @@ class RoundAccumulator {
   explicit RoundAccumulator(const std::vector<TensorSpec>& specs, bool per_coordinate = false);
 
   // Adds weight * values to elements [offset, offset + values.numel()) of tensor `index`. values: 1-D, any float dtype.
-  void Fold(size_t index, int64_t offset, const at::Tensor& values, double weight);
+  // count_weight: what the push adds to W_j there (its tokens without a clip scale); < 0: weight.
+  void Fold(size_t index, int64_t offset, const at::Tensor& values, double weight, double count_weight = -1);
   // Adds weight * values[i] to element offset + positions[i] of tensor `index` (a sparse chunk: positions int64,
   // values float32, both 1-D of one length; positions checked by the caller), touching only those elements.
   // count_weight: what the push adds to W_j at those positions (its tokens without a clip scale); < 0: weight.

@@ -93,9 +93,15 @@ bool TensorChunker::Next(TensorChunk* out, std::string_view* raw_payload) {
   }
   if (index_ >= tensors_.size() || remaining_ == 0) return false;
   const auto& [name, t] = tensors_[index_];
-  const Codec codec = t.scalar_type() == at::kFloat ? codec_ : CODEC_RAW;
-  const int64_t elements = codec == CODEC_TOPK ? TopkChunkElements(chunk_bytes_, topk_)
-                                               : ChunkElements(codec, chunk_bytes_, t.element_size());
+  Codec codec = t.scalar_type() == at::kFloat ? codec_ : CODEC_RAW;
+  int64_t elements = codec == CODEC_TOPK ? TopkChunkElements(chunk_bytes_, topk_)
+                                         : ChunkElements(codec, chunk_bytes_, t.element_size());
+  if (codec == CODEC_TOPK && offset_ % topk_.chunk != 0) {
+    // A range that starts inside a block of the tensor (a cluster rank's slice, comm.cluster_parts): the elements up
+    // to the block's end go raw, so that every topk chunk starts a block, as receivers require.
+    codec = CODEC_RAW;
+    elements = topk_.chunk - offset_ % topk_.chunk;
+  }
   const int64_t count = std::min({elements, numel_[index_] - offset_, remaining_});
   out->Clear();
   out->set_name(name);

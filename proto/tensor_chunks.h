@@ -35,8 +35,10 @@ class TensorChunker {
   // tensor travels in chunks of TopkChunkElements(chunk_bytes, topk) elements, each encoded with `topk`.
   TensorChunker(NamedTensors tensors, int64_t chunk_bytes, Codec codec = CODEC_RAW, TopkParams topk = {});
   // Only elements [range.begin, range.end) of the tensors flattened end to end (a part of a push or pull in parts,
-  // PROTOCOL.md): the first chunk may start mid-tensor, and a chunk never crosses range.end. The range must lie in
-  // [0, total elements] (std::out_of_range otherwise).
+  // PROTOCOL.md): the first chunk may start mid-tensor, and a chunk never crosses range.end. With CODEC_TOPK a
+  // range that starts inside a block of topk.chunk elements of its tensor sends the elements up to that block's end
+  // as one raw chunk first (a topk chunk must start a block). The range must lie in [0, total elements]
+  // (std::out_of_range otherwise).
   TensorChunker(NamedTensors tensors, int64_t chunk_bytes, Codec codec, FlatRange range, TopkParams topk = {});
   // The same stream of elements [range.begin, range.end) of tensors shaped as `specs` (float32, laid end to end),
   // from a buffer holding only those elements (`range_values`: 1-D, contiguous, CPU, range.size() elements): a

@@ -28,9 +28,16 @@ absl::StatusOr<AttackSpec> ParseAttack(const std::string& text) {
   if (kind == "stale") spec.kind = AttackSpec::Kind::kStale;
   if (kind == "tokens") spec.kind = AttackSpec::Kind::kTokens;
   if (kind == "copy") spec.kind = AttackSpec::Kind::kCopy;
+  if (kind == "nan-step") spec.kind = AttackSpec::Kind::kNanStep;
   if (spec.kind == AttackSpec::Kind::kNone) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--attack '", text, "': KIND must be scale, max, random, stale, tokens or copy (test-only)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--attack '", text, "': KIND must be scale, max, random, stale, tokens, copy or nan-step (test-only)"));
+  }
+  if (spec.kind == AttackSpec::Kind::kNanStep) {
+    if (!absl::SimpleAtoi(parts.second, &spec.nan_step) || spec.nan_step < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--attack '", text, "': nan-step needs :N, an inner step >= 0"));
+    }
+    return spec;
   }
   if (spec.kind == AttackSpec::Kind::kCopy) {
     if (parts.second.empty()) {
@@ -97,6 +104,7 @@ void Attacker::Apply(RoundResult& result, int64_t round) {
   NamedTensors& delta = result.pseudo_gradient;
   switch (spec_.kind) {
     case AttackSpec::Kind::kNone:
+    case AttackSpec::Kind::kNanStep:  // a training fault (InnerTrainer::set_nan_step): the push is the honest one
       return;
     case AttackSpec::Kind::kScale:
       for (auto& [name, d] : delta) d = d * spec_.factor;

@@ -16,6 +16,10 @@
 //             gives the newest one found; none, or names/shapes that differ (another fragment), give the honest d
 //             with a warning. Chosen over training on the named worker's shard: the Join reply assigns shards and
 //             the inner loop's sampling differs per worker, so that would be a near-copy at best.
+//   nan-step:N not a push attack but a training fault: the loss of global inner step N (0-based), the first time
+//             it is trained, is made NaN before its backward (InnerTrainer::set_nan_step), so the round's training
+//             turns non-finite as a divergence would; the worker must say so, start its moments over (every rank of a
+//             cluster) and train on.
 // Not thread-safe: the worker's round loop owns it.
 #pragma once
 
@@ -28,10 +32,11 @@
 namespace diloco {
 
 struct AttackSpec {
-  enum class Kind { kNone, kScale, kMax, kRandom, kStale, kTokens, kCopy };
+  enum class Kind { kNone, kScale, kMax, kRandom, kStale, kTokens, kCopy, kNanStep };
   Kind kind = Kind::kNone;
   double factor = 1;
   std::string copy_path;          // kCopy: the file another worker's --dump-delta writes
+  int64_t nan_step = -1;          // kNanStep: the global inner step whose loss is made NaN
   int64_t copy_wait_ms = 600000;  // kCopy: how long to wait for the file to hold this round
 };
 

@@ -65,6 +65,8 @@ absl::StatusOr<JoinReply> CoordinatorClient::Join(const ModelSpec& model, int32_
   if (shard_hint >= 0) request.set_shard_hint(shard_hint);
   request.set_fragments(fragments);
   request.set_cluster_size(cluster_size);
+  request.set_push_codec(push_codec_);
+  request.set_chunk_bytes(std::max<int64_t>(chunk_bytes_, 1));
   JoinReply reply;
   grpc::Status s = stub_->Join(&ctx, request, &reply);
   if (!s.ok()) return FromGrpc(s);

@@ -129,8 +129,11 @@ bool WorkerCluster::AverageGradients(const torch::Tensor& flat_gradients, bool w
 }
 
 void WorkerCluster::Broadcast(std::vector<torch::Tensor>& tensors) {
-  // Contiguous tensors on the group's device of at least kStagingElements go in place; the others travel packed in a
-  // staging buffer of at most kStagingElements (no whole-model temporary).
+  // Every rank must issue the same broadcasts in the same order, so each tensor's path is decided by its element
+  // count alone (the ranks' tensors have the same shapes, not always the same device, dtype or layout: rank 0 may pass
+  // CPU tensors). A tensor of at least kStagingElements travels alone, after the packed ones before it: in place when
+  // it is contiguous float32 on the group's device, else through a temporary there. The smaller ones travel packed
+  // in a staging buffer of kStagingElements (no whole-model temporary).
   const auto options = torch::TensorOptions(torch::kFloat).device(group_->device());
   torch::Tensor staging;
   std::vector<torch::Tensor*> packed;  // the tensors in staging, in order
@@ -155,16 +158,19 @@ void WorkerCluster::Broadcast(std::vector<torch::Tensor>& tensors) {
     used = 0;
   };
   for (torch::Tensor& t : tensors) {
-    if (t.numel() >= kStagingElements && t.is_contiguous() && t.device() == group_->device() &&
-        t.scalar_type() == torch::kFloat) {
-      group_->Broadcast(t);
+    if (t.numel() >= kStagingElements) {
+      flush();
+      if (t.is_contiguous() && t.device() == group_->device() && t.scalar_type() == torch::kFloat) {
+        group_->Broadcast(t);
+      } else {
+        torch::Tensor alone = rank_ == 0 ? t.to(options).contiguous() : torch::empty(t.sizes(), options);
+        group_->Broadcast(alone);
+        if (rank_ != 0) t.copy_(alone);
+      }
       continue;
     }
     if (used + t.numel() > kStagingElements) flush();
-    if (!staging.defined() || staging.numel() < std::max(used + t.numel(), kStagingElements)) {
-      flush();
-      staging = torch::empty({std::max(t.numel(), kStagingElements)}, options);
-    }
+    if (!staging.defined()) staging = torch::empty({kStagingElements}, options);
     packed.push_back(&t);
     used += t.numel();
   }
@@ -249,7 +255,10 @@ void WorkerCluster::CheckReplicas(const std::vector<torch::Tensor>& params, int6
   torch::Tensor mine = torch::tensor({sum, squares}, torch::kDouble);
   torch::Tensor theirs = mine.to(group_->device(), /*non_blocking=*/false, /*copy=*/true);
   group_->Broadcast(theirs);
-  if (rank_ != 0 && !theirs.cpu().equal(mine)) {
+  // Both NaN counts as alike: a step whose averaged gradients were NaN leaves every rank's parameters NaN, and the
+  // worker then starts the round over (Worker::TrainingStayedFinite); one rank NaN alone still differs.
+  const torch::Tensor rank0 = theirs.cpu();
+  if (rank_ != 0 && !(rank0.eq(mine) | (rank0.isnan() & mine.isnan())).all().item<bool>()) {
     throw std::runtime_error(
         absl::StrCat("replica check: rank ", rank_, "'s parameters differ from rank 0's after ", "inner step ", step));
   }

@@ -67,8 +67,10 @@ class WorkerCluster {
   // coalesced all-reduce of both). Returns whether any rank wants to stop. Throws on a dead peer.
   bool AverageGradients(const torch::Tensor& flat_gradients, bool want_stop);
 
-  // Rank 0's float32 tensors (CPU or the cluster's device) overwrite the others': large contiguous ones on the
-  // cluster's device in place, the rest packed into broadcasts of a staging buffer of at most 64 MiB.
+  // Rank 0's float32 tensors (CPU or the cluster's device) overwrite the others' (the same shapes; each rank's may be
+  // on another device or laid out otherwise): those of 2^24 elements or more one by one (in place when contiguous
+  // float32 on the cluster's device, else through a temporary there), the rest packed into broadcasts of a staging
+  // buffer of 64 MiB.
   void Broadcast(std::vector<torch::Tensor>& tensors);
   // The carrier of worker/cluster_protocol.h's commands, in order (the n-th sent is the n-th received).
   // Rank 0: publishes `words` as the next command and returns once every other rank has acknowledged it; throws if

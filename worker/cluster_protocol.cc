@@ -22,7 +22,8 @@ enum CommandKind : int64_t {
   kSave = 6,
   kPushPart = 7,
   kPullPart = 8,
-  kGather = 9
+  kGather = 9,
+  kResetMoments = 10
 };
 
 std::vector<torch::Tensor> TensorsOf(const NamedTensors& named) {
@@ -52,6 +53,8 @@ CommandWords EncodeCommand(const ClusterCommand& command) {
     w = {kPullPart, 0, c->seq, 0};
   } else if (std::holds_alternative<GatherCommand>(command)) {
     w[0] = kGather;
+  } else if (std::holds_alternative<ResetMomentsCommand>(command)) {
+    w[0] = kResetMoments;
   } else {
     w[0] = kStop;
   }
@@ -81,6 +84,8 @@ ClusterCommand DecodeCommand(const CommandWords& w) {
       return PullPartCommand{w[2]};
     case kGather:
       return GatherCommand{};
+    case kResetMoments:
+      return ResetMomentsCommand{};
     default:
       throw std::runtime_error(absl::StrCat("unknown cluster command kind ", w[0]));
   }
@@ -146,6 +151,8 @@ class Follower {
         Merge(*merge);
       } else if (const auto* save = std::get_if<SaveCommand>(&command)) {
         local_.Save(save->round);
+      } else if (std::holds_alternative<ResetMomentsCommand>(command)) {
+        trainer_.optimizer().ResetMoments();
       } else {
         return;  // StopCommand (a second ShardCommand never comes)
       }

@@ -118,6 +118,7 @@ CoordinatorSession::Outcome CoordinatorSession::GiveUp(const ProtocolDecision& d
 bool CoordinatorSession::PushUntilCounted(int64_t round, const RoundResult& result) {
   backoff_.Reset();
   bool need_push = true;
+  push_counted_ = false;
   while (!flags_.Stopping()) {
     Outcome outcome = Outcome::kGoOn;
     if (need_push) {
@@ -134,6 +135,7 @@ bool CoordinatorSession::PushUntilCounted(int64_t round, const RoundResult& resu
         std::this_thread::sleep_for(std::chrono::duration<double>(left));
       }
     }
+    push_counted_ = !need_push;
     if (outcome != Outcome::kGoOn) return outcome == Outcome::kRoundOver;
   }
   failure_ = absl::OkStatus();  // asked to go (signal or drain): a clean leave

@@ -64,6 +64,10 @@ class CoordinatorSession {
   // True once after a push refused as late with outer.late_policy reuse_local: the next round starts from the local
   // parameters, not the pulled ones.
   bool TakeKeepLocal();
+  // Whether the last Exchange's push was counted: its last attempt was accepted (or found already counted) and no
+  // re-push was asked for before the round ended for this worker (closed, or the worker stopped). False after a
+  // refusal (late, quarantined, the round closed without it). Read after Exchange returns.
+  bool push_counted() const { return push_counted_; }
   const absl::Status& failure() const { return failure_; }
   const JoinReply& join() const { return join_; }
   CoordinatorClient& client() { return *client_; }
@@ -94,10 +98,11 @@ class CoordinatorSession {
   // The exchange thread's (see above).
   Backoff backoff_{5.0};
   JoinReply join_;
-  bool joined_ = false;      // a Join succeeded once: later ones keep its shard
-  bool keep_local_ = false;  // outer.late_policy reuse_local after a late push
-  absl::Status failure_;     // why the worker must stop (OK: asked to go, or not stopping)
-  PartPush part_push_;       // comm.cluster_parts (empty: the client's one-stream push and pull)
+  bool joined_ = false;        // a Join succeeded once: later ones keep its shard
+  bool keep_local_ = false;    // outer.late_policy reuse_local after a late push
+  bool push_counted_ = false;  // push_counted()
+  absl::Status failure_;       // why the worker must stop (OK: asked to go, or not stopping)
+  PartPush part_push_;         // comm.cluster_parts (empty: the client's one-stream push and pull)
   PartPull part_pull_;
 };
 

@@ -30,6 +30,10 @@ std::vector<torch::Tensor> Split(const torch::Tensor& flat, const NamedTensors& 
 }  // namespace
 
 void ErrorFeedback::Compensate(NamedTensors& delta, Sent* sent) {
+  Settle(true);           // a push never settled (the worker went on without telling): its residual stands
+  previous_ = residual_;  // the tensors themselves: each residual_[i] below is a new tensor
+  previous_pending_ = pending_;
+  unsettled_ = true;
   if (residual_.empty() && pending_.defined()) residual_ = Split(pending_, delta);
   pending_ = torch::Tensor();
   if (residual_.empty()) {
@@ -50,6 +54,17 @@ void ErrorFeedback::Compensate(NamedTensors& delta, Sent* sent) {
     residual_[i] = compensated - sent_values.view_as(compensated);
     delta[i].second = compensated;
   }
+}
+
+void ErrorFeedback::Settle(bool counted) {
+  if (!unsettled_) return;
+  unsettled_ = false;
+  if (!counted) {
+    residual_ = std::move(previous_);
+    pending_ = std::move(previous_pending_);
+  }
+  previous_.clear();
+  previous_pending_ = torch::Tensor();
 }
 
 torch::Tensor ErrorFeedback::EncodeTopkChunks(const std::string& name, const torch::Tensor& compensated,

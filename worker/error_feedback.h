@@ -5,7 +5,12 @@
 // where Q is exactly what the coordinator decodes (codec.h RoundTrip, or topk_codec.h TopkRoundTrip, with the push's
 // chunk boundaries). beta = 1 for int8/int4 (the classic error feedback); comm.error_decay (default 0.95) for topk,
 // where the residual is SparseLoCo's error-feedback accumulator e <- beta * e + delta (arXiv 2508.15706).
-// Shapes: one float32 residual per parameter. Not thread-safe: owned by the worker's main loop.
+// The new residual stands only if the push that left it out was counted: Settle(false) (the push was refused: late,
+// quarantined, the round closed without it) gives back the residual from before Compensate, so nothing the coordinator
+// never received is dropped from the sums, and nothing is counted twice when the worker's local parameters go on
+// (outer.late_policy reuse_local). Between Compensate and Settle both residuals are held (one more float32 copy of
+// the parameters, on the CPU). Shapes: one float32 residual per parameter. Not thread-safe: owned by the worker's
+// main loop.
 #pragma once
 
 #include <torch/torch.h>
@@ -32,9 +37,12 @@ class ErrorFeedback {
     std::vector<TensorChunk> chunks;
     double squared_norm = 0;
   };
-  // Replaces each delta by delta + beta * residual (the tensor to push) and stores the new residual; fills *sent
-  // when given.
+  // Replaces each delta by delta + beta * residual (the tensor to push) and stores the new residual, keeping the
+  // previous one until Settle; fills *sent when given.
   void Compensate(NamedTensors& delta, Sent* sent = nullptr);
+  // After the push of the last Compensate: counted keeps the new residual, else the previous one comes back. Without
+  // a Compensate since the last Settle, nothing changes.
+  void Settle(bool counted);
 
   const std::vector<torch::Tensor>& residual() const { return residual_; }
   // The residual as one flat float32 tensor (the tensors concatenated in push order); undefined before the first
@@ -55,7 +63,10 @@ class ErrorFeedback {
   TopkParams topk_;
   double beta_;
   std::vector<torch::Tensor> residual_;
-  torch::Tensor pending_;  // a restored residual, until the first Compensate
+  std::vector<torch::Tensor> previous_;  // the residual before the last Compensate, until Settle
+  torch::Tensor previous_pending_;       // ... when that was still a restored one (pending_)
+  bool unsettled_ = false;               // a Compensate since the last Settle
+  torch::Tensor pending_;                // a restored residual, until the first Compensate
 };
 
 }  // namespace diloco

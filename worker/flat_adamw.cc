@@ -292,4 +292,11 @@ void FlatAdamW::RestoreState(int64_t steps, const torch::Tensor& exp_avg, const 
   step_ = steps;
 }
 
+void FlatAdamW::ResetMoments() {
+  torch::NoGradGuard no_grad;
+  exp_avg_.zero_();
+  exp_avg_sq_.zero_();
+  step_ = 0;
+}
+
 }  // namespace diloco

@@ -80,6 +80,9 @@ class FlatAdamW {
   // Replaces the moments and the step count (bias correction goes on from `steps`): a resumed worker. Throws
   // std::invalid_argument if a moment's element count differs from the buffers' (another model or layout).
   void RestoreState(int64_t steps, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq);
+  // Starts the moments over: zeros, step 0 (bias correction from the start). A round whose training turned
+  // non-finite may have left NaN in them.
+  void ResetMoments();
   // All parameters / gradients, flat (the first numel elements of the padded buffers when sharded).
   const torch::Tensor& flat_parameters() const { return flat_params_; }
   const torch::Tensor& flat_gradients() const { return flat_grads_; }

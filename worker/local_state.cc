@@ -120,37 +120,38 @@ std::vector<WorkerState> LocalState::UsableStates() const {
   return usable;
 }
 
-std::optional<int64_t> LocalState::ChooseRound(const std::vector<WorkerState>& usable) const {
-  if (!share_) return usable.empty() ? std::nullopt : std::optional<int64_t>(usable[0].round);
-  std::vector<std::string> rounds;
-  for (const WorkerState& s : usable) rounds.push_back(absl::StrCat(s.round));
-  std::vector<std::vector<int64_t>> per_rank;
-  for (const std::string& line : share_("resume_rounds", absl::StrJoin(rounds, ","))) {
+std::optional<SaveMark> LocalState::ChooseRound(const std::vector<WorkerState>& usable) const {
+  if (!share_) {
+    return usable.empty() ? std::nullopt : std::optional<SaveMark>(SaveMark{usable[0].round, usable[0].adam_steps});
+  }
+  std::vector<std::string> marks;
+  for (const WorkerState& s : usable) marks.push_back(MarkText({s.round, s.adam_steps}));
+  std::vector<std::vector<SaveMark>> per_rank;
+  for (const std::string& line : share_("resume_marks", absl::StrJoin(marks, ","))) {
     per_rank.emplace_back();
     for (absl::string_view word : absl::StrSplit(line, ',', absl::SkipEmpty())) {
-      int64_t round = 0;
-      if (absl::SimpleAtoi(word, &round)) per_rank.back().push_back(round);
+      if (std::optional<SaveMark> mark = ParseMark(word)) per_rank.back().push_back(*mark);
     }
   }
-  if (std::all_of(per_rank.begin(), per_rank.end(), [](const auto& rounds) { return rounds.empty(); })) {
+  if (std::all_of(per_rank.begin(), per_rank.end(), [](const auto& marks) { return marks.empty(); })) {
     return std::nullopt;  // no rank has a state: a first start, nothing to say
   }
   const ResumeAgreement agreed = AgreeOnResumeRound(per_rank);
-  if (agreed.round) {
+  if (agreed.mark) {
     spdlog::info("cluster rank {}: resuming the optimizer state of {}", identity_.cluster_rank, agreed.reason);
   } else {
     spdlog::warn("cluster rank {}: {}; every rank starts its AdamW moments fresh", identity_.cluster_rank,
                  agreed.reason);
   }
-  return agreed.round;
+  return agreed.mark;
 }
 
 void LocalState::Resume() {
   const std::vector<WorkerState> usable = UsableStates();
-  const std::optional<int64_t> round = ChooseRound(usable);
+  const std::optional<SaveMark> mark = ChooseRound(usable);
   const WorkerState* chosen = nullptr;
   for (const WorkerState& s : usable) {
-    if (round && s.round == *round && chosen == nullptr) chosen = &s;
+    if (mark && s.round == mark->round && s.adam_steps == mark->adam_steps && chosen == nullptr) chosen = &s;
   }
   // The journal is newer than the state when the kill came mid-round: its position skips the windows drawn then. A
   // cluster rank whose ranks agreed on no round still resumes its own data position.
@@ -223,6 +224,10 @@ bool LocalState::Compensate(int fragment, NamedTensors& pseudo_gradient, ErrorFe
   if (ef == nullptr) return false;
   ef->Compensate(pseudo_gradient, sent);
   return true;
+}
+
+void LocalState::SettleFeedback(int fragment, bool counted) {
+  if (ErrorFeedback* ef = error_feedback_[static_cast<size_t>(fragment)].get()) ef->Settle(counted);
 }
 
 }  // namespace diloco

@@ -7,11 +7,11 @@
 // Owns the state directory's files, the trace file and the error feedback; the trainer is the worker's.
 // Each rank of a worker cluster has its own LocalState and files (worker/worker_state.h: StateKey): its moments (its
 // slice's with workers.sharding), step, data position and residual. At set-up the ranks agree on the round they
-// resume their optimizer state from (AgreeOnResumeRound: the newest round every rank saved; none: all start their
-// moments fresh), so that no rank resumes moments of a round the others do not have; each rank's data position comes
-// from its own journal either way (each rank reads its own part of the data).
-// Thread-safety: not thread-safe; the worker's main thread only (the window observer it installs runs inside the
-// trainer's inner steps, on that thread).
+// resume their optimizer state from (AgreeOnResumeRound: the newest save, round and AdamW step, every rank has;
+// none: all start their moments fresh), so that no rank resumes moments of a round the others do not have; each rank's
+// data position comes from its own journal either way (each rank reads its own part of the data). Thread-safety: not
+// thread-safe; the worker's main thread only (the window observer it installs runs inside the trainer's inner steps, on
+// that thread).
 #pragma once
 
 #include <cstdio>
@@ -58,6 +58,9 @@ class LocalState {
   // comm.error_feedback: adds fragment f's residual to its pseudo-gradient and keeps the new residual.
   // False (nothing done) without error feedback; sent: as ErrorFeedback::Compensate's.
   bool Compensate(int fragment, NamedTensors& pseudo_gradient, ErrorFeedback::Sent* sent = nullptr);
+  // After that push: its residual stands if the push was counted, else the one before it comes back
+  // (ErrorFeedback::Settle).
+  void SettleFeedback(int fragment, bool counted);
   // comm.cluster_parts: this rank's slice of the residual lives in its PartExchange (worker/part_exchange.h);
   // `current` reads it at each Save (undefined: none yet). Returns the resumed state's slice residual (undefined
   // when none was resumed), for the exchange to start from.
@@ -68,8 +71,8 @@ class LocalState {
   // The saved states (a cluster rank's: the state and the previous one) that fit this run, newest first; each that
   // does not fit is named in a warning.
   std::vector<WorkerState> UsableStates() const;
-  // The round whose state to resume: the newest usable one, or for a cluster the one the ranks agree on.
-  std::optional<int64_t> ChooseRound(const std::vector<WorkerState>& usable) const;
+  // The save to resume: the newest usable one, or for a cluster the one the ranks agree on (AgreeOnResumeRound).
+  std::optional<SaveMark> ChooseRound(const std::vector<WorkerState>& usable) const;
   void RestoreErrorFeedback(const std::vector<torch::Tensor>& saved);
   void OnWindow(const WindowDraw& draw);  // the trainer's window observer
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 #include <thread>
@@ -118,7 +119,7 @@ NamedTensors InnerTrainer::MakeParameterBuffers() const {
 
 void InnerTrainer::Load(const NamedTensors& theta) { LoadParameters(*model_, theta); }
 
-torch::Tensor InnerTrainer::ForwardBackward(const Batch& batch) {
+torch::Tensor InnerTrainer::ForwardBackward(const Batch& batch, bool poison) {
   // On a GPU the batch goes through pinned host memory and is copied without waiting: the inner step has no host
   // sync, so the host draws and copies batch i + 1 while the GPU still runs step i. On the CPU .to() is a no-op.
   auto to_device = [&](const torch::Tensor& t) {
@@ -137,6 +138,7 @@ torch::Tensor InnerTrainer::ForwardBackward(const Batch& batch) {
     }
     // Every row has T tokens, so the batch's mean loss is the sum of the micro-batches' means times n / rows.
     if (n != rows) loss = loss * (static_cast<double>(n) / static_cast<double>(rows));
+    if (poison) loss = loss * std::numeric_limits<double>::quiet_NaN();
     loss.backward();  // adds into .grad (FlatAdamW's flat views, in place)
     total = total.defined() ? total + loss.detach() : loss.detach();
   }
@@ -179,7 +181,9 @@ StepStats InnerTrainer::TrainSteps(int64_t first_step, int64_t n, const std::ato
     const double lr = InnerLearningRate(config_.inner, first_step + i, total_steps);
     Batch batch = NextBatch();
     optimizer_->ZeroGrad();
-    const torch::Tensor loss = ForwardBackward(batch);
+    const bool poison = first_step + i == nan_step_;
+    if (poison) nan_step_ = -1;  // once: the round is trained again from the same step
+    const torch::Tensor loss = ForwardBackward(batch, poison);
     if (gradient_hook_ && gradient_hook_(optimizer_->flat_gradients(), want_stop)) {
       stats.abandoned = true;
       break;

@@ -96,13 +96,18 @@ class InnerTrainer {
   void set_step_hook(StepHook hook) { step_hook_ = std::move(hook); }
   // The inner AdamW (its moments and step count: the worker's local state, worker/worker_state.h).
   FlatAdamW& optimizer() { return *optimizer_; }
+  // TEST-ONLY (diloco-worker --attack nan-step:N, worker/attack.h): the loss of global inner step `step`, the first
+  // time it is trained, is made NaN before its backward, so that the step's gradients (in a cluster, through the
+  // averaging, every rank's), the parameters and the moments turn NaN, as a real divergence would.
+  void set_nan_step(int64_t step) { nan_step_ = step; }
 
  private:
   Batch NextBatch();  // batch_size windows from the sampler
   // Forward and backward of one step's batch, inner.micro_batch_size rows at a time (0: all at once), each under
   // workers.precision's autocast: leaves the gradient of the whole batch's mean loss in .grad (zeroed before) and
   // returns that loss as a 0-dim tensor on the device (no host sync).
-  torch::Tensor ForwardBackward(const Batch& batch);
+  // poison: the loss is made NaN before the backward (set_nan_step).
+  torch::Tensor ForwardBackward(const Batch& batch, bool poison = false);
   // The AdamW step on the gradients in place, clipped to inner.grad_clip over the global norm.
   void ClippedStep(double lr);
 
@@ -116,6 +121,7 @@ class InnerTrainer {
   GradientHook gradient_hook_;
   NormHook norm_hook_;
   StepHook step_hook_;
+  int64_t nan_step_ = -1;  // set_nan_step; -1: none
 };
 
 }  // namespace diloco

@@ -52,7 +52,10 @@ absl::Status Worker::Run(const TokenCache& cache) {
 absl::Status Worker::SetUp(const TokenCache& cache) {
   auto attack = ParseAttack(options_.attack);
   if (!attack.ok()) return WithExitCode(attack.status(), kWorkerConfigError);
-  if (attack->kind != AttackSpec::Kind::kNone) {
+  if (attack->kind == AttackSpec::Kind::kNanStep) {
+    spdlog::warn("test-only --attack {}: the loss of inner step {} is made NaN", options_.attack, attack->nan_step);
+    nan_step_ = attack->nan_step;
+  } else if (attack->kind != AttackSpec::Kind::kNone) {
     spdlog::warn("test-only --attack {}: this worker pushes wrong pseudo-gradients", options_.attack);
     attacker_ = std::make_unique<Attacker>(*attack, static_cast<uint64_t>(config_.run.seed) + 7919);
   }
@@ -80,6 +83,7 @@ absl::Status Worker::SetUpTrainer(const TokenCache& cache, LanguageModelPtr mode
                                         ClusterSize(), std::move(model), ShardOf(config_, 0, ClusterSize()));
   if (!trainer.ok()) return WithExitCode(trainer.status(), kWorkerConfigError);
   trainer_ = std::move(*trainer);
+  trainer_->set_nan_step(nan_step_);
   if (leader_) {
     leader_->Shard(join.shard_index(), join.shard_count());
     if (absl::Status s = cluster_->AttachTo(*trainer_, config_.workers.check_replicas); !s.ok()) {
@@ -142,7 +146,13 @@ void Worker::RunRounds() {
     }
     const RoundResult result = Pack(round, f, stats);
     const std::optional<PullResult> pulled = ExchangeRound(round, f, result);
-    if (pulled) SaveLocalState(round + 1);
+    // Error feedback: the residual this push left stands only if the push was counted.
+    local_->SettleFeedback(f, session_->push_counted());
+    // A worker stopped (signal, drain) or cut off after its push counted saves that round too, so that a restart
+    // neither trains nor sends its work again (a cluster's ranks and comm.overlap_steps' next steps: only with a pull).
+    if (pulled || (session_->push_counted() && !cluster_ && config_.comm.overlap_steps == 0)) {
+      SaveLocalState(round + 1);
+    }
     if (!pulled || carried_.abandoned) return;
     if (pulled->run_complete) {
       spdlog::info("run complete at round {}; leaving", pulled->round);
@@ -216,8 +226,10 @@ bool Worker::TrainingStayedFinite(int64_t round, const StepStats& stats) {
   }
   spdlog::warn("round {}: training turned non-finite (loss {}); not pushing, pulling the global model again", round + 1,
                stats.loss_sum / static_cast<double>(std::max<int64_t>(1, stats.steps)));
-  // The moments may hold NaN too: start them over (bias correction from step 0).
-  optimizer.RestoreState(0, torch::zeros_like(optimizer.exp_avg()), torch::zeros_like(optimizer.exp_avg_sq()));
+  // The moments may hold NaN too (a cluster's averaged gradients spread it to every rank): every rank starts them
+  // over, bias correction from step 0, so that the ranks step alike again.
+  if (leader_) leader_->ResetMoments();
+  optimizer.ResetMoments();
   return false;
 }
 

@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "worker/lm/safetensors.h"
 
 namespace diloco {
@@ -125,23 +126,40 @@ std::string SliceLayout(int64_t numel, bool sharded, bool own_gradient_slice, in
                       slice_length);
 }
 
-ResumeAgreement AgreeOnResumeRound(const std::vector<std::vector<int64_t>>& rounds_per_rank) {
-  std::string listed;
-  for (size_t r = 0; r < rounds_per_rank.size(); ++r) {
-    absl::StrAppend(&listed, r == 0 ? "" : "; ", "rank ", r, ": ",
-                    rounds_per_rank[r].empty() ? "none" : absl::StrJoin(rounds_per_rank[r], ","));
+std::string MarkText(const SaveMark& mark) { return absl::StrCat(mark.round, "@", mark.adam_steps); }
+
+std::optional<SaveMark> ParseMark(absl::string_view text) {
+  const std::pair<absl::string_view, absl::string_view> parts = absl::StrSplit(text, absl::MaxSplits('@', 1));
+  SaveMark mark;
+  if (!absl::SimpleAtoi(parts.first, &mark.round) || !absl::SimpleAtoi(parts.second, &mark.adam_steps)) {
+    return std::nullopt;
   }
-  std::optional<int64_t> best;
-  if (!rounds_per_rank.empty()) {
-    for (int64_t candidate : rounds_per_rank[0]) {
-      const bool everywhere = std::all_of(rounds_per_rank.begin(), rounds_per_rank.end(), [&](const auto& rounds) {
-        return std::find(rounds.begin(), rounds.end(), candidate) != rounds.end();
+  return mark;
+}
+
+ResumeAgreement AgreeOnResumeRound(const std::vector<std::vector<SaveMark>>& marks_per_rank) {
+  std::string listed;
+  for (size_t r = 0; r < marks_per_rank.size(); ++r) {
+    absl::StrAppend(&listed, r == 0 ? "" : "; ", "rank ", r, ": ",
+                    marks_per_rank[r].empty()
+                        ? "none"
+                        : absl::StrJoin(marks_per_rank[r], ",",
+                                        [](std::string* out, const SaveMark& m) { out->append(MarkText(m)); }));
+  }
+  std::optional<SaveMark> best;
+  if (!marks_per_rank.empty()) {
+    for (const SaveMark& candidate : marks_per_rank[0]) {
+      const bool everywhere = std::all_of(marks_per_rank.begin(), marks_per_rank.end(), [&](const auto& marks) {
+        return std::find(marks.begin(), marks.end(), candidate) != marks.end();
       });
-      if (everywhere && (!best || candidate > *best)) best = candidate;
+      const bool newer = !best || candidate.round > best->round ||
+                         (candidate.round == best->round && candidate.adam_steps > best->adam_steps);
+      if (everywhere && newer) best = candidate;
     }
   }
-  if (!best) return {std::nullopt, absl::StrCat("no round that every rank saved (", listed, ")")};
-  return {best, absl::StrCat("round ", *best, ", the newest that every rank saved (", listed, ")")};
+  if (!best) return {std::nullopt, absl::StrCat("no save that every rank has (", listed, ")")};
+  return {best, absl::StrCat("round ", best->round, " at AdamW step ", best->adam_steps,
+                             ", the newest save that every rank has (", listed, ")")};
 }
 
 absl::Status SaveWorkerState(const std::string& path, const WorkerState& state) {

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "worker/data/window_sampler.h"
 
 namespace diloco {
@@ -76,14 +77,25 @@ std::string WhyNotResume(const StateIdentity& saved, const StateIdentity& curren
 // <S>" (workers.sharding, the parameters, SlicePlan's parts and slice length).
 std::string SliceLayout(int64_t numel, bool sharded, bool own_gradient_slice, int64_t parts, int64_t slice_length);
 
-// The round a cluster's ranks resume their optimizer state from: the newest round that every rank has a usable
-// state of (each rank's list: the rounds of its state and previous state that fit this run). nullopt when there is
-// none (every rank starts its moments fresh); the reason names each rank's rounds.
+// A saved state as a cluster's ranks compare them: its round and AdamW step count. A round number alone does not name
+// one save: a coordinator restarted from an older checkpoint makes the cluster train and save a round again, at a
+// later step.
+struct SaveMark {
+  int64_t round = 0;
+  int64_t adam_steps = 0;
+  bool operator==(const SaveMark& o) const { return round == o.round && adam_steps == o.adam_steps; }
+};
+// The save a cluster's ranks resume their optimizer state from: the newest (round, then step) that every rank has a
+// usable state of (each rank's list: the marks of its state and previous state that fit this run). nullopt when there
+// is none (every rank starts its moments fresh); the reason names each rank's marks ("round@step").
 struct ResumeAgreement {
-  std::optional<int64_t> round;
+  std::optional<SaveMark> mark;
   std::string reason;
 };
-ResumeAgreement AgreeOnResumeRound(const std::vector<std::vector<int64_t>>& rounds_per_rank);
+ResumeAgreement AgreeOnResumeRound(const std::vector<std::vector<SaveMark>>& marks_per_rank);
+// "round@step" (as ranks share their marks and the reasons name them), and back (nullopt when not one).
+std::string MarkText(const SaveMark& mark);
+std::optional<SaveMark> ParseMark(absl::string_view text);
 
 absl::Status SaveWorkerState(const std::string& path, const WorkerState& state);
 // NotFound when there is no file; DataLoss/InvalidArgument (naming the file) for a damaged or foreign one.

@@ -269,15 +269,18 @@ TEST(Fault, OperatorLeaveDrainsAWorkerAndCheckpointIsWrittenOnRequest) {
 }
 
 // A slow worker (10x the inner steps) always misses rounds that close on round_timeout_s with the fast one alone:
-// its late push is refused, nothing of it is applied, and outer.late_policy decides where it goes on from.
+// its late push is refused, nothing of it is applied, and outer.late_policy decides where it goes on from. With
+// int8 error feedback, what a refused push left out of its residual comes back: none of the slow worker's pushes
+// counted, so its saved residual is none at all (the fast one's is not zero). Before, each refused push kept
+// compensated - sent as the residual, though nothing of it was received.
 TEST(Fault, LatePushIsRefusedAndLatePolicyDecidesTheRestart) {
   for (const std::string policy : {"drop", "reuse_local"}) {
     const std::string dir = ScratchDir("late_" + policy);
     const std::string address = Loopback();
-    const auto args =
-        FaultArgs(dir, address,
-                  {"outer.rounds=3", "workers.count=2", "coordinator.min_workers=1", "coordinator.round_timeout_s=0.2",
-                   "coordinator.lease_s=60", "inner.steps=20", "outer.late_policy=" + policy});
+    const auto args = FaultArgs(dir, address,
+                                {"outer.rounds=3", "workers.count=2", "coordinator.min_workers=1",
+                                 "coordinator.round_timeout_s=0.2", "coordinator.lease_s=60", "inner.steps=20",
+                                 "outer.late_policy=" + policy, "comm.codec=int8", "comm.error_feedback=true"});
     auto coordinator = StartCoordinator(args);
     // The slow worker joins first: the fast one's three rounds take well under a second, and a slow worker that
     // joined after them would only learn that the run is complete. It is held stopped until the fast one has
@@ -302,6 +305,14 @@ TEST(Fault, LatePushIsRefusedAndLatePolicyDecidesTheRestart) {
     EXPECT_EQ((*FindWorker(summary, "fast"))["rounds_contributed"], 3);
     EXPECT_EQ((*FindWorker(summary, "slow"))["rounds_contributed"], 0);
     EXPECT_EQ((*FindWorker(summary, "slow"))["bytes_pushed"], 0) << "a refused push is never credited";
+    auto residual = [&](const std::string& id) {
+      auto state = LoadWorkerState(StatePath(dir + "/worker-state", id));
+      EXPECT_TRUE(state.ok()) << id << ": " << state.status();
+      if (!state.ok() || state->error_feedback.empty() || !state->error_feedback[0].defined()) return 0.0;
+      return state->error_feedback[0].norm().item<double>();
+    };
+    EXPECT_GT(residual("fast"), 0);
+    EXPECT_EQ(residual("slow"), 0) << "nothing the slow worker compensated was counted";
   }
 }
 

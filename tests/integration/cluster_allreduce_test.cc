@@ -207,5 +207,41 @@ TEST(ClusterSilence, ABusyFollowerIsWaitedForAndAGoneOneIsGivenUpOn) {
   }
 }
 
+// WorkerCluster::Broadcast when the ranks' tensors differ in layout (as on a GPU cluster: rank 0 merges from CPU
+// buffers while a follower receives on its device): rank 0 passes a small tensor, then a large one (2^24 elements,
+// the in-place size) transposed, i.e. not contiguous, then another small one; rank 1 passes contiguous zeros. Each
+// rank must issue the same broadcasts in the same order: rank 1's ends equal to rank 0's. Before, rank 1 broadcast
+// its large tensor in place at once while rank 0 packed it after the small one, and Gloo aborted the process
+// ("op.preamble.length <= op.nbytes"; NCCL would hang).
+TEST(ClusterBroadcast, RanksWhoseTensorsDifferInLayoutStillMatchUp) {
+  const std::string store = "127.0.0.1:" + std::to_string(FreePort());
+  torch::manual_seed(3);
+  const torch::Tensor big = torch::randn({4096, 4096});
+  std::vector<std::vector<torch::Tensor>> tensors(2);
+  tensors[0] = {torch::arange(8, torch::kFloat), big.t(), torch::arange(5, torch::kFloat) * 3};
+  tensors[1] = {torch::zeros({8}), torch::zeros({4096, 4096}), torch::zeros({5})};
+  ASSERT_FALSE(tensors[0][1].is_contiguous());
+  std::vector<std::string> errors(2);
+  auto run = [&](int r) {
+    auto cluster = WorkerCluster::Connect(r, 2, store, 60);
+    if (!cluster.ok()) {
+      errors[r] = std::string(cluster.status().message());
+      return;
+    }
+    try {
+      (*cluster)->Broadcast(tensors[r]);
+    } catch (const std::exception& e) {
+      errors[r] = e.what();
+    }
+  };
+  std::thread rank0(run, 0), rank1(run, 1);
+  rank0.join();
+  rank1.join();
+  ASSERT_EQ(errors[0], "");
+  ASSERT_EQ(errors[1], "");
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(tensors[1][i].equal(tensors[0][i])) << "tensor " << i;
+  EXPECT_TRUE(tensors[0][1].equal(big.t())) << "rank 0's own tensor is unchanged";
+}
+
 }  // namespace
 }  // namespace diloco::testing

@@ -279,6 +279,26 @@ ManualRun RunThroughProxy(const std::string& name, int64_t cut_after) {
   return out;
 }
 
+// comm.codec topk in parts on a GPT-2 (model.arch gpt): its biases and norms put rank 1's slice start inside a block
+// of comm.topk_chunk (element 864 of blocks.0.attn_out.weight with these settings). The rank sends that block's
+// head raw, then topk chunks from the block boundary; the run completes and trains. Before, the rank's own round
+// trip refused its first topk chunk ("does not start a block of 256") and the cluster died with exit 5.
+TEST(ClusterParts, TopkPartsWhoseSliceStartsInsideABlock) {
+  const std::string dir = ScratchDir("cluster_parts_topk_gpt");
+  std::vector<std::string> args =
+      TinyArgs(dir, {"workers.count=1", "coordinator.min_workers=1", "workers.cluster_size=2",
+                     "workers.check_replicas=true", "comm.cluster_parts=true", "comm.codec=topk",
+                     "comm.chunk_bytes=4096", "comm.topk_chunk=256", "comm.topk_per_chunk=64", "outer.rounds=3"});
+  args.erase(args.begin());  // the launcher takes the config as a positional argument
+  RunningProcess launch("diloco-launch", args);
+  ASSERT_EQ(launch.Wait(300), 0) << launch.output();
+  const nlohmann::json summary = ReadJson(dir + "/summary.json");
+  ASSERT_EQ(summary["workers"].size(), 1u) << launch.output();
+  EXPECT_EQ(summary["workers"][0]["pushes_in_parts"], 3);
+  EXPECT_LT(summary["evals"].back()["val_loss"].get<double>(),
+            summary["evals"].front()["val_loss"].get<double>() - 0.1);
+}
+
 // Issue 29 item 3's re-push path under a real fault: rank 1's connection is cut in the middle of its first part's
 // stream (a broken part). Rank 0 hears of it through rank 1's outcome, every rank pushes its part again with the
 // same values, the round counts once (3 rounds, 3 pushes in parts), and theta equals the uncut run's bit for bit.

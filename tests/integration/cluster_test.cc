@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <memory>
 #include <string>
@@ -59,6 +60,42 @@ TEST(Cluster, StreamingFragmentMergesKeepTheRanksIdentical) {
   ASSERT_EQ(summary["workers"].size(), 1u);
   EXPECT_LT(summary["evals"].back()["val_loss"].get<double>(),
             summary["evals"].front()["val_loss"].get<double>() - 0.2);
+}
+
+// A round whose training turns non-finite in a cluster of 2 (test-only --attack nan-step:12 on rank 0: the loss of
+// inner step 12, in round 2, is NaN; the averaged gradients spread it to both ranks' parameters and AdamW moments):
+// the worker says so and does not push, every rank starts its moments over, and the round is trained again from the
+// pulled theta. The replica check then finds the ranks identical after every later step, and the run completes with
+// a finite, falling loss. Before, only rank 0's moments were started over: rank 1's stayed NaN and its step count
+// ahead, the ranks' parameters differed after the next step and the replica check ended the cluster.
+TEST(Cluster, ANonFiniteRoundStartsEveryRanksMomentsOver) {
+  const std::string dir = ScratchDir("cluster_nan_step");
+  const auto args = TinyArgs(
+      dir, {"workers.count=1", "coordinator.min_workers=1", "workers.cluster_size=2", "workers.check_replicas=true"});
+  RunningProcess coordinator("diloco-coordinator", With(args, {"--port-file", dir + "/addr"}));
+  const std::string address = WaitForAddress(coordinator, dir + "/addr");
+  ASSERT_FALSE(address.empty()) << coordinator.output();
+  const std::string store = "127.0.0.1:" + std::to_string(FreePort());
+  auto rank = [&](int r, const std::vector<std::string>& extra) {
+    return std::make_unique<RunningProcess>(
+        "diloco-worker",
+        With(With(args, {"--coordinator", address, "--id", "c", "--rank", std::to_string(r), "--cluster-store", store}),
+             extra));
+  };
+  auto leader = rank(0, {"--attack", "nan-step:12"});
+  auto follower = rank(1, {});
+  EXPECT_EQ(leader->Wait(240), 0) << leader->output();
+  EXPECT_EQ(follower->Wait(60), 0) << follower->output();
+  EXPECT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+  EXPECT_NE(leader->output().find("round 2: training turned non-finite"), std::string::npos) << leader->output();
+  EXPECT_EQ(follower->output().find("differ"), std::string::npos) << follower->output();
+  const nlohmann::json summary = ReadJson(dir + "/summary.json");
+  ASSERT_TRUE(summary.is_object()) << coordinator.output();
+  EXPECT_EQ(summary["round"], 3);
+  ASSERT_EQ(summary["workers"].size(), 1u);
+  EXPECT_EQ(summary["workers"][0]["rounds_contributed"], 3);
+  for (const auto& e : summary["evals"]) EXPECT_TRUE(std::isfinite(e["val_loss"].get<double>())) << e.dump();
+  EXPECT_LT(summary["evals"].back()["val_loss"].get<double>(), summary["evals"].front()["val_loss"].get<double>());
 }
 
 // A rank given an unreachable store gives one clear line and exit 5 (kWorkerClusterFailed) once

@@ -77,5 +77,24 @@ TEST(CoordinateRules, TrimmedMeanAndCenteredClipKeepTheLossOfAnHonestRunUnderASi
   }
 }
 
+// A worker whose comm.chunk_bytes would cut its pushes into other chunks than the coordinator's is refused at Join,
+// in one line naming both chunkings, and exits before it trains a round (before, it trained one and its first push
+// was refused). The coordinator takes no member from it and runs on.
+TEST(CoordinateRules, AWorkerWhoseChunksWouldNotLineUpIsRefusedAtJoin) {
+  const std::string dir = ScratchDir("coordinate_chunking");
+  const std::vector<std::string> common = {"workers.count=1", "outer.aggregation=trimmed_mean"};
+  RunningProcess coordinator("diloco-coordinator", With(TinyArgs(dir, With(common, {"comm.chunk_bytes=16384"})),
+                                                        {"--port-file", dir + "/addr"}));
+  const std::string address = WaitForAddress(coordinator, dir + "/addr");
+  ASSERT_FALSE(address.empty()) << coordinator.output();
+  auto [code, output] = RunToEnd("diloco-worker", With(TinyArgs(dir, With(common, {"comm.chunk_bytes=32768"})),
+                                                       {"--coordinator", address, "--id", "w0"}));
+  EXPECT_NE(code, 0) << output;
+  EXPECT_NE(output.find("with comm.chunk_bytes 32768 cuts '"), std::string::npos) << output;
+  EXPECT_NE(output.find("where the coordinator's (fp32, 16384) cut 4096"), std::string::npos) << output;
+  EXPECT_TRUE(coordinator.Running()) << coordinator.output();
+  EXPECT_EQ(coordinator.output().find("joined: worker w0"), std::string::npos) << coordinator.output();
+}
+
 }  // namespace
 }  // namespace diloco::testing

@@ -29,7 +29,11 @@ TEST(AttackParseTest, KindsAndRefusals) {
   EXPECT_EQ(copy->copy_path, "/tmp/a:b.bin");  // only the first ':' separates
   EXPECT_NE(ParseAttack("copy").status().message().find("copy needs :PATH"), std::string::npos);
   EXPECT_NE(ParseAttack("copy:").status().message().find("copy needs :PATH"), std::string::npos);
-  EXPECT_NE(ParseAttack("flip:2").status().message().find("tokens or copy"), std::string::npos);
+  EXPECT_NE(ParseAttack("flip:2").status().message().find("copy or nan-step"), std::string::npos);
+  EXPECT_EQ(ParseAttack("nan-step:12")->nan_step, 12);
+  EXPECT_FALSE(ParseAttack("nan-step").ok());
+  EXPECT_FALSE(ParseAttack("nan-step:-1").ok());
+  EXPECT_FALSE(ParseAttack("nan-step:1.5").ok());
   EXPECT_FALSE(ParseAttack("scale").ok());
   EXPECT_FALSE(ParseAttack("random:inf").ok());
 }

@@ -24,6 +24,7 @@ TEST(ClusterProtocolTest, WordsFollowTheDocumentedLayout) {
   EXPECT_EQ(EncodeCommand(PushPartCommand{12, 4}), (CommandWords{7, 12, 4, 0}));
   EXPECT_EQ(EncodeCommand(PullPartCommand{5}), (CommandWords{8, 0, 5, 0}));
   EXPECT_EQ(EncodeCommand(GatherCommand{}), (CommandWords{9, 0, 0, 0}));
+  EXPECT_EQ(EncodeCommand(ResetMomentsCommand{}), (CommandWords{10, 0, 0, 0}));
 }
 
 TEST(ClusterProtocolTest, EveryKindRoundTrips) {
@@ -44,10 +45,11 @@ TEST(ClusterProtocolTest, EveryKindRoundTrips) {
   EXPECT_EQ(push.seq, 9);
   EXPECT_EQ(std::get<PullPartCommand>(DecodeCommand(EncodeCommand(PullPartCommand{10}))).seq, 10);
   EXPECT_TRUE(std::holds_alternative<GatherCommand>(DecodeCommand(EncodeCommand(GatherCommand{}))));
+  EXPECT_TRUE(std::holds_alternative<ResetMomentsCommand>(DecodeCommand(EncodeCommand(ResetMomentsCommand{}))));
 }
 
 TEST(ClusterProtocolTest, UnknownKindThrows) {
-  EXPECT_THROW(DecodeCommand(CommandWords{10, 0, 0, 0}), std::runtime_error);
+  EXPECT_THROW(DecodeCommand(CommandWords{11, 0, 0, 0}), std::runtime_error);
   EXPECT_THROW(DecodeCommand(CommandWords{0, 0, 0, 0}), std::runtime_error);
 }
 

@@ -195,5 +195,38 @@ TEST(ErrorFeedbackTest, ResidualIsWhatQuantizationDropped) {
   EXPECT_TRUE(at::allclose(next[0].second, d + (d - sent)));
 }
 
+// Settle: a push that was not counted gives back the residual from before it (bit for bit; none, or a restored one,
+// alike), so the next round compensates as if the refused push had never been made; a counted one keeps the new.
+TEST(ErrorFeedbackTest, AResidualStandsOnlyIfItsPushWasCounted) {
+  torch::manual_seed(5);
+  const at::Tensor d1 = torch::randn({50}), d2 = torch::randn({50});
+  auto delta = [](const at::Tensor& d) { return std::vector<std::pair<std::string, torch::Tensor>>{{"x", d.clone()}}; };
+  ErrorFeedback feedback(CODEC_INT4, 1 << 20);
+  auto g = delta(d1);
+  feedback.Compensate(g);
+  feedback.Settle(false);
+  EXPECT_FALSE(feedback.Flat().defined()) << "the first push refused: no residual yet";
+  g = delta(d1);
+  feedback.Compensate(g);
+  feedback.Settle(true);
+  const at::Tensor r1 = feedback.Flat().clone();
+  ASSERT_GT(r1.norm().item<double>(), 0);
+  g = delta(d2);
+  feedback.Compensate(g);
+  EXPECT_FALSE(at::equal(feedback.Flat(), r1));
+  feedback.Settle(false);
+  EXPECT_TRUE(at::equal(feedback.Flat(), r1)) << "the refused push's residual is dropped";
+  g = delta(d2);
+  feedback.Compensate(g);
+  EXPECT_TRUE(at::equal(g[0].second, d2 + r1)) << "compensated from the residual before the refused push";
+
+  ErrorFeedback resumed(CODEC_INT4, 1 << 20);  // a restored residual, then a refused push
+  resumed.Restore(r1);
+  g = delta(d2);
+  resumed.Compensate(g);
+  resumed.Settle(false);
+  EXPECT_TRUE(at::equal(resumed.Flat(), r1));
+}
+
 }  // namespace
 }  // namespace diloco

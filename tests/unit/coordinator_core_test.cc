@@ -1071,6 +1071,32 @@ TEST_F(ClipAggregationTest, TheFoldWaitsForEveryHeaderThenScalesToTheMedianNormA
   ExpectAllClose(Theta(), Step(theta0, want));
 }
 
+// comm.topk_average senders (each coordinate over the weights of the pushes that sent it) with clip: a dense push
+// counts its own token weight at its coordinates, as a sparse one does, so its clip scale shrinks its values and is
+// not divided out again. Before, a dense chunk added its scaled weight w s to W_j: at a coordinate only it sent,
+// (w s v) / (w s) = v, unclipped; here, with both pushes dense, the rule was a reweighting that never bounded C.
+TEST_F(ClipAggregationTest, ADensePushUnderTopkSendersIsClippedNotDividedBackOut) {
+  config_.comm.codec = WireCodec::kTopk;
+  config_.comm.topk_average = TopkAverage::kSenders;
+  Start();
+  Join("A");
+  Join("C");
+  const Tensors theta0 = Theta();
+  const Tensors dA = RandomDelta();
+  Tensors dC;
+  for (const at::Tensor& d : RandomDelta()) dC.push_back(d * 1000);
+  EXPECT_EQ(PushClaimed("A", 1000, dA).code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(PushClaimed("C", 1000, dC).ok());  // the last header: the fold opens
+  ASSERT_TRUE(PushClaimed("A", 1000, dA).ok());
+  core_->Poll();
+  ASSERT_EQ(core_->Status().round(), 1);
+  const double median = (NormOf(dA) + NormOf(dC)) / 2;  // of two norms: their mean
+  const double sA = std::min(1.0, median / NormOf(dA)), sC = std::min(1.0, median / NormOf(dC));
+  Tensors want;
+  for (size_t t = 0; t < dA.size(); ++t) want.push_back((dA[t] * (1000 * sA) + dC[t] * (1000 * sC)) / 2000);
+  ExpectAllClose(Theta(), Step(theta0, want));
+}
+
 // A push whose values' norm differs from its header's claim (beyond 2%) is refused at the end of its stream; the
 // round's aggregation restarts (B, already counted, pushes again) and the liar is quarantined for the round.
 TEST_F(ClipAggregationTest, AClaimedNormThatDoesNotMatchRefusesThePushAndRestartsTheAggregation) {
@@ -1397,6 +1423,45 @@ TEST_F(CoordinatorCoreTest, CoordinateWiseRulesRefuseThePushCutOtherwiseNotTheOn
   EXPECT_EQ(core_->Status().round(), 1);
   EXPECT_EQ(Worker(core_->Status(), "A").broken_pushes(), 0);
   EXPECT_EQ(Worker(core_->Status(), "B").broken_pushes(), 0);
+}
+
+// Under a coordinate-wise rule a worker whose comm.codec and comm.chunk_bytes would cut its pushes into other chunks
+// than the coordinator's is refused at Join, before it trains a round (before, only its first push was refused), and
+// is not made a member. The coordinator cuts fp32 chunks of 256 bytes: 64 elements. fp16 in 128-byte chunks cuts the
+// same 64 and joins; a worker that does not say (chunk_bytes 0: an older client) joins and is checked at its push.
+TEST_F(CoordinatorCoreTest, CoordinateWiseRulesRefuseAtJoinAWorkerWhoseChunksWouldNotLineUp) {
+  StartTrimmedMean(1, {});
+  auto join = [&](const std::string& id, Codec codec, int64_t chunk_bytes) {
+    JoinRequest r = JoinReq(id);
+    r.set_push_codec(codec);
+    r.set_chunk_bytes(chunk_bytes);
+    return core_->Join(r).status();
+  };
+  const absl::Status larger = join("A", CODEC_RAW, 512);
+  EXPECT_EQ(larger.code(), absl::StatusCode::kFailedPrecondition) << larger;
+  EXPECT_THAT(std::string(larger.message()),
+              HasSubstr("into chunks of 128 elements where the coordinator's (fp32, 256) cut 64"));
+  const absl::Status int8 = join("B", CODEC_INT8, 256);  // 256 one-byte values a chunk
+  EXPECT_EQ(int8.code(), absl::StatusCode::kFailedPrecondition) << int8;
+  EXPECT_THAT(std::string(int8.message()), HasSubstr("comm.codec int8 with comm.chunk_bytes 256"));
+  const absl::Status topk = join("C", CODEC_TOPK, 256);
+  EXPECT_EQ(topk.code(), absl::StatusCode::kFailedPrecondition) << topk;
+  EXPECT_THAT(std::string(topk.message()), HasSubstr("needs pushes in a dense comm.codec; the worker's is topk"));
+  EXPECT_EQ(join("D", static_cast<Codec>(99), 256).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(core_->Status().workers().empty()) << "a refused join must not add a member";
+  EXPECT_TRUE(join("E", CODEC_RAW, 256).ok());
+  EXPECT_TRUE(join("F", CODEC_FP16, 128).ok()) << "other codec, the same chunks";
+  EXPECT_TRUE(join("G", CODEC_INT8, 64).ok()) << "other codec, the same chunks";
+  EXPECT_TRUE(join("H", CODEC_RAW, 0).ok()) << "not said: checked at its first push";
+}
+
+// Under mean (and clip) each push is folded where its chunks say: any chunking joins.
+TEST_F(CoordinatorCoreTest, MeanTakesAWorkerOfAnyChunking) {
+  Start();
+  JoinRequest r = JoinReq("A");
+  r.set_push_codec(CODEC_INT8);
+  r.set_chunk_bytes(12345);
+  EXPECT_TRUE(core_->Join(r).ok());
 }
 
 // The set holds only the members that may still push: A declares and is then lost (no heartbeat for lease_s); B's

@@ -186,6 +186,8 @@ TEST_F(CoordinatorPartsTest, TheRoundWaitsForTheLastPartAndStepsWithTheWholeMemb
   EXPECT_TRUE(at::allclose(FlatTheta(), Step(theta0, (dA * 3000 + dB * 1000) / 4000), 1e-5, 1e-6));
   EXPECT_EQ(Worker("A").tokens(), 3000) << "a member in parts counts its tokens once";
   EXPECT_EQ(Worker("A").rounds_contributed(), 1);
+  // The member's push norm is the whole pseudo-gradient's, not one part's (status, metrics, the suspect flag).
+  EXPECT_NEAR(Worker("A").last_push_norm(), dA.norm().item<double>(), 1e-4 * dA.norm().item<double>());
 }
 
 // A refused part breaks A's push: B (counted) must push again, A's part still streaming gets ABORTED, and the round

@@ -85,7 +85,7 @@ class ClusterRankStateTest : public LocalStateTest {
   // A ShareWithRanks that answers with `others` for the other ranks and records this rank's line.
   ShareWithRanks Share(int rank, std::vector<std::string> lines) {
     return [this, rank, lines](const std::string& topic, const std::string& mine) {
-      EXPECT_EQ(topic, "resume_rounds");
+      EXPECT_EQ(topic, "resume_marks");
       shared_ = mine;
       std::vector<std::string> all = lines;
       all[static_cast<size_t>(rank)] = mine;
@@ -130,8 +130,8 @@ TEST_F(ClusterRankStateTest, ARanksShardedStateRoundTripsAndKeepsThePreviousOne)
 
   // Every rank saved round 2: the newest state is resumed (step, moments bit for bit).
   auto after = RankTrainer(1, 2, Sharding::kGradients);
-  LocalState resumed(config_, *after, RankIdentity(*after, 1, 2), 1, Share(1, {"2,1", ""}));
-  EXPECT_EQ(shared_, "2,1");
+  LocalState resumed(config_, *after, RankIdentity(*after, 1, 2), 1, Share(1, {"2@80,1@40", ""}));
+  EXPECT_EQ(shared_, "2@80,1@40");
   EXPECT_EQ(after->optimizer().steps(), 80);
   EXPECT_TRUE(torch::equal(after->optimizer().exp_avg(), round2));
   EXPECT_TRUE(torch::equal(after->optimizer().exp_avg_sq(), round2.square()));
@@ -149,9 +149,19 @@ TEST_F(ClusterRankStateTest, RanksResumeTheNewestRoundThatEveryRankSaved) {
   }
   // Rank 0 was killed before it wrote round 2: both resume round 1 (this rank from its previous state).
   auto after = RankTrainer(1, 2, Sharding::kOptimizer);
-  LocalState resumed(config_, *after, RankIdentity(*after, 1, 2), 1, Share(1, {"1,0", ""}));
+  LocalState resumed(config_, *after, RankIdentity(*after, 1, 2), 1, Share(1, {"1@40,0@0", ""}));
   EXPECT_EQ(after->optimizer().steps(), 40);
   EXPECT_TRUE(torch::equal(after->optimizer().exp_avg(), round1));
+  // Rank 0 saved round 2 again at a later step (its coordinator went back a round) and kept its first save of round 2
+  // as its previous state: both resume that first save, the one state of round 2 they share.
+  auto again = RankTrainer(1, 2, Sharding::kOptimizer);
+  LocalState shared(config_, *again, RankIdentity(*again, 1, 2), 1, Share(1, {"2@120,2@80", ""}));
+  EXPECT_EQ(again->optimizer().steps(), 80);
+  // And when rank 0's round-2 saves are both of other steps, round 1 is the newest they share.
+  auto other = RankTrainer(1, 2, Sharding::kOptimizer);
+  LocalState older(config_, *other, RankIdentity(*other, 1, 2), 1, Share(1, {"2@120,1@40", ""}));
+  EXPECT_EQ(other->optimizer().steps(), 40);
+  EXPECT_TRUE(torch::equal(other->optimizer().exp_avg(), round1));
   // Rank 0 has no state at all: no rank resumes moments.
   auto fresh = RankTrainer(1, 2, Sharding::kOptimizer);
   LocalState cold(config_, *fresh, RankIdentity(*fresh, 1, 2), 1, Share(1, {"", ""}));
@@ -170,7 +180,7 @@ TEST_F(ClusterRankStateTest, AStateOfAnotherShardingOrClusterSizeIsNotResumed) {
   auto other = RankTrainer(1, 2, Sharding::kOptimizer);
   StateIdentity identity = RankIdentity(*other, 1, 2);
   ASSERT_NE(identity.slice_layout, RankIdentity(*before, 1, 2).slice_layout);
-  LocalState refused(config_, *other, identity, 1, Share(1, {"1", ""}));
+  LocalState refused(config_, *other, identity, 1, Share(1, {"1@40", ""}));
   EXPECT_EQ(shared_, "");
   EXPECT_EQ(other->optimizer().steps(), 0);
   // The saved rank's identity names what differs.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "proto/tensor_spec.h"
+#include "proto/topk_codec.h"
 
 namespace diloco {
 namespace {
@@ -95,6 +96,35 @@ TEST(TensorChunksTest, NonContiguousTensorTravelsInLogicalOrder) {
   for (const TensorChunk& c : ChunksOf(tensors, 64)) ASSERT_TRUE(assembler.Accept(c).ok());
   EXPECT_TRUE(assembler.Done());
   EXPECT_TRUE(dest[0].second.equal(base.t()));
+}
+
+// A part of a topk push whose range starts inside a block of its tensor (a cluster rank's slice, comm.cluster_parts,
+// when the tensors before it are not multiples of topk_chunk): the elements up to the block's end go as one raw
+// chunk, then every topk chunk starts a block, and the coordinator's reader takes the whole stream. Before, the
+// first topk chunk started mid-block and was refused ("does not start a block"): the cluster died.
+TEST(TensorChunksTest, ATopkRangeThatStartsMidBlockSendsTheBlocksHeadRaw) {
+  const std::vector<TensorSpec> specs = {{"a", {100}}, {"b", {1000}}};
+  const FlatRange range{150, 1100};  // b's elements [50, 1000)
+  const at::Tensor values = at::randn({range.size()});
+  const TopkParams topk{64, 8};
+  TensorChunker chunker(specs, values, 256, CODEC_TOPK, range, topk);
+  ChunkStreamReader reader(specs, range);
+  TensorChunk chunk;
+  std::vector<std::pair<int64_t, int64_t>> cuts;  // offset, count
+  while (chunker.Next(&chunk)) {
+    cuts.emplace_back(chunk.offset(), chunk.count());
+    if (chunk.codec() == CODEC_TOPK) {
+      EXPECT_EQ(chunk.offset() % 64, 0);
+      ASSERT_TRUE(reader.NextSparse(chunk).ok()) << chunk.offset();
+    } else {
+      EXPECT_EQ(chunk.codec(), CODEC_RAW);
+      auto raw = reader.Next(chunk);
+      ASSERT_TRUE(raw.ok()) << raw.status();
+      EXPECT_TRUE(raw->equal(values.narrow(0, 0, 14))) << "the raw head is exact";
+    }
+  }
+  EXPECT_TRUE(reader.Done());
+  EXPECT_EQ(cuts, (std::vector<std::pair<int64_t, int64_t>>{{50, 14}, {64, 256}, {320, 256}, {576, 256}, {832, 168}}));
 }
 
 TEST(TensorChunksTest, ReaderReportsTensorIndexAndOffset) {

@@ -136,17 +136,33 @@ TEST_F(WorkerStateTest, DamagedAndForeignFilesAreRefusedWithThePath) {
   EXPECT_FALSE(LoadWorkerState(Path("junk.state")).ok());
 }
 
-TEST_F(WorkerStateTest, ClusterRanksAgreeOnTheNewestRoundEveryRankSaved) {
-  ResumeAgreement a = AgreeOnResumeRound({{3, 2}, {2, 1}, {3, 2}});
-  ASSERT_TRUE(a.round.has_value());
-  EXPECT_EQ(*a.round, 2);
-  EXPECT_EQ(a.reason, "round 2, the newest that every rank saved (rank 0: 3,2; rank 1: 2,1; rank 2: 3,2)");
-  a = AgreeOnResumeRound({{5, 4}, {5, 4}});
-  EXPECT_EQ(a.round, std::optional<int64_t>(5));
-  a = AgreeOnResumeRound({{3}, {}});
-  EXPECT_FALSE(a.round.has_value());
-  EXPECT_EQ(a.reason, "no round that every rank saved (rank 0: 3; rank 1: none)");
-  EXPECT_FALSE(AgreeOnResumeRound({{4}, {3}}).round.has_value());
+TEST_F(WorkerStateTest, ClusterRanksAgreeOnTheNewestSaveEveryRankHas) {
+  ResumeAgreement a = AgreeOnResumeRound({{{3, 30}, {2, 20}}, {{2, 20}, {1, 10}}, {{3, 30}, {2, 20}}});
+  ASSERT_TRUE(a.mark.has_value());
+  EXPECT_EQ(a.mark->round, 2);
+  EXPECT_EQ(a.mark->adam_steps, 20);
+  EXPECT_EQ(a.reason,
+            "round 2 at AdamW step 20, the newest save that every rank has (rank 0: 3@30,2@20; rank 1: 2@20,1@10; "
+            "rank 2: 3@30,2@20)");
+  a = AgreeOnResumeRound({{{5, 50}, {4, 40}}, {{5, 50}, {4, 40}}});
+  EXPECT_EQ(a.mark->round, 5);
+  a = AgreeOnResumeRound({{{3, 30}}, {}});
+  EXPECT_FALSE(a.mark.has_value());
+  EXPECT_EQ(a.reason, "no save that every rank has (rank 0: 3@30; rank 1: none)");
+  EXPECT_FALSE(AgreeOnResumeRound({{{4, 40}}, {{3, 30}}}).mark.has_value());
+  // A round saved twice (the coordinator went back a round, the cluster trained it again) and a kill between the
+  // ranks' second writes: rank 0 has the new save of round 3 and the old one, rank 1 the old one and round 2. The
+  // round number alone is on both; only the old save of round 3 is the same state on both.
+  a = AgreeOnResumeRound({{{3, 50}, {3, 30}}, {{3, 30}, {2, 20}}});
+  ASSERT_TRUE(a.mark.has_value());
+  EXPECT_EQ(a.mark->adam_steps, 30);
+  a = AgreeOnResumeRound({{{3, 50}, {2, 20}}, {{3, 30}, {2, 20}}});
+  ASSERT_TRUE(a.mark.has_value());
+  EXPECT_EQ(a.mark->round, 2) << "round 3 at two steps is two saves: neither is on both ranks";
+  EXPECT_EQ(MarkText({7, 700}), "7@700");
+  EXPECT_EQ(ParseMark("7@700")->adam_steps, 700);
+  EXPECT_FALSE(ParseMark("7").has_value());
+  EXPECT_FALSE(ParseMark("x@1").has_value());
 }
 
 TEST_F(WorkerStateTest, ClusterKeysRoundTripAndStateKeysNameTheRank) {
