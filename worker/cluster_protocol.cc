@@ -23,7 +23,8 @@ enum CommandKind : int64_t {
   kPushPart = 7,
   kPullPart = 8,
   kGather = 9,
-  kResetMoments = 10
+  kResetMoments = 10,
+  kSettle = 11
 };
 
 std::vector<torch::Tensor> TensorsOf(const NamedTensors& named) {
@@ -55,6 +56,8 @@ CommandWords EncodeCommand(const ClusterCommand& command) {
     w[0] = kGather;
   } else if (std::holds_alternative<ResetMomentsCommand>(command)) {
     w[0] = kResetMoments;
+  } else if (const auto* c = std::get_if<SettleCommand>(&command)) {
+    w = {kSettle, c->counted ? 1 : 0, 0, 0};
   } else {
     w[0] = kStop;
   }
@@ -86,6 +89,8 @@ ClusterCommand DecodeCommand(const CommandWords& w) {
       return GatherCommand{};
     case kResetMoments:
       return ResetMomentsCommand{};
+    case kSettle:
+      return SettleCommand{w[1] != 0};
     default:
       throw std::runtime_error(absl::StrCat("unknown cluster command kind ", w[0]));
   }
@@ -141,6 +146,8 @@ class Follower {
         parts_->Pull(*pull);
       } else if (std::holds_alternative<GatherCommand>(command) && parts_) {
         parts_->Gather();
+      } else if (const auto* settle = std::get_if<SettleCommand>(&command); settle && parts_) {
+        parts_->Settle(settle->counted);
       } else if (const auto* train = std::get_if<TrainCommand>(&command)) {
         local_.BeforeFirstStep();
         if (trainer_.TrainSteps(train->first_step, train->steps, &stop_).abandoned) {

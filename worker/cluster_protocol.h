@@ -13,11 +13,14 @@
 //   PullPartCommand  pull this rank's slice of theta into its snapshot, and put the outcome in the store (`seq`)
 //   GatherCommand then an all-gather of the ranks' snapshots into every rank's parameters
 //   ResetMomentsCommand  the round's training turned non-finite: every rank starts its AdamW moments over
+//   SettleCommand comm.cluster_parts with error feedback: whether the member's push counted; each rank keeps its
+//                 slice's new residual, or takes back the one from before the push (PartExchange::Settle)
 // On the wire a command is 4 int64 words [kind, w1, w2, w3] set in the cluster's store (WorkerCluster::SendWords and
 // ReceiveWords: a follower may wait for the next one for a whole round, longer than any collective may take):
 //   kind 1 shard: w1 shard_index, w2 shard_count; kind 2 load; kind 3 train: w1 first_step, w2 steps;
 //   kind 4 merge: w1 fragment, w3 the bits of alpha (IEEE double); kind 5 stop; kind 6 save: w1 round; kind 7 push
-//   part: w1 round, w2 seq; kind 8 pull part: w2 seq; kind 9 gather; kind 10 reset moments. Unused words are 0. The
+//   part: w1 round, w2 seq; kind 8 pull part: w2 seq; kind 9 gather; kind 10 reset moments; kind 11 settle: w1 1
+//   (counted) or 0. Unused words are 0. The
 //   store keys of a part exchange (values set with WorkerCluster::Put, taken once): "hdr/<seq>/<rank>" the serialized
 //   PushHeader for that rank, "out/<seq>/<rank>" that rank's outcome (worker/part_exchange.h EncodePartOutcome).
 // Thread-safety: ClusterLeader is used by the leader's inner-loop thread only; RunClusterFollower once per process.
@@ -65,8 +68,12 @@ struct PullPartCommand {
 };
 struct GatherCommand {};
 struct ResetMomentsCommand {};
-using ClusterCommand = std::variant<ShardCommand, LoadCommand, TrainCommand, MergeCommand, StopCommand, SaveCommand,
-                                    PushPartCommand, PullPartCommand, GatherCommand, ResetMomentsCommand>;
+struct SettleCommand {
+  bool counted = false;
+};
+using ClusterCommand =
+    std::variant<ShardCommand, LoadCommand, TrainCommand, MergeCommand, StopCommand, SaveCommand, PushPartCommand,
+                 PullPartCommand, GatherCommand, ResetMomentsCommand, SettleCommand>;
 
 using CommandWords = std::array<int64_t, 4>;
 CommandWords EncodeCommand(const ClusterCommand& command);
@@ -103,6 +110,7 @@ class FollowerParts {
   virtual void Push(const PushPartCommand& command) = 0;
   virtual void Pull(const PullPartCommand& command) = 0;
   virtual void Gather() = 0;
+  virtual void Settle(bool counted) = 0;  // SettleCommand
 };
 class LocalState;
 using FollowerPartsFactory =

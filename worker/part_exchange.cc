@@ -153,9 +153,12 @@ void PartExchange::PrepareDelta() {
   if (snapshot_.device().is_cpu()) ReturnFreeMemory();
   delta_ = snapshot_ - SliceOfParameters();
   if (feedback_) {
-    if (!residual_.defined()) residual_ = torch::zeros_like(delta_);
-    delta_.add_(residual_, beta_);
-    torch::sub_out(residual_, delta_, RoundTrip(delta_));  // in place: no second residual slice
+    Settle(true);  // a push never settled: its residual stands
+    previous_residual_ = residual_;
+    unsettled_ = true;
+    const torch::Tensor before = residual_.defined() ? residual_ : torch::zeros_like(delta_);
+    delta_.add_(before, beta_);
+    residual_ = delta_ - RoundTrip(delta_);  // a new tensor: the one before stays until Settle
   }
   delta_ready_ = true;
 }
@@ -268,6 +271,18 @@ void PartLeader::Gather() {
   mine_.GatherIntoParameters();
 }
 
+void PartLeader::Settle(bool counted) {
+  leader_.Send(SettleCommand{counted});
+  mine_.Settle(counted);
+}
+
+void PartExchange::Settle(bool counted) {
+  if (!unsettled_) return;
+  unsettled_ = false;
+  if (!counted) residual_ = previous_residual_;
+  previous_residual_ = torch::Tensor();
+}
+
 void ServePartPush(WorkerCluster& cluster, PartExchange& exchange, int64_t seq, const Config& config) {
   PushHeader header;
   PullResult outcome;
@@ -298,6 +313,7 @@ class RankParts : public FollowerParts {
   void Push(const PushPartCommand& command) override { ServePartPush(cluster_, *exchange_, command.seq, config_); }
   void Pull(const PullPartCommand& command) override { ServePartPull(cluster_, *exchange_, command.seq); }
   void Gather() override { exchange_->GatherIntoParameters(); }
+  void Settle(bool counted) override { exchange_->Settle(counted); }
 
  private:
   const Config& config_;

@@ -53,6 +53,7 @@ class PartExchange {
   const torch::Tensor& snapshot() const { return snapshot_; }
   // Error feedback's slice of the residual after the last push (undefined: none yet, or no error feedback).
   const torch::Tensor& residual() const { return residual_; }
+  bool feedback() const { return feedback_; }  // error feedback on (int8/int4 with comm.error_feedback, or topk)
   // A resumed rank's saved residual (worker/local_state.h KeepSliceResidual; undefined: none): taken when this
   // exchange keeps one and it has this rank's slice length, else ignored with a warning.
   void RestoreResidual(const torch::Tensor& saved);
@@ -70,6 +71,10 @@ class PartExchange {
   absl::StatusOr<PullResult> PullMine();
   // Collective (every rank): the snapshots all-gathered into the model's parameters, which then hold theta.
   void GatherIntoParameters();
+  // Error feedback, after the member's push: counted keeps the residual its pseudo-gradient slice left, else the
+  // residual from before it comes back (as ErrorFeedback::Settle). Both are held from the slice's encode until then
+  // (one more slice, 4 / n bytes per parameter). Nothing to do without a push since the last Settle.
+  void Settle(bool counted);
 
  private:
   PartExchange(const Config& config, WorkerCluster& cluster, NamedTensors params,
@@ -93,9 +98,11 @@ class PartExchange {
   TopkParams topk_;
   bool feedback_ = false;
   double beta_ = 1.0;
-  torch::Tensor snapshot_;  // [mine_.size()] float32 CPU: theta_t's slice
-  torch::Tensor delta_;     // the pseudo-gradient slice pushed (compensated); undefined until the first push
-  torch::Tensor residual_;  // error feedback's slice
+  torch::Tensor snapshot_;           // [mine_.size()] float32 CPU: theta_t's slice
+  torch::Tensor delta_;              // the pseudo-gradient slice pushed (compensated); undefined until the first push
+  torch::Tensor residual_;           // error feedback's slice
+  torch::Tensor previous_residual_;  // ... before the last PrepareDelta, until Settle
+  bool unsettled_ = false;           // a PrepareDelta since the last Settle
   bool delta_ready_ = false;
 };
 
@@ -109,7 +116,8 @@ class PartLeader {
       : config_(config), cluster_(cluster), leader_(leader), mine_(mine) {}
   absl::StatusOr<int64_t> Push(int64_t round, const RoundReport& report);
   absl::StatusOr<PullResult> Pull();
-  void Gather();  // every rank: GatherIntoParameters
+  void Gather();              // every rank: GatherIntoParameters
+  void Settle(bool counted);  // every rank: PartExchange::Settle
 
  private:
   const Config& config_;

@@ -148,6 +148,7 @@ void Worker::RunRounds() {
     const std::optional<PullResult> pulled = ExchangeRound(round, f, result);
     // Error feedback: the residual this push left stands only if the push was counted.
     local_->SettleFeedback(f, session_->push_counted());
+    if (part_leader_ && parts_->feedback() && pulled) part_leader_->Settle(session_->push_counted());
     // A worker stopped (signal, drain) or cut off after its push counted saves that round too, so that a restart
     // neither trains nor sends its work again (a cluster's ranks and comm.overlap_steps' next steps: only with a pull).
     if (pulled || (session_->push_counted() && !cluster_ && config_.comm.overlap_steps == 0)) {

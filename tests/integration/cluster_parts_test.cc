@@ -279,6 +279,50 @@ ManualRun RunThroughProxy(const std::string& name, int64_t cut_after) {
   return out;
 }
 
+// comm.cluster_parts with int8 error feedback, for a cluster whose pushes all come late: a fast one-process worker
+// closes every round on round_timeout_s alone (min_workers 1) while the slow cluster (2 ranks, 30x the inner steps)
+// trains its first round. No push of the cluster counted, so the leader tells every rank to take back the residual
+// from before its push (cluster command kind 11): each rank's saved slice residual is none. Before, each rank kept
+// compensated - sent of the refused push. The fast worker's own residual is not zero (error feedback is on).
+TEST(ClusterParts, ARefusedPushGivesEveryRankItsResidualBack) {
+  const std::string dir = ScratchDir("cluster_parts_refused");
+  const auto args = TinyArgs(
+      dir, {"outer.rounds=3", "workers.count=2", "coordinator.min_workers=1", "coordinator.round_timeout_s=0.2",
+            "coordinator.lease_s=60", "inner.steps=20", "comm.codec=int8", "comm.error_feedback=true"});
+  RunningProcess coordinator("diloco-coordinator", With(args, {"--port-file", dir + "/addr"}));
+  const std::string address = WaitForAddress(coordinator, dir + "/addr");
+  ASSERT_FALSE(address.empty()) << coordinator.output();
+  const std::string store = "127.0.0.1:" + std::to_string(FreePort());
+  std::vector<std::unique_ptr<RunningProcess>> slow;
+  for (int r = 0; r < 2; ++r) {
+    slow.push_back(std::make_unique<RunningProcess>(
+        "diloco-worker",
+        With(args, {"--set", "workers.cluster_size=2", "--set", "comm.cluster_parts=true", "--set", "inner.steps=600",
+                    "--coordinator", address, "--id", "slow", "--rank", std::to_string(r), "--cluster-store", store})));
+  }
+  ASSERT_TRUE(coordinator.WaitForOutput("joined: worker slow", 120)) << coordinator.output();
+  RunningProcess fast("diloco-worker", With(args, {"--coordinator", address, "--id", "fast"}));
+  EXPECT_EQ(fast.Wait(240), 0) << fast.output();
+  for (auto& rank : slow) EXPECT_EQ(rank->Wait(240), 0) << rank->output();
+  ASSERT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+  EXPECT_NE(slow[0]->output().find("push not counted"), std::string::npos) << slow[0]->output();
+  const nlohmann::json summary = ReadJson(dir + "/summary.json");
+  for (const auto& w : summary["workers"]) {
+    if (w["id"] == "slow") EXPECT_EQ(w["rounds_contributed"], 0) << w.dump();
+  }
+  for (int r = 0; r < 2; ++r) {
+    auto saved = LoadWorkerState(StatePath(dir + "/worker-state", StateKey("slow", r, 2)));
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    EXPECT_TRUE(!saved->slice_residual.defined() || saved->slice_residual.norm().item<double>() == 0)
+        << "rank " << r << " kept the residual of a push that never counted";
+  }
+  auto fast_state = LoadWorkerState(StatePath(dir + "/worker-state", "fast"));
+  ASSERT_TRUE(fast_state.ok()) << fast_state.status();
+  ASSERT_FALSE(fast_state->error_feedback.empty());
+  ASSERT_TRUE(fast_state->error_feedback[0].defined());
+  EXPECT_GT(fast_state->error_feedback[0].norm().item<double>(), 0);
+}
+
 // comm.codec topk in parts on a GPT-2 (model.arch gpt): its biases and norms put rank 1's slice start inside a block
 // of comm.topk_chunk (element 864 of blocks.0.attn_out.weight with these settings). The rank sends that block's
 // head raw, then topk chunks from the block boundary; the run completes and trains. Before, the rank's own round

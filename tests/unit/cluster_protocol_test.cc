@@ -25,6 +25,8 @@ TEST(ClusterProtocolTest, WordsFollowTheDocumentedLayout) {
   EXPECT_EQ(EncodeCommand(PullPartCommand{5}), (CommandWords{8, 0, 5, 0}));
   EXPECT_EQ(EncodeCommand(GatherCommand{}), (CommandWords{9, 0, 0, 0}));
   EXPECT_EQ(EncodeCommand(ResetMomentsCommand{}), (CommandWords{10, 0, 0, 0}));
+  EXPECT_EQ(EncodeCommand(SettleCommand{true}), (CommandWords{11, 1, 0, 0}));
+  EXPECT_EQ(EncodeCommand(SettleCommand{false}), (CommandWords{11, 0, 0, 0}));
 }
 
 TEST(ClusterProtocolTest, EveryKindRoundTrips) {
@@ -46,10 +48,12 @@ TEST(ClusterProtocolTest, EveryKindRoundTrips) {
   EXPECT_EQ(std::get<PullPartCommand>(DecodeCommand(EncodeCommand(PullPartCommand{10}))).seq, 10);
   EXPECT_TRUE(std::holds_alternative<GatherCommand>(DecodeCommand(EncodeCommand(GatherCommand{}))));
   EXPECT_TRUE(std::holds_alternative<ResetMomentsCommand>(DecodeCommand(EncodeCommand(ResetMomentsCommand{}))));
+  EXPECT_TRUE(std::get<SettleCommand>(DecodeCommand(EncodeCommand(SettleCommand{true}))).counted);
+  EXPECT_FALSE(std::get<SettleCommand>(DecodeCommand(EncodeCommand(SettleCommand{false}))).counted);
 }
 
 TEST(ClusterProtocolTest, UnknownKindThrows) {
-  EXPECT_THROW(DecodeCommand(CommandWords{11, 0, 0, 0}), std::runtime_error);
+  EXPECT_THROW(DecodeCommand(CommandWords{12, 0, 0, 0}), std::runtime_error);
   EXPECT_THROW(DecodeCommand(CommandWords{0, 0, 0, 0}), std::runtime_error);
 }
 
