@@ -302,9 +302,34 @@ bool IsHfModelDir(const std::string& path) {
 
 namespace {
 
-void PutTokenIds(const ModelConfig& m, nlohmann::ordered_json& j) {
+// eos_token_id as written: the list when there is more than one stop id, else the model's one id (null: none).
+json EosJson(const ModelConfig& m, const std::vector<int64_t>& eos_ids) {
+  if (eos_ids.size() > 1) return json(eos_ids);
+  return m.eos_token_id >= 0 ? json(m.eos_token_id) : json(nullptr);
+}
+
+void PutTokenIds(const ModelConfig& m, const std::vector<int64_t>& eos_ids, nlohmann::ordered_json& j) {
   j["bos_token_id"] = m.bos_token_id >= 0 ? json(m.bos_token_id) : json(nullptr);
-  j["eos_token_id"] = m.eos_token_id >= 0 ? json(m.eos_token_id) : json(nullptr);
+  j["eos_token_id"] = EosJson(m, eos_ids);
+}
+
+// The integer ids under `key` of the JSON file at `path` (an id or a list of ids; anything else: none).
+void AppendIds(const std::filesystem::path& path, const char* key, int64_t vocab, std::vector<int64_t>& out) {
+  std::ifstream in(path);
+  if (!in) return;
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception&) {
+    return;
+  }
+  if (!j.is_object() || !j.contains(key)) return;
+  const json v = j.at(key).is_array() ? j.at(key) : json::array({j.at(key)});
+  for (const json& id : v) {
+    if (!id.is_number_integer()) continue;
+    const auto n = id.get<int64_t>();
+    if (n >= 0 && n < vocab && std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+  }
 }
 
 // The rope dict of `m` (transformers' rope_parameters; rope_theta added by the caller where the layout wants it).
@@ -358,8 +383,16 @@ void PutLlamaFamily(const ModelConfig& m, nlohmann::ordered_json& j) {
 
 }  // namespace
 
+std::vector<int64_t> HfStopTokenIds(const std::string& dir, int64_t vocab_size) {
+  std::vector<int64_t> ids;
+  if (!IsHfModelDir(dir)) return ids;
+  AppendIds(std::filesystem::path(dir) / "config.json", "eos_token_id", vocab_size, ids);
+  AppendIds(std::filesystem::path(dir) / "generation_config.json", "eos_token_id", vocab_size, ids);
+  return ids;
+}
+
 nlohmann::ordered_json HfConfigJson(const ModelConfig& m, const std::string& dtype,
-                                    const std::string& transformers_version) {
+                                    const std::string& transformers_version, const std::vector<int64_t>& eos_ids) {
   nlohmann::ordered_json j;
   if (m.LlamaShaped()) {
     PutLlamaFamily(m, j);
@@ -377,7 +410,7 @@ nlohmann::ordered_json HfConfigJson(const ModelConfig& m, const std::string& dty
     j["tie_word_embeddings"] = true;
     for (const char* dropout : {"attn_pdrop", "embd_pdrop", "resid_pdrop"}) j[dropout] = 0.0;
   }
-  PutTokenIds(m, j);
+  PutTokenIds(m, eos_ids, j);
   j["initializer_range"] = 0.02;
   j["use_cache"] = true;
   j["torch_dtype"] = dtype;  // 4.x
@@ -386,11 +419,12 @@ nlohmann::ordered_json HfConfigJson(const ModelConfig& m, const std::string& dty
   return j;
 }
 
-nlohmann::ordered_json HfGenerationConfigJson(const ModelConfig& m, const std::string& transformers_version) {
+nlohmann::ordered_json HfGenerationConfigJson(const ModelConfig& m, const std::string& transformers_version,
+                                              const std::vector<int64_t>& eos_ids) {
   nlohmann::ordered_json j;
   j["_from_model_config"] = true;
   if (m.bos_token_id >= 0) j["bos_token_id"] = m.bos_token_id;
-  if (m.eos_token_id >= 0) j["eos_token_id"] = m.eos_token_id;
+  if (m.eos_token_id >= 0 || eos_ids.size() > 1) j["eos_token_id"] = EosJson(m, eos_ids);
   j["transformers_version"] = transformers_version;
   return j;
 }

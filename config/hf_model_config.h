@@ -38,13 +38,23 @@ absl::StatusOr<HfModelConfig> ReadHfModelConfig(const std::string& dir);
 // True when `path` is a directory holding a config.json (a Hugging Face model directory).
 bool IsHfModelDir(const std::string& path);
 
-// config.json for `model` with weights stored as `dtype` ("float32" or "bfloat16"). `transformers_version` is
-// what the file claims to have been written for (transformers checks it only for warnings).
-nlohmann::ordered_json HfConfigJson(const ModelConfig& model, const std::string& dtype,
-                                    const std::string& transformers_version = "4.46.0");
+// The ids at which generation stops for the Hugging Face model directory `dir`: config.json's eos_token_id (an id or
+// a list: Llama 3.1 / 3.2 Instruct list <|end_of_text|>, <|eom_id|> and <|eot_id|>), then generation_config.json's
+// not listed yet (Qwen2.5-Instruct names <|im_end|> there only), each below vocab_size, in that order. Empty when
+// `dir` is not such a directory or names none. transformers' generate() stops at any of them; model.eos_token_id
+// keeps the first (the EOS written between documents).
+std::vector<int64_t> HfStopTokenIds(const std::string& dir, int64_t vocab_size);
 
-// generation_config.json: bos/eos ids (omitted when -1).
+// config.json for `model` with weights stored as `dtype` ("float32" or "bfloat16"). `transformers_version` is
+// what the file claims to have been written for (transformers checks it only for warnings). `eos_ids`: with more
+// than one id (HfStopTokenIds of the directory the model came from), eos_token_id is written as that list.
+nlohmann::ordered_json HfConfigJson(const ModelConfig& model, const std::string& dtype,
+                                    const std::string& transformers_version = "4.46.0",
+                                    const std::vector<int64_t>& eos_ids = {});
+
+// generation_config.json: bos/eos ids (omitted when -1; eos_ids as for HfConfigJson).
 nlohmann::ordered_json HfGenerationConfigJson(const ModelConfig& model,
-                                              const std::string& transformers_version = "4.46.0");
+                                              const std::string& transformers_version = "4.46.0",
+                                              const std::vector<int64_t>& eos_ids = {});
 
 }  // namespace diloco

@@ -21,6 +21,16 @@ ModelSpec ModelSpecOf(const ModelConfig& m) {
   spec.set_rope_theta(m.rope_theta);
   spec.set_norm_eps(m.norm_eps);
   spec.set_untied_head(!m.tie_embeddings);
+  spec.set_rope_type(std::string(EnumName(m.rope_type)));
+  spec.set_rope_factor(m.rope_factor);
+  spec.set_rope_low_freq_factor(m.rope_low_freq_factor);
+  spec.set_rope_high_freq_factor(m.rope_high_freq_factor);
+  spec.set_rope_original_max_positions(m.RopeOriginalMaxPositions());
+  spec.set_rope_attention_factor(m.rope_attention_factor);
+  spec.set_rope_beta_fast(m.rope_beta_fast);
+  spec.set_rope_beta_slow(m.rope_beta_slow);
+  spec.set_sliding_window(m.sliding_window);
+  spec.set_head_dim(m.HeadDim());
   return spec;
 }
 

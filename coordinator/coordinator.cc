@@ -63,6 +63,28 @@ std::string ModelMismatch(const ModelSpec& w, const ModelConfig& c) {
     diffs.push_back(
         absl::StrCat("model.tie_embeddings: worker has ", !w.untied_head(), ", coordinator has ", c.tie_embeddings));
   }
+  // The shape-free settings (rope scaling, the sliding window): the fingerprint cannot tell them apart.
+  if (!w.rope_type().empty() && !EnumFromName(w.rope_type(), &declared.rope_type)) {
+    diffs.push_back(absl::StrCat("model.rope_type: worker has an unknown '", w.rope_type().substr(0, 32),
+                                 "', coordinator has ", std::string(EnumName(c.rope_type))));
+  } else if (declared.rope_type != c.rope_type) {
+    diffs.push_back(absl::StrCat("model.rope_type: worker has ", std::string(EnumName(declared.rope_type)),
+                                 ", coordinator has ", std::string(EnumName(c.rope_type))));
+  }
+  auto or_default = [](double v, double fallback) { return v != 0 ? v : fallback; };
+  check_real("rope_factor", or_default(w.rope_factor(), declared.rope_factor), c.rope_factor);
+  check_real("rope_low_freq_factor", or_default(w.rope_low_freq_factor(), declared.rope_low_freq_factor),
+             c.rope_low_freq_factor);
+  check_real("rope_high_freq_factor", or_default(w.rope_high_freq_factor(), declared.rope_high_freq_factor),
+             c.rope_high_freq_factor);
+  declared.rope_original_max_positions = w.rope_original_max_positions();
+  check("rope_original_max_positions", declared.RopeOriginalMaxPositions(), c.RopeOriginalMaxPositions());
+  check_real("rope_attention_factor", w.rope_attention_factor(), c.rope_attention_factor);
+  check_real("rope_beta_fast", or_default(w.rope_beta_fast(), declared.rope_beta_fast), c.rope_beta_fast);
+  check_real("rope_beta_slow", or_default(w.rope_beta_slow(), declared.rope_beta_slow), c.rope_beta_slow);
+  check("sliding_window", w.sliding_window(), c.sliding_window);
+  declared.head_dim = w.head_dim();
+  check("head_dim", declared.HeadDim(), c.HeadDim());
   std::string out;
   for (const std::string& d : diffs) absl::StrAppend(&out, out.empty() ? "" : "; ", d);
   return out;

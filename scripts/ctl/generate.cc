@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "config/config_loader.h"
 #include "config/data_cache.h"
+#include "config/hf_model_config.h"
 #include "config/subprocess.h"
 #include "worker/lm/generate.h"
 #include "worker/lm/init_from.h"
@@ -103,6 +104,8 @@ absl::Status RunGenerate(const GenerateCommand& c) {
   if (!c.init_from.empty()) overrides.push_back("model.init_from=" + c.init_from);  // config.json fills model:
   auto config = LoadConfig(c.config, overrides);
   if (!config.ok()) return config.status();
+  // The model directory's stop ids (a list of EOS ids), read before a checkpoint takes init_from's place.
+  const std::vector<int64_t> stop_ids = HfStopTokenIds(config->model.init_from, config->model.vocab_size);
   if (!c.checkpoint.empty()) config->model.init_from = c.checkpoint;  // after the run's own init_from shaped model:
   auto model = LoadModel(*config);
   if (!model.ok()) return model.status();
@@ -115,6 +118,7 @@ absl::Status RunGenerate(const GenerateCommand& c) {
   options.top_k = c.top_k;
   options.seed = c.seed;
   options.eos_id = c.ignore_eos ? -1 : config->model.eos_token_id;
+  if (!c.ignore_eos) options.stop_ids = stop_ids;
   auto ids = Generate(**model, *prompt, config->model.MaxPositions(), options);
   if (!ids.ok()) return ids.status();
   if (c.print_ids || tokenizer.empty()) {

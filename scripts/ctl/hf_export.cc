@@ -5,6 +5,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -78,6 +79,33 @@ absl::StatusOr<std::pair<std::string, bool>> HfTensorName(ModelArch arch, const 
   return absl::InvalidArgumentError(absl::StrCat("export --format hf: no GPT-2 name for gpt tensor '", name, "'"));
 }
 
+namespace {
+
+// Once the new export is written: the weight files of an earlier export into the same folder that this one did not
+// write (a single model.safetensors beside new shards, shards of another count, an index beside a single file), as
+// transformers' save_pretrained removes them. Left there, they would be loaded instead of the new weights (a single
+// model.safetensors wins over shards, in transformers and in our reader alike).
+absl::Status RemoveStaleWeights(const std::string& out, const std::vector<std::string>& written) {
+  static const std::regex kWeights(
+      R"(model\.safetensors|model\.safetensors\.index\.json|model-\d{5}-of-\d{5}\.safetensors|)"
+      R"(pytorch_model(-\d{5}-of-\d{5})?\.bin|pytorch_model\.bin\.index\.json)");
+  std::set<std::string> keep;
+  for (const std::string& path : written) keep.insert(fs::path(path).filename().string());
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(out, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_regular_file() || keep.count(name) != 0 || !std::regex_match(name, kWeights)) continue;
+    if (!fs::remove(entry.path(), ec) || ec) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("--out ", out, ": cannot remove the earlier export's ", name, ": ", ec.message()));
+    }
+  }
+  if (ec) return absl::PermissionDeniedError(absl::StrCat("--out ", out, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<HfExportResult> WriteHfDirectory(const HfExportOptions& options, const ModelConfig& model,
                                                 const NamedTensors& params) {
   if (options.dtype != "fp32" && options.dtype != "bf16") {
@@ -121,13 +149,17 @@ absl::StatusOr<HfExportResult> WriteHfDirectory(const HfExportOptions& options, 
     index["weight_map"] = weight_map;
     texts.emplace_back("model.safetensors.index.json", index.dump(2) + "\n");
   }
-  texts.emplace_back("config.json", HfConfigJson(model, bf16 ? "bfloat16" : "float32").dump(2) + "\n");
-  texts.emplace_back("generation_config.json", HfGenerationConfigJson(model).dump(2) + "\n");
+  // A model from a Hugging Face directory keeps that directory's list of EOS ids (transformers stops at any).
+  const std::vector<int64_t> eos_ids = HfStopTokenIds(model.init_from, model.vocab_size);
+  texts.emplace_back("config.json",
+                     HfConfigJson(model, bf16 ? "bfloat16" : "float32", "4.46.0", eos_ids).dump(2) + "\n");
+  texts.emplace_back("generation_config.json", HfGenerationConfigJson(model, "4.46.0", eos_ids).dump(2) + "\n");
   for (const auto& [file, text] : texts) {
     const std::string path = (fs::path(options.out) / file).string();
     if (absl::Status s = WriteFileAtomically(path, text); !s.ok()) return s;
     result.files.push_back(path);
   }
+  if (absl::Status s = RemoveStaleWeights(options.out, result.files); !s.ok()) return s;
   if (!options.tokenizer.empty()) {
     const bool json = fs::path(options.tokenizer).extension() == ".json";  // a tokenizer.json keeps its name
     const std::string path = (fs::path(options.out) / (json ? "tokenizer.json" : "tokenizer.model")).string();

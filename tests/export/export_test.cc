@@ -231,7 +231,14 @@ TEST_F(ExportTest, HuggingFaceLoadsTheHfExportAndGivesOurLogits) {
   EXPECT_NE(check.output.find("check_hf_export: OK GPT2LMHeadModel"), std::string::npos) << check.output;
 }
 
+// Exported sharded into a folder that holds an earlier single-file export (then back): the earlier export's weight
+// files go, as transformers' save_pretrained removes them. Before, the old model.safetensors stayed beside the new
+// shards, and transformers (and our reader) loaded it instead of them.
 TEST_F(ExportTest, ShardedHfExportLoads) {
+  ASSERT_EQ(Export(Path("hf"), {}, "hf").code, 0);
+  ASSERT_TRUE(std::filesystem::exists(Path("hf/model.safetensors")));
+  std::ofstream(Path("hf/model-00001-of-00009.safetensors")) << "a shard of an older export";
+  std::ofstream(Path("hf/notes.txt")) << "the user's own file";
   // About 110 KiB of float32 tensors (c_fc and mlp c_proj are 16 KiB each): a 32 KiB limit makes 4 or more shards.
   const Ran ran = Export(Path("hf"), {"--max-shard-size", "32768"}, "hf");
   ASSERT_EQ(ran.code, 0) << ran.output;
@@ -243,8 +250,15 @@ TEST_F(ExportTest, ShardedHfExportLoads) {
   snprintf(first, sizeof(first), "model-00001-of-%05zu.safetensors", shards.size());
   EXPECT_EQ(*shards.begin(), first);
   EXPECT_FALSE(std::filesystem::exists(Path("hf/model.safetensors")));
+  EXPECT_FALSE(std::filesystem::exists(Path("hf/model-00001-of-00009.safetensors")));
+  EXPECT_TRUE(std::filesystem::exists(Path("hf/notes.txt"))) << "only weight files are removed";
   const Ran check = CheckHf(Path("hf"), static_cast<int>(shards.size()));
   EXPECT_EQ(check.code, 0) << check.output;
+  // And back to one file: the shards and their index go.
+  ASSERT_EQ(Export(Path("hf"), {}, "hf").code, 0);
+  EXPECT_FALSE(std::filesystem::exists(Path("hf/model.safetensors.index.json")));
+  EXPECT_FALSE(std::filesystem::exists(Path("hf") + "/" + *shards.begin()));
+  EXPECT_EQ(CheckHf(Path("hf"), 1).code, 0);
 }
 
 TEST_F(ExportTest, LlamaWithGqaAndUntiedHeadExportsForTransformers) {

@@ -5,6 +5,9 @@ emoji, tabs, runs of spaces and long digit runs plus tinyshakespeare lines, and 
 (with a config.json naming BOS / EOS, as a model directory has) and OUT/golden.json:
   {"texts": [...], "kinds": {kind: {"ids": [[...] per text], "decoded": [...], "bos": id, "eos": id}}}
 where ids are Tokenizer.encode(text, add_special_tokens=False).ids and decoded is Tokenizer.decode(ids).
+Ill-formed UTF-8 ("invalid_hex": bytes with a cut 4-byte and 3-byte sequence, an encoded surrogate and an overlong
+form): each kind's "invalid_ids" encode INVALID.decode("utf-8", "replace") (one U+FFFD per maximal subpart), and the
+byte-level kinds' "cut_ids" (the byte tokens of those bytes) decode to "cut_decoded" (Rust's from_utf8_lossy).
 Kinds: gpt2 (ByteLevel pre-tokenizer), llama3 and qwen2 (Split regex + ByteLevel; qwen2 with NFC), llama2
 (byte_fallback, Prepend + Replace normalizer), metaspace (byte_fallback, Metaspace pre-tokenizer, prepend first).
 Also OUT/refused/<component>.json: tokenizer.json files with one component we do not implement (WordPiece,
@@ -16,7 +19,7 @@ import json
 import os
 import sys
 
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
                 r"\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -25,6 +28,11 @@ QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[
 
 SPECIAL = ["<|bos|>", "<|eos|>", "<unk>"]
 ADDED = "<|tool|>"  # a non-special added token
+# Added tokens with the flags: single_word (not next to a Unicode letter, number or '_'), lstrip / rstrip (taking in
+# Unicode whitespace on their side).
+WORD = AddedToken("sword", single_word=True)
+STRIP = AddedToken("<|pad|>", lstrip=True, rstrip=True)
+INVALID = b"\xf0\x9f\x98A x\xe2\x82y \xed\xa0\x80z \xc0\xaf \xe6\x97\xa5"
 
 MIXED = [
     "Café déjà vu, naïve façade — señor Müller's Ångström.",
@@ -38,6 +46,23 @@ MIXED = [
     "It's I'll we've THEY'RE can't",
     "e\u0301 (e + combining acute) and \u00e9 and \u212b",
 ]
+
+
+def bytes_to_unicode():
+    """GPT-2's byte -> printable character table (the ByteLevel alphabet)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + \
+        list(range(ord("\u00ae"), ord("\u00ff") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, (chr(c) for c in cs)))
+
+
+BYTE_CHARS = bytes_to_unicode()
 
 
 def training_text(shakespeare):
@@ -118,6 +143,8 @@ def main():
     texts = MIXED + [
         "First Citizen:\nBefore we proceed any further, hear me speak.",
         f"a {ADDED} b<|eos|>c<|bos|>",
+        "a sword, swords, \u00absword\u00bb, \u00e9sword, sword_x, \u0663sword, \u216bsword the sword",
+        "x\u3000<|pad|>\u00a0y and x <|pad|> y and x\t<|pad|>\n y",
         " ",
         "\n",
         "x",
@@ -127,7 +154,7 @@ def main():
         tok.train_from_iterator(text, trainer)
         if tok.model.byte_fallback:
             tok = add_byte_tokens(tok)
-        tok.add_tokens([ADDED])
+        tok.add_tokens([ADDED, WORD, STRIP])
         os.makedirs(os.path.join(out, name), exist_ok=True)
         tok.save(os.path.join(out, name, "tokenizer.json"))
         bos, eos = tok.token_to_id("<|bos|>"), tok.token_to_id("<|eos|>")
@@ -135,7 +162,13 @@ def main():
             json.dump({"bos_token_id": bos, "eos_token_id": eos}, f)
         ids = [tok.encode(t, add_special_tokens=False).ids for t in texts]
         golden["kinds"][name] = {"ids": ids, "decoded": [tok.decode(i) for i in ids], "bos": bos, "eos": eos,
-                                 "vocab_size": tok.get_vocab_size()}
+                                 "vocab_size": tok.get_vocab_size(),
+                                 "invalid_ids": tok.encode(INVALID.decode("utf-8", "replace"),
+                                                           add_special_tokens=False).ids}
+        if name in ("gpt2", "llama3", "qwen2"):  # byte-level: every byte has a token
+            cut = [tok.token_to_id(BYTE_CHARS[b]) for b in INVALID]
+            golden["kinds"][name].update({"cut_ids": cut, "cut_decoded": tok.decode(cut)})
+    golden["invalid_hex"] = INVALID.hex()
     write_refused(os.path.join(out, "refused"), text)
     with open(os.path.join(out, "golden.json"), "w") as f:
         json.dump(golden, f, ensure_ascii=False, indent=1)

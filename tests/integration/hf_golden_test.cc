@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "config/config.h"
@@ -181,6 +182,35 @@ TEST_P(HfGoldenTest, CtlGeneratePrintsHuggingFacesIds) {
   const auto [code, out] = CtlGenerate(kDir + "/" + GetParam(), GetParam(), g.prompt);
   EXPECT_EQ(code, 0) << out;
   EXPECT_EQ(out, IdsText(g.generated));
+}
+
+// A model directory that lists several EOS ids (config.json's eos_token_id as a list, as Llama 3.1 / 3.2 Instruct
+// ship it, and one more in generation_config.json, as Qwen2.5-Instruct does): transformers' generate() stops after
+// the first generated id that is any of them. The directory is the golden one copied, its config.json naming two of
+// HF's greedy ids as EOS and generation_config.json a third; diloco-ctl generate must print HF's ids up to and
+// including the first of the three it meets. Before, only the list's first id stopped it.
+TEST_P(HfGoldenTest, CtlGenerateStopsAtAnyOfTheDirectorysEosIds) {
+  const Golden g = ReadGolden(GetParam());
+  const std::vector<int64_t> hf(g.generated.data_ptr<int64_t>(), g.generated.data_ptr<int64_t>() + g.generated.numel());
+  // Three ids HF generates, chosen from its 32 (the first occurrences of positions 20, 12 and 9, listed in that
+  // order): HF stops at whichever comes first.
+  const std::vector<int64_t> listed = {hf[20], hf[12]};
+  const int64_t extra = hf[9];
+  size_t stop = hf.size();
+  for (size_t i = 0; i < hf.size() && stop == hf.size(); ++i) {
+    if (hf[i] == listed[0] || hf[i] == listed[1] || hf[i] == extra) stop = i;
+  }
+  ASSERT_LT(stop, hf.size());
+  const std::string dir = ::testing::TempDir() + "/eos_list_" + GetParam();
+  std::filesystem::remove_all(dir);
+  std::filesystem::copy(kDir + "/" + GetParam(), dir, std::filesystem::copy_options::recursive);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
+  config["eos_token_id"] = listed;
+  std::ofstream(dir + "/config.json") << config.dump();
+  std::ofstream(dir + "/generation_config.json") << nlohmann::json({{"eos_token_id", {extra}}}).dump();
+  const auto [code, out] = CtlGenerate(dir, std::string("eos_") + GetParam(), g.prompt);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_EQ(out, IdsText(g.generated.narrow(1, 0, static_cast<int64_t>(stop) + 1)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, HfGoldenTest, ::testing::Values("llama", "gpt2", "llama_bf16"));

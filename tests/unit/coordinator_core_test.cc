@@ -27,6 +27,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "config/model_spec.h"
 #include "coordinator/coordinate_window.h"
 #include "coordinator/coordinator.h"
 #include "tests/unit/scratch_dir_test.h"
@@ -602,7 +603,26 @@ TEST_F(CoordinatorCoreTest, RefusesWrongFingerprintModelAndUnknownWorker) {
   auto refused = core_->Join(bad_model);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(refused.status().message()), HasSubstr("model.d_model"));
+  // Settings the fingerprint cannot see (the tensors' shapes are the same): a worker whose rope scaling or sliding
+  // window differs would train another model; each differing key is named.
+  JoinRequest yarn = JoinReq("A");
+  yarn.mutable_model()->set_rope_type("yarn");
+  yarn.mutable_model()->set_rope_factor(4);
+  auto rope = core_->Join(yarn);
+  EXPECT_EQ(rope.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(rope.status().message()),
+              HasSubstr("model.rope_type: worker has yarn, coordinator has default"));
+  EXPECT_THAT(std::string(rope.status().message()), HasSubstr("model.rope_factor: worker has 4, coordinator has 1"));
+  JoinRequest window = JoinReq("A");
+  window.mutable_model()->set_sliding_window(8);
+  auto windowed = core_->Join(window);
+  EXPECT_EQ(windowed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(windowed.status().message()),
+              HasSubstr("model.sliding_window: worker has 8, coordinator has 0"));
   EXPECT_TRUE(core_->Status().workers().empty()) << "a refused join must not add a member";
+  JoinRequest full = JoinReq("A");  // every field as a real worker sends it (config/model_spec.h)
+  *full.mutable_model() = ModelSpecOf(config_.model);
+  EXPECT_TRUE(core_->Join(full).ok());
 
   Join("A");
   HeartbeatRequest beat;

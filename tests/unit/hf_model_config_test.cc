@@ -278,6 +278,24 @@ class HfMergeTest : public ScratchDirTest {
   }
 };
 
+// The directory's EOS ids: config.json's list, then generation_config.json's not listed yet, each below vocab_size;
+// written back as lists (config.json and generation_config.json), a single id as before.
+TEST_F(HfMergeTest, StopTokenIdsComeFromBothFilesAndAreWrittenBackAsAList) {
+  std::ofstream(Path("config.json")) << R"({"model_type": "llama", "vocab_size": 100, "eos_token_id": [2, 7, 9]})";
+  std::ofstream(Path("generation_config.json")) << R"({"eos_token_id": [9, 11, 500]})";
+  EXPECT_EQ(HfStopTokenIds(dir_.string(), 100), (std::vector<int64_t>{2, 7, 9, 11}));
+  std::ofstream(Path("generation_config.json")) << R"({"eos_token_id": 12})";
+  EXPECT_EQ(HfStopTokenIds(dir_.string(), 100), (std::vector<int64_t>{2, 7, 9, 12}));
+  EXPECT_TRUE(HfStopTokenIds(Path("nothing-here"), 100).empty());
+  ModelConfig m;
+  m.arch = ModelArch::kLlama;
+  m.eos_token_id = 2;
+  EXPECT_EQ(HfConfigJson(m, "float32", "4.46.0", {2, 7, 9})["eos_token_id"].dump(), "[2,7,9]");
+  EXPECT_EQ(HfGenerationConfigJson(m, "4.46.0", {2, 7, 9})["eos_token_id"].dump(), "[2,7,9]");
+  EXPECT_EQ(HfConfigJson(m, "float32", "4.46.0", {2})["eos_token_id"].dump(), "2");
+  EXPECT_EQ(HfGenerationConfigJson(m)["eos_token_id"].dump(), "2");
+}
+
 TEST_F(HfMergeTest, UnsetKeysComeFromConfigJson) {
   WriteConfig(kLlama5);
   auto c = Load("");

@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -47,7 +48,10 @@ absl::StatusOr<std::vector<int64_t>> Generate(LanguageModel& model, const std::v
     torch::Tensor logits = model.ForwardCached(input, cache);  // [1, T, vocab]
     const int64_t next = NextToken(logits[0][-1], options, generator);
     out.push_back(next);
-    if (next == options.eos_id) break;
+    if (next == options.eos_id ||
+        std::find(options.stop_ids.begin(), options.stop_ids.end(), next) != options.stop_ids.end()) {
+      break;
+    }
     input = torch::full({1, 1}, next, torch::kLong);
   }
   model.train(was_training);

@@ -2,7 +2,7 @@
 // once, then each new token costs one ForwardCached call over one position (O(context) attention), as Hugging Face's
 // generate() does with use_cache. temperature 0 is greedy (argmax, ties to the lowest id as torch.argmax); otherwise
 // logits / temperature, optionally cut to the top_k largest, sampled with a generator seeded by `seed`. Stops after
-// max_new_tokens, at eos_id (included in the result) unless it is -1, or at the model's context.
+// max_new_tokens, at eos_id or any of stop_ids (included in the result), or at the model's context.
 // Stateless; uses the caller's model (not thread-safe with respect to it).
 #pragma once
 
@@ -19,7 +19,8 @@ struct GenerateOptions {
   double temperature = 0.0;  // 0: greedy
   int64_t top_k = 0;         // 0: the whole vocabulary
   uint64_t seed = 0;
-  int64_t eos_id = -1;  // -1: never stop early
+  int64_t eos_id = -1;            // -1: never stop early
+  std::vector<int64_t> stop_ids;  // more ids that end it as eos_id does (a model's list: Llama 3 Instruct's <|eot_id|>)
 };
 
 // The new token ids (not the prompt). InvalidArgument for an empty prompt, an id outside the vocabulary, or a prompt

@@ -1,6 +1,7 @@
 #include "worker/tokenizer/hf_text.h"
 
 #include <unicode/normalizer2.h>
+#include <unicode/uchar.h>
 #include <unicode/unistr.h>
 
 #include <array>
@@ -37,32 +38,43 @@ const ByteLevelTables& Tables() {
   return tables;
 }
 
-// The code point at text[*i] (advancing *i); false for an invalid sequence (then *i advances by one).
+// The code point at text[*i] (advancing *i past it); false for an ill-formed sequence, after which *i has advanced
+// past its maximal subpart (Unicode's Table 3-7 and "U+FFFD Substitution of Maximal Subparts", as Python's
+// decode(errors="replace"), Rust's from_utf8_lossy and WHATWG do): the longest prefix of a well-formed sequence, or
+// one byte when the first byte can start none (C0, C1, F5..FF, a lone continuation byte).
 bool DecodeUtf8(std::string_view text, size_t* i, uint32_t* cp) {
   const auto c = static_cast<unsigned char>(text[*i]);
-  const size_t n = Utf8Length(c);
-  if (n == 1) {
+  if (c < 0x80) {
     ++*i;
     *cp = c;
-    return c < 0x80;
+    return true;
   }
-  if (*i + n > text.size()) {
+  size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range (Table 3-7); later bytes are always 80..BF
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;  // no overlong forms
+    if (c == 0xED) hi = 0x9F;  // no surrogates
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;  // no overlong forms
+    if (c == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
+  } else {
     ++*i;
     return false;
   }
   uint32_t v = c & (0x7F >> n);
   for (size_t k = 1; k < n; ++k) {
-    const auto d = static_cast<unsigned char>(text[*i + k]);
-    if ((d & 0xC0) != 0x80) {
-      ++*i;
+    const size_t at = *i + k;
+    const auto d = at < text.size() ? static_cast<unsigned char>(text[at]) : 0;
+    const bool fits = at < text.size() && (k == 1 ? d >= lo && d <= hi : (d & 0xC0) == 0x80);
+    if (!fits) {
+      *i += k;  // the maximal subpart: the lead byte and the continuation bytes that fit so far
       return false;
     }
     v = (v << 6) | (d & 0x3F);
-  }
-  static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
-  if (v < kMin[n] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) {
-    ++*i;
-    return false;
   }
   *i += n;
   *cp = v;
@@ -101,6 +113,37 @@ bool IsValidUtf8(std::string_view text) {
   }
   return true;
 }
+
+uint32_t CodePointAt(std::string_view text, size_t pos, size_t* length) {
+  size_t i = pos;
+  uint32_t cp = 0xFFFD;
+  DecodeUtf8(text, &i, &cp);
+  *length = i - pos;
+  return cp;
+}
+
+uint32_t CodePointBefore(std::string_view text, size_t pos, size_t* length) {
+  size_t start = pos - 1;
+  while (start > 0 && pos - start < 4 && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
+  size_t n = 0;
+  const uint32_t cp = CodePointAt(text, start, &n);
+  if (start + n != pos) {  // not one whole code point: the byte before pos alone
+    *length = 1;
+    return 0xFFFD;
+  }
+  *length = n;
+  return cp;
+}
+
+bool IsWordChar(uint32_t cp) {
+  if (cp == '_') return true;
+  const auto c = static_cast<UChar32>(cp);
+  if (u_hasBinaryProperty(c, UCHAR_ALPHABETIC)) return true;
+  const int8_t type = u_charType(c);
+  return type == U_DECIMAL_DIGIT_NUMBER || type == U_LETTER_NUMBER || type == U_OTHER_NUMBER;
+}
+
+bool IsWhiteSpace(uint32_t cp) { return u_hasBinaryProperty(static_cast<UChar32>(cp), UCHAR_WHITE_SPACE); }
 
 std::string RepairUtf8(std::string_view text) {
   std::string out;

@@ -24,7 +24,17 @@ void AppendUtf8(uint32_t cp, std::string* out);
 // True when text is valid UTF-8.
 bool IsValidUtf8(std::string_view text);
 
-// text with every invalid UTF-8 sequence replaced by U+FFFD (as Rust's String::from_utf8_lossy does).
+// In valid UTF-8 `text`, the code point that starts at byte `pos` / ends just before it, and its length in bytes.
+uint32_t CodePointAt(std::string_view text, size_t pos, size_t* length);
+uint32_t CodePointBefore(std::string_view text, size_t pos, size_t* length);
+// As Rust's char::is_alphanumeric() || c == '_' (the Alphabetic property, or a number: Nd, Nl, No): what the
+// tokenizers library's single_word added tokens must not touch (ICU's properties).
+bool IsWordChar(uint32_t cp);
+// As Rust's char::is_whitespace() (the White_Space property): what lstrip / rstrip added tokens take in.
+bool IsWhiteSpace(uint32_t cp);
+
+// text with each maximal subpart of an ill-formed UTF-8 sequence replaced by U+FFFD (as Rust's
+// String::from_utf8_lossy and Python's decode(errors="replace") do).
 std::string RepairUtf8(std::string_view text);
 
 // GPT-2's bytes_to_unicode(): the UTF-8 of the printable character that stands for byte b.

@@ -9,10 +9,15 @@
 namespace diloco::tokenize {
 namespace {
 
-bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
-bool IsWordByte(char c) {
-  const auto u = static_cast<unsigned char>(c);
-  return u >= 0x80 || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+// Whether the code point before `pos` (after: at `pos`) is a word character, as the tokenizers library tells a
+// single_word token's neighbours (Unicode letters and numbers, '_'); false at the text's ends.
+bool WordBefore(std::string_view text, size_t pos) {
+  size_t n = 0;
+  return pos > 0 && IsWordChar(CodePointBefore(text, pos, &n));
+}
+bool WordAt(std::string_view text, size_t pos) {
+  size_t n = 0;
+  return pos < text.size() && IsWordChar(CodePointAt(text, pos, &n));
 }
 
 // A JSON file, or null when it is missing or not JSON.
@@ -135,12 +140,13 @@ const HfTokenizer::AddedToken* HfTokenizer::MatchAdded(std::string_view text, si
     const AddedToken& t = added_[index];
     if (t.normalized != normalized || text.compare(at, t.match.size(), t.match) != 0) continue;
     size_t b = at, e = at + t.match.size();
-    if (t.single_word && ((b > 0 && IsWordByte(text[b - 1])) || (e < text.size() && IsWordByte(text[e])))) continue;
-    if (t.lstrip) {
-      while (b > floor && IsSpace(text[b - 1])) --b;
+    if (t.single_word && (WordBefore(text, b) || WordAt(text, e))) continue;
+    size_t n = 0;
+    if (t.lstrip) {  // Unicode whitespace (U+3000, NBSP, ...), as the library strips it
+      while (b > floor && IsWhiteSpace(CodePointBefore(text, b, &n))) b -= n;
     }
     if (t.rstrip) {
-      while (e < text.size() && IsSpace(text[e])) ++e;
+      while (e < text.size() && IsWhiteSpace(CodePointAt(text, e, &n))) e += n;
     }
     *begin = b;
     *end = e;
