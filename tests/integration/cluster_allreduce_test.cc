@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +29,28 @@ namespace diloco::testing {
 namespace {
 
 #include "tests/integration/sharded_adamw_golden.inc"
+
+// Runs `body` as ranks 0 and 1 of a cluster meeting at `store`, each on a thread of its own; each rank's error, ""
+// when none: a failed connect, or what `body` threw.
+std::vector<std::string> OnTwoRanks(const std::string& store, const std::function<void(int, WorkerCluster&)>& body) {
+  std::vector<std::string> errors(2);
+  auto run = [&](int r) {
+    auto cluster = WorkerCluster::Connect(r, 2, store, 60);
+    if (!cluster.ok()) {
+      errors[r] = std::string(cluster.status().message());
+      return;
+    }
+    try {
+      body(r, **cluster);
+    } catch (const std::exception& e) {
+      errors[r] = e.what();
+    }
+  };
+  std::thread rank0(run, 0), rank1(run, 1);
+  rank0.join();
+  rank1.join();
+  return errors;
+}
 
 struct Rank {
   LanguageModelPtr model;
@@ -62,18 +85,9 @@ TEST(ClusterAllReduce, FlatBufferInPlaceMatchesPerTensorMeanAndOrsStopWishes) {
       ranks[r].stop = stop_on_rank1 && r == 1;
     }
     std::vector<int> stopped(2, -1);
-    std::vector<std::string> errors(2);
-    auto run = [&](int r) {
-      auto cluster = WorkerCluster::Connect(r, 2, store, 60);
-      if (!cluster.ok()) {
-        errors[r] = std::string(cluster.status().message());
-        return;
-      }
-      stopped[r] = (*cluster)->AverageGradients(ranks[r].optimizer->flat_gradients(), ranks[r].stop) ? 1 : 0;
-    };
-    std::thread rank0(run, 0), rank1(run, 1);
-    rank0.join();
-    rank1.join();
+    const std::vector<std::string> errors = OnTwoRanks(store, [&](int r, WorkerCluster& cluster) {
+      stopped[r] = cluster.AverageGradients(ranks[r].optimizer->flat_gradients(), ranks[r].stop) ? 1 : 0;
+    });
     ASSERT_EQ(errors[0], "");
     ASSERT_EQ(errors[1], "");
     EXPECT_EQ(stopped[0], stop_on_rank1 ? 1 : 0);
@@ -221,22 +235,8 @@ TEST(ClusterBroadcast, RanksWhoseTensorsDifferInLayoutStillMatchUp) {
   tensors[0] = {torch::arange(8, torch::kFloat), big.t(), torch::arange(5, torch::kFloat) * 3};
   tensors[1] = {torch::zeros({8}), torch::zeros({4096, 4096}), torch::zeros({5})};
   ASSERT_FALSE(tensors[0][1].is_contiguous());
-  std::vector<std::string> errors(2);
-  auto run = [&](int r) {
-    auto cluster = WorkerCluster::Connect(r, 2, store, 60);
-    if (!cluster.ok()) {
-      errors[r] = std::string(cluster.status().message());
-      return;
-    }
-    try {
-      (*cluster)->Broadcast(tensors[r]);
-    } catch (const std::exception& e) {
-      errors[r] = e.what();
-    }
-  };
-  std::thread rank0(run, 0), rank1(run, 1);
-  rank0.join();
-  rank1.join();
+  const std::vector<std::string> errors =
+      OnTwoRanks(store, [&](int r, WorkerCluster& cluster) { cluster.Broadcast(tensors[r]); });
   ASSERT_EQ(errors[0], "");
   ASSERT_EQ(errors[1], "");
   for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(tensors[1][i].equal(tensors[0][i])) << "tensor " << i;
