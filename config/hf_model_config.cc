@@ -302,10 +302,16 @@ bool IsHfModelDir(const std::string& path) {
 
 namespace {
 
-// eos_token_id as written: the list when there is more than one stop id, else the model's one id (null: none).
+// eos_token_id as written: the model's id first, then the other stop ids (a list when there is more than one), else
+// the model's one id (null: none). Read back, the list's first is model.eos_token_id again.
 json EosJson(const ModelConfig& m, const std::vector<int64_t>& eos_ids) {
-  if (eos_ids.size() > 1) return json(eos_ids);
-  return m.eos_token_id >= 0 ? json(m.eos_token_id) : json(nullptr);
+  std::vector<int64_t> ids;
+  if (m.eos_token_id >= 0) ids.push_back(m.eos_token_id);
+  for (int64_t id : eos_ids) {
+    if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  }
+  if (ids.size() > 1) return json(ids);
+  return ids.empty() ? json(nullptr) : json(ids[0]);
 }
 
 void PutTokenIds(const ModelConfig& m, const std::vector<int64_t>& eos_ids, nlohmann::ordered_json& j) {
@@ -424,7 +430,7 @@ nlohmann::ordered_json HfGenerationConfigJson(const ModelConfig& m, const std::s
   nlohmann::ordered_json j;
   j["_from_model_config"] = true;
   if (m.bos_token_id >= 0) j["bos_token_id"] = m.bos_token_id;
-  if (m.eos_token_id >= 0 || eos_ids.size() > 1) j["eos_token_id"] = EosJson(m, eos_ids);
+  if (m.eos_token_id >= 0 || !eos_ids.empty()) j["eos_token_id"] = EosJson(m, eos_ids);
   j["transformers_version"] = transformers_version;
   return j;
 }

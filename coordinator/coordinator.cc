@@ -23,6 +23,12 @@ double SteadySeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+std::string Joined(const std::vector<std::string>& diffs) {
+  std::string out;
+  for (const std::string& d : diffs) absl::StrAppend(&out, out.empty() ? "" : "; ", d);
+  return out;
+}
+
 std::string ModelMismatch(const ModelSpec& w, const ModelConfig& c) {
   std::vector<std::string> diffs;
   auto check = [&](const char* key, int64_t worker, int64_t coordinator) {
@@ -63,8 +69,10 @@ std::string ModelMismatch(const ModelSpec& w, const ModelConfig& c) {
     diffs.push_back(
         absl::StrCat("model.tie_embeddings: worker has ", !w.untied_head(), ", coordinator has ", c.tie_embeddings));
   }
-  // The shape-free settings (rope scaling, the sliding window): the fingerprint cannot tell them apart.
-  if (!w.rope_type().empty() && !EnumFromName(w.rope_type(), &declared.rope_type)) {
+  // The shape-free settings (rope scaling, the sliding window, head_dim): the fingerprint cannot tell them apart.
+  // Workers since 2026-12-06 always send rope_type; a client that sends none (an older one) is not checked on them.
+  if (w.rope_type().empty()) return Joined(diffs);
+  if (!EnumFromName(w.rope_type(), &declared.rope_type)) {
     diffs.push_back(absl::StrCat("model.rope_type: worker has an unknown '", w.rope_type().substr(0, 32),
                                  "', coordinator has ", std::string(EnumName(c.rope_type))));
   } else if (declared.rope_type != c.rope_type) {
@@ -85,9 +93,7 @@ std::string ModelMismatch(const ModelSpec& w, const ModelConfig& c) {
   check("sliding_window", w.sliding_window(), c.sliding_window);
   declared.head_dim = w.head_dim();
   check("head_dim", declared.HeadDim(), c.HeadDim());
-  std::string out;
-  for (const std::string& d : diffs) absl::StrAppend(&out, out.empty() ? "" : "; ", d);
-  return out;
+  return Joined(diffs);
 }
 
 std::vector<std::string> NamesOf(const std::vector<TensorSpec>& specs) {

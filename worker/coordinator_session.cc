@@ -195,8 +195,8 @@ CoordinatorSession::Outcome CoordinatorSession::AwaitRound(int64_t round, bool* 
   auto beat = client_->Heartbeat(round, kMaxHeartbeatHoldMs);
   const ProtocolDecision decision = DecideOnStatus(ProtocolCall::kHeartbeat, beat.status(), protocol_);
   if (decision.action == ProtocolAction::kRejoin) {
+    *need_push = true;  // a restarted coordinator has not counted our push (so it is not counted if we give up)
     if (!Rejoin()) return Outcome::kGiveUp;
-    *need_push = true;  // a restarted coordinator has not counted our push
     return Outcome::kGoOn;
   }
   if (decision.action == ProtocolAction::kRetry) {

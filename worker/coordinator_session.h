@@ -64,9 +64,10 @@ class CoordinatorSession {
   // True once after a push refused as late with outer.late_policy reuse_local: the next round starts from the local
   // parameters, not the pulled ones.
   bool TakeKeepLocal();
-  // Whether the last Exchange's push was counted: its last attempt was accepted (or found already counted) and no
-  // re-push was asked for before the round ended for this worker (closed, or the worker stopped). False after a
-  // refusal (late, quarantined, the round closed without it). Read after Exchange returns.
+  // Whether the last Exchange's push was counted, as far as this worker can see: its last attempt was accepted (or
+  // found already counted) and no re-push or rejoin was asked for before the round ended for it (closed, or the
+  // worker stopped). False after a refusal (late, quarantined, stale). A push discarded by an aggregation restart
+  // in the last moments before the close (between two held heartbeats) still reads as counted. Read after Exchange.
   bool push_counted() const { return push_counted_; }
   const absl::Status& failure() const { return failure_; }
   const JoinReply& join() const { return join_; }

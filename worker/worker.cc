@@ -150,7 +150,8 @@ void Worker::RunRounds() {
     local_->SettleFeedback(f, session_->push_counted());
     if (part_leader_ && parts_->feedback() && pulled) part_leader_->Settle(session_->push_counted());
     // A worker stopped (signal, drain) or cut off after its push counted saves that round too, so that a restart
-    // neither trains nor sends its work again (a cluster's ranks and comm.overlap_steps' next steps: only with a pull).
+    // resumes the moments, data position and residual after it (a cluster's ranks and comm.overlap_steps' next
+    // steps: only with a pull).
     if (pulled || (session_->push_counted() && !cluster_ && config_.comm.overlap_steps == 0)) {
       SaveLocalState(round + 1);
     }

@@ -614,6 +614,7 @@ TEST_F(CoordinatorCoreTest, RefusesWrongFingerprintModelAndUnknownWorker) {
               HasSubstr("model.rope_type: worker has yarn, coordinator has default"));
   EXPECT_THAT(std::string(rope.status().message()), HasSubstr("model.rope_factor: worker has 4, coordinator has 1"));
   JoinRequest window = JoinReq("A");
+  window.mutable_model()->set_rope_type("default");  // says the new fields (a client without them is not checked)
   window.mutable_model()->set_sliding_window(8);
   auto windowed = core_->Join(window);
   EXPECT_EQ(windowed.status().code(), absl::StatusCode::kFailedPrecondition);

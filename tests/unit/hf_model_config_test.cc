@@ -293,6 +293,9 @@ TEST_F(HfMergeTest, StopTokenIdsComeFromBothFilesAndAreWrittenBackAsAList) {
   EXPECT_EQ(HfConfigJson(m, "float32", "4.46.0", {2, 7, 9})["eos_token_id"].dump(), "[2,7,9]");
   EXPECT_EQ(HfGenerationConfigJson(m, "4.46.0", {2, 7, 9})["eos_token_id"].dump(), "[2,7,9]");
   EXPECT_EQ(HfConfigJson(m, "float32", "4.46.0", {2})["eos_token_id"].dump(), "2");
+  m.eos_token_id = 5;  // a run that set its own EOS: it stays first (read back as model.eos_token_id)
+  EXPECT_EQ(HfConfigJson(m, "float32", "4.46.0", {2, 7, 9})["eos_token_id"].dump(), "[5,2,7,9]");
+  m.eos_token_id = 2;
   EXPECT_EQ(HfGenerationConfigJson(m)["eos_token_id"].dump(), "2");
 }
 
