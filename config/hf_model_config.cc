@@ -323,12 +323,7 @@ void PutTokenIds(const ModelConfig& m, const std::vector<int64_t>& eos_ids, nloh
 void AppendIds(const std::filesystem::path& path, const char* key, int64_t vocab, std::vector<int64_t>& out) {
   std::ifstream in(path);
   if (!in) return;
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception&) {
-    return;
-  }
+  const json j = json::parse(in, nullptr, /*allow_exceptions=*/false);  // not JSON: discarded, not an object
   if (!j.is_object() || !j.contains(key)) return;
   const json v = j.at(key).is_array() ? j.at(key) : json::array({j.at(key)});
   for (const json& id : v) {

@@ -69,7 +69,7 @@ LocalState::LocalState(const Config& config, InnerTrainer& trainer, StateIdentit
     spdlog::warn("workers.state_dir: cannot create '{}' ({}); this worker keeps no local state", state_dir_,
                  ec.message());
     state_dir_.clear();
-    if (share_ && config_.workers.resume) ChooseRound({});  // the other ranks wait for this rank's (empty) offer
+    if (share_ && config_.workers.resume) ChooseSave({});  // the other ranks wait for this rank's (empty) offer
     return;
   }
   if (config_.workers.resume) Resume();
@@ -120,7 +120,7 @@ std::vector<WorkerState> LocalState::UsableStates() const {
   return usable;
 }
 
-std::optional<SaveMark> LocalState::ChooseRound(const std::vector<WorkerState>& usable) const {
+std::optional<SaveMark> LocalState::ChooseSave(const std::vector<WorkerState>& usable) const {
   if (!share_) {
     return usable.empty() ? std::nullopt : std::optional<SaveMark>(SaveMark{usable[0].round, usable[0].adam_steps});
   }
@@ -148,7 +148,7 @@ std::optional<SaveMark> LocalState::ChooseRound(const std::vector<WorkerState>& 
 
 void LocalState::Resume() {
   const std::vector<WorkerState> usable = UsableStates();
-  const std::optional<SaveMark> mark = ChooseRound(usable);
+  const std::optional<SaveMark> mark = ChooseSave(usable);
   const WorkerState* chosen = nullptr;
   for (const WorkerState& s : usable) {
     if (mark && s.round == mark->round && s.adam_steps == mark->adam_steps && chosen == nullptr) chosen = &s;

@@ -72,7 +72,7 @@ class LocalState {
   // does not fit is named in a warning.
   std::vector<WorkerState> UsableStates() const;
   // The save to resume: the newest usable one, or for a cluster the one the ranks agree on (AgreeOnResumeRound).
-  std::optional<SaveMark> ChooseRound(const std::vector<WorkerState>& usable) const;
+  std::optional<SaveMark> ChooseSave(const std::vector<WorkerState>& usable) const;
   void RestoreErrorFeedback(const std::vector<torch::Tensor>& saved);
   void OnWindow(const WindowDraw& draw);  // the trainer's window observer
 
