@@ -1,7 +1,9 @@
 // Bootstrap: the state a coordinator run starts from. theta_0 is handed in by the core's creator (the model host,
 // model_host.h, builds it from model: and run.seed, or loads model.init_from); with `resume`, the newest valid
 // checkpoint in coordinator.checkpoint_dir replaces it (theta_t, outer momentum, round, eval history and the running
-// totals); corrupt files are skipped with a warning, a checkpoint of another model is an error.
+// totals); corrupt files are skipped with a warning, a checkpoint of another model is an error. Without it (--fresh)
+// the checkpoints already there are moved aside (SetAsideCheckpoints), so the new run's are the only ones pruned and
+// resumed. Either way the *.bin.tmp files of a save that was killed are removed.
 // Stateless functions (file reads only); thread-safe.
 #pragma once
 

@@ -132,6 +132,8 @@ class CoordinatorCore {
   // Blocking file I/O: call it off the gRPC threads (any thread). In synchronous rounds the next outer step waits
   // for it (CheckpointWriter::Write, round_sinks.h).
   absl::StatusOr<WrittenCheckpoint> CheckpointNow() ABSL_LOCKS_EXCLUDED(mu_);
+  // Why the last round's checkpoint could not be written (CheckpointWriter::final_error); "" when it was.
+  std::string final_checkpoint_error() const { return checkpoints_->final_error(); }
 
   StatusReply Status() const ABSL_LOCKS_EXCLUDED(mu_);
   const std::vector<TensorSpec>& specs() const { return model_.specs; }

@@ -1,8 +1,8 @@
 // diloco-coordinator: serves one DiLoCo run. Loads the config, makes sure the token cache exists, builds theta_0,
 // starts the gRPC service and the round loop, and exits 0 once the last round is done and the workers have left.
-// Exit codes: 0 complete, 130 stopped by SIGINT/SIGTERM, 2 a start-up error. Every start-up step returns an
-// absl::Status; main is the one place that prints a start-up error (one line: the message, which names the key or
-// path and what would fix it) and picks the exit code.
+// Exit codes: 0 complete, 1 complete but the final checkpoint could not be written, 130 stopped by SIGINT/SIGTERM,
+// 2 a start-up error. Every start-up step returns an absl::Status; main is the one place that prints a start-up error
+// (one line: the message, which names the key or path and what would fix it) and picks the exit code.
 #include <ATen/Parallel.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
@@ -38,6 +38,7 @@ std::atomic<int> g_signal{0};
 void OnSignal(int sig) { g_signal = sig; }
 
 constexpr int kExitComplete = 0;
+constexpr int kExitFinalCheckpointFailed = 1;  // complete, but theta_T is on no disk
 constexpr int kExitStartUpError = 2;
 constexpr int kExitStopped = 130;  // 128 + SIGINT, also after SIGTERM
 
@@ -243,7 +244,7 @@ void StopServing(Process& p) {
 }
 
 // Runs the round loop until the run is complete or a signal comes; then lets the workers leave and shuts down.
-// Returns the exit code: 0 complete, 130 stopped.
+// Returns the exit code: 0 complete, 1 complete without its final checkpoint, 130 stopped.
 int ServeUntilDone(Process& p) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
@@ -264,6 +265,14 @@ int ServeUntilDone(Process& p) {
   }
   StopServing(p);
   watcher.join();
+  const std::string final_error = complete ? core->final_checkpoint_error() : "";
+  if (!final_error.empty()) {
+    spdlog::error(
+        "the run is complete but its final checkpoint could not be written ({}); a restart resumes from the newest "
+        "checkpoint on disk and trains the rounds after it again",
+        final_error);
+    return kExitFinalCheckpointFailed;
+  }
   spdlog::info("exit");
   return complete ? kExitComplete : kExitStopped;
 }
@@ -278,7 +287,9 @@ int main(int argc, char** argv) {
   app.add_option("--port-file", flags.port_file, "write HOST:PORT here once listening (for coordinator.listen port 0)");
   app.add_option("--metrics-port-file", flags.metrics_port_file,
                  "write HOST:PORT of the HTTP metrics listener here once listening (coordinator.metrics_listen)");
-  app.add_flag("--fresh", flags.fresh, "ignore checkpoints in coordinator.checkpoint_dir and start from theta_0");
+  app.add_flag(
+      "--fresh", flags.fresh,
+      "start from theta_0; checkpoints already in coordinator.checkpoint_dir are moved to before-fresh-<UTC time>/");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_pattern("%H:%M:%S.%e %^%l%$ coordinator: %v");
 

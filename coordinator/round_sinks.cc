@@ -6,6 +6,7 @@
 #include <cmath>
 #include <exception>
 #include <filesystem>
+#include <thread>
 #include <utility>
 
 #include "coordinator/outer_step.h"
@@ -112,7 +113,26 @@ CheckpointWriter::CheckpointWriter(const Config& config, std::string fingerprint
 void CheckpointWriter::OnCommitted(const ClosedRound& round) {
   if (!round.theta->complete && (every_ <= 0 || round.theta->round % every_ != 0)) return;
   auto written = Write();
-  if (!written.ok()) spdlog::error("checkpoint failed, training goes on: {}", std::string(written.status().message()));
+  if (written.ok()) return;
+  if (!round.theta->complete) {
+    spdlog::error("checkpoint failed, training goes on: {}", std::string(written.status().message()));
+    return;
+  }
+  // The last round's: theta_T exists nowhere else. A few more tries for a passing fault (a full disk being freed).
+  for (int attempt = 2; attempt <= 3 && !written.ok(); ++attempt) {
+    spdlog::error("the final checkpoint failed (try {} of 3; again in 5 s): {}", attempt - 1,
+                  std::string(written.status().message()));
+    std::this_thread::sleep_for(std::chrono::seconds(5));
+    written = Write();
+  }
+  if (written.ok()) return;
+  absl::MutexLock lock(&final_mu_);
+  final_error_ = std::string(written.status().message());
+}
+
+std::string CheckpointWriter::final_error() const {
+  absl::MutexLock lock(&final_mu_);
+  return final_error_;
 }
 
 absl::StatusOr<WrittenCheckpoint> CheckpointWriter::Write() {

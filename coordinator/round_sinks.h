@@ -108,7 +108,11 @@ class CheckpointWriter : public RoundSink {
   // Writes the published theta_t, its momentum and the evals now (blocking file I/O; one write at a time). In
   // synchronous rounds the next outer step waits for it (ThetaStore::ReadSteady).
   absl::StatusOr<WrittenCheckpoint> Write() ABSL_LOCKS_EXCLUDED(mu_);
-  void OnCommitted(const ClosedRound& round) override;  // when due; a failure is logged
+  // When due; a failure is logged and training goes on, but the last round's is tried 3 times (5 s apart) and, if
+  // they all fail, kept in final_error().
+  void OnCommitted(const ClosedRound& round) override;
+  // Why the last round's checkpoint could not be written; "" when it was (or the run is not complete).
+  std::string final_error() const ABSL_LOCKS_EXCLUDED(final_mu_);
 
  private:
   const std::string dir_;
@@ -118,6 +122,8 @@ class CheckpointWriter : public RoundSink {
   ThetaStore* const theta_;
   const std::shared_ptr<EvalHistory> history_;
   absl::Mutex mu_;  // one write at a time (the round thread and operator requests)
+  mutable absl::Mutex final_mu_;
+  std::string final_error_ ABSL_GUARDED_BY(final_mu_);
 };
 
 class SummarySink : public RoundSink {

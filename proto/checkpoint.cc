@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <memory>
 #include <new>
@@ -327,8 +328,12 @@ absl::Status ParseBody(ScanningReader& r, const std::string& path, CheckpointDat
     uint64_t numel = 1;
     for (int64_t& d : dims) {
       if (!r.Pod(&d) || d < 0) return Corrupt(path, "bad tensor shape");
+      // Divided, not multiplied: a flipped high bit in a dimension must not wrap the product back into range.
+      const uint64_t fits = r.remaining() / sizeof(float);
+      if (d > 0 && numel > fits / static_cast<uint64_t>(d)) {
+        return Corrupt(path, absl::StrCat("tensor '", name, "' truncated"));
+      }
       numel *= static_cast<uint64_t>(d);
-      if (numel > r.remaining() / sizeof(float)) return Corrupt(path, absl::StrCat("tensor '", name, "' truncated"));
     }
     at::Tensor t;
     if (!r.Floats(dims, &t)) return Corrupt(path, absl::StrCat("tensor '", name, "' truncated"));
@@ -404,13 +409,14 @@ absl::StatusOr<CheckpointData> LoadCheckpoint(const std::string& path) {
 }
 
 namespace {
-// Checkpoint files in dir, oldest first (names sort by round).
-std::vector<std::string> CheckpointFiles(const std::string& dir) {
+// Files "ckpt-*<suffix>" in dir, sorted by name (checkpoints: oldest first, as names sort by round).
+std::vector<std::string> CheckpointFiles(const std::string& dir, const std::string& suffix = ".bin") {
   std::vector<std::string> files;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind("ckpt-", 0) == 0 && name.size() > 4 && name.substr(name.size() - 4) == ".bin") {
+    if (name.rfind("ckpt-", 0) == 0 && name.size() > 5 + suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
       files.push_back(entry.path().string());
     }
   }
@@ -427,6 +433,41 @@ absl::StatusOr<LoadedCheckpoint> LoadNewestCheckpoint(const std::string& dir, st
     if (skipped != nullptr) skipped->push_back(std::string(data.status().message()));
   }
   return absl::NotFoundError(absl::StrCat("no valid checkpoint in ", dir));
+}
+
+absl::StatusOr<std::string> SetAsideCheckpoints(const std::string& dir) {
+  const std::vector<std::string> files = CheckpointFiles(dir);
+  if (files.empty()) return std::string();
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &utc);
+  std::string aside = (std::filesystem::path(dir) / absl::StrCat("before-fresh-", stamp)).string();
+  std::error_code ec;
+  for (int n = 2; std::filesystem::exists(aside, ec); ++n) {  // two fresh starts within a second
+    aside = (std::filesystem::path(dir) / absl::StrCat("before-fresh-", stamp, "-", n)).string();
+  }
+  if (!std::filesystem::create_directory(aside, ec) || ec) {
+    return absl::InternalError(absl::StrCat("cannot create ", aside, ": ", ec.message()));
+  }
+  for (size_t i = 0; i < files.size(); ++i) {
+    std::filesystem::rename(files[i], std::filesystem::path(aside) / std::filesystem::path(files[i]).filename(), ec);
+    if (ec) {
+      return absl::InternalError(absl::StrCat("cannot move ", files[i], " into ", aside, " (", ec.message(), "); ", i,
+                                              " of ", files.size(), " checkpoints were moved there"));
+    }
+  }
+  return aside;
+}
+
+int RemoveUnfinishedCheckpoints(const std::string& dir) {
+  int removed = 0;
+  for (const std::string& path : CheckpointFiles(dir, ".bin.tmp")) {
+    std::error_code ec;
+    if (std::filesystem::remove(path, ec)) ++removed;
+  }
+  return removed;
 }
 
 void PruneCheckpoints(const std::string& dir, int64_t keep) {

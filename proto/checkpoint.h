@@ -60,4 +60,14 @@ std::string CheckpointPath(const std::string& dir, int64_t round);
 // Deletes all but the newest `keep` checkpoints in dir (keep 0 keeps all).
 void PruneCheckpoints(const std::string& dir, int64_t keep);
 
+// A run started over (--fresh) in a directory that holds another run's checkpoints: moves them into
+// <dir>/before-fresh-<UTC time>/ (never deleted: pruning and resuming would otherwise mix the two runs, and a new run
+// of fewer rounds would see its own newest checkpoints pruned as the oldest names). Returns that folder, "" when
+// there was nothing to move, or the error (nothing is then half moved back: the files moved so far are named in it).
+absl::StatusOr<std::string> SetAsideCheckpoints(const std::string& dir);
+
+// Deletes the "<dir>/ckpt-*.bin.tmp" files a save killed before its rename left (never a valid checkpoint); returns
+// how many.
+int RemoveUnfinishedCheckpoints(const std::string& dir);
+
 }  // namespace diloco

@@ -37,8 +37,10 @@ class CoordinatorSession {
                                                                   RunFlags& flags);
 
   // Joins, retrying while the coordinator is unreachable (until workers.connect_timeout_s). After a first Join a
-  // rejoin asks for the same shard and keeps it whatever the reply says.
+  // rejoin asks for the same shard and keeps it whatever the reply says; the first asks for PreferShard's.
   absl::Status Join();
+  // The shard the first Join asks for (the one a restarted worker read before: SavedShardHint); -1, none.
+  void PreferShard(int shard) { first_shard_hint_ = shard; }
   // Pulls all of theta (fragment -1) or one fragment into `dest`, joining again or retrying as needed; nullopt when
   // the worker must stop. With parts (UseParts), all of theta into an empty `dest` is the ranks' part pulls.
   // have_round >= 0: dest holds theta_{have_round} bit for bit, so the first attempt may be a sparse pull
@@ -100,6 +102,7 @@ class CoordinatorSession {
   Backoff backoff_{5.0};
   JoinReply join_;
   bool joined_ = false;        // a Join succeeded once: later ones keep its shard
+  int first_shard_hint_ = -1;  // the shard the first Join asks for (PreferShard)
   bool keep_local_ = false;    // outer.late_policy reuse_local after a late push
   bool push_counted_ = false;  // push_counted()
   absl::Status failure_;       // why the worker must stop (OK: asked to go, or not stopping)

@@ -19,6 +19,16 @@
 
 namespace diloco {
 
+int SavedShardHint(const Config& config, const std::string& worker_id, int64_t cluster_size,
+                   const std::string& fingerprint) {
+  if (!config.workers.resume) return -1;
+  auto journal = LoadPosition(PositionPath(config.WorkerStateDir(), StateKey(worker_id, 0, cluster_size)));
+  if (!journal.ok()) return -1;
+  const StateIdentity& saved = journal->first;
+  if (saved.worker_id != worker_id || saved.fingerprint != fingerprint || saved.seed != config.run.seed) return -1;
+  return static_cast<int>(saved.shard);
+}
+
 std::string SliceLayoutOf(const FlatAdamW& optimizer) {
   const int64_t piece = optimizer.gradient_piece().numel();
   const int64_t parts = piece > 0 ? optimizer.padded_parameters().numel() / piece : 1;

@@ -36,6 +36,13 @@ StateIdentity IdentityOf(const Config& config, const TokenCache& cache, const st
                          InnerTrainer& trainer, int64_t shard_index, int64_t shard_count, int64_t cluster_rank,
                          int64_t cluster_size);
 
+// The shard this worker read before a restart, from its position journal (a cluster's: rank 0's), so that its first
+// Join asks for it back instead of the lowest free one (which a restarted run's workers reach in any order: each would
+// then find its saved state on another shard and start it over). -1 when there is none that fits: workers.resume
+// off, no journal, or one of another model (`fingerprint`), seed or worker id.
+int SavedShardHint(const Config& config, const std::string& worker_id, int64_t cluster_size,
+                   const std::string& fingerprint);
+
 // The slice layout a state records for `optimizer` (SliceLayout of its sharding and SlicePlan).
 std::string SliceLayoutOf(const FlatAdamW& optimizer);
 

@@ -70,6 +70,7 @@ absl::Status Worker::SetUp(const TokenCache& cache) {
   auto session = CoordinatorSession::Open(config_, options_, fingerprint, ClusterSize(), flags_);
   if (!session.ok()) return session.status();
   session_ = std::move(*session);
+  session_->PreferShard(SavedShardHint(config_, options_.id, ClusterSize(), fingerprint));
   if (absl::Status joined = session_->Join(); !joined.ok()) {
     if (leader_) leader_->Stop();
     return joined;

@@ -71,24 +71,18 @@ absl::StatusOr<std::vector<int64_t>> ParseIds(const std::string& text, const cha
   return ids;
 }
 
-// The prompt's ids: --prompt-ids as given, or --prompt through the tokenizer (with the model's BOS first for llama,
-// as Hugging Face's LlamaTokenizer adds it).
-absl::StatusOr<std::vector<int64_t>> PromptIds(const GenerateCommand& c, const Config& config,
-                                               const std::string& tokenizer) {
+// The prompt's ids: --prompt-ids as given, or --prompt through the tokenizer with the special tokens transformers'
+// tokenizer(prompt) adds (a tokenizer.json's post-processor: BOS for Llama 3, none for Qwen2.5 or GPT-2).
+absl::StatusOr<std::vector<int64_t>> PromptIds(const GenerateCommand& c, const std::string& tokenizer) {
   if (!c.prompt_ids.empty()) return ParseIds(c.prompt_ids, "--prompt-ids");
   if (tokenizer.empty()) {
     return absl::NotFoundError(
         "--prompt needs the run's tokenizer (the HF directory's tokenizer.model or the run's "
         "token cache), and none was found; pass --prompt-ids instead");
   }
-  auto out = RunTokenizer({"encode", "--model", tokenizer, "--text", c.prompt});
+  auto out = RunTokenizer({"encode", "--model", tokenizer, "--text", c.prompt, "--add-special-tokens"});
   if (!out.ok()) return out.status();
-  auto ids = ParseIds(*out, "diloco-tokenize encode");
-  const bool bos_first = config.model.arch == ModelArch::kLlama || config.model.arch == ModelArch::kMistral;
-  if (ids.ok() && bos_first && config.model.bos_token_id >= 0) {
-    ids->insert(ids->begin(), config.model.bos_token_id);
-  }
-  return ids;
+  return ParseIds(*out, "diloco-tokenize encode");
 }
 
 }  // namespace
@@ -110,7 +104,7 @@ absl::Status RunGenerate(const GenerateCommand& c) {
   auto model = LoadModel(*config);
   if (!model.ok()) return model.status();
   const std::string tokenizer = FindTokenizer(*config);
-  auto prompt = PromptIds(c, *config, tokenizer);
+  auto prompt = PromptIds(c, tokenizer);
   if (!prompt.ok()) return prompt.status();
   GenerateOptions options;
   options.max_new_tokens = c.max_new_tokens;

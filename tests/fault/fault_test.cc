@@ -316,6 +316,41 @@ TEST(Fault, LatePushIsRefusedAndLatePolicyDecidesTheRestart) {
   }
 }
 
+// A run continued after both its workers stopped, its workers arriving the other way round: each asks at Join for
+// the shard its saved journal names, gets it back, and resumes its moments and data position. Before, the first to
+// join took the lowest free shard (the other's), and both found their saved state on another shard and started over.
+TEST(Fault, ARestartedWorkerAsksForItsOwnShardBack) {
+  const std::string dir = ScratchDir("shard_back");
+  const std::vector<std::string> two = {"workers.count=2", "coordinator.min_workers=2", "inner.steps=20"};
+  {
+    const std::string address = Loopback();
+    const auto args = With(FaultArgs(dir, address, two), {"--set", "outer.rounds=2"});
+    auto coordinator = StartCoordinator(args);
+    auto a = StartWorker(args, address, "a");
+    ASSERT_TRUE(coordinator->WaitForOutput("joined: worker a", 60)) << coordinator->output();
+    auto b = StartWorker(args, address, "b");
+    ASSERT_EQ(a->Wait(120), 0) << a->output();
+    ASSERT_EQ(b->Wait(120), 0) << b->output();
+    ASSERT_EQ(coordinator->Wait(60), 0) << coordinator->output();
+    ASSERT_NE(a->output().find("shard 0/2"), std::string::npos) << a->output();
+    ASSERT_NE(b->output().find("shard 1/2"), std::string::npos) << b->output();
+  }
+  const std::string address = Loopback();
+  const auto args = With(FaultArgs(dir, address, two), {"--set", "outer.rounds=3"});
+  auto coordinator = StartCoordinator(args);
+  auto b = StartWorker(args, address, "b");
+  ASSERT_TRUE(coordinator->WaitForOutput("joined: worker b", 60)) << coordinator->output();
+  auto a = StartWorker(args, address, "a");
+  ASSERT_EQ(a->Wait(120), 0) << a->output();
+  ASSERT_EQ(b->Wait(120), 0) << b->output();
+  ASSERT_EQ(coordinator->Wait(60), 0) << coordinator->output();
+  for (auto [w, shard] : {std::pair{a.get(), "shard 0/2"}, std::pair{b.get(), "shard 1/2"}}) {
+    EXPECT_NE(w->output().find(shard), std::string::npos) << w->output();
+    EXPECT_NE(w->output().find("resuming from"), std::string::npos) << w->output();
+    EXPECT_EQ(w->output().find("ignoring the saved state"), std::string::npos) << w->output();
+  }
+}
+
 TEST(Fault, TruncatedNewestCheckpointIsSkippedAndTheOneBeforeIsUsed) {
   const std::string dir = ScratchDir("corrupt_checkpoint");
   const std::vector<std::string> one = {"workers.count=1", "coordinator.min_workers=1", "inner.steps=20"};

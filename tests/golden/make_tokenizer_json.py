@@ -4,7 +4,11 @@ Trains one small BPE tokenizer per kind we read (worker/tokenizer/hf_tokenizer.h
 emoji, tabs, runs of spaces and long digit runs plus tinyshakespeare lines, and writes OUT/<kind>/tokenizer.json
 (with a config.json naming BOS / EOS, as a model directory has) and OUT/golden.json:
   {"texts": [...], "kinds": {kind: {"ids": [[...] per text], "decoded": [...], "bos": id, "eos": id}}}
-where ids are Tokenizer.encode(text, add_special_tokens=False).ids and decoded is Tokenizer.decode(ids).
+where ids are Tokenizer.encode(text, add_special_tokens=False).ids and decoded is Tokenizer.decode(ids); "special_ids"
+are Tokenizer.encode(text).ids (add_special_tokens=True: the post-processor's special tokens around them, as
+transformers' tokenizer(text) gives a prompt). Post-processors as the models ship them: gpt2 ByteLevel; llama3 a
+Sequence of ByteLevel and TemplateProcessing "<|bos|> $A" (Llama 3's); qwen2 none; llama2 TemplateProcessing
+"<|bos|> $A <|eos|>"; metaspace RobertaProcessing (cls <|bos|>, sep <|eos|>).
 Ill-formed UTF-8 ("invalid_hex": bytes with a cut 4-byte and 3-byte sequence, an encoded surrogate and an overlong
 form): each kind's "invalid_ids" encode INVALID.decode("utf-8", "replace") (one U+FFFD per maximal subpart), and the
 byte-level kinds' "cut_ids" (the byte tokens of those bytes) decode to "cut_decoded" (Rust's from_utf8_lossy).
@@ -19,7 +23,8 @@ import json
 import os
 import sys
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors,
+                        trainers)
 
 LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
                 r"\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -110,6 +115,20 @@ def add_byte_tokens(tok):
     return Tokenizer.from_str(json.dumps(j))
 
 
+def post_processor(kind, bos, eos):
+    """The post-processor of kind (the module docstring), or None."""
+    template = {"llama3": "<|bos|> $A", "llama2": "<|bos|> $A <|eos|>"}
+    if kind == "gpt2":
+        return processors.ByteLevel(trim_offsets=False)
+    if kind in template:
+        t = processors.TemplateProcessing(single=template[kind], pair=template[kind] + " $B:1",
+                                          special_tokens=[("<|bos|>", bos), ("<|eos|>", eos)])
+        return processors.Sequence([processors.ByteLevel(trim_offsets=False), t]) if kind == "llama3" else t
+    if kind == "metaspace":
+        return processors.RobertaProcessing(("<|eos|>", eos), ("<|bos|>", bos))  # sep, cls
+    return None
+
+
 def write_refused(out, text):
     os.makedirs(out, exist_ok=True)
     wordpiece = Tokenizer(models.WordPiece(unk_token="[UNK]"))
@@ -155,14 +174,17 @@ def main():
         if tok.model.byte_fallback:
             tok = add_byte_tokens(tok)
         tok.add_tokens([ADDED, WORD, STRIP])
+        bos, eos = tok.token_to_id("<|bos|>"), tok.token_to_id("<|eos|>")
+        if post_processor(name, bos, eos) is not None:
+            tok.post_processor = post_processor(name, bos, eos)
         os.makedirs(os.path.join(out, name), exist_ok=True)
         tok.save(os.path.join(out, name, "tokenizer.json"))
-        bos, eos = tok.token_to_id("<|bos|>"), tok.token_to_id("<|eos|>")
         with open(os.path.join(out, name, "config.json"), "w") as f:
             json.dump({"bos_token_id": bos, "eos_token_id": eos}, f)
         ids = [tok.encode(t, add_special_tokens=False).ids for t in texts]
         golden["kinds"][name] = {"ids": ids, "decoded": [tok.decode(i) for i in ids], "bos": bos, "eos": eos,
                                  "vocab_size": tok.get_vocab_size(),
+                                 "special_ids": [tok.encode(t).ids for t in texts],
                                  "invalid_ids": tok.encode(INVALID.decode("utf-8", "replace"),
                                                            add_special_tokens=False).ids}
         if name in ("gpt2", "llama3", "qwen2"):  # byte-level: every byte has a token

@@ -1,7 +1,8 @@
 // A Hugging Face model directory whose tokenizer is a tokenizer.json, end to end through diloco-ctl:
 // tests/golden/make_tokenizer_e2e.py trains Llama 3's and Qwen2's kinds of tokenizer.json with the tokenizers library,
 // saves a tiny random LlamaForCausalLM / Qwen2ForCausalLM of that vocabulary beside it, and records the prompt's ids
-// (tokenizers, with BOS first for llama) and transformers' generate(do_sample=False) of 32 tokens. Here
+// as AutoTokenizer gives them (the post-processor's BOS: llama's Llama 3 template, none for qwen2, and a Qwen2 model
+// whose template adds BOS, qwen2_bos) and transformers' generate(do_sample=False) of 32 tokens. Here
 // `diloco-ctl generate --prompt TEXT` (from the directory, and from a checkpoint of a run started from it) must print
 // exactly those ids and their text, and `diloco-ctl export --format hf` must carry the tokenizer.json into the export,
 // where AutoTokenizer loads it and encodes the prompt to the same ids, and generate from the export gives them again.
@@ -115,14 +116,12 @@ TEST_P(HfTokenizerE2eTest, CheckpointGeneratesAndExportCarriesTheTokenizerJson) 
   if (GetParam() == "llama") {  // the tokenizer_config.json beside it (its BOS / EOS names) comes along
     EXPECT_EQ(ReadFile(out + "/tokenizer_config.json"), ReadFile(ModelDir() + "/tokenizer_config.json"));
   }
-  // The prompt's ids without BOS (AutoTokenizer's encode with add_special_tokens=False).
-  nlohmann::json plain = Golden()["prompt_ids"];
-  if (GetParam() == "llama") plain.erase(plain.begin());
+  // AutoTokenizer in the export gives the prompt the same special tokens, and the same ids without them.
   const std::string check_log = dir_ + "/" + GetParam() + "_check.log";
-  const int check =
-      Shell(std::string(DILOCO_PYTHON) + " " + SourceDir() + "/tests/golden/make_tokenizer_e2e.py check " + out +
-            " \"$(cat " + dir_ + "/" + GetParam() + "_prompt.txt)\" '" + JoinIds(plain) + "'" +
-            (GetParam() == "llama" ? " '<|bos|>'" : "") + " > " + check_log + " 2>&1");
+  const int check = Shell(
+      std::string(DILOCO_PYTHON) + " " + SourceDir() + "/tests/golden/make_tokenizer_e2e.py check " + out +
+      " \"$(cat " + dir_ + "/" + GetParam() + "_prompt.txt)\" '" + JoinIds(Golden()["prompt_ids"]) + "' '" +
+      JoinIds(Golden()["plain_ids"]) + "'" + (GetParam() == "llama" ? " '<|bos|>'" : "") + " > " + check_log + " 2>&1");
   EXPECT_EQ(check, 0) << ReadFile(check_log);
   EXPECT_NE(ReadFile(check_log).find("check_tokenizer: OK"), std::string::npos) << ReadFile(check_log);
 
@@ -132,7 +131,7 @@ TEST_P(HfTokenizerE2eTest, CheckpointGeneratesAndExportCarriesTheTokenizerJson) 
   EXPECT_EQ(again, JoinIds(Golden()["generated"]) + "\n");
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, HfTokenizerE2eTest, ::testing::Values("llama", "qwen2"));
+INSTANTIATE_TEST_SUITE_P(Families, HfTokenizerE2eTest, ::testing::Values("llama", "qwen2", "qwen2_bos"));
 
 }  // namespace
 }  // namespace diloco::testing

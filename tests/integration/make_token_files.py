@@ -7,6 +7,8 @@ prepare.py and llm.c's dev/data/data_common.py write them:
   llmc3.bin      llm.c llama3 layout: header (magic 20240801, version 7, count 300), uint32 ids 100000 + i
   bad_id.bin     raw uint16, 200 ids of 5 except 60000 at position 123 (>= vocab 50257)
   truncated.bin  llm.c GPT-2 header saying 1000 ids, holding 900
+  wide.bin       raw uint32 ids 3 * i % 50000 for i < 2000 (np.uint32 .tofile: data.token_dtype uint32)
+  wide3.bin      raw uint32 ids (128000 + 7 * i) % 128256 for i < 2000 (Llama 3's vocabulary: high halves 0 and 1)
 
 Usage: make_token_files.py OUT_DIR
 """
@@ -34,6 +36,8 @@ def main():
     bad[123] = 60000
     bad.tofile(os.path.join(out, "bad_id.bin"))
     write_llmc(os.path.join(out, "truncated.bin"), 20240520, 1, np.arange(900, dtype=np.uint16), claimed=1000)
+    (3 * np.arange(2000) % 50000).astype(np.uint32).tofile(os.path.join(out, "wide.bin"))
+    ((128000 + 7 * np.arange(2000)) % 128256).astype(np.uint32).tofile(os.path.join(out, "wide3.bin"))
 
 
 if __name__ == "__main__":

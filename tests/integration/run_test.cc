@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -411,15 +412,53 @@ TEST(Launch, RelaunchOfACompletedRunEndsCleanly) {
   EXPECT_NE(out.find("[launch] done: 3 rounds"), std::string::npos) << out;
   // --fresh starts the run over, the workers included: none resumes (or even reads) the moments and data position
   // its last run saved in workers.state_dir (before, each resumed them, or warned that its shard differed).
+  // Two rounds this time: the first run's checkpoints (rounds 1-3, newer names) are moved aside, so the new run's
+  // are the ones kept (before, each was pruned as soon as it was written, the oldest name of four) and the next
+  // launch resumes the new run, not the old one.
   std::vector<std::string> fresh_args = args;
-  fresh_args.push_back("--fresh");
+  fresh_args.insert(fresh_args.end(), {"--fresh", "--set", "outer.rounds=2"});
   RunningProcess fresh("diloco-launch", fresh_args);
   ASSERT_EQ(fresh.Wait(180), 0) << fresh.output();
   const std::string restarted = fresh.output();
-  EXPECT_NE(restarted.find("[launch] done: 3 rounds"), std::string::npos) << restarted;
+  EXPECT_NE(restarted.find("[launch] done: 2 rounds"), std::string::npos) << restarted;
   EXPECT_NE(restarted.find("--fresh: not resuming the saved state"), std::string::npos) << restarted;
+  EXPECT_NE(restarted.find("--fresh: the earlier run's checkpoints in"), std::string::npos) << restarted;
   EXPECT_EQ(restarted.find("resuming from"), std::string::npos) << restarted;
   EXPECT_EQ(restarted.find("ignoring the saved state"), std::string::npos) << restarted;
+  std::vector<std::string> kept, aside;
+  for (const auto& entry : std::filesystem::directory_iterator(dir + "/checkpoints")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("ckpt-", 0) == 0) kept.push_back(name);
+    if (name.rfind("before-fresh-", 0) == 0) {
+      for (const auto& old : std::filesystem::directory_iterator(entry.path()))
+        aside.push_back(old.path().filename().string());
+    }
+  }
+  std::sort(kept.begin(), kept.end());
+  std::sort(aside.begin(), aside.end());
+  EXPECT_EQ(kept, (std::vector<std::string>{"ckpt-00000001.bin", "ckpt-00000002.bin"}));
+  EXPECT_EQ(aside, (std::vector<std::string>{"ckpt-00000001.bin", "ckpt-00000002.bin", "ckpt-00000003.bin"}));
+  RunningProcess after("diloco-launch", With(args, {"--set", "outer.rounds=2"}));
+  ASSERT_EQ(after.Wait(60), 0) << after.output();
+  EXPECT_NE(after.output().find("is already complete (round 2 of 2)"), std::string::npos) << after.output();
+}
+
+// The last round's checkpoint cannot be written (its .tmp path is a directory that is not empty): the coordinator
+// tries three times, then exits 1 with a line saying so (before, it logged "training goes on" and exited 0 with
+// theta_T on no disk), so the launch fails; the earlier checkpoint is there for a restart.
+TEST(Launch, AFinalCheckpointThatCannotBeWrittenIsNotACleanEnd) {
+  const std::string dir = ScratchDir("final_checkpoint");
+  std::filesystem::create_directories(dir + "/checkpoints/ckpt-00000002.bin.tmp/in-the-way");
+  std::vector<std::string> args = TinyArgs(dir, {"outer.rounds=2"});
+  args.erase(args.begin());
+  RunningProcess launch("diloco-launch", args);
+  EXPECT_EQ(launch.Wait(180), 1) << launch.output();
+  const std::string out = launch.output();
+  EXPECT_NE(out.find("the final checkpoint failed (try 2 of 3; again in 5 s)"), std::string::npos) << out;
+  EXPECT_NE(out.find("the run is complete but its final checkpoint could not be written"), std::string::npos) << out;
+  EXPECT_NE(out.find("coordinator exited with code 1"), std::string::npos) << out;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/checkpoints/ckpt-00000001.bin"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/checkpoints/ckpt-00000002.bin"));
 }
 
 TEST(Launch, TinyRunEndsWithExit0AndPrefixedLogs) {

@@ -120,6 +120,44 @@ TEST(Tokenize, GivenModelIdsAppearUnchangedInTheShards) {
   EXPECT_EQ(SplitIds(manifest.train), expected);
 }
 
+// A prompt's special tokens from a SentencePiece model, as transformers 5.25 reads a tokenizer.model directory: the
+// add_bos_token / add_eos_token of the tokenizer_config.json beside it (false when it does not say); with none beside
+// it (a model this tool trained, whose documents start with BOS), BOS. A config that is not JSON is one line, and only
+// where a prompt needs it.
+TEST(Tokenize, APromptsSpecialTokensFollowTheTokenizerConfig) {
+  const std::string dir = ScratchDir("tok_prompt_special");
+  const std::string model = TrainedModel(dir);
+  auto encode = [&](bool special) {
+    std::vector<std::string> args = {"encode", "--model", model, "--text", "ROMEO: speak"};
+    if (special) args.push_back("--add-special-tokens");
+    RunningProcess p(kTokenizer, args);
+    EXPECT_EQ(p.Wait(30), 0) << p.output();
+    return ParseIds(p.output());
+  };
+  const std::vector<uint32_t> plain = encode(false);
+  ASSERT_FALSE(plain.empty());
+  auto with = [&](std::vector<uint32_t> before, std::vector<uint32_t> after) {
+    before.insert(before.end(), plain.begin(), plain.end());
+    before.insert(before.end(), after.begin(), after.end());
+    return before;
+  };
+  EXPECT_EQ(encode(true), with({1}, {})) << "no tokenizer_config.json: BOS";
+  const std::string config = dir + "/made/tokenizer_config.json";
+  WriteText(config, R"({"tokenizer_class": "LlamaTokenizer"})");
+  EXPECT_EQ(encode(true), plain) << "a config that does not say: none";
+  WriteText(config, R"({"add_bos_token": true, "add_eos_token": true})");
+  EXPECT_EQ(encode(true), with({1}, {2}));
+  WriteText(config, R"({"add_bos_token": false})");
+  EXPECT_EQ(encode(true), plain);
+  WriteText(config, R"({"add_bos_token": "yes"})");
+  EXPECT_EQ(encode(false), plain) << "training text does not read it";
+  RunningProcess bad(kTokenizer, {"encode", "--model", model, "--text", "x", "--add-special-tokens"});
+  EXPECT_EQ(bad.Wait(30), 1);
+  EXPECT_TRUE(bad.WaitForOutput(
+      "diloco-tokenize: error: encoding failed: " + config + ": add_bos_token must be true or false", 10))
+      << bad.output();
+}
+
 TEST(Tokenize, JsonlBadLinesFailWithFileAndLineOrAreSkippedAndCounted) {
   const std::string dir = ScratchDir("tok_jsonl");
   const std::string model = TrainedModel(dir);
@@ -213,6 +251,30 @@ TEST(Tokenize, TokenFilesAreUsedInPlace) {
   EXPECT_EQ(cut.Wait(30), 1);
   EXPECT_TRUE(cut.WaitForOutput("truncated.bin: header says 1000 tokens but the file holds 900 (truncated?)", 10))
       << cut.output();
+
+  // Raw uint32 ids read as uint16 (the default) would pass every id check as (low, high) halves: refused by their
+  // high halves (0 for a GPT-2 vocabulary, 0 or 1 for Llama 3's), and read whole with --token-dtype uint32. Real
+  // uint16 ids under a large vocabulary (nanogpt.bin with 200000 above) pass.
+  RunningProcess narrow(kTokenizer, {"--format", "tokens", "--input", dir + "/wide.bin", "--vocab-size", "50257",
+                                     "--out", dir + "/narrow"});
+  EXPECT_EQ(narrow.Wait(30), 1);
+  EXPECT_TRUE(narrow.WaitForOutput(dir + "/wide.bin: every second uint16 of the first 4000 ids is 0, as uint32 ids "
+                                         "read as uint16 are; set data.token_dtype: uint32",
+                                   10))
+      << narrow.output();
+  RunningProcess narrow3(kTokenizer, {"--format", "tokens", "--input", dir + "/wide3.bin", "--vocab-size", "128256",
+                                      "--out", dir + "/narrow3"});
+  EXPECT_EQ(narrow3.Wait(30), 1);
+  EXPECT_TRUE(narrow3.WaitForOutput(dir + "/wide3.bin: every second uint16 of the first 4000 ids is at most 1", 10))
+      << narrow3.output();
+  RunningProcess wide(kTokenizer, {"--format", "tokens", "--input", dir + "/wide.bin", "--vocab-size", "50257",
+                                   "--token-dtype", "uint32", "--val-fraction", "0.1", "--out", dir + "/wide"});
+  EXPECT_EQ(wide.Wait(30), 0) << wide.output();
+  TokenManifest wide_manifest;
+  std::string error;
+  ASSERT_TRUE(ReadTokenManifest(dir + "/wide/meta.json", &wide_manifest, &error)) << error;
+  EXPECT_EQ(SplitIds(wide_manifest.train).size() + SplitIds(wide_manifest.val).size(), 2000u);
+  EXPECT_EQ(SplitIds(wide_manifest.train)[1], 3u);
 }
 
 TEST(Tokenize, AnInterruptedRunResumesFromTheLastFinishedShard) {

@@ -5,7 +5,8 @@
 // plus tinyshakespeare lines, and writes Tokenizer.encode(text, add_special_tokens=False).ids and decode(ids). The
 // real binary must print exactly those ids and that text, put them in shards with the BOS / EOS of the config.json
 // beside the tokenizer (on several threads, as the SentencePiece path), and refuse what it does not implement with
-// one line naming the component.
+// one line naming the component. With --add-special-tokens it prints Tokenizer.encode(text).ids, the post-processor's
+// special tokens around them.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -149,25 +150,116 @@ TEST_F(TokenizerJsonTest, ShardsHoldTheIdsWithBosAndEosPerDocumentOnAnyNumberOfT
   }
 }
 
-TEST_F(TokenizerJsonTest, WithoutTheModelsConfigDocumentsHaveNoBosOrEos) {
-  std::filesystem::create_directories(dir_ + "/alone");
-  std::filesystem::copy_file(Model("gpt2"), dir_ + "/alone/tokenizer.json",
+// The prompt's ids with the special tokens the post-processor adds, as Tokenizer.encode(text).ids gives them: none
+// (gpt2's ByteLevel, qwen2's none), BOS through a Sequence (llama3), BOS and EOS from a template (llama2), cls and sep
+// (metaspace's RobertaProcessing).
+TEST_F(TokenizerJsonTest, EncodeWithSpecialTokensPrintsTheLibrarysIds) {
+  const auto& texts = golden_.at("texts");
+  for (const char* kind : kKinds) {
+    const auto& k = golden_.at("kinds").at(kind);
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const auto [code, ids_line] =
+          RunTokenizer({"encode", "--model", Model(kind), "--text", texts[i], "--add-special-tokens"});
+      ASSERT_EQ(code, 0) << ids_line;
+      EXPECT_EQ(ids_line, JoinIds(k.at("special_ids")[i].get<std::vector<int>>()) + "\n") << kind << ": " << texts[i];
+    }
+  }
+}
+
+// A post-processor we do not read does not stop the file from tokenizing text (training adds no special tokens);
+// a prompt with its special tokens is refused with one line naming it.
+TEST_F(TokenizerJsonTest, AnUnknownPostProcessorIsNamedOnlyWhereItIsNeeded) {
+  nlohmann::json j = ReadJson(Model("gpt2"));
+  j["post_processor"] = {{"type", "Lookahead"}};
+  std::filesystem::create_directories(dir_ + "/odd");
+  const std::string path = dir_ + "/odd/tokenizer.json";
+  std::ofstream(path) << j.dump();
+  const auto [plain, plain_ids] = RunTokenizer({"encode", "--model", path, "--text", "x"});
+  ASSERT_EQ(plain, 0) << plain_ids;
+  EXPECT_EQ(plain_ids, JoinIds(golden_["kinds"]["gpt2"]["ids"].back().get<std::vector<int>>()) + "\n");
+  const auto [code, output] = RunTokenizer({"encode", "--model", path, "--text", "x", "--add-special-tokens"});
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(
+      output.find("diloco-tokenize: error: encoding failed: " + path + ": post_processor Lookahead is not implemented"),
+      std::string::npos)
+      << output;
+  EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
+}
+
+// Tokenizes the first golden text with kind's tokenizer.json alone (no config.json beside it) and reads the manifest.
+TokenManifest TokenizeAlone(const std::string& dir, const std::string& kind, const nlohmann::json& golden) {
+  std::filesystem::create_directories(dir + "/alone-" + kind);
+  std::filesystem::copy_file(dir + "/" + kind + "/tokenizer.json", dir + "/alone-" + kind + "/tokenizer.json",
                              std::filesystem::copy_options::overwrite_existing);
-  std::ofstream(dir_ + "/one.jsonl") << nlohmann::json({{"text", golden_["texts"][0]}}).dump() << "\n";
-  std::ofstream(dir_ + "/one-val.jsonl") << nlohmann::json({{"text", "x"}}).dump() << "\n";
-  const std::string out = dir_ + "/cache-alone";
-  const auto [code, output] =
-      RunTokenizer({"--format", "jsonl", "--input", dir_ + "/one.jsonl", "--val-input", dir_ + "/one-val.jsonl",
-                    "--vocab-size", "1024", "--tokenizer-model", dir_ + "/alone/tokenizer.json", "--out", out});
-  ASSERT_EQ(code, 0) << output;
+  std::ofstream(dir + "/one.jsonl") << nlohmann::json({{"text", golden["texts"][0]}}).dump() << "\n";
+  std::ofstream(dir + "/one-val.jsonl") << nlohmann::json({{"text", "x"}}).dump() << "\n";
+  const std::string out = dir + "/cache-alone-" + kind;
+  const auto [code, output] = RunTokenizer({"--format", "jsonl", "--input", dir + "/one.jsonl", "--val-input",
+                                            dir + "/one-val.jsonl", "--vocab-size", "1024", "--tokenizer-model",
+                                            dir + "/alone-" + kind + "/tokenizer.json", "--out", out});
+  EXPECT_EQ(code, 0) << output;
   TokenManifest manifest;
   std::string error;
-  ASSERT_TRUE(ReadTokenManifest(out + "/meta.json", &manifest, &error)) << error;
+  EXPECT_TRUE(ReadTokenManifest(out + "/meta.json", &manifest, &error)) << error;
+  return manifest;
+}
+
+TEST_F(TokenizerJsonTest, WithoutTheModelsConfigDocumentsHaveNoBosOrEos) {
+  const TokenManifest manifest = TokenizeAlone(dir_, "gpt2", golden_);
   EXPECT_EQ(manifest.bos_id, -1);
   EXPECT_EQ(manifest.eos_id, -1);
   std::vector<uint32_t> expected;
   for (int id : golden_["kinds"]["gpt2"]["ids"][0]) expected.push_back(static_cast<uint32_t>(id));
   EXPECT_EQ(SplitIds(manifest.train), expected);
+}
+
+// Without the model's config, the post-processor's template names BOS / EOS: both from llama2's "<|bos|> $A <|eos|>",
+// BOS alone from llama3's (inside a Sequence).
+TEST_F(TokenizerJsonTest, WithoutTheModelsConfigTheTemplateNamesBosAndEos) {
+  const TokenManifest llama2 = TokenizeAlone(dir_, "llama2", golden_);
+  EXPECT_EQ(llama2.bos_id, golden_["kinds"]["llama2"]["bos"].get<int64_t>());
+  EXPECT_EQ(llama2.eos_id, golden_["kinds"]["llama2"]["eos"].get<int64_t>());
+  const TokenManifest llama3 = TokenizeAlone(dir_, "llama3", golden_);
+  EXPECT_EQ(llama3.bos_id, golden_["kinds"]["llama3"]["bos"].get<int64_t>());
+  EXPECT_EQ(llama3.eos_id, -1);
+}
+
+// A run stopped after some shards resumes from them with a tokenizer.json as with a SentencePiece model (it used to
+// find no tokenizer.model in the unfinished directory and start over), and ends with the same files as a run that
+// was not stopped.
+TEST_F(TokenizerJsonTest, AnInterruptedRunResumesFromTheLastFinishedShard) {
+  const std::vector<std::string> args = {"--text",
+                                         SourceDir() + "/tests/data/tinyshakespeare.txt",
+                                         "--vocab-size",
+                                         "1024",
+                                         "--tokenizer-model",
+                                         Model("llama3"),
+                                         "--shard-tokens",
+                                         "20000",
+                                         "--work-item-bytes",
+                                         "16384",
+                                         "--threads",
+                                         "2"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), args.begin(), args.end());
+    return more;
+  };
+  const auto [whole_code, whole_log] = RunTokenizer(with({"--out", dir_ + "/resume-whole"}));
+  ASSERT_EQ(whole_code, 0) << whole_log;
+  const auto [first_code, first_log] = RunTokenizer(with({"--out", dir_ + "/resume-cut", "--stop-after-shards", "2"}));
+  ASSERT_EQ(first_code, 3) << first_log;
+  const auto [rest_code, rest_log] = RunTokenizer(with({"--out", dir_ + "/resume-cut"}));
+  ASSERT_EQ(rest_code, 0) << rest_log;
+  EXPECT_NE(rest_log.find("resuming " + dir_ + "/resume-cut.partial after 2 train and 0 validation shards"),
+            std::string::npos)
+      << rest_log;
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_ + "/resume-whole")) {
+    const std::string name = entry.path().filename().string();
+    EXPECT_EQ(ReadFile(dir_ + "/resume-cut/" + name), ReadFile(entry.path().string())) << name;
+    ++files;
+  }
+  EXPECT_GT(files, 5);  // > 2 train shards, val, meta.json, tokenizer.json, config.json
 }
 
 TEST_F(TokenizerJsonTest, DataTokenizerMakesTheTokenCacheWithIt) {

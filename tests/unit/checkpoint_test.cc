@@ -166,6 +166,27 @@ TEST_F(CheckpointTest, FlippedByteIsDataLossChecksum) {
   }
 }
 
+// A dimension with a high bit flipped (4 x (3 + 2^62) wraps to 12 elements in 64 bits) is caught by the shape check
+// as a corrupt file, not built into a tensor (which threw out of LoadCheckpoint and ended the coordinator's start).
+TEST_F(CheckpointTest, AShapeWhoseProductWrapsIsCorrupt) {
+  const std::string path = CheckpointPath(dir_.string(), 1);
+  ASSERT_TRUE(SaveCheckpoint(path, Sample()).ok());
+  std::string bytes = ReadAll(path);
+  const size_t name = bytes.find("emb.weight");
+  ASSERT_NE(name, std::string::npos);
+  const size_t dims = name + std::strlen("emb.weight") + sizeof(uint32_t);  // after the name and ndim
+  int64_t d[2];
+  std::memcpy(d, bytes.data() + dims, sizeof d);
+  ASSERT_EQ(d[0], 4);
+  ASSERT_EQ(d[1], 3);
+  d[1] += int64_t{1} << 62;
+  std::memcpy(bytes.data() + dims, d, sizeof d);
+  WriteAll(path, bytes);
+  absl::StatusOr<CheckpointData> loaded = LoadCheckpoint(path);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss);
+}
+
 TEST_F(CheckpointTest, TruncatedFileIsRejected) {
   const std::string path = CheckpointPath(dir_.string(), 2);
   ASSERT_TRUE(SaveCheckpoint(path, Sample()).ok());
@@ -218,6 +239,37 @@ TEST_F(CheckpointTest, LoadNewestInEmptyDirIsNotFound) {
   ASSERT_FALSE(loaded.ok());
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(loaded.status().message()), HasSubstr(dir_.string()));
+}
+
+// --fresh: the earlier run's checkpoints go into before-fresh-<time>/ whole (other files stay), after which the
+// directory has none to prune or resume; an empty directory has nothing to move.
+TEST_F(CheckpointTest, SetAsideMovesEveryCheckpointIntoOneFolder) {
+  auto nothing = SetAsideCheckpoints(dir_.string());
+  ASSERT_TRUE(nothing.ok()) << nothing.status();
+  EXPECT_EQ(*nothing, "");
+  CheckpointData d = Sample();
+  for (int64_t round : {3, 4}) {
+    d.round = round;
+    ASSERT_TRUE(SaveCheckpoint(CheckpointPath(dir_.string(), round), d).ok());
+  }
+  WriteAll((dir_ / "notes.txt").string(), "keep me");
+  auto aside = SetAsideCheckpoints(dir_.string());
+  ASSERT_TRUE(aside.ok()) << aside.status();
+  EXPECT_THAT(*aside, HasSubstr((dir_ / "before-fresh-").string()));
+  EXPECT_EQ(Files(), (std::set<std::string>{fs::path(*aside).filename().string(), "notes.txt"}));
+  EXPECT_FALSE(LoadNewestCheckpoint(dir_.string(), nullptr).ok());
+  auto moved = LoadCheckpoint((fs::path(*aside) / "ckpt-00000004.bin").string());
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(moved->round, 4);
+  EXPECT_TRUE(fs::exists(fs::path(*aside) / "ckpt-00000003.bin"));
+}
+
+TEST_F(CheckpointTest, UnfinishedSavesAreRemovedAndCheckpointsKept) {
+  ASSERT_TRUE(SaveCheckpoint(CheckpointPath(dir_.string(), 1), Sample()).ok());
+  WriteAll(CheckpointPath(dir_.string(), 2) + ".tmp", "half a checkpoint");
+  WriteAll((dir_ / "notes.bin.tmp").string(), "not ours");
+  EXPECT_EQ(RemoveUnfinishedCheckpoints(dir_.string()), 1);
+  EXPECT_EQ(Files(), (std::set<std::string>{"ckpt-00000001.bin", "notes.bin.tmp"}));
 }
 
 TEST_F(CheckpointTest, PruneKeepsNewestN) {

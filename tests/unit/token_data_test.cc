@@ -210,8 +210,9 @@ TEST(ShardLayoutTest, MatchesTheBlockList) {
   }
 }
 
-// Shards own disjoint tokens, every sequential window of a shard lies inside its ranges, and the inputs of two
-// windows never overlap.
+// Shards own disjoint tokens, every sequential window of a shard lies inside its ranges, an epoch reads every token
+// the shard owns, and inputs overlap only in a range's last window (moved back to end at the range's end). Before,
+// the last (block - 1) mod seq_len tokens of every block were never read.
 TEST(ShardLayoutTest, ShardsAreDisjointAndSequentialWindowsStayInside) {
   const int64_t n = 3 * kShardBlockTokens + 1000, seq_len = 10;
   for (int64_t k : {1, 2, 3, 4}) {
@@ -228,13 +229,28 @@ TEST(ShardLayoutTest, ShardsAreDisjointAndSequentialWindowsStayInside) {
             owner[t] = static_cast<int>(i);
           }
         }
+        std::vector<bool> read(n, false);
         for (int64_t w = 0; w < layout->sequential_windows(); ++w) {
           const int64_t s = layout->SequentialStart(w);
           ASSERT_GE(s, 0);
           ASSERT_LE(s + seq_len + 1, n);
-          for (int64_t t = s; t <= s + seq_len; ++t)
+          for (int64_t t = s; t <= s + seq_len; ++t) {
             ASSERT_EQ(owner[t], i) << "window at " << s << " leaves shard " << i;
-          for (int64_t t = s; t < s + seq_len; ++t) ASSERT_EQ(input_use[t]++, 0) << "inputs overlap at " << t;
+            read[t] = true;
+          }
+          int64_t begin = -1, end = -1;  // the range the window is in
+          for (int64_t j = 0; j < layout->num_ranges(); ++j) {
+            if (layout->range(j).begin <= s && s < layout->range(j).end)
+              begin = layout->range(j).begin, end = layout->range(j).end;
+          }
+          const bool moved_back = (s - begin) % seq_len != 0;
+          if (moved_back) ASSERT_EQ(s + seq_len + 1, end) << "only a range's last window is moved back";
+          for (int64_t t = s; t < s + seq_len; ++t) {
+            if (input_use[t]++ > 0) ASSERT_TRUE(moved_back) << "inputs overlap at " << t;
+          }
+        }
+        for (int64_t j = 0; j < layout->num_ranges(); ++j) {
+          for (int64_t t = layout->range(j).begin; t < layout->range(j).end; ++t) ASSERT_TRUE(read[t]) << "token " << t;
         }
       }
     }

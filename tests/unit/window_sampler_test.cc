@@ -231,7 +231,8 @@ TEST_F(TrainerSamplerTest, SequentialEpochsCount) {
   ASSERT_TRUE(data.ok());
   ASSERT_TRUE(data->SelectShard(1, 2).ok());
   const int64_t per_epoch = data->layout().sequential_windows();
-  EXPECT_EQ(per_epoch, 2 * ((4096 - 1) / 16)) << "shard 1 of 2 owns blocks 1 and 3 of 4096 tokens: 255 windows each";
+  EXPECT_EQ(per_epoch, 2 * 256) << "shard 1 of 2 owns blocks 1 and 3 of 4096 tokens: 255 windows every 16 tokens "
+                                   "and one ending at the block's end, each";
   trainer->TrainSteps(0, 5);
   EXPECT_DOUBLE_EQ(trainer->epochs(), 5.0 * config_.inner.batch_size / static_cast<double>(per_epoch));
   std::set<int64_t> distinct;

@@ -9,7 +9,13 @@ namespace {
 
 // Windows in a range of `len` tokens.
 int64_t RandomIn(int64_t len, int64_t seq_len) { return len > seq_len ? len - seq_len : 0; }
-int64_t SequentialIn(int64_t len, int64_t seq_len) { return len > seq_len ? (len - 1) / seq_len : 0; }
+// Sequential: one every seq_len tokens, and one more ending at the range's end when the range is not a whole number
+// of them (before, those last tokens of every block were never read: 12.5% of the data at seq_len 512).
+int64_t SequentialIn(int64_t len, int64_t seq_len) { return len > seq_len ? (len - 2) / seq_len + 1 : 0; }
+// The start of sequential window j of a range of `len` tokens beginning at `begin`.
+int64_t SequentialAt(int64_t begin, int64_t len, int64_t j, int64_t seq_len) {
+  return begin + std::min(j * seq_len, len - seq_len - 1);
+}
 
 }  // namespace
 
@@ -41,8 +47,8 @@ int64_t ShardLayout::sequential_windows() const {
 
 int64_t ShardLayout::SequentialStart(int64_t w) const {
   const int64_t per_block = SequentialIn(block, seq_len);
-  if (w < blocks * per_block) return first + (w / per_block) * stride + (w % per_block) * seq_len;
-  return first + blocks * stride + (w - blocks * per_block) * seq_len;
+  if (w < blocks * per_block) return SequentialAt(first + (w / per_block) * stride, block, w % per_block, seq_len);
+  return SequentialAt(first + blocks * stride, tail, w - blocks * per_block, seq_len);
 }
 
 ShardLayout WholeSplitLayout(int64_t num_tokens, int64_t seq_len) {

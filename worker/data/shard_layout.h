@@ -5,7 +5,9 @@
 // contiguous: blocks of ceil(N / count), one region each). Owned blocks shorter than a window are dropped; only the
 // split's last block can be one. A window is seq_len + 1 ids (inputs and targets shifted by one):
 //   random windows:     every start s in a range r with s + seq_len + 1 <= r.end (windows may overlap);
-//   sequential windows: starts r.begin + j * seq_len with start + seq_len + 1 <= r.end (inputs never overlap).
+//   sequential windows: starts r.begin + j * seq_len with start + seq_len + 1 <= r.end, and when that leaves tokens
+//                       at r.end unread, one more window ending at r.end (its inputs overlap the one before it; every
+//                       token of a range is read once an epoch, the overlap twice).
 // Windows are numbered range by range in token order. Plain value type; pure functions; thread-safe.
 #pragma once
 

@@ -10,12 +10,14 @@
 
 namespace diloco::tokenize {
 
-int RunCodec(bool encode, const std::string& model_path, const std::string& input) {
+int RunCodec(bool encode, const std::string& model_path, const std::string& input, bool add_special_tokens) {
   std::unique_ptr<TextTokenizer> tokenizer;
   ThrowIfError(LoadTextTokenizer(model_path, &tokenizer));
   if (encode) {
     std::vector<int> ids;
-    if (std::string e = tokenizer->Encode(input, &ids); !e.empty()) throw TokenizeError("encoding failed: " + e);
+    const std::string e =
+        add_special_tokens ? tokenizer->EncodeWithSpecialTokens(input, &ids) : tokenizer->Encode(input, &ids);
+    if (!e.empty()) throw TokenizeError("encoding failed: " + e);
     for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? " " : "") << ids[i];
     std::cout << "\n";
     return 0;

@@ -246,6 +246,7 @@ int RunTokens(const Options& o) {
 // The flags of the encode / decode subcommands.
 struct CodecFlags {
   std::string model_path, input;
+  bool add_special_tokens = false;
   CLI::App* encode = nullptr;
   CLI::App* decode = nullptr;
 };
@@ -276,6 +277,8 @@ std::vector<CLI::Option*> AddFlags(CLI::App& app, Options& o, std::string& text,
   codec.encode = app.add_subcommand("encode", "print a text's token ids");
   codec.encode->add_option("--model", codec.model_path, "SentencePiece model or tokenizer.json")->required();
   codec.encode->add_option("--text", codec.input, "the text")->required();
+  codec.encode->add_flag("--add-special-tokens", codec.add_special_tokens,
+                         "add the special tokens transformers' tokenizer(text) adds (a prompt's BOS)");
   codec.decode = app.add_subcommand("decode", "print the text of token ids");
   codec.decode->add_option("--model", codec.model_path, "SentencePiece model or tokenizer.json")->required();
   codec.decode->add_option("--ids", codec.input, "token ids, space- or comma-separated")->required();
@@ -292,7 +295,7 @@ int Main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (*codec.encode || *codec.decode) {
     if (*codec.decode) std::replace(codec.input.begin(), codec.input.end(), ',', ' ');
-    return RunCodec(static_cast<bool>(*codec.encode), codec.model_path, codec.input);
+    return RunCodec(static_cast<bool>(*codec.encode), codec.model_path, codec.input, codec.add_special_tokens);
   }
   for (CLI::Option* opt : required) {
     if (opt->count() == 0)

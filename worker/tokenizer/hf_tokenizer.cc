@@ -65,7 +65,11 @@ std::string HfTokenizer::Load(const std::string& path) {
     if (e.empty()) e = decoder_.Parse(j.value("decoder", nlohmann::json()));
     if (e.empty()) e = LoadAddedTokens(j.value("added_tokens", nlohmann::json::array()));
     if (!e.empty()) return path + ": " + e;
-    LoadSpecialIds(std::filesystem::path(path).parent_path().string(), j.value("post_processor", nlohmann::json()));
+    // Only a prompt encoded with its special tokens needs the post-processor: training text does not, so a file whose
+    // post-processor is not understood still loads, and says so where it is needed.
+    post_processor_error_ = post_processor_.Parse(j.value("post_processor", nlohmann::json()));
+    if (!post_processor_error_.empty()) post_processor_error_ = path + ": " + post_processor_error_;
+    LoadSpecialIds(std::filesystem::path(path).parent_path().string());
   } catch (const nlohmann::json::exception& e) {
     return path + ": not a valid tokenizer.json (" + e.what() + ")";
   }
@@ -98,22 +102,12 @@ std::string HfTokenizer::LoadAddedTokens(const nlohmann::json& added) {
   return "";
 }
 
-void HfTokenizer::LoadSpecialIds(const std::string& dir, const nlohmann::json& post_processor) {
+void HfTokenizer::LoadSpecialIds(const std::string& dir) {
   const nlohmann::json config = ReadJsonFile(std::filesystem::path(dir) / "config.json");
   const nlohmann::json tokenizer_config = ReadJsonFile(std::filesystem::path(dir) / "tokenizer_config.json");
-  int template_ids[2] = {-1, -1};  // TemplateProcessing: the special token before $A, and after it
-  if (post_processor.is_object() && post_processor.value("type", "") == "TemplateProcessing") {
-    int side = 0;
-    for (const auto& item : post_processor.value("single", nlohmann::json::array())) {
-      if (item.contains("Sequence")) side = 1;
-      if (!item.contains("SpecialToken")) continue;
-      const std::string name = item.at("SpecialToken").value("id", "");
-      const auto& specials = post_processor.value("special_tokens", nlohmann::json::object());
-      if (specials.contains(name) && !specials.at(name).value("ids", nlohmann::json::array()).empty()) {
-        if (template_ids[side] < 0) template_ids[side] = specials.at(name).at("ids")[0].get<int>();
-      }
-    }
-  }
+  // The post-processor's first special token before the text, and after it.
+  const int template_ids[2] = {post_processor_.prefix().empty() ? -1 : post_processor_.prefix().front(),
+                               post_processor_.suffix().empty() ? -1 : post_processor_.suffix().front()};
   const char* id_keys[2] = {"bos_token_id", "eos_token_id"};
   const char* token_keys[2] = {"bos_token", "eos_token"};
   int* out[2] = {&bos_id_, &eos_id_};
@@ -125,6 +119,14 @@ void HfTokenizer::LoadSpecialIds(const std::string& dir, const nlohmann::json& p
     }
     *out[k] = id >= 0 && id < size_ ? id : -1;
   }
+}
+
+std::string HfTokenizer::EncodeWithSpecialTokens(std::string_view text, std::vector<int>* ids) const {
+  if (!post_processor_error_.empty()) return post_processor_error_;
+  ids->insert(ids->end(), post_processor_.prefix().begin(), post_processor_.prefix().end());
+  Encode(text, ids);
+  ids->insert(ids->end(), post_processor_.suffix().begin(), post_processor_.suffix().end());
+  return "";
 }
 
 int HfTokenizer::TokenToId(const std::string& token) const {

@@ -11,8 +11,9 @@
 // default. WordPiece, Unigram, WordLevel and any normalizer, pre-tokenizer or decoder not listed in those headers are
 // refused by Load with one line naming it. BOS / EOS (for documents in the token cache) come from the model's config
 // next to the file: config.json's bos_token_id / eos_token_id (the first of a list), else tokenizer_config.json's
-// bos_token / eos_token, else the post_processor's TemplateProcessing around $A; -1 when none says. Immutable after
-// Load; Encode and Decode are thread-safe.
+// bos_token / eos_token, else the post-processor's first special token before the text / after it; -1 when none
+// says. EncodeWithSpecialTokens adds the post-processor's special tokens, as transformers' tokenizer(text) does.
+// Immutable after Load; Encode and Decode are thread-safe.
 #pragma once
 
 #include <array>
@@ -25,6 +26,7 @@
 #include "worker/tokenizer/hf_bpe.h"
 #include "worker/tokenizer/hf_decoder.h"
 #include "worker/tokenizer/hf_normalizer.h"
+#include "worker/tokenizer/hf_post_processor.h"
 #include "worker/tokenizer/hf_pretokenizer.h"
 
 namespace diloco::tokenize {
@@ -35,6 +37,10 @@ class HfTokenizer {
   std::string Load(const std::string& path);
   // Appends the ids of text, with no special tokens added.
   void Encode(std::string_view text, std::vector<int>* ids) const;
+  // Appends the ids of text between the special tokens the post-processor adds (hf_post_processor.h), as
+  // Tokenizer.encode(text).ids (add_special_tokens=True) gives them; "" or the error when the post-processor was not
+  // understood.
+  std::string EncodeWithSpecialTokens(std::string_view text, std::vector<int>* ids) const;
   // The text of ids (special tokens skipped); "" and *error set when an id is not in the vocabulary.
   std::string Decode(const std::vector<int>& ids, std::string* error) const;
   // The id of a token (added or in the model), or -1.
@@ -52,7 +58,7 @@ class HfTokenizer {
     bool special = false, normalized = false, lstrip = false, rstrip = false, single_word = false;
   };
   std::string LoadAddedTokens(const nlohmann::json& added);
-  void LoadSpecialIds(const std::string& dir, const nlohmann::json& post_processor);
+  void LoadSpecialIds(const std::string& dir);
   // The added token of the given normalized flag matching at text[at] (longest first), its match [*begin, *end)
   // with stripped spaces (not before floor); or nullptr.
   const AddedToken* MatchAdded(std::string_view text, size_t at, size_t floor, bool normalized, size_t* begin,
@@ -68,6 +74,8 @@ class HfTokenizer {
   HfPreTokenizer pre_tokenizer_;
   HfBpe model_;
   HfDecoder decoder_;
+  HfPostProcessor post_processor_;
+  std::string post_processor_error_;  // why the post-processor was not understood; "" when it was
   std::vector<AddedToken> added_;
   std::array<std::vector<int>, 256> added_by_first_byte_;  // indices into added_, longest content first
   std::unordered_map<int, int> added_by_id_;               // id -> index into added_

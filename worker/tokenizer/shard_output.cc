@@ -86,7 +86,10 @@ std::string ShardOutput::Open(const std::string& out_dir, const nlohmann::json& 
     } catch (const std::exception& e) {
       why = std::string("it cannot be read (") + e.what() + ")";
     }
-    if (why.empty() && !std::filesystem::exists(partial_ + "/tokenizer.model", ec)) why = "it has no tokenizer.model";
+    if (why.empty() && !std::filesystem::exists(partial_ + "/tokenizer.model", ec) &&
+        !std::filesystem::exists(partial_ + "/tokenizer.json", ec)) {
+      why = "it has no tokenizer.model or tokenizer.json";
+    }
     for (int s = 0; s < 2 && why.empty(); ++s) {
       for (size_t i = 0; i < record_.shards[s].size() && why.empty(); ++i) {
         const uint64_t want = kTokenShardHeaderBytes + record_.shards[s][i] * TokenShardWidth(vocab_size);

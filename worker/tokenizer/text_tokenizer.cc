@@ -3,6 +3,10 @@
 #include <sentencepiece_processor.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "worker/tokenizer/hf_tokenizer.h"
 #include "worker/tokenizer/tokenizer_model.h"
@@ -26,6 +30,7 @@ class SentencePieceTokenizer : public TextTokenizer {
       }
     }
     newline_symbol_ = sp_.PieceToId(kNewlineSymbol);
+    prompt_error_ = LoadPromptSpecials(std::filesystem::path(path).parent_path() / "tokenizer_config.json");
     return "";
   }
 
@@ -44,6 +49,14 @@ class SentencePieceTokenizer : public TextTokenizer {
       if (special_.newline >= 0) ids->push_back(special_.newline);
       line = nl + 1;
     }
+    return "";
+  }
+
+  std::string EncodeWithSpecialTokens(std::string_view text, std::vector<int>* ids) const override {
+    if (!prompt_error_.empty()) return prompt_error_;
+    if (add_bos_) ids->push_back(special_.bos);
+    if (std::string e = Encode(text, ids); !e.empty()) return e;
+    if (add_eos_) ids->push_back(special_.eos);
     return "";
   }
 
@@ -78,6 +91,27 @@ class SentencePieceTokenizer : public TextTokenizer {
   sentencepiece::SentencePieceProcessor sp_;
   SpecialIds special_;
   int newline_symbol_ = -1;
+  bool add_bos_ = false, add_eos_ = false;  // around a prompt (EncodeWithSpecialTokens)
+  std::string prompt_error_;                // why tokenizer_config.json could not be read; "" when it was
+
+  // add_bos_ / add_eos_ from the tokenizer_config.json at config_path; "" or what is wrong with it (training text
+  // does not need it, so only a prompt reports it).
+  std::string LoadPromptSpecials(const std::filesystem::path& config_path) {
+    std::ifstream config_file(config_path);
+    if (!config_file) {  // a model diloco-tokenize trained: its documents start with BOS
+      add_bos_ = special_.bos >= 0;
+      return "";
+    }
+    const nlohmann::json config = nlohmann::json::parse(config_file, nullptr, /*allow_exceptions=*/false);
+    if (!config.is_object()) return config_path.string() + ": not a JSON object";
+    for (auto [key, out, id] :
+         {std::tuple{"add_bos_token", &add_bos_, special_.bos}, std::tuple{"add_eos_token", &add_eos_, special_.eos}}) {
+      if (!config.contains(key)) continue;
+      if (!config.at(key).is_boolean()) return config_path.string() + ": " + key + " must be true or false";
+      *out = config.at(key).get<bool>() && id >= 0;
+    }
+    return "";
+  }
 };
 
 // A tokenizer.json: the whole text at once, newlines included.
@@ -87,6 +121,9 @@ class JsonTokenizer : public TextTokenizer {
   std::string Encode(std::string_view text, std::vector<int>* ids) const override {
     hf_.Encode(text, ids);
     return "";
+  }
+  std::string EncodeWithSpecialTokens(std::string_view text, std::vector<int>* ids) const override {
+    return hf_.EncodeWithSpecialTokens(text, ids);
   }
   std::string Decode(const std::vector<int>& ids, std::string* text) const override {
     std::string error;

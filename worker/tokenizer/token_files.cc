@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "worker/data/token_shard.h"
@@ -122,6 +123,27 @@ std::string CheckTokenIds(const TokenFile& file, uint64_t vocab_size, int thread
   return error;
 }
 
+std::string CheckRawWidth(const TokenFile& file, uint64_t vocab_size) {
+  if (file.kind != "raw" || file.width != 2 || vocab_size == 0) return "";
+  // uint32 ids read two bytes at a time are (low half, high half) pairs, and every half is below the vocabulary (for
+  // vocabularies up to 2^32): the id check passes them. Their high halves are at most (vocab_size - 1) >> 16 (0 for
+  // GPT-2's 50257, 1 for Llama 3's 128256); real uint16 text never has every second id that small for a thousand ids.
+  const uint64_t high = (vocab_size - 1) >> 16;
+  const uint64_t n = std::min<uint64_t>(file.count, 65536) & ~uint64_t{1};
+  if (n < 1024) return "";
+  std::vector<uint16_t> ids(n);
+  std::ifstream in(file.path, std::ios::binary);
+  if (!in.read(reinterpret_cast<char*>(ids.data()), static_cast<std::streamsize>(n * 2))) {
+    return file.path + ": cannot read";
+  }
+  for (uint64_t i = 1; i < n; i += 2) {
+    if (ids[i] > high) return "";
+  }
+  return file.path + ": every second uint16 of the first " + std::to_string(n) + " ids is " +
+         (high == 0 ? "0" : "at most " + std::to_string(high)) +
+         ", as uint32 ids read as uint16 are; set data.token_dtype: uint32";
+}
+
 std::string PlanTokenFiles(const std::vector<std::string>& inputs, const std::vector<std::string>& val_inputs,
                            double val_fraction, uint32_t raw_width, uint64_t vocab_size, int threads,
                            TokenManifest* manifest) {
@@ -129,6 +151,7 @@ std::string PlanTokenFiles(const std::vector<std::string>& inputs, const std::ve
     for (const std::string& path : paths) {
       TokenFile file;
       if (std::string e = InspectTokenFile(path, raw_width, &file); !e.empty()) return e;
+      if (std::string e = CheckRawWidth(file, vocab_size); !e.empty()) return e;
       if (std::string e = CheckTokenIds(file, vocab_size, threads); !e.empty()) return e;
       if (file.count > 0) files->push_back(file);
     }

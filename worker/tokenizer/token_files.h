@@ -27,6 +27,10 @@ struct TokenFile {
 // Reads the header (if any) and checks the size; raw_width is 2 or 4. An error naming the file on failure.
 std::string InspectTokenFile(const std::string& path, uint32_t raw_width, TokenFile* out);
 
+// A raw file read as uint16 ids: "" when it can be, else an error naming it when its first ids look like uint32 ids
+// (every second one no larger than a uint32 id's high half can be: those would pass every id check).
+std::string CheckRawWidth(const TokenFile& file, uint64_t vocab_size);
+
 // Checks that every id of the file is below vocab_size; the one-line error names the first offending position.
 std::string CheckTokenIds(const TokenFile& file, uint64_t vocab_size, int threads);
 
