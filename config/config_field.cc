@@ -43,14 +43,42 @@ StringRule DeviceName() {
           }};
 }
 
+namespace {
+bool IsHostPort(const std::string& m) {
+  const size_t colon = m.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  const std::string port = m.substr(colon + 1);
+  return AllDigits(port) && port.size() <= 5 && std::stoi(port) <= 65535;
+}
+}  // namespace
+
+// Well-formed UTF-8 (RFC 3629: no overlong forms, surrogates or code points above U+10FFFF).
+bool IsUtf8(const std::string& text) {
+  static constexpr uint32_t kMin[4] = {0, 0x80, 0x800, 0x10000};  // the smallest code point of each length
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const auto* end = p + text.size();
+  while (p < end) {
+    const unsigned char c = *p;
+    const int n = c < 0x80 ? 0 : (c >> 5) == 0x6 ? 1 : (c >> 4) == 0xE ? 2 : (c >> 3) == 0x1E ? 3 : -1;  // more
+    if (n < 0 || end - p < n + 1) return false;
+    uint32_t cp = n == 0 ? c : c & (0x3Fu >> n);
+    for (int i = 1; i <= n; ++i) {
+      if ((p[i] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (p[i] & 0x3Fu);
+    }
+    if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    p += n + 1;
+  }
+  return true;
+}
+
+StringRule Utf8Text() { return {"UTF-8 text", IsUtf8}; }
+
+StringRule HostPort() { return {"HOST:PORT (e.g. 0.0.0.0:50051; port 0 picks a free one)", IsHostPort}; }
+
 StringRule HostPortOrEmpty() {
-  return {"HOST:PORT (e.g. 127.0.0.1:9464; port 0 picks a free one) or \"\" (off)", [](const std::string& m) {
-            if (m.empty()) return true;
-            const size_t colon = m.rfind(':');
-            if (colon == std::string::npos || colon == 0) return false;
-            const std::string port = m.substr(colon + 1);
-            return AllDigits(port) && port.size() <= 5 && std::stoi(port) <= 65535;
-          }};
+  return {"HOST:PORT (e.g. 127.0.0.1:9464; port 0 picks a free one) or \"\" (off)",
+          [](const std::string& m) { return m.empty() || IsHostPort(m); }};
 }
 
 StringRule NotEmpty() {

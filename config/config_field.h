@@ -34,6 +34,8 @@ NumberRule AtLeast(double lo);  // >= lo
 // lo..hi; `bounds` "[]", "[)", "(]" or "()" says which ends are allowed.
 NumberRule InRange(double lo, double hi, const char* bounds = "[]");
 StringRule DeviceName();  // cpu, cuda or cuda:N (whether the machine has it is checked where it runs)
+StringRule HostPort();
+StringRule Utf8Text();  // status, status.json and exports carry it as text
 StringRule HostPortOrEmpty();
 StringRule NotEmpty();
 
@@ -107,7 +109,7 @@ absl::Status Decode(const std::string& key, const YAML::Node& n, T* value) {
       }
     }
     if (n.IsScalar() && YAML::convert<T>::decode(n, *value)) return absl::OkStatus();
-    const std::string got = n.IsScalar() ? "'" + n.Scalar() + "'" : "a list or map";
+    const std::string got = n.IsScalar() ? "'" + n.Scalar() + "'" : n.IsNull() ? "nothing" : "a list or map";
     return absl::InvalidArgumentError(key + ": expected " + TypeWords<T>() + ", got " + got);
   }
 }

@@ -6,7 +6,7 @@ namespace diloco {
 
 const std::vector<Field>& Fields() {
   static const std::vector<Field> fields = {
-      MakeField("run.name", &Config::run, &RunConfig::name, "name of the run, shown in status"),
+      MakeField("run.name", &Config::run, &RunConfig::name, Utf8Text(), "name of the run, shown in status"),
       MakeField("run.seed", &Config::run, &RunConfig::seed, "seeds theta_0's initialisation and the data sampling"),
       MakeField("run.output_dir", &Config::run, &RunConfig::output_dir, NotEmpty(),
                 "token cache, checkpoints, worker state, summary.json and coordinator.addr go below it"),
@@ -107,8 +107,8 @@ const std::vector<Field>& Fields() {
       MakeField("inner.weight_decay", &Config::inner, &InnerConfig::weight_decay, AtLeast(0), "AdamW weight decay"),
       MakeField("inner.weight_decay_1d", &Config::inner, &InnerConfig::weight_decay_1d,
                 "1-D tensors (norm gains, biases) are decayed too; nanoGPT and Hugging Face use false"),
-      MakeField("inner.beta1", &Config::inner, &InnerConfig::beta1, "AdamW beta1"),
-      MakeField("inner.beta2", &Config::inner, &InnerConfig::beta2, "AdamW beta2"),
+      MakeField("inner.beta1", &Config::inner, &InnerConfig::beta1, InRange(0, 1, "[)"), "AdamW beta1"),
+      MakeField("inner.beta2", &Config::inner, &InnerConfig::beta2, InRange(0, 1, "[)"), "AdamW beta2"),
       MakeField("inner.warmup_steps", &Config::inner, &InnerConfig::warmup_steps, AtLeast(0),
                 "linear warmup steps, then cosine decay over outer.rounds x inner.steps"),
       MakeField("inner.min_lr_ratio", &Config::inner, &InnerConfig::min_lr_ratio, AtLeast(0),
@@ -169,7 +169,7 @@ const std::vector<Field>& Fields() {
       MakeField("outer.cclip_norm_clip", &Config::outer, &OuterConfig::cclip_norm_clip,
                 "centered_clip: each push is first scaled to at most outer.clip_factor x the round's median norm "
                 "(its header's claimed_norm, checked at the end, as with clip)"),
-      MakeField("coordinator.listen", &Config::coordinator, &CoordinatorConfig::listen,
+      MakeField("coordinator.listen", &Config::coordinator, &CoordinatorConfig::listen, HostPort(),
                 "HOST:PORT of the gRPC service; port 0 picks a free one"),
       MakeField(
           "coordinator.min_workers", &Config::coordinator, &CoordinatorConfig::min_workers, Above(0),
@@ -181,7 +181,7 @@ const std::vector<Field>& Fields() {
       MakeField("coordinator.checkpoint_dir", &Config::coordinator, &CoordinatorConfig::checkpoint_dir,
                 "\"\" = <run.output_dir>/checkpoints"),
       MakeField("coordinator.keep_checkpoints", &Config::coordinator, &CoordinatorConfig::keep_checkpoints, AtLeast(0),
-                "newest checkpoints kept"),
+                "newest checkpoints kept; 0 keeps every one"),
       MakeField("coordinator.replay_log_dir", &Config::coordinator, &CoordinatorConfig::replay_log_dir,
                 "\"\" = off; else theta_0 and every committed round's averaged pseudo-gradient are written there"),
       MakeField("coordinator.eval_every", &Config::coordinator, &CoordinatorConfig::eval_every, AtLeast(0),
@@ -191,7 +191,7 @@ const std::vector<Field>& Fields() {
       MakeField("coordinator.threads", &Config::coordinator, &CoordinatorConfig::threads, Above(0),
                 "intra-op threads for the outer step and evaluation"),
       MakeField("coordinator.heartbeat_interval_s", &Config::coordinator, &CoordinatorConfig::heartbeat_interval_s,
-                Above(0), "how often workers heartbeat"),
+                Above(0), "how often workers heartbeat; below coordinator.lease_s"),
       MakeField("coordinator.lease_s", &Config::coordinator, &CoordinatorConfig::lease_s, Above(0),
                 "a member silent this long is marked lost"),
       MakeField("coordinator.max_members", &Config::coordinator, &CoordinatorConfig::max_members, Above(0),
@@ -209,7 +209,7 @@ const std::vector<Field>& Fields() {
       MakeField("workers.device", &Config::workers, &WorkersConfig::device, DeviceName(),
                 "where workers train (cuda: the worker process of local rank r uses cuda:<r mod GPUs>)"),
       MakeField("workers.threads", &Config::workers, &WorkersConfig::threads, Above(0), "intra-op threads per worker"),
-      MakeField("workers.connect_timeout_s", &Config::workers, &WorkersConfig::connect_timeout_s,
+      MakeField("workers.connect_timeout_s", &Config::workers, &WorkersConfig::connect_timeout_s, AtLeast(0),
                 "how long a worker retries to reach its coordinator"),
       MakeField("workers.rpc_timeout_s", &Config::workers, &WorkersConfig::rpc_timeout_s, Above(0),
                 "deadline of each RPC"),

@@ -269,7 +269,12 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
     return absl::InvalidArgumentError(absl::StrCat(origin, ": not valid YAML: ", e.what()));
   }
   SetKeys set_keys;
-  absl::Status s = ApplyDocument(root, origin, config, set_keys);
+  absl::Status s;
+  try {  // a key that is not a scalar ("? [a, b]") throws from its conversion to a name
+    s = ApplyDocument(root, origin, config, set_keys);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": a key that is not a plain name (", e.what(), ")"));
+  }
   if (!s.ok()) return s;
   for (const std::string& o : overrides) {
     s = ApplyOverride(o, config, set_keys);
@@ -286,13 +291,26 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
 }
 
 absl::StatusOr<Config> LoadConfig(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {  // an ifstream opens a directory and reads nothing
+    return absl::InvalidArgumentError(
+        absl::StrCat("config file ", path, ": is a directory, not a YAML file (a bind mount of a missing file?)"));
+  }
   std::ifstream in(path);
   if (!in) {
     return absl::NotFoundError(absl::StrCat("config file ", path, ": cannot be read (", std::strerror(errno),
-                                            "); pass an existing file to --config"));
+                                            "); pass an existing YAML file"));
   }
   std::stringstream text;
   text << in.rdbuf();
+  try {
+    const YAML::Node root = YAML::Load(text.str());
+    if (!root || root.IsNull()) {
+      return absl::InvalidArgumentError(absl::StrCat("config file ", path, ": holds no settings (empty)"));
+    }
+  } catch (const YAML::Exception&) {
+    // ParseConfig reports it, with the parser's words.
+  }
   return ParseConfig(text.str(), path, overrides);
 }
 
@@ -304,6 +322,12 @@ absl::Status ValidateConfig(const Config& c) {
   }
   if (absl::Status s = ValidateInner(c.inner); !s.ok()) return s;
   if (absl::Status s = ValidateWorkers(c.workers); !s.ok()) return s;
+  if (c.coordinator.heartbeat_interval_s >= c.coordinator.lease_s) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "coordinator.heartbeat_interval_s (", c.coordinator.heartbeat_interval_s,
+        ") must be below coordinator.lease_s (", c.coordinator.lease_s,
+        "): a member silent for lease_s is marked lost, so every worker would be lost between two heartbeats"));
+  }
   if (absl::Status s = ValidateModel(c.model); !s.ok()) return s;
   if (absl::Status s = ValidateData(c.data); !s.ok()) return s;
   if (absl::Status s = ValidateComm(c); !s.ok()) return s;

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "config/cli_flags.h"
 #include "config/config_loader.h"
 #include "config/data_cache.h"
 #include "config/model_spec.h"
@@ -290,7 +291,7 @@ int main(int argc, char** argv) {
   app.add_flag(
       "--fresh", flags.fresh,
       "start from theta_0; checkpoints already in coordinator.checkpoint_dir are moved to before-fresh-<UTC time>/");
-  CLI11_PARSE(app, argc, argv);
+  if (const int code = diloco::ParseFlags(app, argc, argv); code >= 0) return code;
   spdlog::set_pattern("%H:%M:%S.%e %^%l%$ coordinator: %v");
 
   Process p;

@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "config/cli_flags.h"
 #include "config/config_loader.h"
 #include "config/data_cache.h"
 #include "config/subprocess.h"
@@ -142,6 +143,6 @@ int main(int argc, char** argv) {
   CLI::App app{"DiLoCo worker: trains H inner steps per round and pushes pseudo-gradients to the coordinator"};
   Flags flags;
   AddFlags(app, flags);
-  CLI11_PARSE(app, argc, argv);
+  if (const int code = diloco::ParseFlags(app, argc, argv); code >= 0) return code;
   return Exit(Run(flags));
 }

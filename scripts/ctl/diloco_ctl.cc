@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "absl/types/span.h"
+#include "config/cli_flags.h"
 #include "config/config_loader.h"
 #include "config/config_reference.h"
 #include "proto/diloco.grpc.pb.h"
@@ -219,7 +220,7 @@ int main(int argc, char** argv) {
   CLI::App* reference = app.add_subcommand("config-reference",
                                            "print every config key (type, default, allowed values, doc) as Markdown; "
                                            "docs/configuration.md is its output");
-  CLI11_PARSE(app, argc, argv);
+  if (const int code = diloco::ParseFlags(app, argc, argv); code >= 0) return code;
   if (*reference) return (std::cout << diloco::ConfigReferenceMarkdown() << std::flush) ? 0 : 1;
   if (*export_cmd) return Finish(RunExport(export_options), "export", kExportInput);
   if (*generate) return Finish(diloco::RunGenerate(gen), "generate", kGenerateInput);

@@ -80,6 +80,33 @@ std::string FindTokenizer(const Config& config) {
   return std::filesystem::is_regular_file(cache->tokenizer_path(), ec) ? cache->tokenizer_path() : "";
 }
 
+// How the tensors make a model, by model.arch (worker/lm/arch_*.cc): what a reader needs besides the sizes.
+nlohmann::ordered_json ArchitectureJson(const ModelConfig& m) {
+  if (m.arch == ModelArch::kGpt) {
+    return {{"norm", "pre-layernorm"},          {"layer_norm_eps", 1e-5},  {"activation", "gelu (erf)"},
+            {"positions", "learned (pos_emb)"}, {"tied_embeddings", true}, {"logits", "ln_f(x) @ tok_emb.weight^T"}};
+  }
+  if (m.arch == ModelArch::kGpt2) {
+    return {{"norm", "pre-layernorm"},      {"layer_norm_eps", m.norm_eps},      {"activation", "gelu (tanh)"},
+            {"positions", "learned (wpe)"}, {"max_positions", m.MaxPositions()}, {"tied_embeddings", true}};
+  }
+  nlohmann::ordered_json a = {{"norm", "rmsnorm"},
+                              {"norm_eps", m.norm_eps},
+                              {"activation", "silu (SwiGLU: down(silu(gate(x)) * up(x)))"},
+                              {"positions", "rope"},
+                              {"rope_theta", m.rope_theta},
+                              {"rope_type", std::string(EnumName(m.rope_type))},
+                              {"max_positions", m.MaxPositions()},
+                              {"n_kv_head", m.KvHeads()},
+                              {"head_dim", m.HeadDim()},
+                              {"tied_embeddings", m.tie_embeddings}};
+  if (m.rope_type != RopeType::kDefault) a["rope_factor"] = m.rope_factor;
+  if (m.arch == ModelArch::kQwen2) a["qkv_bias"] = true;
+  if (m.arch == ModelArch::kQwen3) a["qk_norm"] = true;
+  if (m.sliding_window > 0) a["sliding_window"] = m.sliding_window;
+  return a;
+}
+
 nlohmann::ordered_json ModelJson(const Config& config, const CheckpointData& ckpt, const ExportOptions& options,
                                  int64_t parameters, const std::string& tokenizer_copy) {
   const ModelConfig& m = config.model;
@@ -87,15 +114,14 @@ nlohmann::ordered_json ModelJson(const Config& config, const CheckpointData& ckp
   j["format"] = "diloco-transformer-lm";
   j["weights"] = std::filesystem::path(options.out).filename().string();
   j["dtype"] = "float32";
+  j["arch"] = std::string(EnumName(m.arch));
   j["vocab_size"] = m.vocab_size;
   j["seq_len"] = m.seq_len;
   j["n_layer"] = m.n_layer;
   j["n_head"] = m.n_head;
   j["d_model"] = m.d_model;
-  j["d_mlp"] = 4 * m.d_model;
-  j["architecture"] = {{"norm", "pre-layernorm"},    {"layer_norm_eps", 1e-5},
-                       {"activation", "gelu (erf)"}, {"positions", "learned (pos_emb)"},
-                       {"tied_embeddings", true},    {"logits", "ln_f(x) @ tok_emb.weight^T"}};
+  j["d_mlp"] = m.FfnHidden();
+  j["architecture"] = ArchitectureJson(m);
   j["parameters"] = parameters;
   j["round"] = ckpt.round;
   j["fingerprint"] = ckpt.fingerprint;

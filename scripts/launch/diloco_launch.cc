@@ -35,6 +35,8 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "config/cli_flags.h"
 #include "config/config_loader.h"
 #include "config/data_cache.h"
 #include "config/subprocess.h"
@@ -270,6 +272,12 @@ absl::StatusOr<int> Launch(const Flags& flags) {
   if (!config.ok()) return config.status();
   auto per_worker = ParseWorkerSets(flags, *config);
   if (!per_worker.ok()) return per_worker.status();
+  if (flags.mode != "ddp" && config->coordinator.min_workers > config->workers.count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flags.config_path, ": coordinator.min_workers (", config->coordinator.min_workers,
+        ") is more than workers.count (", config->workers.count,
+        "), the workers this launch starts: no round could close; lower min_workers or raise workers.count"));
+  }
   if (flags.check_config) {
     std::cout << "config OK: " << flags.config_path << "\n";
     return 0;
@@ -321,6 +329,6 @@ int main(int argc, char** argv) {
                  "TEST-ONLY: append ARG to one worker's command line: I:ARG (repeatable), e.g. "
                  "7:--attack=scale:-1000 (scripts/experiments/attacks)");
   app.add_flag("--check-config", flags.check_config, "only load and validate the config (strict loader), then exit 0");
-  CLI11_PARSE(app, argc, argv);
+  if (const int code = diloco::ParseFlags(app, argc, argv); code >= 0) return code;
   return Finish(Launch(flags));
 }

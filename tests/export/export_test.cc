@@ -275,6 +275,29 @@ TEST_F(ExportTest, LlamaWithGqaAndUntiedHeadExportsForTransformers) {
   EXPECT_NE(check.output.find("check_hf_export: OK LlamaForCausalLM"), std::string::npos) << check.output;
 }
 
+// The safetensors export's model.json says how a llama-shaped model's tensors go together (RMSNorm, SwiGLU of the
+// model's own width, RoPE, grouped-query heads, an untied head); it used to describe our GPT whatever the arch.
+TEST_F(ExportTest, SafetensorsModelJsonDescribesTheModelsOwnArchitecture) {
+  UseModel(
+      "  arch: qwen2\n  vocab_size: 96\n  seq_len: 16\n  n_layer: 2\n  n_head: 4\n  n_kv_head: 2\n  d_model: 32\n"
+      "  ffn_hidden: 80\n  max_positions: 64\n  rope_theta: 50000\n  norm_eps: 1e-6\n  tie_embeddings: false\n");
+  const Ran ran = Export(Path("model.safetensors"));
+  ASSERT_EQ(ran.code, 0) << ran.output;
+  const nlohmann::json j = nlohmann::json::parse(Slurp(Path("model.json")));
+  EXPECT_EQ(j["arch"], "qwen2");
+  EXPECT_EQ(j["d_mlp"], 80);
+  const nlohmann::json& a = j["architecture"];
+  EXPECT_EQ(a["norm"], "rmsnorm");
+  EXPECT_DOUBLE_EQ(a["norm_eps"].get<double>(), 1e-6);
+  EXPECT_EQ(a["positions"], "rope");
+  EXPECT_DOUBLE_EQ(a["rope_theta"].get<double>(), 50000);
+  EXPECT_EQ(a["n_kv_head"], 2);
+  EXPECT_EQ(a["head_dim"], 8);
+  EXPECT_EQ(a["tied_embeddings"], false);
+  EXPECT_EQ(a["qkv_bias"], true);
+  EXPECT_FALSE(a.contains("layer_norm_eps"));
+}
+
 TEST_F(ExportTest, Bf16HfExportHoldsTheRoundedWeights) {
   const Ran ran = Export(Path("hf"), {"--dtype", "bf16"}, "hf");
   ASSERT_EQ(ran.code, 0) << ran.output;

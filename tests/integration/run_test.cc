@@ -461,6 +461,38 @@ TEST(Launch, AFinalCheckpointThatCannotBeWrittenIsNotACleanEnd) {
   EXPECT_FALSE(std::filesystem::exists(dir + "/checkpoints/ckpt-00000002.bin"));
 }
 
+// A wrong flag is one line and exit code 2 in every binary (the code the systemd units keep from restarting), not
+// CLI11's two lines and 105-109; --help still exits 0. The launcher's config is positional: --config is a wrong flag.
+TEST(Launch, AWrongFlagIsOneLineAndExitCode2InEveryBinary) {
+  const std::string tiny = SourceDir() + "/config/tiny.yaml";
+  const std::vector<std::pair<std::string, std::vector<std::string>>> calls = {
+      {"diloco-coordinator", {"--config", tiny}},
+      {"diloco-worker", {"--config", tiny, "--coordinator", "127.0.0.1:1", "--id", "w"}},
+      {"diloco-launch", {tiny}},
+      {"diloco-ctl", {"status", "--addr", "127.0.0.1:1"}},
+      {"diloco-tokenize", {"encode", "--model", "m", "--text", "t"}}};
+  for (const auto& [binary, args] : calls) {
+    const auto [code, output] = RunToEnd(binary, With(args, {"--no-such-flag"}));
+    EXPECT_EQ(code, 2) << binary << ": " << output;
+    EXPECT_EQ(output, binary +
+                          ": error: The following argument was not expected: --no-such-flag; --help lists the "
+                          "flags\n");
+    EXPECT_EQ(RunToEnd(binary, {"--help"}).first, 0) << binary;
+  }
+  const auto [code, output] = RunToEnd("diloco-launch", {"--config", tiny});
+  EXPECT_EQ(code, 2) << output;
+  EXPECT_NE(output.find("diloco-launch: error: "), std::string::npos) << output;
+}
+
+// The launcher starts workers.count workers: a min_workers above it could never close a round (the launch waited
+// forever); --check-config says so.
+TEST(Launch, MinWorkersAboveTheWorkersItStartsIsAConfigError) {
+  const auto [code, output] =
+      RunToEnd("diloco-launch", {SourceDir() + "/config/tiny.yaml", "--set", "workers.count=1", "--check-config"});
+  EXPECT_EQ(code, 2) << output;
+  EXPECT_NE(output.find("coordinator.min_workers (2) is more than workers.count (1)"), std::string::npos) << output;
+}
+
 TEST(Launch, TinyRunEndsWithExit0AndPrefixedLogs) {
   const std::string dir = ScratchDir("launch");
   std::vector<std::string> args = TinyArgs(dir);

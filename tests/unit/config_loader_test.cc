@@ -3,7 +3,10 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 namespace diloco {
@@ -113,6 +116,50 @@ TEST(ConfigLoaderTest, MissingFileNamesPath) {
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(Message(c.status()), HasSubstr(path));
+}
+
+// A directory where the file should be (Docker bind-mounts a missing file as one) or an empty file loaded as all
+// defaults with no word; each is now one line naming the path.
+TEST(ConfigLoaderTest, ADirectoryOrAnEmptyFileIsNotAConfig) {
+  const std::string dir = ::testing::TempDir() + "/config_loader_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir + "/config.yaml");
+  absl::StatusOr<Config> c = LoadConfig(dir + "/config.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(Message(c.status()), HasSubstr(dir + "/config.yaml: is a directory"));
+  for (const char* text : {"", "\n  \n", "# only a comment\n"}) {
+    std::ofstream(dir + "/empty.yaml") << text;
+    c = LoadConfig(dir + "/empty.yaml");
+    ASSERT_FALSE(c.ok()) << "'" << text << "'";
+    EXPECT_THAT(Message(c.status()), HasSubstr(dir + "/empty.yaml: holds no settings"));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Keys whose values used to pass unchecked: AdamW's betas outside [0, 1) (beta 1 makes the bias correction 0), a
+// heartbeat no more frequent than the lease (every worker lost between two), a listen address without a port (gRPC
+// took 443), a negative connect timeout; an empty value and a key that is not a name.
+TEST(ConfigLoaderTest, RangesAndCrossChecksAddedFromTheReview) {
+  struct Case {
+    const char* yaml;
+    const char* message;
+  };
+  for (const Case& k : {Case{"inner: {beta1: 1.0}", "inner.beta1"}, Case{"inner: {beta2: .nan}", "inner.beta2"},
+                        Case{"inner: {beta2: -0.1}", "inner.beta2"},
+                        Case{"coordinator: {heartbeat_interval_s: 3, lease_s: 1}",
+                             "coordinator.heartbeat_interval_s (3) must be below coordinator.lease_s (1)"},
+                        Case{"coordinator: {listen: 127.0.0.1}", "coordinator.listen"},
+                        Case{"workers: {connect_timeout_s: -1}", "workers.connect_timeout_s"},
+                        Case{"inner:\n  lr:\n", "inner.lr: expected a number, got nothing"},
+                        Case{"inner:\n  ? [a, b]\n  : 1\n", "a key that is not a plain name"},
+                        Case{"run: {name: \"caf\xe9\"}", "run.name"}}) {
+    absl::StatusOr<Config> c = ParseConfig(k.yaml, "my.yaml");
+    ASSERT_FALSE(c.ok()) << k.yaml;
+    EXPECT_THAT(Message(c.status()), HasSubstr(k.message)) << k.yaml;
+  }
+  EXPECT_TRUE(ParseConfig("run: {name: \"café 東京\"}\ninner: {beta1: 0.0, beta2: 0.999}\n"
+                          "coordinator: {heartbeat_interval_s: 1, lease_s: 1.5}",
+                          "my.yaml")
+                  .ok());
 }
 
 TEST(ConfigLoaderTest, DModelNotDivisibleByNHeadNamesBothKeys) {

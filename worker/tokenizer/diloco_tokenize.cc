@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "config/cli_flags.h"
 #include "worker/data/token_manifest.h"
 #include "worker/tokenizer/codec.h"
 #include "worker/tokenizer/document_encoder.h"
@@ -292,7 +293,7 @@ int Main(int argc, char** argv) {
   std::string text;
   CodecFlags codec;
   const std::vector<CLI::Option*> required = AddFlags(app, o, text, codec);
-  CLI11_PARSE(app, argc, argv);
+  if (const int code = diloco::ParseFlags(app, argc, argv); code >= 0) return code;
   if (*codec.encode || *codec.decode) {
     if (*codec.decode) std::replace(codec.input.begin(), codec.input.end(), ',', ' ');
     return RunCodec(static_cast<bool>(*codec.encode), codec.model_path, codec.input, codec.add_special_tokens);

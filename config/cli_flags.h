@@ -1,0 +1,26 @@
+// ParseFlags: CLI11's parse for the project's binaries, with their exit codes. A flag that is wrong (unknown, missing
+// its value, a value out of its set) is one line, "<binary>: error: <CLI11's words>; --help lists the flags", and
+// exit code 2, the code every binary gives bad input (and systemd's RestartPreventExitStatus=2 knows), instead of
+// CLI11's two lines and 105-109. --help prints the help and exits 0, as before. Header-only; stateless.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <iostream>
+
+namespace diloco {
+
+// -1 when argv parsed (go on); else the exit code main returns.
+inline int ParseFlags(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+    return -1;
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --help-all: the help text
+    std::cerr << std::filesystem::path(argc > 0 ? argv[0] : "diloco").filename().string() << ": error: " << e.what()
+              << "; --help lists the flags" << std::endl;
+    return 2;
+  }
+}
+
+}  // namespace diloco
