@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -321,33 +322,28 @@ TEST(Fault, LatePushIsRefusedAndLatePolicyDecidesTheRestart) {
 // join took the lowest free shard (the other's), and both found their saved state on another shard and started over.
 TEST(Fault, ARestartedWorkerAsksForItsOwnShardBack) {
   const std::string dir = ScratchDir("shard_back");
-  const std::vector<std::string> two = {"workers.count=2", "coordinator.min_workers=2", "inner.steps=20"};
-  {
+  // A run to `rounds` whose worker `first` joins before `second`; each worker's output by id.
+  auto run = [&](const std::string& rounds, const std::string& first, const std::string& second) {
     const std::string address = Loopback();
-    const auto args = With(FaultArgs(dir, address, two), {"--set", "outer.rounds=2"});
+    const auto args = FaultArgs(
+        dir, address, {"workers.count=2", "coordinator.min_workers=2", "inner.steps=20", "outer.rounds=" + rounds});
     auto coordinator = StartCoordinator(args);
-    auto a = StartWorker(args, address, "a");
-    ASSERT_TRUE(coordinator->WaitForOutput("joined: worker a", 60)) << coordinator->output();
-    auto b = StartWorker(args, address, "b");
-    ASSERT_EQ(a->Wait(120), 0) << a->output();
-    ASSERT_EQ(b->Wait(120), 0) << b->output();
-    ASSERT_EQ(coordinator->Wait(60), 0) << coordinator->output();
-    ASSERT_NE(a->output().find("shard 0/2"), std::string::npos) << a->output();
-    ASSERT_NE(b->output().find("shard 1/2"), std::string::npos) << b->output();
-  }
-  const std::string address = Loopback();
-  const auto args = With(FaultArgs(dir, address, two), {"--set", "outer.rounds=3"});
-  auto coordinator = StartCoordinator(args);
-  auto b = StartWorker(args, address, "b");
-  ASSERT_TRUE(coordinator->WaitForOutput("joined: worker b", 60)) << coordinator->output();
-  auto a = StartWorker(args, address, "a");
-  ASSERT_EQ(a->Wait(120), 0) << a->output();
-  ASSERT_EQ(b->Wait(120), 0) << b->output();
-  ASSERT_EQ(coordinator->Wait(60), 0) << coordinator->output();
-  for (auto [w, shard] : {std::pair{a.get(), "shard 0/2"}, std::pair{b.get(), "shard 1/2"}}) {
-    EXPECT_NE(w->output().find(shard), std::string::npos) << w->output();
-    EXPECT_NE(w->output().find("resuming from"), std::string::npos) << w->output();
-    EXPECT_EQ(w->output().find("ignoring the saved state"), std::string::npos) << w->output();
+    auto one = StartWorker(args, address, first);
+    EXPECT_TRUE(coordinator->WaitForOutput("joined: worker " + first, 60)) << coordinator->output();
+    auto two = StartWorker(args, address, second);
+    EXPECT_EQ(one->Wait(120), 0) << one->output();
+    EXPECT_EQ(two->Wait(120), 0) << two->output();
+    EXPECT_EQ(coordinator->Wait(60), 0) << coordinator->output();
+    return std::map<std::string, std::string>{{first, one->output()}, {second, two->output()}};
+  };
+  auto before = run("2", "a", "b");
+  ASSERT_NE(before["a"].find("shard 0/2"), std::string::npos) << before["a"];
+  ASSERT_NE(before["b"].find("shard 1/2"), std::string::npos) << before["b"];
+  auto after = run("3", "b", "a");
+  for (const auto& [id, shard] : {std::pair{"a", "shard 0/2"}, std::pair{"b", "shard 1/2"}}) {
+    EXPECT_NE(after[id].find(shard), std::string::npos) << after[id];
+    EXPECT_NE(after[id].find("resuming from"), std::string::npos) << after[id];
+    EXPECT_EQ(after[id].find("ignoring the saved state"), std::string::npos) << after[id];
   }
 }
 

@@ -241,32 +241,23 @@ TEST(Tokenize, TokenFilesAreUsedInPlace) {
   EXPECT_EQ(SplitIds(m.train)[299], 100299u);
   EXPECT_EQ(m.val[0].count, 1000u);
 
-  RunningProcess bad(kTokenizer, {"--format", "tokens", "--input", dir + "/bad_id.bin", "--vocab-size", "50257",
-                                  "--out", dir + "/bad"});
-  EXPECT_EQ(bad.Wait(30), 1);
-  EXPECT_TRUE(bad.WaitForOutput(dir + "/bad_id.bin: token id 60000 at position 123 is >= model.vocab_size 50257", 10))
-      << bad.output();
-  RunningProcess cut(kTokenizer, {"--format", "tokens", "--input", dir + "/truncated.bin", "--vocab-size", "50257",
-                                  "--out", dir + "/cut"});
-  EXPECT_EQ(cut.Wait(30), 1);
-  EXPECT_TRUE(cut.WaitForOutput("truncated.bin: header says 1000 tokens but the file holds 900 (truncated?)", 10))
-      << cut.output();
-
+  // Each file refused with exit code 1 and the line naming it.
+  auto refused = [&](const std::string& file, const std::string& vocab, const std::string& message) {
+    RunningProcess p(kTokenizer, {"--format", "tokens", "--input", dir + "/" + file, "--vocab-size", vocab, "--out",
+                                  dir + "/refused-" + file});
+    EXPECT_EQ(p.Wait(30), 1) << file;
+    EXPECT_TRUE(p.WaitForOutput(message, 10)) << p.output();
+  };
+  refused("bad_id.bin", "50257", dir + "/bad_id.bin: token id 60000 at position 123 is >= model.vocab_size 50257");
+  refused("truncated.bin", "50257", "truncated.bin: header says 1000 tokens but the file holds 900 (truncated?)");
   // Raw uint32 ids read as uint16 (the default) would pass every id check as (low, high) halves: refused by their
   // high halves (0 for a GPT-2 vocabulary, 0 or 1 for Llama 3's), and read whole with --token-dtype uint32. Real
   // uint16 ids under a large vocabulary (nanogpt.bin with 200000 above) pass.
-  RunningProcess narrow(kTokenizer, {"--format", "tokens", "--input", dir + "/wide.bin", "--vocab-size", "50257",
-                                     "--out", dir + "/narrow"});
-  EXPECT_EQ(narrow.Wait(30), 1);
-  EXPECT_TRUE(narrow.WaitForOutput(dir + "/wide.bin: every second uint16 of the first 4000 ids is 0, as uint32 ids "
-                                         "read as uint16 are; set data.token_dtype: uint32",
-                                   10))
-      << narrow.output();
-  RunningProcess narrow3(kTokenizer, {"--format", "tokens", "--input", dir + "/wide3.bin", "--vocab-size", "128256",
-                                      "--out", dir + "/narrow3"});
-  EXPECT_EQ(narrow3.Wait(30), 1);
-  EXPECT_TRUE(narrow3.WaitForOutput(dir + "/wide3.bin: every second uint16 of the first 4000 ids is at most 1", 10))
-      << narrow3.output();
+  refused("wide.bin", "50257",
+          dir +
+              "/wide.bin: every second uint16 of the first 4000 ids is 0, as uint32 ids read as uint16 are; set "
+              "data.token_dtype: uint32");
+  refused("wide3.bin", "128256", dir + "/wide3.bin: every second uint16 of the first 4000 ids is at most 1");
   RunningProcess wide(kTokenizer, {"--format", "tokens", "--input", dir + "/wide.bin", "--vocab-size", "50257",
                                    "--token-dtype", "uint32", "--val-fraction", "0.1", "--out", dir + "/wide"});
   EXPECT_EQ(wide.Wait(30), 0) << wide.output();
