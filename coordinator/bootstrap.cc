@@ -76,20 +76,24 @@ absl::StatusOr<BootState> Bootstrap(const Config& config, NamedTensors theta_0, 
   BootState boot;
   boot.snapshot = std::make_shared<ParamSnapshot>();
   boot.snapshot->params = std::move(theta_0);
+  if (resume) {
+    absl::Status s = Resume(config, fingerprint, boot);
+    if (!s.ok()) return s;
+  }
+  return boot;
+}
+
+absl::Status PrepareCheckpointDir(const Config& config, bool fresh) {
   const std::string dir = config.CheckpointDir();
   if (const int removed = RemoveUnfinishedCheckpoints(dir); removed > 0) {
     spdlog::info("removed {} unfinished checkpoint file(s) (*.bin.tmp: a save stopped before its rename) in {}",
                  removed, dir);
   }
-  if (resume) {
-    absl::Status s = Resume(config, fingerprint, boot);
-    if (!s.ok()) return s;
-    return boot;
-  }
+  if (!fresh) return absl::OkStatus();
   auto aside = SetAsideCheckpoints(dir);
   if (!aside.ok()) return aside.status();
   if (!aside->empty()) spdlog::warn("--fresh: the earlier run's checkpoints in {} were moved to {}", dir, *aside);
-  return boot;
+  return absl::OkStatus();
 }
 
 }  // namespace diloco

@@ -1,9 +1,11 @@
 // Bootstrap: the state a coordinator run starts from. theta_0 is handed in by the core's creator (the model host,
 // model_host.h, builds it from model: and run.seed, or loads model.init_from); with `resume`, the newest valid
 // checkpoint in coordinator.checkpoint_dir replaces it (theta_t, outer momentum, round, eval history and the running
-// totals); corrupt files are skipped with a warning, a checkpoint of another model is an error. Without it (--fresh)
-// the checkpoints already there are moved aside (SetAsideCheckpoints), so the new run's are the only ones pruned and
-// resumed. Either way the *.bin.tmp files of a save that was killed are removed.
+// totals); corrupt files are skipped with a warning, a checkpoint of another model is an error. PrepareCheckpointDir
+// tidies the directory once the coordinator holds its port (so a start that fails, e.g. next to a coordinator still
+// serving the run, touches nothing): the *.bin.tmp files of a save that was killed go, and with --fresh the
+// checkpoints already there are moved aside (SetAsideCheckpoints), so the new run's are the only ones pruned and
+// resumed.
 // Stateless functions (file reads only); thread-safe.
 #pragma once
 
@@ -33,5 +35,8 @@ absl::Status CheckTheta0(const NamedTensors& theta_0);
 // `fingerprint`: Fingerprint(SpecsOf(theta_0)), which a resumed checkpoint must match.
 absl::StatusOr<BootState> Bootstrap(const Config& config, NamedTensors theta_0, const std::string& fingerprint,
                                     bool resume);
+
+// After the listeners are bound, before serving: see above. An error when the checkpoints cannot be moved aside.
+absl::Status PrepareCheckpointDir(const Config& config, bool fresh);
 
 }  // namespace diloco

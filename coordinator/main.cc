@@ -24,6 +24,7 @@
 #include "config/model_spec.h"
 #include "config/subprocess.h"
 #include "config/text_file.h"
+#include "coordinator/bootstrap.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/http_status.h"
 #include "coordinator/model_host.h"
@@ -162,6 +163,9 @@ absl::Status StartGrpc(Process& p) {
   builder.SetMaxReceiveMessageSize(static_cast<int>(diloco::MaxMessageBytes(c.comm.chunk_bytes)));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  // gRPC binds with SO_REUSEPORT by default: a second coordinator on a port the run's coordinator serves would bind
+  // too and take some of the workers' connections. One coordinator a port: the second fails to start.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // Memory before parsing (docs/operations.md "Security"): gRPC 1.51 buffers a whole message before its size limit
   // refuses it
   // (it widens the stream's flow-control window to the message's size), and a unary request is read before the
@@ -224,6 +228,8 @@ absl::Status StartUp(const Flags& flags, Process& p) {
   if (absl::Status s = BuildCore(flags, p); !s.ok()) return s;
   if (absl::Status s = StartHttp(p); !s.ok()) return s;
   if (absl::Status s = StartGrpc(p); !s.ok()) return s;
+  // Now that the port is this process's (not a coordinator's still serving the run): tidy the checkpoint directory.
+  if (absl::Status s = diloco::PrepareCheckpointDir(p.config, flags.fresh); !s.ok()) return s;
   LogTransport(p);
   p.server->GetHealthCheckService()->SetServingStatus(true);
   WriteAddressFile(flags.port_file, p.address);

@@ -108,7 +108,7 @@ class CheckpointWriter : public RoundSink {
   // Writes the published theta_t, its momentum and the evals now (blocking file I/O; one write at a time). In
   // synchronous rounds the next outer step waits for it (ThetaStore::ReadSteady).
   absl::StatusOr<WrittenCheckpoint> Write() ABSL_LOCKS_EXCLUDED(mu_);
-  // When due; a failure is logged and training goes on, but the last round's is tried 3 times (5 s apart) and, if
+  // When due; a failure is logged and training goes on, but the last round's is tried 3 times (2 s apart) and, if
   // they all fail, kept in final_error().
   void OnCommitted(const ClosedRound& round) override;
   // Why the last round's checkpoint could not be written; "" when it was (or the run is not complete).

@@ -9,6 +9,7 @@ prepare.py and llm.c's dev/data/data_common.py write them:
   truncated.bin  llm.c GPT-2 header saying 1000 ids, holding 900
   wide.bin       raw uint32 ids 3 * i % 50000 for i < 2000 (np.uint32 .tofile: data.token_dtype uint32)
   wide3.bin      raw uint32 ids (128000 + 7 * i) % 128256 for i < 2000 (Llama 3's vocabulary: high halves 0 and 1)
+  long16.bin     raw uint16 ids 0, 1, ..., 3999 (real uint16 ids, enough of them for the uint32 check to look)
 
 Usage: make_token_files.py OUT_DIR
 """
@@ -38,6 +39,7 @@ def main():
     write_llmc(os.path.join(out, "truncated.bin"), 20240520, 1, np.arange(900, dtype=np.uint16), claimed=1000)
     (3 * np.arange(2000) % 50000).astype(np.uint32).tofile(os.path.join(out, "wide.bin"))
     ((128000 + 7 * np.arange(2000)) % 128256).astype(np.uint32).tofile(os.path.join(out, "wide3.bin"))
+    np.arange(4000, dtype=np.uint16).tofile(os.path.join(out, "long16.bin"))
 
 
 if __name__ == "__main__":

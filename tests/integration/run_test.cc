@@ -443,6 +443,28 @@ TEST(Launch, RelaunchOfACompletedRunEndsCleanly) {
   EXPECT_NE(after.output().find("is already complete (round 2 of 2)"), std::string::npos) << after.output();
 }
 
+// A --fresh start beside a coordinator still serving the run (the same port and checkpoint directory) fails to bind
+// and touches nothing: the directory is tidied (leftover .tmp removed, old checkpoints moved aside) only once the
+// port is this process's. Before, the live run's checkpoints were moved away by the start that then failed; and
+// gRPC's default SO_REUSEPORT let the second coordinator bind the live one's port and serve beside it.
+TEST(Launch, AFreshStartThatCannotListenLeavesTheCheckpointsAlone) {
+  const std::string dir = ScratchDir("fresh_busy_port");
+  const std::string listen = "coordinator.listen=127.0.0.1:" + std::to_string(FreePort());
+  RunningProcess live("diloco-coordinator", TinyArgs(dir, {listen}));
+  ASSERT_TRUE(live.WaitForOutput("listening on", 120)) << live.output();
+  std::filesystem::create_directories(dir + "/checkpoints");
+  std::ofstream(dir + "/checkpoints/ckpt-00000007.bin") << "the live run's";
+  std::ofstream(dir + "/checkpoints/ckpt-00000008.bin.tmp") << "a save under way";
+  const auto [code, output] = RunToEnd("diloco-coordinator", With(TinyArgs(dir, {listen}), {"--fresh"}));
+  EXPECT_EQ(code, 2) << output;
+  EXPECT_NE(output.find("listen"), std::string::npos) << output;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/checkpoints/ckpt-00000007.bin")) << output;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/checkpoints/ckpt-00000008.bin.tmp")) << output;
+  EXPECT_EQ(output.find("before-fresh"), std::string::npos) << output;
+  live.Signal(SIGTERM);
+  EXPECT_EQ(live.Wait(60), 130) << live.output();
+}
+
 // The last round's checkpoint cannot be written (its .tmp path is a directory that is not empty): the coordinator
 // tries three times, then exits 1 with a line saying so (before, it logged "training goes on" and exited 0 with
 // theta_T on no disk), so the launch fails; the earlier checkpoint is there for a restart.
@@ -454,7 +476,7 @@ TEST(Launch, AFinalCheckpointThatCannotBeWrittenIsNotACleanEnd) {
   RunningProcess launch("diloco-launch", args);
   EXPECT_EQ(launch.Wait(180), 1) << launch.output();
   const std::string out = launch.output();
-  EXPECT_NE(out.find("the final checkpoint failed (try 2 of 3; again in 5 s)"), std::string::npos) << out;
+  EXPECT_NE(out.find("the final checkpoint failed (try 2 of 3; again in 2 s)"), std::string::npos) << out;
   EXPECT_NE(out.find("the run is complete but its final checkpoint could not be written"), std::string::npos) << out;
   EXPECT_NE(out.find("coordinator exited with code 1"), std::string::npos) << out;
   EXPECT_TRUE(std::filesystem::exists(dir + "/checkpoints/ckpt-00000001.bin"));

@@ -121,9 +121,9 @@ TEST(Tokenize, GivenModelIdsAppearUnchangedInTheShards) {
 }
 
 // A prompt's special tokens from a SentencePiece model, as transformers 5.25 reads a tokenizer.model directory: the
-// add_bos_token / add_eos_token of the tokenizer_config.json beside it (false when it does not say); with none beside
-// it (a model this tool trained, whose documents start with BOS), BOS. A config that is not JSON is one line, and only
-// where a prompt needs it.
+// post-processor of a tokenizer.json beside it; else the add_bos_token / add_eos_token of the tokenizer_config.json
+// beside it (false when it does not say); with neither (a model this tool trained, whose documents start with BOS),
+// BOS. A config that is not JSON is one line, and only where a prompt needs it.
 TEST(Tokenize, APromptsSpecialTokensFollowTheTokenizerConfig) {
   const std::string dir = ScratchDir("tok_prompt_special");
   const std::string model = TrainedModel(dir);
@@ -149,6 +149,16 @@ TEST(Tokenize, APromptsSpecialTokensFollowTheTokenizerConfig) {
   EXPECT_EQ(encode(true), with({1}, {2}));
   WriteText(config, R"({"add_bos_token": false})");
   EXPECT_EQ(encode(true), plain);
+  // A tokenizer.json beside the model (the hub's Llama 2 / Mistral layout): transformers reads it, and its
+  // post-processor decides, whatever tokenizer_config.json says.
+  const std::string json = dir + "/made/tokenizer.json";
+  WriteText(json, R"({"post_processor": {"type": "TemplateProcessing",
+      "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                 {"SpecialToken": {"id": "</s>", "type_id": 0}}],
+      "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]},
+                         "</s>": {"id": "</s>", "ids": [2], "tokens": ["</s>"]}}}})");
+  EXPECT_EQ(encode(true), with({1}, {2}));
+  std::filesystem::remove(json);
   WriteText(config, R"({"add_bos_token": "yes"})");
   EXPECT_EQ(encode(false), plain) << "training text does not read it";
   RunningProcess bad(kTokenizer, {"encode", "--model", model, "--text", "x", "--add-special-tokens"});
@@ -252,7 +262,12 @@ TEST(Tokenize, TokenFilesAreUsedInPlace) {
   refused("truncated.bin", "50257", "truncated.bin: header says 1000 tokens but the file holds 900 (truncated?)");
   // Raw uint32 ids read as uint16 (the default) would pass every id check as (low, high) halves: refused by their
   // high halves (0 for a GPT-2 vocabulary, 0 or 1 for Llama 3's), and read whole with --token-dtype uint32. Real
-  // uint16 ids under a large vocabulary (nanogpt.bin with 200000 above) pass.
+  // uint16 ids, enough for the check to look at, pass under a small and a large vocabulary.
+  for (const char* vocab : {"50257", "200000"}) {
+    RunningProcess real(kTokenizer, {"--format", "tokens", "--input", dir + "/long16.bin", "--vocab-size", vocab,
+                                     "--val-fraction", "0.1", "--out", dir + "/long16-" + vocab});
+    EXPECT_EQ(real.Wait(30), 0) << real.output();
+  }
   refused("wide.bin", "50257",
           dir +
               "/wide.bin: every second uint16 of the first 4000 ids is 0, as uint32 ids read as uint16 are; set "

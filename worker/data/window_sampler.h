@@ -2,7 +2,8 @@
 // that order's state, so a restarted worker continues the same stream (SamplerState).
 //   data.sampling random:     each draw is a uniformly random window start (with replacement), from std::mt19937_64
 //                             seeded with the trainer's seed; the same draws TokenData::Sample makes with that RNG.
-//   data.sampling sequential: epochs. Epoch e walks every non-overlapping window of the shard exactly once, in the
+//   data.sampling sequential: epochs. Epoch e walks every sequential window of the shard (shard_layout.h: they cover
+//                             every token; only a range's last one overlaps the one before it) exactly once, in the
 //                             order of KeyedPermutation(windows, key(seed, e)); then epoch e + 1 begins, reshuffled.
 //                             Draw p of epoch e is a pure function of (seed, e, p): O(1) memory for any shard size.
 // Owns its RNG and position; a plain value, not thread-safe (one per trainer).
@@ -44,7 +45,7 @@ class WindowSampler {
   // unreadable RNG, or a position past the shard's windows (both numbers named).
   absl::Status Restore(const SamplerState& state);
 
-  // Non-overlapping windows in the shard: one sequential epoch.
+  // Sequential windows in the shard (ShardLayout::sequential_windows): one sequential epoch.
   int64_t windows_per_epoch() const { return layout_.sequential_windows(); }
   // Epochs so far as a fraction: sequential epoch + position / windows_per_epoch(); random: windows drawn /
   // windows_per_epoch() (as many tokens as one pass over the shard makes one epoch).

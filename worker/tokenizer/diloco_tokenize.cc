@@ -14,7 +14,8 @@
 // own protobuf-lite and crashes next to libprotobuf (docs/development.md, "Platform hazards"). The final summary is one
 // line on stdout.
 // Errors: every step throws TokenizeError (tokenize_error.h); main() is the one place that catches it, prints one line
-// ("diloco-tokenize: error: ...") and exits 1. Exit 3: stopped by --stop-after-shards (tests).
+// ("diloco-tokenize: error: ...") and exits 1. A wrong flag is one line and exit 2 (config/cli_flags.h). Exit 3:
+// stopped by --stop-after-shards (tests).
 #include <sys/stat.h>
 
 #include <CLI/CLI.hpp>

@@ -15,7 +15,17 @@ std::string HfPostProcessor::Parse(const nlohmann::json& j) {
   prefix_.clear();
   suffix_.clear();
   if (j.is_null()) return "";
-  return ParseOne(j);
+  std::string e;
+  try {
+    e = ParseOne(j);
+  } catch (const nlohmann::json::exception& ex) {  // an item or id of the wrong JSON type
+    e = std::string("post_processor: ") + ex.what();
+  }
+  if (!e.empty()) {  // nothing half read: no special tokens at all
+    prefix_.clear();
+    suffix_.clear();
+  }
+  return e;
 }
 
 std::string HfPostProcessor::ParseOne(const nlohmann::json& j) {

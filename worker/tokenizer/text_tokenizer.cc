@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
+#include "worker/tokenizer/hf_post_processor.h"
 #include "worker/tokenizer/hf_tokenizer.h"
 #include "worker/tokenizer/tokenizer_model.h"
 
@@ -30,7 +31,7 @@ class SentencePieceTokenizer : public TextTokenizer {
       }
     }
     newline_symbol_ = sp_.PieceToId(kNewlineSymbol);
-    prompt_error_ = LoadPromptSpecials(std::filesystem::path(path).parent_path() / "tokenizer_config.json");
+    prompt_error_ = LoadPromptSpecials(std::filesystem::path(path).parent_path());
     return "";
   }
 
@@ -54,9 +55,9 @@ class SentencePieceTokenizer : public TextTokenizer {
 
   std::string EncodeWithSpecialTokens(std::string_view text, std::vector<int>* ids) const override {
     if (!prompt_error_.empty()) return prompt_error_;
-    if (add_bos_) ids->push_back(special_.bos);
+    ids->insert(ids->end(), prefix_.begin(), prefix_.end());
     if (std::string e = Encode(text, ids); !e.empty()) return e;
-    if (add_eos_) ids->push_back(special_.eos);
+    ids->insert(ids->end(), suffix_.begin(), suffix_.end());
     return "";
   }
 
@@ -91,24 +92,43 @@ class SentencePieceTokenizer : public TextTokenizer {
   sentencepiece::SentencePieceProcessor sp_;
   SpecialIds special_;
   int newline_symbol_ = -1;
-  bool add_bos_ = false, add_eos_ = false;  // around a prompt (EncodeWithSpecialTokens)
-  std::string prompt_error_;                // why tokenizer_config.json could not be read; "" when it was
+  std::vector<int> prefix_, suffix_;  // a prompt's special tokens (EncodeWithSpecialTokens)
+  std::string prompt_error_;          // why the file naming them could not be read; "" when it was
 
-  // add_bos_ / add_eos_ from the tokenizer_config.json at config_path; "" or what is wrong with it (training text
+  // prefix_ / suffix_ as transformers 5.25 makes them for the model's directory (`dir`): from a tokenizer.json beside
+  // the model, its post-processor (transformers then reads that file, whatever tokenizer_config.json says); else
+  // tokenizer_config.json's add_bos_token / add_eos_token (false when it does not say); else, with neither (a model
+  // diloco-tokenize trained: its documents start with BOS), BOS. "" or what is wrong with the file (training text
   // does not need it, so only a prompt reports it).
-  std::string LoadPromptSpecials(const std::filesystem::path& config_path) {
-    std::ifstream config_file(config_path);
-    if (!config_file) {  // a model diloco-tokenize trained: its documents start with BOS
-      add_bos_ = special_.bos >= 0;
+  std::string LoadPromptSpecials(const std::filesystem::path& dir) {
+    auto read = [](const std::filesystem::path& path, nlohmann::json* out) {
+      std::ifstream in(path);
+      if (!in) return false;
+      *out = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+      return true;
+    };
+    nlohmann::json j;
+    if (read(dir / "tokenizer.json", &j)) {
+      if (!j.is_object()) return (dir / "tokenizer.json").string() + ": not a JSON object";
+      HfPostProcessor post;
+      if (std::string e = post.Parse(j.value("post_processor", nlohmann::json())); !e.empty()) {
+        return (dir / "tokenizer.json").string() + ": " + e;
+      }
+      prefix_ = post.prefix();
+      suffix_ = post.suffix();
       return "";
     }
-    const nlohmann::json config = nlohmann::json::parse(config_file, nullptr, /*allow_exceptions=*/false);
-    if (!config.is_object()) return config_path.string() + ": not a JSON object";
+    if (!read(dir / "tokenizer_config.json", &j)) {
+      if (special_.bos >= 0) prefix_ = {special_.bos};
+      return "";
+    }
+    const std::string path = (dir / "tokenizer_config.json").string();
+    if (!j.is_object()) return path + ": not a JSON object";
     for (auto [key, out, id] :
-         {std::tuple{"add_bos_token", &add_bos_, special_.bos}, std::tuple{"add_eos_token", &add_eos_, special_.eos}}) {
-      if (!config.contains(key)) continue;
-      if (!config.at(key).is_boolean()) return config_path.string() + ": " + key + " must be true or false";
-      *out = config.at(key).get<bool>() && id >= 0;
+         {std::tuple{"add_bos_token", &prefix_, special_.bos}, std::tuple{"add_eos_token", &suffix_, special_.eos}}) {
+      if (!j.contains(key)) continue;
+      if (!j.at(key).is_boolean()) return path + ": " + key + " must be true or false";
+      if (j.at(key).get<bool>() && id >= 0) *out = {id};
     }
     return "";
   }

@@ -22,10 +22,10 @@ class TextTokenizer {
   // Appends the ids of text (no BOS/EOS); "" or the error.
   virtual std::string Encode(std::string_view text, std::vector<int>* ids) const = 0;
   // Appends the ids of a prompt with the special tokens transformers' tokenizer(text) adds around it: a
-  // tokenizer.json's post-processor (HfTokenizer::EncodeWithSpecialTokens); for a SentencePiece model the add_bos_token
-  // / add_eos_token of the tokenizer_config.json beside it (false when it does not say, as transformers 5.25 reads
-  // them), and BOS alone when there is no tokenizer_config.json (a model diloco-tokenize trained: every document it
-  // writes starts with BOS). "" or the error.
+  // tokenizer.json's post-processor (HfTokenizer::EncodeWithSpecialTokens); for a SentencePiece model, the
+  // post-processor of a tokenizer.json beside it (transformers 5.25 then reads that file), else the add_bos_token /
+  // add_eos_token of the tokenizer_config.json beside it (false when it does not say), else BOS alone (a model
+  // diloco-tokenize trained: every document it writes starts with BOS). "" or the error.
   virtual std::string EncodeWithSpecialTokens(std::string_view text, std::vector<int>* ids) const = 0;
   // The text of ids into *text; "" or the error (an id outside the vocabulary).
   virtual std::string Decode(const std::vector<int>& ids, std::string* text) const = 0;
