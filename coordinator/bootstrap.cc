@@ -34,6 +34,7 @@ absl::Status Resume(const Config& config, const std::string& fingerprint, BootSt
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (const std::string& why : skipped) spdlog::warn("skipping checkpoint: {}", why);
   if (!loaded.ok()) {
+    if (loaded.status().code() != absl::StatusCode::kNotFound) return loaded.status();  // one that cannot be read
     if (!skipped.empty()) {
       spdlog::warn("no valid checkpoint to resume from in {}; starting from theta_0", config.CheckpointDir());
     }

@@ -430,6 +430,11 @@ absl::StatusOr<LoadedCheckpoint> LoadNewestCheckpoint(const std::string& dir, st
   for (auto it = files.rbegin(); it != files.rend(); ++it) {
     auto data = LoadCheckpoint(*it);
     if (data.ok()) return LoadedCheckpoint{*it, std::move(*data)};
+    // A file that cannot be opened (permissions, I/O) may be the run's newest good one: not skipped for an older one.
+    if (data.status().code() == absl::StatusCode::kNotFound) {
+      return absl::FailedPreconditionError(absl::StrCat(data.status().message(), "; fix it or move it out of ", dir,
+                                                        " (an older checkpoint is not used instead)"));
+    }
     if (skipped != nullptr) skipped->push_back(std::string(data.status().message()));
   }
   return absl::NotFoundError(absl::StrCat("no valid checkpoint in ", dir));

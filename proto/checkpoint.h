@@ -50,8 +50,9 @@ struct LoadedCheckpoint {
   CheckpointData data;
 };
 
-// The newest checkpoint in `dir` that loads and verifies. Files that fail are skipped and described in *skipped
-// ("path: reason"). NotFound when the directory holds no valid checkpoint.
+// The newest checkpoint in `dir` that loads and verifies. Corrupt files are skipped and described in *skipped
+// ("path: reason"); one that cannot be opened at all (permissions, I/O) is FailedPrecondition naming it, not skipped.
+// NotFound when the directory holds no valid checkpoint.
 absl::StatusOr<LoadedCheckpoint> LoadNewestCheckpoint(const std::string& dir, std::vector<std::string>* skipped);
 
 // "<dir>/ckpt-<round, 8 digits>.bin"

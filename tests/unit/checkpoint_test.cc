@@ -234,6 +234,20 @@ TEST_F(CheckpointTest, LoadNewestSkipsCorruptFiles) {
   EXPECT_THAT(skipped[0], HasSubstr("checksum"));
 }
 
+// A newest checkpoint that cannot be opened at all (here a directory by its name; permissions or an I/O error alike)
+// stops the resume with its name: before, it was skipped as corrupt and an older checkpoint resumed (or theta_0,
+// with none), and pruning then deleted the new run's checkpoints around the one left unreadable.
+TEST_F(CheckpointTest, LoadNewestStopsAtAFileThatCannotBeOpened) {
+  ASSERT_TRUE(SaveCheckpoint(CheckpointPath(dir_.string(), 1), Sample()).ok());
+  fs::create_directories(CheckpointPath(dir_.string(), 2));
+  std::vector<std::string> skipped;
+  absl::StatusOr<LoadedCheckpoint> loaded = LoadNewestCheckpoint(dir_.string(), &skipped);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("ckpt-00000002.bin: cannot open"));
+  EXPECT_TRUE(skipped.empty());
+}
+
 TEST_F(CheckpointTest, LoadNewestInEmptyDirIsNotFound) {
   absl::StatusOr<LoadedCheckpoint> loaded = LoadNewestCheckpoint(dir_.string(), nullptr);
   ASSERT_FALSE(loaded.ok());
