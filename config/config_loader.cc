@@ -290,6 +290,35 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
   return config;
 }
 
+absl::StatusOr<SecurityConfig> LoadSecurityConfig(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in || std::filesystem::is_directory(path)) {
+    return absl::NotFoundError(absl::StrCat("config file ", path, ": cannot be read; pass an existing YAML file"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  Config config;
+  SetKeys set_keys;
+  try {
+    const YAML::Node root = YAML::Load(text.str());
+    if (root.IsMap() && root["security"]) {
+      YAML::Node security;
+      security["security"] = root["security"];
+      if (absl::Status s = ApplyDocument(security, path, config, set_keys); !s.ok()) return s;
+    }
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not valid YAML: ", e.what()));
+  }
+  for (const std::string& o : overrides) {
+    if (!absl::StartsWith(o, "security.")) continue;
+    if (absl::Status s = ApplyOverride(o, config, set_keys); !s.ok()) return s;
+  }
+  if (absl::Status s = ValidateSecurity(config.security); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
+  }
+  return config.security;
+}
+
 absl::StatusOr<Config> LoadConfig(const std::string& path, const std::vector<std::string>& overrides) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {  // an ifstream opens a directory and reads nothing

@@ -16,7 +16,13 @@ namespace diloco {
 // Reads `path` (must exist), applies `overrides` ("section.key=value", YAML scalar syntax), validates.
 absl::StatusOr<Config> LoadConfig(const std::string& path, const std::vector<std::string>& overrides = {});
 
-// Same, from YAML text (for tests); `origin` names the source in error messages.
+// Only the security: section of a run's file and the security.* overrides (the others are not read), validated as
+// LoadConfig validates it: for diloco-ctl's status / leave / checkpoint, which may run where the run's data and
+// model paths do not exist.
+absl::StatusOr<SecurityConfig> LoadSecurityConfig(const std::string& path,
+                                                  const std::vector<std::string>& overrides = {});
+
+// Same as LoadConfig, from YAML text (for tests); `origin` names the source in error messages.
 absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::string& origin,
                                    const std::vector<std::string>& overrides = {});
 

@@ -67,9 +67,9 @@ absl::StatusOr<diloco::TransportSecurity> LoadSecurity(const std::string& config
                                                        const std::vector<std::string>& overrides,
                                                        diloco::TransportSecurityFiles flags) {
   if (!config_path.empty()) {
-    auto config = diloco::LoadConfig(config_path, overrides);
-    if (!config.ok()) return config.status();
-    const diloco::SecurityConfig& c = config->security;
+    auto security = diloco::LoadSecurityConfig(config_path, overrides);
+    if (!security.ok()) return security.status();
+    const diloco::SecurityConfig& c = *security;
     for (auto [flag, key] : {std::pair{&flags.tls_ca, &c.tls_ca}, std::pair{&flags.tls_cert, &c.tls_cert},
                              std::pair{&flags.tls_key, &c.tls_key}, std::pair{&flags.token_file, &c.token_file},
                              std::pair{&flags.server_name, &c.server_name}}) {

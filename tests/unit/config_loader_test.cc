@@ -162,6 +162,28 @@ TEST(ConfigLoaderTest, RangesAndCrossChecksAddedFromTheReview) {
                   .ok());
 }
 
+// diloco-ctl status / leave / checkpoint read only the run file's security: section (and security.* overrides): a
+// data path that exists only on the run's machines no longer stops them, while a wrong security key still does.
+TEST(ConfigLoaderTest, TheSecuritySectionLoadsAlone) {
+  const std::string dir = ::testing::TempDir() + "/security_only_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/token") << "secret\n";
+  std::ofstream(dir + "/run.yaml") << "data: {tokenizer: /data/cluster-only/tokenizer.model}\n"
+                                   << "security: {token_file: " << dir << "/token}\n";
+  EXPECT_FALSE(LoadConfig(dir + "/run.yaml").ok());
+  absl::StatusOr<SecurityConfig> security = LoadSecurityConfig(dir + "/run.yaml");
+  ASSERT_TRUE(security.ok()) << security.status();
+  EXPECT_EQ(security->token_file, dir + "/token");
+  security = LoadSecurityConfig(dir + "/run.yaml", {"security.server_name=coord.example", "inner.lr=-1"});
+  ASSERT_TRUE(security.ok()) << security.status();
+  EXPECT_EQ(security->server_name, "coord.example");
+  std::ofstream(dir + "/bad.yaml") << "security: {token_fil: x}\n";
+  security = LoadSecurityConfig(dir + "/bad.yaml");
+  ASSERT_FALSE(security.ok());
+  EXPECT_THAT(Message(security.status()), HasSubstr("unknown key 'security.token_fil'"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ConfigLoaderTest, DModelNotDivisibleByNHeadNamesBothKeys) {
   absl::StatusOr<Config> c = ParseConfig("model: {d_model: 100, n_head: 3}\n", "my.yaml");
   ASSERT_FALSE(c.ok());
