@@ -50,7 +50,6 @@ bool IsHostPort(const std::string& m) {
   const std::string port = m.substr(colon + 1);
   return AllDigits(port) && port.size() <= 5 && std::stoi(port) <= 65535;
 }
-}  // namespace
 
 // Well-formed UTF-8 (RFC 3629: no overlong forms, surrogates or code points above U+10FFFF).
 bool IsUtf8(const std::string& text) {
@@ -71,10 +70,11 @@ bool IsUtf8(const std::string& text) {
   }
   return true;
 }
+}  // namespace
 
 StringRule Utf8Text() { return {"UTF-8 text", IsUtf8}; }
 
-StringRule HostPort() { return {"HOST:PORT (e.g. 0.0.0.0:50051; port 0 picks a free one)", IsHostPort}; }
+StringRule HostPort() { return {"HOST:PORT", IsHostPort}; }
 
 StringRule HostPortOrEmpty() {
   return {"HOST:PORT (e.g. 127.0.0.1:9464; port 0 picks a free one) or \"\" (off)",

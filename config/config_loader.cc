@@ -290,17 +290,33 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
   return config;
 }
 
-absl::StatusOr<SecurityConfig> LoadSecurityConfig(const std::string& path, const std::vector<std::string>& overrides) {
+namespace {
+// The text of a config file: an error naming it when it is a directory (an ifstream opens one and reads nothing: a
+// bind mount of a missing file) or cannot be read.
+absl::StatusOr<std::string> ReadConfigFile(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config file ", path, ": is a directory, not a YAML file (a bind mount of a missing file?)"));
+  }
   std::ifstream in(path);
-  if (!in || std::filesystem::is_directory(path)) {
-    return absl::NotFoundError(absl::StrCat("config file ", path, ": cannot be read; pass an existing YAML file"));
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("config file ", path, ": cannot be read (", std::strerror(errno),
+                                            "); pass an existing YAML file"));
   }
   std::stringstream text;
   text << in.rdbuf();
+  return text.str();
+}
+}  // namespace
+
+absl::StatusOr<SecurityConfig> LoadSecurityConfig(const std::string& path, const std::vector<std::string>& overrides) {
+  auto text = ReadConfigFile(path);
+  if (!text.ok()) return text.status();
   Config config;
   SetKeys set_keys;
   try {
-    const YAML::Node root = YAML::Load(text.str());
+    const YAML::Node root = YAML::Load(*text);
     if (root.IsMap() && root["security"]) {
       YAML::Node security;
       security["security"] = root["security"];
@@ -320,27 +336,17 @@ absl::StatusOr<SecurityConfig> LoadSecurityConfig(const std::string& path, const
 }
 
 absl::StatusOr<Config> LoadConfig(const std::string& path, const std::vector<std::string>& overrides) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {  // an ifstream opens a directory and reads nothing
-    return absl::InvalidArgumentError(
-        absl::StrCat("config file ", path, ": is a directory, not a YAML file (a bind mount of a missing file?)"));
-  }
-  std::ifstream in(path);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("config file ", path, ": cannot be read (", std::strerror(errno),
-                                            "); pass an existing YAML file"));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
+  auto text = ReadConfigFile(path);
+  if (!text.ok()) return text.status();
   try {
-    const YAML::Node root = YAML::Load(text.str());
+    const YAML::Node root = YAML::Load(*text);
     if (!root || root.IsNull()) {
       return absl::InvalidArgumentError(absl::StrCat("config file ", path, ": holds no settings (empty)"));
     }
   } catch (const YAML::Exception&) {
     // ParseConfig reports it, with the parser's words.
   }
-  return ParseConfig(text.str(), path, overrides);
+  return ParseConfig(*text, path, overrides);
 }
 
 // Each key's own range first (so the cross-key rules may divide by the positive ones), then the cross-key and

@@ -126,12 +126,12 @@ void CheckpointWriter::OnCommitted(const ClosedRound& round) {
     written = Write();
   }
   if (written.ok()) return;
-  absl::MutexLock lock(&final_mu_);
+  absl::MutexLock lock(&mu_);
   final_error_ = std::string(written.status().message());
 }
 
 std::string CheckpointWriter::final_error() const {
-  absl::MutexLock lock(&final_mu_);
+  absl::MutexLock lock(&mu_);
   return final_error_;
 }
 

@@ -112,7 +112,7 @@ class CheckpointWriter : public RoundSink {
   // they all fail, kept in final_error().
   void OnCommitted(const ClosedRound& round) override;
   // Why the last round's checkpoint could not be written; "" when it was (or the run is not complete).
-  std::string final_error() const ABSL_LOCKS_EXCLUDED(final_mu_);
+  std::string final_error() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   const std::string dir_;
@@ -121,9 +121,8 @@ class CheckpointWriter : public RoundSink {
   const std::string fingerprint_;
   ThetaStore* const theta_;
   const std::shared_ptr<EvalHistory> history_;
-  absl::Mutex mu_;  // one write at a time (the round thread and operator requests)
-  mutable absl::Mutex final_mu_;
-  std::string final_error_ ABSL_GUARDED_BY(final_mu_);
+  mutable absl::Mutex mu_;  // one write at a time (the round thread and operator requests)
+  std::string final_error_ ABSL_GUARDED_BY(mu_);
 };
 
 class SummarySink : public RoundSink {
