@@ -233,8 +233,10 @@ absl::StatusOr<JoinReply> CoordinatorCore::Join(const JoinRequest& request) {
       window_.Forget(m.id);
     }
   }
-  spdlog::info("{} worker {} (shard {}/{}, {} threads, {}{}) at round {}", known ? "rejoined:" : "joined:", m.id,
-               m.shard_index, membership_.shard_count(), request.threads(), Truncated(request.device(), 64),
+  spdlog::info("{} worker {} (shard {}/{}{}, {} threads, {}{}) at round {}", known ? "rejoined:" : "joined:", m.id,
+               m.shard_index, membership_.shard_count(),
+               m.shard_reader > 0 ? absl::StrCat(" shared, reader ", m.shard_reader) : std::string(), request.threads(),
+               Truncated(request.device(), 64),
                m.cluster_size > 1 ? absl::StrCat(", a cluster of ", m.cluster_size) : std::string(), theta_->round());
   cv_.SignalAll();
   JoinReply reply;
@@ -242,6 +244,7 @@ absl::StatusOr<JoinReply> CoordinatorCore::Join(const JoinRequest& request) {
   reply.set_rounds_total(config_.SyncRounds());
   reply.set_shard_index(m.shard_index);
   reply.set_shard_count(membership_.shard_count());
+  reply.set_shard_reader(m.shard_reader);
   reply.set_heartbeat_interval_ms(static_cast<int64_t>(config_.coordinator.heartbeat_interval_s * 1000));
   reply.set_run_complete(complete_);
   reply.set_push_port(push_port_);

@@ -37,6 +37,15 @@ const Member& Membership::Join(const std::string& id, double now, int shard_hint
     while (taken.count(shard) != 0 && shard < shard_count_) ++shard;
     shard %= shard_count_;  // more members than shards: shards are shared
   }
+  std::set<int> readers;  // reader numbers of the other active members on that shard
+  for (const auto& [other_id, m] : members_) {
+    if (other_id != id && m.state == MemberState::kActive && m.shard_index == shard) readers.insert(m.shard_reader);
+  }
+  int& reader = it->second.shard_reader;
+  if (readers.count(reader) != 0) {
+    reader = 0;
+    while (readers.count(reader) != 0) ++reader;
+  }
   if (it->second.state != MemberState::kActive || it->second.state_since == 0) it->second.state_since = now;
   it->second.state = MemberState::kActive;
   it->second.last_seen = now;

@@ -2,7 +2,9 @@
 // A member is `active` from Join until it leaves (`left`) or stays silent longer than the lease (`lost`); a lost or
 // left member that joins again with the same id becomes active again and keeps its shard. Each active member owns
 // one of `shard_count` disjoint data shards: the one it had or asked for if free, else the lowest free index
-// (with more active members than shards, they wrap around and share).
+// (with more active members than shards, they wrap around and share: each member reading a shard has its own
+// `shard_reader` number, the one it had if no other active reader of that shard holds it, else the lowest free one;
+// the worker seeds its window sampler with it, so sharers draw different windows).
 // Bounded: at most `max_inactive` members that left or were lost are remembered (the longest gone are forgotten first
 // and only counted), so ids that come and go cannot grow memory or the status reply without bound; the number of
 // active members is bounded by the coordinator (coordinator.max_members, checked before Join).
@@ -24,6 +26,7 @@ struct Member {
   double joined_at = 0;
   double last_seen = 0;
   int shard_index = 0;
+  int shard_reader = 0;  // among the active members reading shard_index: 0 alone or first (header comment)
   int64_t rounds_contributed = 0;
   int64_t tokens = 0;
   double last_loss = 0;

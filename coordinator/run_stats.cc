@@ -46,6 +46,7 @@ void AddWorkers(const StatusSources& in, double now, StatusReply& s) {
     w->set_last_loss(m.last_loss);
     w->set_heartbeat_age_s(now - m.last_seen);
     w->set_shard_index(m.shard_index);
+    w->set_shard_reader(m.shard_reader);
     w->set_tokens_per_s(m.last_tokens_per_s);
     w->set_bytes_pushed(m.bytes_pushed);
     w->set_bytes_pulled(m.bytes_pulled);

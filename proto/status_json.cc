@@ -12,6 +12,7 @@ nlohmann::json WorkerJson(const WorkerStatus& w) {
           {"last_loss", w.last_loss()},
           {"heartbeat_age_s", w.heartbeat_age_s()},
           {"shard_index", w.shard_index()},
+          {"shard_reader", w.shard_reader()},
           {"tokens_per_s", w.tokens_per_s()},
           {"bytes_pushed", w.bytes_pushed()},
           {"bytes_pulled", w.bytes_pulled()},

@@ -41,8 +41,11 @@ std::string StatusToText(const StatusReply& s) {
   absl::StrAppendFormat(&out, "%-16s %-7s %6s %5s %5s %7s %12s %10s %10s %7s %9s\n", "worker", "state", "shard",
                         "procs", "H", "rounds", "tokens", "tokens/s", "last_loss", "epochs", "hb_age_s");
   for (const auto& w : s.workers()) {
-    absl::StrAppendFormat(&out, "%-16s %-7s %6d %5d %5lld %7lld %12lld %10.0f %10.4f %7.3f %9.1f\n", w.id(), w.state(),
-                          w.shard_index(), std::max(1, w.cluster_size()), static_cast<long long>(w.inner_steps()),
+    // A shared shard shows its reader: 0/1 is shard 0's second reader.
+    const std::string shard =
+        w.shard_reader() > 0 ? absl::StrCat(w.shard_index(), "/", w.shard_reader()) : absl::StrCat(w.shard_index());
+    absl::StrAppendFormat(&out, "%-16s %-7s %6s %5d %5lld %7lld %12lld %10.0f %10.4f %7.3f %9.1f\n", w.id(), w.state(),
+                          shard, std::max(1, w.cluster_size()), static_cast<long long>(w.inner_steps()),
                           static_cast<long long>(w.rounds_contributed()), static_cast<long long>(w.tokens()),
                           w.tokens_per_s(), w.last_loss(), w.data_epochs(), w.heartbeat_age_s());
   }

@@ -38,7 +38,7 @@ std::vector<torch::Tensor> TensorsOf(const NamedTensors& named) {
 CommandWords EncodeCommand(const ClusterCommand& command) {
   CommandWords w{};
   if (const auto* c = std::get_if<ShardCommand>(&command)) {
-    w = {kShard, c->shard_index, c->shard_count, 0};
+    w = {kShard, c->shard_index, c->shard_count, c->shard_reader};
   } else if (std::holds_alternative<LoadCommand>(command)) {
     w[0] = kLoad;
   } else if (const auto* c = std::get_if<TrainCommand>(&command)) {
@@ -67,7 +67,7 @@ CommandWords EncodeCommand(const ClusterCommand& command) {
 ClusterCommand DecodeCommand(const CommandWords& w) {
   switch (w[0]) {
     case kShard:
-      return ShardCommand{w[1], w[2]};
+      return ShardCommand{w[1], w[2], w[3]};
     case kLoad:
       return LoadCommand{};
     case kTrain:
@@ -198,9 +198,10 @@ absl::Status RunClusterFollower(const Config& config, const TokenCache& cache, c
       cluster.Acknowledge();
       return absl::OkStatus();  // StopCommand: the leader could not join
     }
-    auto trainer = InnerTrainer::ForShard(config, cache.meta_path(), static_cast<int>(shard->shard_index),
-                                          static_cast<int>(shard->shard_count), options.rank, cluster.size(), nullptr,
-                                          ShardOf(config, options.rank, cluster.size()));
+    auto trainer =
+        InnerTrainer::ForShard(config, cache.meta_path(), static_cast<int>(shard->shard_index),
+                               static_cast<int>(shard->shard_count), options.rank, cluster.size(), nullptr,
+                               ShardOf(config, options.rank, cluster.size()), static_cast<int>(shard->shard_reader));
     cluster.Acknowledge();  // once its trainer is built: from now on it polls between commands
     if (!trainer.ok()) return WithExitCode(trainer.status(), kWorkerConfigError);
     InnerTrainer& t = **trainer;

@@ -17,7 +17,7 @@
 //                 slice's new residual, or takes back the one from before the push (PartExchange::Settle)
 // On the wire a command is 4 int64 words [kind, w1, w2, w3] set in the cluster's store (WorkerCluster::SendWords and
 // ReceiveWords: a follower may wait for the next one for a whole round, longer than any collective may take):
-//   kind 1 shard: w1 shard_index, w2 shard_count; kind 2 load; kind 3 train: w1 first_step, w2 steps;
+//   kind 1 shard: w1 shard_index, w2 shard_count, w3 shard_reader; kind 2 load; kind 3 train: w1 first_step, w2 steps;
 //   kind 4 merge: w1 fragment, w3 the bits of alpha (IEEE double); kind 5 stop; kind 6 save: w1 round; kind 7 push
 //   part: w1 round, w2 seq; kind 8 pull part: w2 seq; kind 9 gather; kind 10 reset moments; kind 11 settle: w1 1
 //   (counted) or 0. Unused words are 0. The
@@ -45,6 +45,7 @@ namespace diloco {
 struct ShardCommand {
   int64_t shard_index = 0;
   int64_t shard_count = 1;
+  int64_t shard_reader = 0;  // JoinReply.shard_reader: seeds the ranks' samplers when members share a shard
 };
 struct LoadCommand {};
 struct TrainCommand {
@@ -86,7 +87,9 @@ ClusterCommand DecodeCommand(const CommandWords& words);
 class ClusterLeader {
  public:
   explicit ClusterLeader(WorkerCluster& cluster) : cluster_(cluster) {}
-  void Shard(int64_t shard_index, int64_t shard_count) { Send(ShardCommand{shard_index, shard_count}); }
+  void Shard(int64_t shard_index, int64_t shard_count, int64_t shard_reader) {
+    Send(ShardCommand{shard_index, shard_count, shard_reader});
+  }
   void Load(const NamedTensors& theta);  // theta: all of the parameters (the leader's loaded ones, on its device)
   void Train(int64_t first_step, int64_t steps) { Send(TrainCommand{first_step, steps}); }
   void Merge(int fragment, double alpha, const NamedTensors& incoming);  // incoming: the fragment's tensors

@@ -92,10 +92,14 @@ void CoordinatorSession::AcceptJoin(JoinReply reply) {
                  join_.shard_index(), join_.shard_index());
     reply.set_shard_index(join_.shard_index());
   }
+  if (joined_) reply.set_shard_reader(join_.shard_reader());  // its sampler is seeded already: it keeps its windows
   join_ = std::move(reply);
   joined_ = true;
-  spdlog::info("joined {} at round {}: shard {}/{}; pushes over {}", protocol_.coordinator, join_.round(),
+  spdlog::info("joined {} at round {}: shard {}/{}{}; pushes over {}", protocol_.coordinator, join_.round(),
                join_.shard_index(), join_.shard_count(),
+               join_.shard_reader() > 0
+                   ? absl::StrCat(" (shared with other members: reader ", join_.shard_reader(), ", its own windows)")
+                   : std::string(),
                join_.push_port() > 0 ? absl::StrCat("tcp to port ", join_.push_port()) : std::string("grpc"));
 }
 

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "worker/data/keyed_permutation.h"
 #include "worker/lm/torch_compat.h"
 #include "worker/lr_schedule.h"
 
@@ -69,17 +70,16 @@ InnerTrainer::InnerTrainer(const Config& config, TokenData train, torch::Device 
   optimizer_ = std::make_unique<FlatAdamW>(model_->parameters(), adamw, shard);
 }
 
-absl::StatusOr<std::unique_ptr<InnerTrainer>> InnerTrainer::ForShard(const Config& config,
-                                                                     const std::string& manifest_path, int shard_index,
-                                                                     int shard_count, int rank, int cluster_size,
-                                                                     LanguageModelPtr model,
-                                                                     const std::optional<FlatShard>& shard) {
+absl::StatusOr<std::unique_ptr<InnerTrainer>> InnerTrainer::ForShard(
+    const Config& config, const std::string& manifest_path, int shard_index, int shard_count, int rank,
+    int cluster_size, LanguageModelPtr model, const std::optional<FlatShard>& shard, int shard_reader) {
   auto train = TokenData::Load(manifest_path, TokenSplit::kTrain, config.model.seq_len);
   if (!train.ok()) return train.status();
   const int part = shard_index * cluster_size + rank;  // with one rank: the worker's shard itself
   absl::Status s = train->SelectShard(part, shard_count * cluster_size, config.data.split == DataSplit::kContiguous);
   if (!s.ok()) return s;
-  const uint64_t seed = static_cast<uint64_t>(config.run.seed) * 1000003ULL + static_cast<uint64_t>(part) + 1;
+  uint64_t seed = static_cast<uint64_t>(config.run.seed) * 1000003ULL + static_cast<uint64_t>(part) + 1;
+  if (shard_reader > 0) seed = Mix64(seed ^ Mix64(static_cast<uint64_t>(shard_reader)));
   return std::make_unique<InnerTrainer>(config, std::move(*train), torch::Device(config.workers.device), seed,
                                         std::move(model), shard);
 }

@@ -45,12 +45,14 @@ class InnerTrainer {
 
   // The trainer of rank `rank` of a worker cluster of `cluster_size` (1: a plain worker) that reads shard
   // shard_index of shard_count of the training split of the token manifest at manifest_path: the rank reads its own
-  // part of that shard (data.split decides how parts are cut) and samples with its own seed. Errors name the
-  // manifest, the token file or the shard.
+  // part of that shard (data.split decides how parts are cut) and samples with its own seed (run.seed and the part;
+  // `shard_reader` > 0, JoinReply.shard_reader of a member that shares its shard, mixes in too: sharers draw
+  // different windows). Errors name the manifest, the token file or the shard.
   static absl::StatusOr<std::unique_ptr<InnerTrainer>> ForShard(const Config& config, const std::string& manifest_path,
                                                                 int shard_index, int shard_count, int rank,
                                                                 int cluster_size, LanguageModelPtr model = nullptr,
-                                                                const std::optional<FlatShard>& shard = {});
+                                                                const std::optional<FlatShard>& shard = {},
+                                                                int shard_reader = 0);
 
   // The data position (worker/data/window_sampler.h): save it with the optimizer state, restore it after a restart to
   // continue the same stream of windows. RestoreSampler fails (and changes nothing) for a state that does not fit.

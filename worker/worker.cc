@@ -80,13 +80,14 @@ absl::Status Worker::SetUp(const TokenCache& cache) {
 
 absl::Status Worker::SetUpTrainer(const TokenCache& cache, LanguageModelPtr model) {
   const JoinReply& join = session_->join();
-  auto trainer = InnerTrainer::ForShard(config_, cache.meta_path(), join.shard_index(), join.shard_count(), 0,
-                                        ClusterSize(), std::move(model), ShardOf(config_, 0, ClusterSize()));
+  auto trainer =
+      InnerTrainer::ForShard(config_, cache.meta_path(), join.shard_index(), join.shard_count(), 0, ClusterSize(),
+                             std::move(model), ShardOf(config_, 0, ClusterSize()), join.shard_reader());
   if (!trainer.ok()) return WithExitCode(trainer.status(), kWorkerConfigError);
   trainer_ = std::move(*trainer);
   trainer_->set_nan_step(nan_step_);
   if (leader_) {
-    leader_->Shard(join.shard_index(), join.shard_count());
+    leader_->Shard(join.shard_index(), join.shard_count(), join.shard_reader());
     if (absl::Status s = cluster_->AttachTo(*trainer_, config_.workers.check_replicas); !s.ok()) {
       return WithExitCode(s, kWorkerClusterFailed);
     }

@@ -12,6 +12,7 @@ namespace {
 
 TEST(ClusterProtocolTest, WordsFollowTheDocumentedLayout) {
   EXPECT_EQ(EncodeCommand(ShardCommand{3, 8}), (CommandWords{1, 3, 8, 0}));
+  EXPECT_EQ(EncodeCommand(ShardCommand{3, 8, 2}), (CommandWords{1, 3, 8, 2}));
   EXPECT_EQ(EncodeCommand(LoadCommand{}), (CommandWords{2, 0, 0, 0}));
   EXPECT_EQ(EncodeCommand(TrainCommand{1500, 50}), (CommandWords{3, 1500, 50, 0}));
   const CommandWords merge = EncodeCommand(MergeCommand{2, 0.25});
@@ -30,9 +31,10 @@ TEST(ClusterProtocolTest, WordsFollowTheDocumentedLayout) {
 }
 
 TEST(ClusterProtocolTest, EveryKindRoundTrips) {
-  const auto shard = std::get<ShardCommand>(DecodeCommand(EncodeCommand(ShardCommand{5, 7})));
+  const auto shard = std::get<ShardCommand>(DecodeCommand(EncodeCommand(ShardCommand{5, 7, 1})));
   EXPECT_EQ(shard.shard_index, 5);
   EXPECT_EQ(shard.shard_count, 7);
+  EXPECT_EQ(shard.shard_reader, 1);
   const auto train = std::get<TrainCommand>(DecodeCommand(EncodeCommand(TrainCommand{123456789012, 3})));
   EXPECT_EQ(train.first_step, 123456789012);
   EXPECT_EQ(train.steps, 3);

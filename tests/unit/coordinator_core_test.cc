@@ -642,6 +642,7 @@ TEST_F(CoordinatorCoreTest, JoinReplyAndStatusCarryRunSettings) {
   config_.coordinator.heartbeat_interval_s = 0.25;
   config_.comm.chunk_bytes = 4096;
   config_.inner.steps = 12;
+  config_.workers.count = 2;
   Start();
   auto reply = core_->Join(JoinReq("A"));
   ASSERT_TRUE(reply.ok()) << reply.status();
@@ -675,7 +676,18 @@ TEST_F(CoordinatorCoreTest, JoinReplyAndStatusCarryRunSettings) {
   // The declared model a client copies from the reply is accepted as is.
   JoinRequest again = JoinReq("B");
   *again.mutable_model() = reply->model();
-  EXPECT_TRUE(core_->Join(again).ok());
+  auto b = core_->Join(again);
+  ASSERT_TRUE(b.ok()) << b.status();
+  // More members than workers.count (shards): the third shares shard 0 as its second reader, in status too.
+  EXPECT_EQ(reply->shard_reader(), 0);
+  EXPECT_EQ(b->shard_reader(), 0);
+  auto c = core_->Join(JoinReq("C"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->shard_index(), 0);
+  EXPECT_EQ(c->shard_reader(), 1);
+  const StatusReply after = core_->Status();
+  ASSERT_EQ(after.workers_size(), 3);
+  for (const WorkerStatus& w : after.workers()) EXPECT_EQ(w.shard_reader(), w.id() == "C" ? 1 : 0) << w.id();
 }
 
 TEST_F(CoordinatorCoreTest, LeaseExpiryMarksSilentMemberLostAndClosesRound) {

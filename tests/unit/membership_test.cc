@@ -106,6 +106,26 @@ TEST(MembershipTest, RejoinAfterShardWasReassignedKeepsShardsDisjoint) {
   EXPECT_EQ(shards.size(), m.ActiveIds().size()) << "two active members share a shard";
 }
 
+// More active members than shards: they wrap around, and each reader of a shared shard has its own reader number
+// (the worker seeds its sampler with it: sharers draw different windows). A member keeps its number while it is free.
+TEST(MembershipTest, MembersThatShareAShardGetDistinctReaderNumbers) {
+  Membership m(2);
+  EXPECT_EQ(m.Join("a", 0).shard_reader, 0);
+  EXPECT_EQ(m.Join("b", 0).shard_reader, 0);
+  const Member& c = m.Join("c", 0);
+  EXPECT_EQ(c.shard_index, 0);
+  EXPECT_EQ(c.shard_reader, 1) << "c shares a's shard";
+  const Member& d = m.Join("d", 0);
+  EXPECT_EQ(d.shard_index, 0) << "the lowest index when every shard is taken";
+  EXPECT_EQ(d.shard_reader, 2);
+  m.Leave("a", 1);
+  const Member& e = m.Join("e", 2);
+  EXPECT_EQ(e.shard_index, 0);
+  EXPECT_EQ(e.shard_reader, 0) << "a's reader number is free again";
+  EXPECT_EQ(m.Join("c", 3).shard_reader, 1) << "a member that joins again keeps its free number";
+  EXPECT_EQ(m.Join("b", 3).shard_reader, 0) << "alone on its shard";
+}
+
 TEST(MembershipTest, StateNames) {
   EXPECT_STREQ(MemberStateName(MemberState::kActive), "active");
   EXPECT_STREQ(MemberStateName(MemberState::kLost), "lost");

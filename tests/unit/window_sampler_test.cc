@@ -177,8 +177,8 @@ class TrainerSamplerTest : public ScratchDirTest {
     ASSERT_TRUE(WriteTokenShard(Path("t.tok"), ids, 64, &error)) << error;
     manifest_ = WriteManifest(Path("m.json"), {{Path("t.tok"), 24, 2, ids.size()}});
   }
-  std::unique_ptr<InnerTrainer> Trainer(std::vector<WindowDraw>* seen) {
-    auto t = InnerTrainer::ForShard(config_, manifest_, 1, 2, 0, 1);
+  std::unique_ptr<InnerTrainer> Trainer(std::vector<WindowDraw>* seen, int shard_reader = 0) {
+    auto t = InnerTrainer::ForShard(config_, manifest_, 1, 2, 0, 1, nullptr, {}, shard_reader);
     EXPECT_TRUE(t.ok()) << t.status();
     (*t)->set_window_observer([seen](const WindowDraw& d) { seen->push_back(d); });
     return std::move(*t);
@@ -221,6 +221,26 @@ TEST_F(TrainerSamplerTest, RandomTrainerKeepsItsSeededStream) {
   std::mt19937_64 rng(3 * 1000003ULL + 1 + 1);
   for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i].start, DrawRandomStart(data->layout(), rng)) << i;
   ASSERT_EQ(seen.size(), 2u * config_.inner.batch_size);
+}
+
+// Members that share a shard (more members than workers.count) have distinct JoinReply.shard_reader numbers: each
+// reader draws its own windows (sequential: its own order of the same epoch's windows), reader 0 the stream above.
+TEST_F(TrainerSamplerTest, ReadersOfASharedShardDrawDifferentWindows) {
+  for (DataSampling kind : {DataSampling::kRandom, DataSampling::kSequential}) {
+    config_.data.sampling = kind;
+    std::vector<WindowDraw> first, again, second;
+    Trainer(&first)->TrainSteps(0, 2);
+    Trainer(&again, 0)->TrainSteps(0, 2);
+    Trainer(&second, 1)->TrainSteps(0, 2);
+    ASSERT_EQ(first.size(), 2u * config_.inner.batch_size);
+    ASSERT_EQ(second.size(), first.size());
+    int same = 0;
+    for (size_t i = 0; i < first.size(); ++i) {
+      EXPECT_EQ(again[i].start, first[i].start) << "reader 0 is the unshared stream";
+      same += second[i].start == first[i].start ? 1 : 0;
+    }
+    EXPECT_LE(same, 1) << "reader 1 draws other windows (" << same << " of " << first.size() << " alike)";
+  }
 }
 
 TEST_F(TrainerSamplerTest, SequentialEpochsCount) {
