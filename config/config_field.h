@@ -7,6 +7,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <functional>
 #include <string>
 #include <type_traits>
@@ -108,7 +109,14 @@ absl::Status Decode(const std::string& key, const YAML::Node& n, T* value) {
         return absl::OkStatus();
       }
     }
-    if (n.IsScalar() && YAML::convert<T>::decode(n, *value)) return absl::OkStatus();
+    if (n.IsScalar() && YAML::convert<T>::decode(n, *value)) {
+      if constexpr (std::is_floating_point_v<T>) {  // YAML's .inf and .nan: no key takes them (outer.lr: .inf
+        if (!std::isfinite(*value)) {               // would fail every outer step's finiteness check)
+          return absl::InvalidArgumentError(key + ": expected a finite number, got '" + n.Scalar() + "'");
+        }
+      }
+      return absl::OkStatus();
+    }
     const std::string got = n.IsScalar() ? "'" + n.Scalar() + "'" : n.IsNull() ? "nothing" : "a list or map";
     return absl::InvalidArgumentError(key + ": expected " + TypeWords<T>() + ", got " + got);
   }

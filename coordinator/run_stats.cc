@@ -1,5 +1,7 @@
 #include "coordinator/run_stats.h"
 
+#include <limits>
+
 #include "config/model_spec.h"
 
 namespace diloco {
@@ -16,7 +18,11 @@ void RunStats::CreditRound(const RoundState::Pushes& contributors, int64_t num_p
     }
     tokens_committed += push.tokens;
     last_round_bytes_pushed += push.bytes;
-    dp_equivalent_bytes += static_cast<int64_t>(push.inner_steps * 2.0 * (k - 1) / k * 4.0 * num_params);
+    // A peer's inner_steps (up to 2^31) x params can pass int64: the total saturates instead (a double beyond
+    // int64's range does not convert).
+    const double dp = static_cast<double>(push.inner_steps) * 2.0 * (k - 1) / k * 4.0 * static_cast<double>(num_params);
+    const int64_t room = std::numeric_limits<int64_t>::max() - dp_equivalent_bytes;
+    dp_equivalent_bytes += dp < static_cast<double>(room) ? static_cast<int64_t>(dp) : room;
   }
   bytes_pushed_committed += last_round_bytes_pushed;
 }

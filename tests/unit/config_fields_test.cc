@@ -96,8 +96,8 @@ TEST(ConfigFieldsTest, RangesNameTheKeyTheRuleAndTheValue) {
   };
   for (const Case& k : {
            Case{"inner.lr=0", "my.yaml: inner.lr: must be > 0, got 0"},
-           Case{"inner.lr=.nan", "inner.lr: must be > 0, got nan"},
-           Case{"inner.weight_decay=.nan", "inner.weight_decay: must be >= 0, got nan"},
+           Case{"inner.lr=.nan", "inner.lr: expected a finite number, got '.nan'"},
+           Case{"inner.weight_decay=.nan", "inner.weight_decay: expected a finite number, got '.nan'"},
            Case{"outer.momentum=0", ""},
            Case{"outer.momentum=1", "outer.momentum: must be in [0, 1), got 1"},
            Case{"data.val_fraction=0.5", ""},

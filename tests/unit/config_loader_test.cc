@@ -162,6 +162,18 @@ TEST(ConfigLoaderTest, RangesAndCrossChecksAddedFromTheReview) {
                   .ok());
 }
 
+// YAML's infinities and NaN passed every "> 0" rule: outer.lr .inf failed every outer step's finiteness check (each
+// redo quarantined a healthy worker). No key takes a non-finite number.
+TEST(ConfigLoaderTest, NoKeyTakesANonFiniteNumber) {
+  for (const char* yaml : {"outer: {lr: .inf}", "outer: {clip_factor: .Inf}", "outer: {cclip_tau: .inf}",
+                           "inner: {lr: .nan}", "coordinator: {round_timeout_s: -.inf}"}) {
+    absl::StatusOr<Config> c = ParseConfig(yaml, "my.yaml");
+    ASSERT_FALSE(c.ok()) << yaml;
+    EXPECT_THAT(Message(c.status()), HasSubstr("expected a finite number")) << yaml;
+  }
+  EXPECT_TRUE(ParseConfig("outer: {lr: 0.7, clip_factor: 2.5}", "my.yaml").ok());
+}
+
 // diloco-ctl status / leave / checkpoint read only the run file's security: section (and security.* overrides): a
 // data path that exists only on the run's machines no longer stops them, while a wrong security key still does.
 TEST(ConfigLoaderTest, TheSecuritySectionLoadsAlone) {
