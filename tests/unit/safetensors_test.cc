@@ -117,7 +117,17 @@ TEST(HfWeightsTest, CopiesByNameAndRefusesMissingMisShapedAndExtraTensors) {
   auto source = MakeLanguageModel(TinyLlama(), 1);
   auto target = MakeLanguageModel(TinyLlama(), 2);
   HfWeights w = WeightsOf(*source, 0.5f);
-  w["lm_head.weight"] = torch::zeros({16, 8});                           // tied head: accepted and ignored
+  // A tied head that differs from the embedding (a fine-tune of the head with config.json still tied): transformers
+  // 4.x would tie it, 5.x keep it (measured: 5.25 gives logits 0 for a zero head where the tied head gives 0.21):
+  // refused, naming both and the way out.
+  w["lm_head.weight"] = torch::zeros({16, 8});
+  std::string tied(CopyHfWeights(w, "/hf", *target).message());
+  EXPECT_NE(tied.find("/hf: config.json ties the head to the embedding"), std::string::npos) << tied;
+  EXPECT_NE(tied.find("lm_head.weight differs from model.embed_tokens.weight"), std::string::npos) << tied;
+  EXPECT_NE(tied.find("set tie_word_embeddings to false"), std::string::npos) << tied;
+  w["lm_head.weight"] = w.at("model.embed_tokens.weight").to(torch::kBFloat16).to(torch::kFloat32);
+  EXPECT_FALSE(CopyHfWeights(w, "/hf", *target).ok()) << "equal only after rounding: still another head";
+  w["lm_head.weight"] = w.at("model.embed_tokens.weight").clone();       // the same tensor, saved twice: skipped
   w["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch::ones({2});  // HF buffer: ignored
   ASSERT_TRUE(CopyHfWeights(w, "/hf", *target).ok());
   for (const auto& [name, p] : NamedParameters(*target)) EXPECT_TRUE(torch::equal(p, w.at(name))) << name;

@@ -7,6 +7,7 @@
 #include <set>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "worker/lm/safetensors.h"
@@ -86,6 +87,30 @@ const torch::Tensor* Find(const HfWeights& weights, const std::string& param, st
   return nullptr;
 }
 
+// A tied model's file may still hold lm_head.weight (save_pretrained of a tied model does not, some exporters do):
+// equal to the embedding, it is the same tensor and skipped. Different (a fine-tune that trained the head alone, with
+// config.json still saying tied), transformers 4.x ties it to the embedding and 5.x keeps the file's head: rather
+// than pick one in silence, the load stops and says how to choose.
+absl::Status CheckTiedHead(const torch::Tensor& head, const torch::OrderedDict<std::string, torch::Tensor>& params,
+                           const std::string& dir, bool can_untie) {
+  for (const auto& p : params) {
+    const std::string& name = p.key();
+    if (!absl::EndsWith(name, "embed_tokens.weight") && !absl::EndsWith(name, "wte.weight") &&
+        name != "tok_emb.weight") {
+      continue;
+    }
+    if (head.sizes().equals(p.value().sizes()) && torch::equal(head.to(p.value().dtype()), p.value())) {
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, ": config.json ties the head to the embedding (tie_word_embeddings), but the file's lm_head.weight ",
+        "differs from ", p.key(), " (transformers 4.x would use the embedding, 5.x the file's head): ",
+        can_untie ? "set tie_word_embeddings to false in config.json to train the file's own head, or " : "",
+        "remove lm_head.weight to tie them"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<HfWeights> LoadHfWeights(const std::string& dir) {
@@ -121,6 +146,10 @@ absl::Status CopyHfWeights(const HfWeights& weights, const std::string& dir, Lan
     used.insert(key);
   }
   const bool tied = params.find("lm_head.weight") == nullptr;
+  if (auto head = weights.find("lm_head.weight"); tied && head != weights.end()) {
+    const bool can_untie = model.config().arch != ModelArch::kGpt2;  // model.arch gpt2 always ties (GPT-2's way)
+    if (absl::Status s = CheckTiedHead(head->second, params, dir, can_untie); !s.ok()) return s;
+  }
   std::vector<std::string> extra;
   for (const auto& [name, t] : weights) {
     if (used.count(name) > 0 || IgnoredBuffer(name) || (tied && name == "lm_head.weight")) continue;
