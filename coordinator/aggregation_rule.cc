@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <tuple>
 #include <utility>
@@ -353,6 +354,14 @@ bool ClipGate::TryOpen(const std::vector<std::string>& expected, bool force, siz
   median_tokens_ = Median(tokens);
   open_ = true;
   return true;
+}
+
+void ClipGate::KeepOnly(const std::vector<std::string>& expected) {
+  if (open_) return;
+  const std::set<std::string> keep(expected.begin(), expected.end());
+  for (auto it = declared_.begin(); it != declared_.end();) {
+    it = keep.count(it->first) != 0 ? std::next(it) : declared_.erase(it);
+  }
 }
 
 double ClipGate::Scale(double norm) const { return norm > 0 ? std::min(1.0, clip_factor_ * median_norm_ / norm) : 1.0; }

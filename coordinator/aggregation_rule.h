@@ -70,6 +70,9 @@ class ClipGate {
   ClipGate(double clip_factor, double max_token_weight)
       : clip_factor_(clip_factor), max_token_weight_(max_token_weight) {}
   void Declare(const std::string& id, double norm, double tokens) { declared_[id] = {norm, tokens}; }
+  // Before the fold opens: forgets the declarations of ids not in `expected` (members lost, gone or quarantined since
+  // they declared), so a dead member's claim neither moves the medians nor counts toward min_declared.
+  void KeepOnly(const std::vector<std::string>& expected);
   size_t declared() const { return declared_.size(); }
   bool open() const { return open_; }
   // Opens the fold when at least `min_declared` have declared and either every id of `expected` has or `force`;

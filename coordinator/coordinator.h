@@ -214,6 +214,10 @@ class CoordinatorCore {
   // round is older than coordinator.round_timeout_s and the aggregation has not restarted within
   // min(lease_s, round_timeout_s) (the pushes a restart dropped get that long to come back).
   bool ForceSetNow() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // When the open round's round_timeout_s runs from: its opening, or later after its aggregation restarted (a broken
+  // push, a discarded outer step), so that its timeout comes no sooner than min(lease_s, round_timeout_s) after the
+  // restart: the members pushing again have that long before a close or a fixed set leaves them out.
+  double RoundClockStart() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Discards the round's aggregation so far (sums, parts, the clip gate's and the window's sets, which the pushes
   // that come back form again) and notes when; returns the counted pushes dropped (they push again).
   size_t DiscardAggregation() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -244,6 +248,7 @@ class CoordinatorCore {
     std::vector<at::Tensor> delta;
     RoundState::Pushes contributors;
     double tokens = 0;
+    std::set<std::string> far_ids;  // pushes far beyond clip, bound or trim: toward suspect once the round commits
   };
   ClosingRound BeginClose() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // On success, closing.delta has gone back to the accumulator; after a throw it is still in `closing`. When an

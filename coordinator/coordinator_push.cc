@@ -279,10 +279,14 @@ size_t CoordinatorCore::DiscardAggregation() {
   return round_.RestartAggregation();
 }
 
+double CoordinatorCore::RoundClockStart() const {
+  const double timeout = config_.coordinator.round_timeout_s;
+  return std::max(round_.opened_at(),
+                  aggregation_restarted_at_ + std::min(config_.coordinator.lease_s, timeout) - timeout);
+}
+
 bool CoordinatorCore::ForceSetNow() const {
-  const double now = clock_(), timeout = config_.coordinator.round_timeout_s;
-  return now - round_.opened_at() >= timeout &&
-         now - aggregation_restarted_at_ >= std::min(config_.coordinator.lease_s, timeout);
+  return clock_() - RoundClockStart() >= config_.coordinator.round_timeout_s;
 }
 
 size_t CoordinatorCore::HeadersNeeded(bool force, size_t expected) const {
@@ -324,6 +328,7 @@ absl::Status CoordinatorCore::AdmitToClip(const PushHeader& header, PushTicket& 
   clip_gate_.Declare(header.meta().worker_id(), norm, static_cast<double>(header.tokens()));
   if (!clip_gate_.open()) {
     const std::vector<std::string> expected = UnquarantinedActiveIds();
+    clip_gate_.KeepOnly(expected);  // a member lost since it declared: its claim goes
     const bool force = ForceSetNow();
     if (!clip_gate_.TryOpen(expected, force, HeadersNeeded(force, expected.size()))) {
       return absl::UnavailableError(absl::StrCat("outer.aggregation clip: waiting for the round's other push headers (",

@@ -105,11 +105,16 @@ void CoordinatorCore::RoundLoopPass() {
     for (at::Tensor& d : closing.delta) d.zero_();  // theta and the momentum are as they were (StepInPlace)
   }
   mu_.Lock();
-  if (discarded && !closing.delta.empty()) {  // (empty: it failed after publishing, and the sums are back)
+  const bool committed = !discarded || closing.delta.empty();
+  if (!committed) {  // (delta empty: it failed after publishing, and the sums are back)
     accumulator_.Restore(std::move(closing.delta));
     round_.EndClose(RoundPhase::kTraining);
+    // The redo waits for its pushes as a restarted aggregation does (RoundClockStart): a round already past
+    // round_timeout_s would otherwise close on its first min_workers re-pushes and shut the others out.
+    aggregation_restarted_at_ = clock_();
   }
   if (!non_finite.empty()) DiscardNonFiniteRound(closing_round, closing.contributors, non_finite);
+  if (committed) NoteClippedPushes(closing.contributors, closing.far_ids);  // suspects: committed rounds only
 }
 
 void CoordinatorCore::DiscardNonFiniteRound(int64_t round, const RoundState::Pushes& pushes, const std::string& why) {
@@ -139,7 +144,7 @@ CloseView CoordinatorCore::CloseViewNow() const {
   for (std::string& id : UnquarantinedActiveIds()) {
     if (!set_fixed || window_.Holds(id)) expected.push_back(std::move(id));
   }
-  return {{std::move(expected), round_.PushedIds(), round_.opened_at(), QuarantinedActiveCount()},
+  return {{std::move(expected), round_.PushedIds(), RoundClockStart(), QuarantinedActiveCount()},
           {round_.pushed().size(), round_.streaming_count() + parts_.partial_count()}};
 }
 
@@ -163,12 +168,11 @@ RoundDecision CoordinatorCore::DecideClose(double now) {
 CoordinatorCore::ClosingRound CoordinatorCore::BeginClose() {
   ClosingRound c;
   c.tokens = accumulator_.total_weight();
-  c.delta = accumulator_.TakeAverage();                   // no push folds while the round steps (phase stepping)
-  c.contributors = round_.TakeForClose();                 // phase stepping; their heartbeats still say "pushed"
-  std::set<std::string> far_ids = JudgeAlongMomentum(c);  // outer.momentum_bound
-  far_ids.merge(NoteCoordinateWiseFar(c.contributors));   // coordinate-wise rules, before the window resets
-  NoteClippedPushes(c.contributors, far_ids);             // suspects (outer.flag_rounds)
-  parts_.NewRound();                                      // parts not yet in the sums are for a closed round now
+  c.delta = accumulator_.TakeAverage();                    // no push folds while the round steps (phase stepping)
+  c.contributors = round_.TakeForClose();                  // phase stepping; their heartbeats still say "pushed"
+  c.far_ids = JudgeAlongMomentum(c);                       // outer.momentum_bound
+  c.far_ids.merge(NoteCoordinateWiseFar(c.contributors));  // coordinate-wise rules, before the window resets
+  parts_.NewRound();                                       // parts not yet in the sums are for a closed round now
   clip_gate_.Reset();  // outer.aggregation clip: the next round (or the redo) declares anew
   window_.Reset();     // trimmed_mean, centered_clip: likewise
   return c;
@@ -197,11 +201,21 @@ void CoordinatorCore::FinishClose(ClosingRound& closing, const std::string& reas
   closed.reason = reason;
   closed.pushes = closing.contributors.size();
   closed.tokens = closing.tokens;
-  closed.delta = &closing.delta;
-  sinks_.OnStepped(closed);  // the replay log, while the delta is intact
-  closed.delta = nullptr;
-  std::shared_ptr<const SparseUpdate> update = BuildRoundUpdate(*closed.theta, closing.delta);
-  std::shared_ptr<const MomentumAxis> axis = ReadMomentumAxis();  // outer.momentum_bound: the next round's
+  // Theta and the momentum hold round `round` now (stepped in place): from here on the round is published whatever
+  // fails, or its redo would step them a second time. Without the update and the axis the workers pull in full and
+  // the next round's pushes are not projected on the momentum.
+  std::shared_ptr<const SparseUpdate> update;
+  std::shared_ptr<const MomentumAxis> axis;
+  try {
+    closed.delta = &closing.delta;
+    sinks_.OnStepped(closed);  // the replay log, while the delta is intact
+    closed.delta = nullptr;
+    update = BuildRoundUpdate(*closed.theta, closing.delta);
+    axis = ReadMomentumAxis();  // outer.momentum_bound: the next round's
+  } catch (const std::exception& e) {
+    closed.delta = nullptr;
+    spdlog::error("round {}: {} (the round is committed; the next pulls are full)", round, e.what());
+  }
   std::vector<at::Tensor> sums = std::move(closing.delta);
   for (at::Tensor& d : sums) d.zero_();  // the next round's accumulator
   std::vector<HeldHeartbeats::Held> due;

@@ -228,5 +228,25 @@ TEST(AggregationRuleTest, NormsAndTheLargestPush) {
   EXPECT_NE(DescribePushNorms(pushes).find("b norm 3 ("), std::string::npos) << DescribePushNorms(pushes);
 }
 
+// The clip gate's medians come from the members still expected: a member lost, gone or quarantined after it declared
+// its norm no longer moves them nor counts toward the headers needed (before, w3's 0.001 made the median 0.001 x and
+// opened the gate with 3 of min_declared 3 where only w1 and w2 could push).
+TEST(ClipGateTest, ADeclarationOfAMemberNoLongerExpectedIsForgotten) {
+  ClipGate gate(/*clip_factor=*/1.0, /*max_token_weight=*/2.0);
+  gate.Declare("w3", 0.001, 100);
+  gate.Declare("w1", 2.0, 1000);
+  gate.Declare("w2", 4.0, 3000);
+  const std::vector<std::string> expected = {"w1", "w2"};  // w3 was lost since
+  gate.KeepOnly(expected);
+  EXPECT_EQ(gate.declared(), 2u);
+  EXPECT_FALSE(gate.TryOpen(expected, /*force=*/true, /*min_declared=*/3)) << "two headers of three needed";
+  ASSERT_TRUE(gate.TryOpen(expected, /*force=*/false, /*min_declared=*/2));
+  EXPECT_DOUBLE_EQ(gate.median_norm(), 3.0) << "the median of w1 and w2 alone";
+  EXPECT_DOUBLE_EQ(gate.median_tokens(), 2000);
+  EXPECT_DOUBLE_EQ(gate.Scale(4.0), 0.75);
+  gate.KeepOnly({});
+  EXPECT_EQ(gate.declared(), 2u) << "once open, the set is fixed";
+}
+
 }  // namespace
 }  // namespace diloco

@@ -367,6 +367,14 @@ TEST_F(CoordinatorCoreTest, RoundNeverClosesOverAPartiallyFoldedPushThatIsStillP
     if (w.id() == "B") EXPECT_EQ(w.quarantined_until_round(), 0) << "a first break is forgiven";
   }
   ASSERT_TRUE(Push("A", 0, 3000, d1).ok());
+  // The restart gives B min(lease_s, round_timeout_s) to push again before the timeout closes the round without it.
+  ASSERT_TRUE(
+      WaitFor([](const StatusReply& s) { return s.phase_reason().find("waiting for B") != std::string::npos; }));
+  EXPECT_EQ(core_->Status().round(), 0);
+  now_ = 158;
+  Beat("A");
+  Beat("B");
+  now_ = 161;  // the restart at 150 + lease_s 10: B did not come back
   ASSERT_TRUE(WaitForRound(1));
   ExpectAllClose(Theta(), Step(theta0, d1));
 }
@@ -998,6 +1006,40 @@ TEST_F(CoordinatorCoreTest, AStepThatWouldOverflowThetaIsNotCommitted) {
   ExpectAllClose(Theta("B"), Step(theta0, dB));
 }
 
+// A round discarded at its outer step after round_timeout_s had passed (a slow round whose pushes all came) is redone
+// with the same wait a restarted aggregation gets (min(lease_s, round_timeout_s)): before, its first min_workers
+// re-pushes closed it at once and shut the other members out.
+TEST_F(CoordinatorCoreTest, ARedoneRoundPastItsTimeoutWaitsForTheOtherPushesAgain) {
+  config_.coordinator.min_workers = 1;
+  config_.coordinator.round_timeout_s = 5;
+  config_.coordinator.lease_s = 10;
+  config_.coordinator.heartbeat_interval_s = 1;
+  config_.workers.count = 3;
+  Start();
+  Join("A");
+  Join("B");
+  Join("C");
+  const Tensors theta0 = Theta();
+  Tensors huge;
+  for (const at::Tensor& t : theta0) huge.push_back(at::full_like(t, 3.0e38f));
+  const Tensors dB = RandomDelta(), dC = RandomDelta();
+  ASSERT_TRUE(Push("A", 0, 1000, huge).ok());
+  ASSERT_TRUE(Push("B", 0, 1000, dB).ok());
+  now_ = 6;  // the round's timeout has passed; every member pushed, so it closes now
+  ASSERT_TRUE(Push("C", 0, 1000, dC).ok());
+  core_->Poll();
+  ASSERT_EQ(core_->Status().round(), 0) << "the step would not be finite: discarded, A quarantined";
+  ASSERT_TRUE(Push("B", 0, 1000, dB).ok());
+  now_ = 8;
+  core_->Poll();
+  EXPECT_EQ(core_->Status().round(), 0) << "C has until 6 + min(lease_s, round_timeout_s) to push again";
+  EXPECT_THAT(core_->Status().phase_reason(), HasSubstr("waiting for C"));
+  ASSERT_TRUE(Push("C", 0, 1000, dC).ok());
+  core_->Poll();
+  ASSERT_EQ(core_->Status().round(), 1);
+  ExpectAllClose(Theta("B"), Step(theta0, Average({dB, dC}, {1000, 1000})));
+}
+
 }  // namespace
 }  // namespace diloco
 
@@ -1102,6 +1144,35 @@ TEST_F(ClipAggregationTest, TheFoldWaitsForEveryHeaderThenScalesToTheMedianNormA
     want.push_back(sum / total);
   }
   ExpectAllClose(Theta(), Step(theta0, want));
+}
+
+// A round whose outer step is discarded (not finite) is not one of outer.flag_rounds' rounds in a row: the push far
+// beyond the clip threshold counts once its round commits, not at every close that is thrown away. Here every push is
+// huge (elements 1.1e38, 1.2e38 and A's 3.3e38, 2.75 x the median: far beyond it with the default margin 2) and
+// outer.lr 2, so even the clipped average steps theta past float's range.
+TEST_F(ClipAggregationTest, ADiscardedRoundDoesNotCountTowardSuspect) {
+  config_.outer.flag_rounds = 1;
+  config_.outer.lr = 2;
+  config_.outer.momentum_bound = 0;
+  Start();
+  Join("A");
+  Join("B");
+  Join("C");
+  std::map<std::string, Tensors> deltas;
+  for (const auto& [id, value] : {std::pair{"A", 3.3e38f}, std::pair{"B", 1.2e38f}, std::pair{"C", 1.1e38f}}) {
+    for (const at::Tensor& t : Theta()) deltas[id].push_back(at::full_like(t, value));
+  }
+  std::vector<std::string> again;
+  for (const auto& [id, d] : deltas) {
+    if (PushClaimed(id, 1000, d).code() == absl::StatusCode::kUnavailable) again.push_back(id);
+  }
+  for (const std::string& id : again) ASSERT_TRUE(PushClaimed(id, 1000, deltas.at(id)).ok()) << id;
+  core_->Poll();
+  ASSERT_EQ(core_->Status().round(), 0) << "the step is not finite: discarded";
+  const StatusReply status = core_->Status();
+  EXPECT_NEAR(Worker(status, "A").last_clip_scale(), 1.2 / 3.3, 1e-4) << "A was clipped far beyond the threshold";
+  EXPECT_EQ(Worker(status, "A").clipped_in_a_row(), 0) << "but its round was not committed";
+  EXPECT_FALSE(Worker(status, "A").suspect());
 }
 
 // comm.topk_average senders (each coordinate over the weights of the pushes that sent it) with clip: a dense push
