@@ -45,6 +45,8 @@ void Sleep(milliseconds& poll) {
 WorkerCluster::WorkerCluster(int rank, int size, milliseconds timeout, milliseconds longest_silence)
     : rank_(rank), size_(size), timeout_(timeout), longest_silence_(longest_silence) {}
 
+bool WorkerCluster::native_reduce_scatter() const { return group_->native_reduce_scatter(); }
+
 WorkerCluster::~WorkerCluster() {
   stop_heartbeat_.Notify();
   if (heartbeat_.joinable()) heartbeat_.join();

@@ -62,6 +62,8 @@ class WorkerCluster {
   int size() const { return size_; }
   // Seconds spent waiting in AverageGradients' all-reduce (communication and waiting for slower ranks).
   double collective_seconds() const { return collective_seconds_; }
+  // CollectiveGroup::native_reduce_scatter: whether the reduce-scatters so far were the backend's own.
+  bool native_reduce_scatter() const;
 
   // Averages the flat gradient buffer over the ranks, in place on its device, and ORs the ranks' stop wishes (one
   // coalesced all-reduce of both). Returns whether any rank wants to stop. Throws on a dead peer.

@@ -1,13 +1,14 @@
 // CollectiveGroup over c10d's ProcessGroupGloo (both LibTorch builds; worker/collective_group.h). ProcessGroupGloo
-// has a reduce-scatter in LibTorch 2.x but not in 1.13 (it throws "does not support reduce_scatter"): there
-// ReduceScatterSum all-reduces the whole buffer and takes this rank's piece, twice the bytes of a reduce-scatter.
+// gained reduce_scatter in pytorch/pytorch#149869 (March 2025; LibTorch 1.13 and the 2.x releases before it throw
+// "ProcessGroupGloo does not support reduce_scatter" when it is called, before anything is sent): ReduceScatterSum
+// tries it once, and where it throws all-reduces the whole buffer and takes this rank's piece from then on (twice
+// the bytes of a reduce-scatter). Every rank runs the same LibTorch, so every rank takes the same path.
 // The all-gather is in place when the input is this rank's piece of the output (n broadcasts, one from each rank:
 // Gloo's allgather, the list form both have, gathers into a whole-buffer temporary of its own first; 1.13's Gloo lacks
 // _allgather_base), else that list form.
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include "worker/collective_group.h"
-#include "worker/lm/torch_compat.h"
 
 namespace diloco {
 namespace {
@@ -30,15 +31,24 @@ class GlooGroup : public CollectiveGroup {
   void ReduceScatterSum(torch::Tensor& input, torch::Tensor& output) override {
     const int64_t piece = output.numel();
     const int rank = pg_->getRank();
-    if constexpr (torch_compat::kGlooHasReduceScatter) {
+    if (native_reduce_scatter_) {
       std::vector<at::Tensor> pieces = input.split(piece);
       // Gloo reads the pieces while it writes the output: an output inside the input gets a buffer of its own first.
       const bool in_place = output.data_ptr() == pieces[rank].data_ptr();
       std::vector<at::Tensor> outputs = {in_place ? torch::empty_like(output) : output};
       std::vector<std::vector<at::Tensor>> inputs = {pieces};
-      pg_->reduce_scatter(outputs, inputs)->wait();
-      if (in_place) output.copy_(outputs[0]);
-      return;
+      c10::intrusive_ptr<c10d::Work> work;
+      try {
+        work = pg_->reduce_scatter(outputs, inputs);
+      } catch (const c10::Error& e) {
+        if (std::string(e.what()).find("does not support reduce_scatter") == std::string::npos) throw;
+        native_reduce_scatter_ = false;  // this LibTorch's Gloo has none (nothing was sent): the fallback below
+      }
+      if (work) {
+        work->wait();
+        if (in_place) output.copy_(outputs[0]);
+        return;
+      }
     }
     std::vector<at::Tensor> buffers = {input};
     pg_->allreduce(buffers)->wait();
@@ -69,10 +79,11 @@ class GlooGroup : public CollectiveGroup {
     options.rootRank = root;
     pg_->reduce(buffers, options)->wait();
   }
-  bool native_reduce_scatter() const override { return torch_compat::kGlooHasReduceScatter; }
+  bool native_reduce_scatter() const override { return native_reduce_scatter_; }
 
  private:
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  bool native_reduce_scatter_ = true;  // until this LibTorch's Gloo says it has none
 };
 
 }  // namespace

@@ -40,8 +40,9 @@ class CollectiveGroup {
   }
   // Every rank's `input` (S elements; may be piece r of `output`) lands in piece r of `output` (n * S) on all ranks.
   virtual void AllGather(torch::Tensor& input, torch::Tensor& output) = 0;
-  // Whether ReduceScatterSum is the backend's reduce-scatter ((n - 1) / n of the buffer sent per rank), or (Gloo in
-  // LibTorch 1.13, which has none) an all-reduce of the whole buffer whose piece is then taken (2 (n - 1) / n).
+  // Whether ReduceScatterSum is the backend's reduce-scatter ((n - 1) / n of the buffer sent per rank), or (Gloo in a
+  // LibTorch without one, 1.13 and 2.x before pytorch#149869: known after the first ReduceScatterSum) an all-reduce
+  // of the whole buffer whose piece is then taken (2 (n - 1) / n).
   virtual bool native_reduce_scatter() const = 0;
 };
 

@@ -35,7 +35,6 @@
 #include "proto/tensor_spec.h"
 #include "worker/cluster.h"
 #include "worker/flat_adamw.h"
-#include "worker/lm/torch_compat.h"
 #include "worker/part_exchange.h"
 #include "worker/trainer.h"
 
@@ -247,7 +246,7 @@ int main(int argc, char** argv) {
       {"pushed_mb", static_cast<double>(pushed_bytes) / (1 << 20)},
       {"step_s", step_seconds / static_cast<double>(std::max<int64_t>(1, timed_steps))},
       {"collective_s", collective_seconds / static_cast<double>(std::max<int64_t>(1, timed_steps))},
-      {"native_reduce_scatter", diloco::torch_compat::kGlooHasReduceScatter}};
+      {"native_reduce_scatter", (*cluster)->native_reduce_scatter()}};
   std::cout << out.dump() << std::endl;
   return 0;
 }

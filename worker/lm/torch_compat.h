@@ -21,9 +21,6 @@ namespace diloco::torch_compat {
 // CUDA) and at::_fused_adamw_ (2.0 and later; CPU kernels since 2.4).
 inline constexpr bool kHasSdpa = TORCH_VERSION_MAJOR >= 2;
 inline constexpr bool kHasFusedAdamW = TORCH_VERSION_MAJOR >= 2;
-// ProcessGroupGloo::reduce_scatter works (1.13's throws "does not support reduce_scatter"; 2.15's works, as a Python
-// check with torch.distributed showed).
-inline constexpr bool kGlooHasReduceScatter = TORCH_VERSION_MAJOR >= 2;
 
 // Autocast of one device type (CPU or CUDA). 2.4 replaced the per-device functions (set_cpu_enabled,
 // set_autocast_gpu_dtype, ...) by ones that take the device type; the old ones warn on every call since.
