@@ -16,6 +16,10 @@
 namespace diloco {
 namespace {
 
+// How long ranks > 0 wait for rank 0's evaluation: in effect as long as rank 0 lives (Take throws once the store's
+// host, rank 0, is gone). An evaluation of a large model on the CPU takes minutes; a collective would time out.
+constexpr std::chrono::milliseconds kEvaluationWait = std::chrono::hours(24);
+
 // What rank 0 records at each evaluation point; the same keys as the coordinator's summary where they exist.
 struct DdpEval {
   int64_t round;  // inner steps / inner.steps: the DiLoCo round at the same step
@@ -78,8 +82,11 @@ class DataParallelRun {
 
  private:
   absl::Status CheckOptions() const;
-  absl::Status LoadTheta0();  // model.init_from, into the trainer
-  void Evaluate(int64_t round);
+  absl::Status LoadTheta0();     // model.init_from, into the trainer
+  void Evaluate(int64_t round);  // rank 0
+  // Rank 0 evaluates; before another round the others wait for it through the cluster's store (as long as rank 0
+  // lives).
+  void EvaluateWhileOthersWait(int64_t round);
   double Seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
 
   const Config& config_;
@@ -155,6 +162,19 @@ absl::Status DataParallelRun::SetUp(const TokenCache& cache) {
   return absl::OkStatus();
 }
 
+void DataParallelRun::EvaluateWhileOthersWait(int64_t round) {
+  // After the last round the others have nothing left to wait for (and rank 0, the store's host, may exit first).
+  const bool others_wait = round < config_.outer.rounds && ranks_ > 1;
+  if (options_.rank == 0) {
+    Evaluate(round);
+    if (!others_wait) return;
+    for (int r = 1; r < ranks_; ++r) cluster_->Put(absl::StrCat("evaluated/", round, "/", r), "");
+  } else if (others_wait) {
+    // Not inside a collective: its timeout (workers.cluster_timeout_s) would end the run during a long evaluation.
+    cluster_->Take(absl::StrCat("evaluated/", round, "/", options_.rank), kEvaluationWait);
+  }
+}
+
 void DataParallelRun::Evaluate(int64_t round) {
   const int64_t step = round * config_.inner.steps;
   evals_.push_back(
@@ -171,9 +191,9 @@ absl::Status DataParallelRun::TrainRounds() {
   if (options_.rank == 0) {
     spdlog::info("data parallel: {} ranks, batch {} each, {} steps, {} params", ranks_, config_.inner.batch_size,
                  config_.outer.rounds * config_.inner.steps, params_);
-    if (eval_every > 0) Evaluate(0);
   }
   try {
+    if (eval_every > 0) EvaluateWhileOthersWait(0);
     for (; rounds_done_ < config_.outer.rounds; ++rounds_done_) {
       const int64_t round = rounds_done_;
       const StepStats s = trainer_->TrainSteps(round * config_.inner.steps, config_.inner.steps, &stop_);
@@ -183,11 +203,13 @@ absl::Status DataParallelRun::TrainRounds() {
       }
       tokens_ += s.tokens * ranks_;
       train_seconds_ += s.seconds;
-      if (options_.rank != 0) continue;
-      spdlog::info("round {}/{}: train loss {:.4f}, {:.0f} tokens/s per rank", round + 1, config_.outer.rounds,
-                   s.loss_sum / static_cast<double>(s.steps), static_cast<double>(s.tokens) / s.seconds);
       const bool last = round + 1 == config_.outer.rounds;
-      if (eval_every > 0 && ((round + 1) % eval_every == 0 || last)) Evaluate(round + 1);
+      if (options_.rank == 0) {
+        spdlog::info("round {}/{}: train loss {:.4f}, {:.0f} tokens/s per rank", round + 1, config_.outer.rounds,
+                     s.loss_sum / static_cast<double>(s.steps), static_cast<double>(s.tokens) / s.seconds);
+      }
+      if (eval_every > 0 && ((round + 1) % eval_every == 0 || last)) EvaluateWhileOthersWait(round + 1);
+      if (options_.rank != 0) continue;
       WriteSummary(config_, ranks_, params_, round + 1, tokens_, (round + 1) * config_.inner.steps * bytes_per_step_,
                    Seconds(), evals_);
     }

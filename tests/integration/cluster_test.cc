@@ -224,5 +224,22 @@ TEST(DataParallel, OneRankMatchesFedAvgWithOneWorkerAndTwoRanksStayIdentical) {
   EXPECT_LT(c["evals"].back()["val_loss"].get<double>(), b["evals"].back()["val_loss"].get<double>());
 }
 
+// In --mode ddp rank 0 evaluates alone (eval_every, here at round 0 and after round 1 of 2). The other ranks used to
+// wait for it inside the next step's all-reduce, whose timeout is workers.cluster_timeout_s: an evaluation longer
+// than that (a large model on the CPU: minutes) ended the run ("data-parallel run failed"). They now wait for it
+// through the cluster's store. Here 30000 evaluation batches of the tiny model take several times the 3 s timeout.
+TEST(DataParallel, AnEvaluationLongerThanTheCollectiveTimeoutDoesNotEndTheRun) {
+  const std::string dir = ScratchDir("ddp_long_eval");
+  std::vector<std::string> args = TinyArgs(dir, {"workers.cluster_timeout_s=3", "coordinator.eval_batches=30000",
+                                                 "outer.rounds=2", "coordinator.eval_every=1"});
+  args.erase(args.begin());
+  RunningProcess ddp("diloco-launch", With(args, {"--mode", "ddp"}));
+  ASSERT_EQ(ddp.Wait(240), 0) << ddp.output();
+  const nlohmann::json summary = ReadJson(dir + "/summary.json");
+  ASSERT_EQ(summary["evals"].size(), 3u);
+  EXPECT_EQ(summary["round"], 2);
+  EXPECT_EQ(summary["phase"], "complete");
+}
+
 }  // namespace
 }  // namespace diloco::testing
