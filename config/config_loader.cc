@@ -8,12 +8,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "config/config_fields.h"
 #include "config/hf_model_config.h"
 #include "config/message_limit.h"
@@ -380,6 +382,52 @@ std::string ConfigHash(const Config& config) {
   char buf[17];
   snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(XXH64(text.data(), text.size(), 0)));
   return buf;
+}
+
+std::string RenderClusterConfig(const Config& config) {
+  static const std::set<std::string> kPerMachine = {"model.init_from", "model.activation_checkpointing",
+                                                    "comm.tcp_port"};
+  static const std::set<std::string> kShared = {"workers.cluster_size", "workers.sharding", "workers.check_replicas",
+                                                "workers.precision", "workers.allow_tf32"};
+  std::string out;
+  for (const Field& f : Fields()) {
+    const bool section =
+        absl::StartsWith(f.key, "model.") || absl::StartsWith(f.key, "inner.") || absl::StartsWith(f.key, "comm.");
+    if ((section && kPerMachine.count(f.key) == 0) || kShared.count(f.key) != 0) {
+      absl::StrAppend(&out, f.key, ": ", f.get(config), "\n");
+    }
+  }
+  return out;
+}
+
+std::string ConfigDifference(const std::string& mine, const std::string& theirs, const std::string& them) {
+  // The "key: value" lines, in order.
+  auto parse = [](const std::string& text) {
+    std::vector<std::pair<std::string, std::string>> keys;
+    for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+      const size_t colon = line.find(": ");
+      if (colon != absl::string_view::npos) keys.emplace_back(line.substr(0, colon), line.substr(colon + 2));
+    }
+    return keys;
+  };
+  const auto a = parse(mine), b = parse(theirs);
+  const std::map<std::string, std::string> a_keys(a.begin(), a.end()), b_keys(b.begin(), b.end());
+  std::vector<std::string> differing;
+  for (const auto& [key, value] : a) {
+    auto it = b_keys.find(key);
+    if (it == b_keys.end()) {
+      differing.push_back(absl::StrCat(key, " ", value, " where ", them, " has no such key"));
+    } else if (it->second != value) {
+      differing.push_back(absl::StrCat(key, " ", value, " where ", them, " has ", it->second));
+    }
+  }
+  for (const auto& [key, value] : b) {
+    if (a_keys.count(key) == 0) differing.push_back(absl::StrCat("no ", key, " where ", them, " has ", value));
+  }
+  if (differing.empty()) return "";
+  std::string out = differing.front();
+  if (differing.size() > 1) absl::StrAppend(&out, " (and ", differing.size() - 1, " more keys)");
+  return out;
 }
 
 std::vector<std::pair<std::string, std::string>> ConfigKeysWithDefaults() {

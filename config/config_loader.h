@@ -36,6 +36,15 @@ std::string RenderConfig(const Config& config);
 // 16 hex digits over RenderConfig().
 std::string ConfigHash(const Config& config);
 
+// RenderConfig's lines of the keys every rank of a worker cluster must share: what decides the collectives a step
+// issues and the math of its replicas (model.* but init_from and activation_checkpointing, inner.*, comm.* but
+// tcp_port, workers.cluster_size, sharding, check_replicas, precision and allow_tf32). Paths, devices, threads and
+// timeouts may differ from machine to machine.
+std::string RenderClusterConfig(const Config& config);
+// How the rendered config `mine` differs from `theirs` (both RenderConfig-style lines), naming `them`:
+// "inner.micro_batch_size 1 where rank 0 has 4 (and 2 more keys)"; "" when they are alike.
+std::string ConfigDifference(const std::string& mine, const std::string& theirs, const std::string& them);
+
 // Every key with its default as RenderConfig prints it, in schema order.
 std::vector<std::pair<std::string, std::string>> ConfigKeysWithDefaults();
 

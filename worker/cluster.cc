@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "config/config_loader.h"
 #include "worker/collective_group.h"
 #include "worker/flat_adamw.h"
 #include "worker/gradient_buckets.h"
@@ -346,21 +347,22 @@ std::string WorkerCluster::Take(const std::string& key, milliseconds timeout) {
   return std::string(bytes.begin(), bytes.end());
 }
 
-absl::Status WorkerCluster::CheckLayout(const std::string& mine) {
+absl::Status WorkerCluster::CompareWithRanks(const std::string& topic, const std::string& mine,
+                                             const std::function<std::string(int, const std::string&)>& differs) {
   try {
-    commands_->set(absl::StrCat("layout/", rank_), std::vector<uint8_t>(mine.begin(), mine.end()));
+    commands_->set(absl::StrCat(topic, "/", rank_), std::vector<uint8_t>(mine.begin(), mine.end()));
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
-      const std::vector<uint8_t> bytes = commands_->get(absl::StrCat("layout/", r));  // waits up to the timeout
-      const std::string theirs(bytes.begin(), bytes.end());
-      if (theirs != mine) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "cluster rank ", rank_, " has ", mine, " but rank ", r, " has ", theirs,
-            ": every rank of a cluster must run the same config (workers.sharding, model, comm.chunk_bytes)"));
+      const std::vector<uint8_t> bytes = commands_->get(absl::StrCat(topic, "/", r));  // waits up to the timeout
+      const std::string difference = differs(r, std::string(bytes.begin(), bytes.end()));
+      if (!difference.empty()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("cluster rank ", rank_, " has ", difference,
+                         ": every rank of a cluster must run the same config (workers.sharding, model, inner, comm)"));
       }
     }
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("cluster rank ", rank_, ": comparing slice layouts failed: ", e.what()));
+    return absl::UnavailableError(absl::StrCat("cluster rank ", rank_, ": comparing ", topic, " failed: ", e.what()));
   }
   return absl::OkStatus();
 }
@@ -374,7 +376,18 @@ absl::Status WorkerCluster::AttachTo(InnerTrainer& trainer, bool check_replicas)
     const int64_t piece = optimizer.gradient_piece().numel();
     absl::StrAppend(&layout, " in ", optimizer.padded_parameters().numel() / piece, " slices of ", piece);
   }
-  absl::Status s = CheckLayout(absl::StrCat(layout, ")"));
+  absl::StrAppend(&layout, ")");
+  absl::Status s = CompareWithRanks("layout", layout, [&layout](int r, const std::string& theirs) {
+    return theirs == layout ? std::string() : absl::StrCat(layout, " but rank ", r, " has ", theirs);
+  });
+  if (!s.ok()) return s;
+  // The keys that decide the collectives each step issues and their values (inner.micro_batch_size buckets or not,
+  // comm.cluster_parts sends every rank its part, inner.lr): ranks that differ would hang in mismatched collectives
+  // until the timeout, or drift apart in silence.
+  const std::string shared = RenderClusterConfig(trainer.config());
+  s = CompareWithRanks("config", shared, [&shared](int r, const std::string& theirs) {
+    return ConfigDifference(shared, theirs, absl::StrCat("rank ", r));
+  });
   if (!s.ok()) return s;
   if (!optimizer.sharded()) {
     trainer.set_gradient_hook([this](const torch::Tensor& flat_gradients, bool want_stop) {

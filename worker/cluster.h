@@ -28,6 +28,7 @@
 
 #include <array>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -130,9 +131,12 @@ class WorkerCluster {
   c10::intrusive_ptr<c10d::Store> commands_;   // the cluster's store under the prefix "diloco/"
   int64_t command_seq_ = 0;                    // the next command's number (the same on every rank)
   std::unique_ptr<CollectiveGroup> group_;
-  std::unique_ptr<GradientBuckets> buckets_;          // bucketed optimizers (worker/gradient_buckets.h)
-  absl::Status CheckLayout(const std::string& mine);  // every rank's against this one's (AttachTo)
-  torch::Tensor stop_flag_;                           // one float on the group's device: the ranks' stop wishes, summed
+  std::unique_ptr<GradientBuckets> buckets_;  // bucketed optimizers (worker/gradient_buckets.h)
+  // Publishes `mine` under "<topic>/<rank>" and checks every other rank's against it (AttachTo: the slice layout,
+  // the shared config): `differs(r, theirs)` says how rank r's differs ("" when alike), for the error.
+  absl::Status CompareWithRanks(const std::string& topic, const std::string& mine,
+                                const std::function<std::string(int, const std::string&)>& differs);
+  torch::Tensor stop_flag_;     // one float on the group's device: the ranks' stop wishes, summed
   torch::Tensor squared_norm_;  // sharded: [1] on the group's device, the whole gradient's squared norm
   double collective_seconds_ = 0;
   int64_t replica_checks_ = 0;

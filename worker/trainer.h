@@ -98,6 +98,7 @@ class InnerTrainer {
   void set_step_hook(StepHook hook) { step_hook_ = std::move(hook); }
   // The inner AdamW (its moments and step count: the worker's local state, worker/worker_state.h).
   FlatAdamW& optimizer() { return *optimizer_; }
+  const Config& config() const { return config_; }
   // TEST-ONLY (diloco-worker --attack nan-step:N, worker/attack.h): the loss of global inner step `step`, the first
   // time it is trained, is made NaN before its backward, so that the step's gradients (in a cluster, through the
   // averaging, every rank's), the parameters and the moments turn NaN, as a real divergence would.

@@ -85,18 +85,31 @@ TEST(ClusterSharding, RanksWithDifferentShardingRefuseEachOtherAtStart) {
   RunningProcess coordinator("diloco-coordinator", args);
   ASSERT_TRUE(coordinator.WaitForOutput("listening on", 120)) << coordinator.output();
   const std::string store = "127.0.0.1:" + std::to_string(FreePort());
-  auto rank = [&](int r, const std::string& sharding) {
+  auto rank = [&](int r, const std::string& store, const std::string& setting) {
     return std::make_unique<RunningProcess>(
-        "diloco-worker", With(args, {"--set", "workers.sharding=" + sharding, "--coordinator", address, "--id", "c",
-                                     "--rank", std::to_string(r), "--cluster-store", store}));
+        "diloco-worker", With(args, {"--set", setting, "--coordinator", address, "--id", "c", "--rank",
+                                     std::to_string(r), "--cluster-store", store}));
   };
-  auto leader = rank(0, "optimizer");
-  auto follower = rank(1, "gradients");
+  auto leader = rank(0, store, "workers.sharding=optimizer");
+  auto follower = rank(1, store, "workers.sharding=gradients");
   EXPECT_EQ(leader->Wait(120), 5) << leader->output();
   EXPECT_EQ(follower->Wait(120), 5) << follower->output();
   const std::string out = leader->output();
   EXPECT_NE(out.find("cluster rank 0 has workers.sharding optimizer"), std::string::npos) << out;
   EXPECT_NE(out.find("but rank 1 has workers.sharding gradients"), std::string::npos) << out;
+
+  // The same layout but another key that decides the step's collectives: micro-batches (bucketed reduces on rank 1,
+  // an all-reduce on rank 0) used to hang both ranks until the timeout, with a Gloo error naming neither.
+  const std::string store2 = "127.0.0.1:" + std::to_string(FreePort());
+  leader = rank(0, store2, "inner.micro_batch_size=8");
+  follower = rank(1, store2, "inner.micro_batch_size=4");
+  EXPECT_EQ(leader->Wait(120), 5) << leader->output();
+  EXPECT_EQ(follower->Wait(120), 5) << follower->output();
+  EXPECT_NE(leader->output().find("cluster rank 0 has inner.micro_batch_size 8 where rank 1 has 4"), std::string::npos)
+      << leader->output();
+  EXPECT_NE(follower->output().find("cluster rank 1 has inner.micro_batch_size 4 where rank 0 has 8"),
+            std::string::npos)
+      << follower->output();
 }
 
 // The data-parallel baseline (diloco-launch --mode ddp) shards too: its one cluster of workers.count x cluster_size

@@ -13,6 +13,7 @@ namespace diloco {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string Message(const absl::Status& s) { return std::string(s.message()); }
 
@@ -172,6 +173,29 @@ TEST(ConfigLoaderTest, NoKeyTakesANonFiniteNumber) {
     EXPECT_THAT(Message(c.status()), HasSubstr("expected a finite number")) << yaml;
   }
   EXPECT_TRUE(ParseConfig("outer: {lr: 0.7, clip_factor: 2.5}", "my.yaml").ok());
+}
+
+// The keys a worker cluster's ranks compare at start (WorkerCluster::AttachTo): those that decide a step's collectives
+// and the replicas' math, not those that may differ from machine to machine (paths, devices, threads, timeouts).
+TEST(ConfigLoaderTest, TheClusterConfigHoldsTheKeysEveryRankMustShare) {
+  absl::StatusOr<Config> a = ParseConfig("inner: {micro_batch_size: 4}\nworkers: {threads: 2}", "a.yaml");
+  absl::StatusOr<Config> b = ParseConfig(
+      "inner: {micro_batch_size: 2, lr: 0.001}\ncomm: {cluster_parts: true}\n"
+      "workers: {threads: 7, device: cuda:1, cluster_timeout_s: 5}\ndata: {cache_dir: /elsewhere}\n",
+      "b.yaml");
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  const std::string mine = RenderClusterConfig(*a), theirs = RenderClusterConfig(*b);
+  EXPECT_THAT(mine, HasSubstr("inner.micro_batch_size: 4\n"));
+  EXPECT_THAT(mine, HasSubstr("workers.sharding: none\n"));
+  EXPECT_THAT(mine, HasSubstr("model.n_layer: "));
+  for (const char* key : {"model.init_from", "workers.threads", "workers.device", "workers.cluster_timeout_s",
+                          "data.cache_dir", "run.output_dir", "comm.tcp_port"}) {
+    EXPECT_THAT(mine, Not(HasSubstr(key))) << key;
+  }
+  EXPECT_EQ(ConfigDifference(mine, theirs, "rank 1"), "inner.lr 0.002 where rank 1 has 0.001 (and 2 more keys)");
+  EXPECT_EQ(ConfigDifference(mine, mine, "rank 1"), "");
+  EXPECT_EQ(ConfigDifference("a: 1\n", "a: 1\nb: 2\n", "rank 0"), "no b where rank 0 has 2");
 }
 
 // diloco-ctl status / leave / checkpoint read only the run file's security: section (and security.* overrides): a
