@@ -180,22 +180,24 @@ void WorkerCluster::Broadcast(std::vector<torch::Tensor>& tensors) {
   flush();
 }
 
-void WorkerCluster::SendWords(const std::array<int64_t, 4>& words) {
+void WorkerCluster::SendWords(const std::array<int64_t, 4>& words, bool wait_while_heard) {
   const int64_t seq = command_seq_++;
   std::vector<uint8_t> bytes(sizeof(words));
   std::memcpy(bytes.data(), words.data(), bytes.size());
   commands_->set(CommandKey("cmd", seq), bytes);
-  WaitUntilTaken(seq);
+  WaitUntilTaken(seq, wait_while_heard);
   // Every rank has read it: no key of it is read again.
   commands_->deleteKey(CommandKey("cmd", seq));
   for (int r = 1; r < size_; ++r) commands_->deleteKey(AckKey(seq, r));
 }
 
-void WorkerCluster::WaitUntilTaken(int64_t seq) {
+void WorkerCluster::WaitUntilTaken(int64_t seq, bool wait_while_heard) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   // A follower polls between commands and heartbeats while it works on one (building its trainer, a broadcast, a
-  // part's push): one whose count stops moving while its acknowledgement is missing is dead.
+  // part's push): one whose count stops moving while its acknowledgement is missing is dead. One whose count moves
+  // is given up on after workers.cluster_timeout_s (wedged), unless `wait_while_heard`: the shard command, which a
+  // follower takes once it has built its trainer (for a large model longer than that timeout).
   const auto silence = std::min(timeout_, longest_silence_);
   std::vector<bool> taken(size_, false);
   std::vector<int64_t> polls(size_, -1);               // each follower's poll count, as last read
@@ -212,7 +214,7 @@ void WorkerCluster::WaitUntilTaken(int64_t seq) {
         polls[r] = n;
         heard[r] = now;
       }
-      if (now - heard[r] >= silence || now - start >= timeout_) {
+      if (now - heard[r] >= silence || (!wait_while_heard && now - start >= timeout_)) {
         throw std::runtime_error(absl::StrCat(
             "rank ", r, " did not take command ", seq, " within ", std::chrono::duration<double>(now - start).count(),
             " s (its last poll or heartbeat ", std::chrono::duration<double>(now - heard[r]).count(),

@@ -78,9 +78,11 @@ class WorkerCluster {
   // The carrier of worker/cluster_protocol.h's commands, in order (the n-th sent is the n-th received).
   // Rank 0: publishes `words` as the next command and returns once every other rank has acknowledged it; throws if
   // one has not within the cluster's timeout, or its polls and heartbeats stopped for longest_silence without.
+  // `wait_while_heard`: no timeout while its heartbeats go on (the shard command: a follower acknowledges it once it
+  // has built its trainer, which for a large model takes longer than the cluster's timeout).
   // Ranks > 0: ReceiveWords waits as long as rank 0 lives for its next command (throws once rank 0, the store's host,
   // is gone); Acknowledge then tells rank 0 this rank has taken it (before the command's collectives).
-  void SendWords(const std::array<int64_t, 4>& words);
+  void SendWords(const std::array<int64_t, 4>& words, bool wait_while_heard = false);
   std::array<int64_t, 4> ReceiveWords();
   void Acknowledge();
 
@@ -121,7 +123,7 @@ class WorkerCluster {
 
  private:
   WorkerCluster(int rank, int size, std::chrono::milliseconds timeout, std::chrono::milliseconds longest_silence);
-  void WaitUntilTaken(int64_t seq);  // rank 0: every other rank's acknowledgement of command seq
+  void WaitUntilTaken(int64_t seq, bool wait_while_heard);  // rank 0: every follower's acknowledgement of seq
   // Ranks > 0: starts the heartbeat thread on a second client of the store at host:port.
   void StartHeartbeat(const std::string& host, uint16_t port);
   int rank_;

@@ -87,8 +87,9 @@ ClusterCommand DecodeCommand(const CommandWords& words);
 class ClusterLeader {
  public:
   explicit ClusterLeader(WorkerCluster& cluster) : cluster_(cluster) {}
+  // Waited for as long as the followers heartbeat: each acknowledges it once it has built its trainer.
   void Shard(int64_t shard_index, int64_t shard_count, int64_t shard_reader) {
-    Send(ShardCommand{shard_index, shard_count, shard_reader});
+    cluster_.SendWords(EncodeCommand(ShardCommand{shard_index, shard_count, shard_reader}), /*wait_while_heard=*/true);
   }
   void Load(const NamedTensors& theta);  // theta: all of the parameters (the leader's loaded ones, on its device)
   void Train(int64_t first_step, int64_t steps) { Send(TrainCommand{first_step, steps}); }

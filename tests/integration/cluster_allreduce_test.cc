@@ -22,6 +22,7 @@
 #include "config/config.h"
 #include "tests/process_harness.h"
 #include "worker/cluster.h"
+#include "worker/cluster_protocol.h"
 #include "worker/flat_adamw.h"
 #include "worker/lm/language_model.h"
 
@@ -219,6 +220,36 @@ TEST(ClusterSilence, ABusyFollowerIsWaitedForAndAGoneOneIsGivenUpOn) {
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("rank 1 did not take command 2"), std::string::npos) << e.what();
   }
+}
+
+// A follower acknowledges the shard command once it has built its trainer, which for a large model takes longer than
+// workers.cluster_timeout_s; it heartbeats meanwhile, and the leader waits for it. Before, the leader gave up at the
+// timeout ("rank 1 did not take command 0"), heartbeats or not. (Other commands keep the timeout: a follower that
+// lives but never takes one is wedged, ClusterSilence.ABusyFollowerIsWaitedForAndAGoneOneIsGivenUpOn.)
+TEST(ClusterSilence, AFollowerBuildingItsTrainerLongerThanTheClusterTimeoutIsWaitedFor) {
+  const std::string store = "127.0.0.1:" + std::to_string(FreePort());
+  constexpr double kTimeoutS = 2;
+  std::string leader_error, follower_error;
+  std::thread follower([&] {
+    auto cluster = WorkerCluster::Connect(1, 2, store, kTimeoutS);
+    if (!cluster.ok()) {
+      follower_error = std::string(cluster.status().message());
+      return;
+    }
+    (*cluster)->ReceiveWords();
+    std::this_thread::sleep_for(std::chrono::duration<double>(3 * kTimeoutS));  // building its trainer
+    (*cluster)->Acknowledge();
+  });
+  auto cluster = WorkerCluster::Connect(0, 2, store, kTimeoutS);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  try {
+    ClusterLeader(**cluster).Shard(0, 1, 0);
+  } catch (const std::exception& e) {
+    leader_error = e.what();
+  }
+  follower.join();
+  EXPECT_EQ(leader_error, "");
+  EXPECT_EQ(follower_error, "");
 }
 
 // WorkerCluster::Broadcast when the ranks' tensors differ in layout (as on a GPU cluster: rank 0 merges from CPU
