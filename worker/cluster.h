@@ -136,6 +136,8 @@ class WorkerCluster {
   std::unique_ptr<GradientBuckets> buckets_;  // bucketed optimizers (worker/gradient_buckets.h)
   // Publishes `mine` under "<topic>/<rank>" and checks every other rank's against it (AttachTo: the slice layout,
   // the shared config): `differs(r, theirs)` says how rank r's differs ("" when alike), for the error.
+  // Runs `collective` and adds its duration to collective_seconds_ (on a GPU, between device syncs).
+  void Timed(const std::function<void()>& collective);
   absl::Status CompareWithRanks(const std::string& topic, const std::string& mine,
                                 const std::function<std::string(int, const std::string&)>& differs);
   torch::Tensor stop_flag_;     // one float on the group's device: the ranks' stop wishes, summed
