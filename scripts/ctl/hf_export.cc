@@ -153,10 +153,24 @@ absl::StatusOr<HfExportResult> WriteHfDirectory(const HfExportOptions& options, 
   const std::vector<int64_t> eos_ids = HfStopTokenIds(model.init_from, model.vocab_size);
   texts.emplace_back("config.json",
                      HfConfigJson(model, bf16 ? "bfloat16" : "float32", "4.46.0", eos_ids).dump(2) + "\n");
-  texts.emplace_back("generation_config.json", HfGenerationConfigJson(model, "4.46.0", eos_ids).dump(2) + "\n");
+  // A model from a Hugging Face directory keeps that directory's generation_config.json as transformers'
+  // save_pretrained would (its do_sample, temperature, top_p, repetition_penalty: an Instruct model's sampling);
+  // otherwise the one its config implies.
+  std::error_code ec_generation;
+  const fs::path source_generation =
+      model.init_from.empty() ? fs::path() : fs::path(model.init_from) / "generation_config.json";
+  const bool keep_generation = !model.init_from.empty() && fs::is_regular_file(source_generation, ec_generation);
+  if (!keep_generation) {
+    texts.emplace_back("generation_config.json", HfGenerationConfigJson(model, "4.46.0", eos_ids).dump(2) + "\n");
+  }
   for (const auto& [file, text] : texts) {
     const std::string path = (fs::path(options.out) / file).string();
     if (absl::Status s = WriteFileAtomically(path, text); !s.ok()) return s;
+    result.files.push_back(path);
+  }
+  if (keep_generation) {
+    const std::string path = (fs::path(options.out) / "generation_config.json").string();
+    if (absl::Status s = CopyFile(source_generation.string(), path); !s.ok()) return s;
     result.files.push_back(path);
   }
   if (absl::Status s = RemoveStaleWeights(options.out, result.files); !s.ok()) return s;

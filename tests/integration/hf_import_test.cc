@@ -21,7 +21,10 @@ from transformers import LlamaConfig, LlamaForCausalLM
 torch.manual_seed(0)
 c = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                 num_key_value_heads=1, max_position_embeddings=64, rope_theta=20000.0, tie_word_embeddings=False)
-LlamaForCausalLM(c).to(torch.bfloat16).save_pretrained(sys.argv[1])
+m = LlamaForCausalLM(c).to(torch.bfloat16)
+# An Instruct model's sampling settings, which the export must keep (transformers' save_pretrained does).
+m.generation_config.do_sample, m.generation_config.temperature, m.generation_config.top_p = True, 0.7, 0.8
+m.save_pretrained(sys.argv[1])
 )";
 
 int RunPython(const std::vector<std::string>& args, std::string* output) {
@@ -75,12 +78,13 @@ TEST(HfImport, LlamaDirectoryTrainsWithDiLoCoAndDataParallelAndExportsBack) {
   std::string loaded;
   ASSERT_EQ(RunPython({"-c",
                        "import sys, transformers; m = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1]); "
-                       "print(type(m).__name__, m.config.num_key_value_heads, m.config.rope_parameters['rope_theta'])",
+                       "g = m.generation_config; print(type(m).__name__, m.config.num_key_value_heads, "
+                       "m.config.rope_parameters['rope_theta'], g.do_sample, g.temperature, g.top_p)",
                        out},
                       &loaded),
             0)
       << loaded;
-  EXPECT_NE(loaded.find("LlamaForCausalLM 1 20000.0"), std::string::npos) << loaded;
+  EXPECT_NE(loaded.find("LlamaForCausalLM 1 20000.0 True 0.7 0.8"), std::string::npos) << loaded;
 
   // transformers' loss of the exported model on our validation batches is the coordinator's last evaluation (of the
   // same theta_3): the export, the architecture and the evaluation agree.
