@@ -58,9 +58,20 @@ using SetKeys = std::set<std::string>;
 absl::Status ApplyDocument(const YAML::Node& root, const std::string& origin, Config& config, SetKeys& set_keys) {
   if (!root || root.IsNull()) return absl::OkStatus();
   if (!root.IsMap()) return absl::InvalidArgumentError(absl::StrCat(origin, ": top level must be a map of sections"));
+  // YAML forbids a key twice in one map; yaml-cpp keeps both and the later one won in silence (an edit that forgot
+  // the older line). Line numbers are yaml-cpp's 0-based marks + 1.
+  std::map<std::string, int> lines;  // "section" and "section.key" -> the line that set it
+  auto once = [&](const std::string& key, const YAML::Node& node) -> absl::Status {
+    const int line = node.Mark().line + 1;
+    auto [it, first] = lines.emplace(key, line);
+    if (first) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, ":", line, ": '", key, "' is set twice (first on line ", it->second, ")"));
+  };
   for (const auto& section : root) {
     const std::string name = section.first.as<std::string>();
     if (KnownKeysOf(name).empty()) return UnknownKey(origin, name);
+    if (absl::Status s = once(name, section.first); !s.ok()) return s;
     if (section.second.IsNull()) continue;
     if (!section.second.IsMap()) {
       return absl::InvalidArgumentError(absl::StrCat(origin, ": section '", name, "' must be a map of keys"));
@@ -69,6 +80,7 @@ absl::Status ApplyDocument(const YAML::Node& root, const std::string& origin, Co
       const std::string key = absl::StrCat(name, ".", entry.first.as<std::string>());
       const Field* field = FindField(key);
       if (field == nullptr) return UnknownKey(origin, key);
+      if (absl::Status s = once(key, entry.first); !s.ok()) return s;
       absl::Status s = field->set(config, entry.second);
       if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(origin, ": ", s.message()));
       set_keys.insert(key);

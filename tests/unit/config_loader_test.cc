@@ -175,6 +175,20 @@ TEST(ConfigLoaderTest, NoKeyTakesANonFiniteNumber) {
   EXPECT_TRUE(ParseConfig("outer: {lr: 0.7, clip_factor: 2.5}", "my.yaml").ok());
 }
 
+// A key or a section twice in one file: YAML forbids it, yaml-cpp kept both and the later value won in silence.
+// --set still overrides the file's value.
+TEST(ConfigLoaderTest, AKeyOrSectionSetTwiceIsAnErrorNamingBothLines) {
+  absl::StatusOr<Config> c = ParseConfig("inner:\n  lr: 0.001\n  steps: 3\n  lr: 0.5\n", "run.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(Message(c.status()), "run.yaml:4: 'inner.lr' is set twice (first on line 2)");
+  c = ParseConfig("inner: {lr: 0.001}\nouter: {lr: 0.7}\ninner: {steps: 3}\n", "run.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(Message(c.status()), HasSubstr("run.yaml:3: 'inner' is set twice (first on line 1)"));
+  c = ParseConfig("inner: {lr: 0.001}\nouter: {lr: 0.7}\n", "run.yaml", {"inner.lr=0.002"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->inner.lr, 0.002);
+}
+
 // The keys a worker cluster's ranks compare at start (WorkerCluster::AttachTo): those that decide a step's collectives
 // and the replicas' math, not those that may differ from machine to machine (paths, devices, threads, timeouts).
 TEST(ConfigLoaderTest, TheClusterConfigHoldsTheKeysEveryRankMustShare) {
