@@ -10,6 +10,18 @@
 
 namespace diloco {
 
+// A number flag that must be > 0 ("--interval: must be a number > 0, got 0"; CLI11's PositiveNumber prints the
+// range up to DBL_MAX in full).
+inline CLI::Validator PositiveSeconds() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        double v = 0;
+        if (CLI::detail::lexical_cast(value, v) && v > 0 && v < 1e9) return "";
+        return "must be a number of seconds > 0, got " + value;
+      },
+      "SECONDS > 0");
+}
+
 // -1 when argv parsed (go on); else the exit code main returns.
 inline int ParseFlags(CLI::App& app, int argc, char** argv) {
   try {

@@ -110,13 +110,14 @@ RpcCommands AddRpcCommands(CLI::App& app, RpcFlags& f) {
   CLI::App* status = app.add_subcommand("status", "print the run's status");
   status->add_flag("--json", f.json, "one JSON object instead of a table");
   status->add_flag("--watch", f.watch, "refresh the table until the run completes or the coordinator goes away");
-  status->add_option("--interval", f.interval_s, "seconds between refreshes with --watch");
+  status->add_option("--interval", f.interval_s, "seconds between refreshes with --watch")
+      ->check(diloco::PositiveSeconds());
   CLI::App* leave = app.add_subcommand("leave", "ask a worker to leave the run");
   leave->add_option("--id", f.worker_id, "worker id")->required();
   CLI::App* checkpoint = app.add_subcommand("checkpoint", "write a checkpoint now");
   for (CLI::App* sub : {status, leave, checkpoint}) {
     sub->add_option("--addr", f.addr, "coordinator address HOST:PORT")->required();
-    sub->add_option("--timeout", f.timeout_s, "seconds to wait for the coordinator");
+    sub->add_option("--timeout", f.timeout_s, "seconds to wait for the coordinator")->check(diloco::PositiveSeconds());
     sub->add_option("--config", f.run_config, "the run's YAML config: its security.* keys (TLS, token) are used");
     sub->add_option("--set", f.run_overrides, "section.key=value override of --config (repeatable)");
     sub->add_option("--tls-ca", f.security.tls_ca, "CA bundle verifying the coordinator (turns TLS on)");

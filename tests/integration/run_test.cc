@@ -504,6 +504,11 @@ TEST(Launch, AWrongFlagIsOneLineAndExitCode2InEveryBinary) {
   const auto [code, output] = RunToEnd("diloco-launch", {"--config", tiny});
   EXPECT_EQ(code, 2) << output;
   EXPECT_NE(output.find("diloco-launch: error: "), std::string::npos) << output;
+  // diloco-ctl status --watch --interval 0 polled the coordinator in a busy loop.
+  const auto [watch_code, watch] =
+      RunToEnd("diloco-ctl", {"status", "--addr", "127.0.0.1:1", "--watch", "--interval", "0"});
+  EXPECT_EQ(watch_code, 2) << watch;
+  EXPECT_EQ(watch, "diloco-ctl: error: --interval: must be a number of seconds > 0, got 0; --help lists the flags\n");
 }
 
 // The launcher starts workers.count workers: a min_workers above it could never close a round (the launch waited
