@@ -180,7 +180,7 @@ struct WorkersConfig {
   std::string device = "cpu";              // cpu | cuda | cuda:N
   int64_t threads = 1;                     // intra-op threads per worker
   double connect_timeout_s = 600;          // how long a worker retries to reach its coordinator
-  double rpc_timeout_s = 60;               // deadline of each RPC
+  double rpc_timeout_s = 60;               // deadline of each RPC (a stream: without progress)
   int64_t cluster_size = 1;                // processes per worker, data parallel inside (c10d Gloo)
   double cluster_timeout_s = 60;           // rendezvous and collective timeout inside a cluster
   bool check_replicas = false;             // check after every inner step that a cluster's ranks agree (tests)

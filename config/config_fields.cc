@@ -212,7 +212,7 @@ const std::vector<Field>& Fields() {
       MakeField("workers.connect_timeout_s", &Config::workers, &WorkersConfig::connect_timeout_s, AtLeast(0),
                 "how long a worker retries to reach its coordinator"),
       MakeField("workers.rpc_timeout_s", &Config::workers, &WorkersConfig::rpc_timeout_s, Above(0),
-                "deadline of each RPC"),
+                "deadline of each RPC; a pull or push stream is cut after this long without a chunk"),
       MakeField("workers.cluster_size", &Config::workers, &WorkersConfig::cluster_size, Above(0),
                 "processes per worker, data parallel inside (c10d)"),
       MakeField("workers.cluster_timeout_s", &Config::workers, &WorkersConfig::cluster_timeout_s, Above(0),

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -15,6 +16,42 @@
 #include "worker/tcp_pusher.h"
 
 namespace diloco {
+
+StreamWatch::StreamWatch(grpc::ClientContext* ctx, double stall_s)
+    : ctx_(ctx), stall_(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(stall_s))) {
+  last_progress_ = Clock::now().time_since_epoch().count();
+  watcher_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!done_) {
+      const Clock::time_point last{Clock::duration(last_progress_.load())};
+      if (Clock::now() - last >= stall_) {
+        expired_ = true;
+        ctx_->TryCancel();
+        return;
+      }
+      cv_.wait_until(lock, last + stall_);
+    }
+  });
+}
+
+StreamWatch::~StreamWatch() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+  }
+  cv_.notify_all();
+  watcher_.join();
+}
+
+void StreamWatch::Progress() { last_progress_ = Clock::now().time_since_epoch().count(); }
+
+absl::Status StreamWatch::Finish(const grpc::Status& call, const std::string& what) const {
+  if (!call.ok() && expired_) {  // (a call that ended well before the watch fired stays OK)
+    return absl::DeadlineExceededError(absl::StrCat(what, " made no progress for workers.rpc_timeout_s (",
+                                                    std::chrono::duration<double>(stall_).count(), " s)"));
+  }
+  return FromGrpc(call);
+}
 
 CoordinatorClient::CoordinatorClient(const std::string& address, std::string worker_id, std::string fingerprint,
                                      double rpc_timeout_s, int64_t chunk_bytes, Codec push_codec,
@@ -52,6 +89,8 @@ void CoordinatorClient::Prepare(grpc::ClientContext* ctx) const {
                     std::chrono::milliseconds(static_cast<int64_t>(rpc_timeout_s_ * 1000)));
   AttachToken(security_, ctx);
 }
+
+void CoordinatorClient::PrepareStream(grpc::ClientContext* ctx) const { AttachToken(security_, ctx); }
 
 absl::StatusOr<JoinReply> CoordinatorClient::Join(const ModelSpec& model, int32_t threads, const std::string& device,
                                                   int32_t shard_hint, int32_t fragments, int32_t cluster_size) {
@@ -104,11 +143,12 @@ absl::StatusOr<PullResult> CoordinatorClient::Pull(ChunkAssembler& assembler, in
 absl::StatusOr<PullResult> CoordinatorClient::Pull(ChunkAssembler& assembler, int fragment, int64_t have_round,
                                                    UpdateApplier* sparse) {
   grpc::ClientContext ctx;
-  Prepare(&ctx);
+  PrepareStream(&ctx);
   PullRequest request;
   *request.mutable_meta() = Meta(0);
   if (fragment >= 0) request.set_fragment(fragment);
   if (have_round >= 0 && sparse != nullptr) request.set_have_round(have_round);
+  StreamWatch watch(&ctx, rpc_timeout_s_);
   std::unique_ptr<grpc::ClientReader<PullMessage>> reader = stub_->PullParameters(&ctx, request);
   PullMessage message;
   PullResult result;
@@ -116,6 +156,7 @@ absl::StatusOr<PullResult> CoordinatorClient::Pull(ChunkAssembler& assembler, in
   uint64_t theta_hash = 0;
   absl::Status error;
   while (reader->Read(&message)) {
+    watch.Progress();
     if (message.has_header()) {
       have_header = true;
       result.round = message.header().round();
@@ -129,9 +170,9 @@ absl::StatusOr<PullResult> CoordinatorClient::Pull(ChunkAssembler& assembler, in
       error = result.sparse ? sparse->Accept(message.chunk()) : assembler.Accept(message.chunk());
     }
   }
-  grpc::Status s = reader->Finish();
-  if (result.sparse) return FinishSparsePull(FromGrpc(s), error, have_header, theta_hash, *sparse, result);
-  if (!s.ok()) return FromGrpc(s);
+  const absl::Status call = watch.Finish(reader->Finish(), "pull");
+  if (result.sparse) return FinishSparsePull(call, error, have_header, theta_hash, *sparse, result);
+  if (!call.ok()) return call;
   if (!error.ok()) return absl::DataLossError(absl::StrCat("pull: ", error.message()));
   if (!have_header || !assembler.Done()) return absl::DataLossError("pull: stream ended before all parameters came");
   return result;
@@ -192,32 +233,38 @@ absl::StatusOr<int64_t> CoordinatorClient::PushPart(const PushHeader& header, Te
 
 absl::StatusOr<int64_t> CoordinatorClient::StreamPush(PushMessage& message, TensorChunker& chunker) {
   grpc::ClientContext ctx;
-  Prepare(&ctx);
+  PrepareStream(&ctx);
   PushReply reply;
+  StreamWatch watch(&ctx, rpc_timeout_s_);
   std::unique_ptr<grpc::ClientWriter<PushMessage>> writer = stub_->PushPseudoGradient(&ctx, &reply);
   bool ok = writer->Write(message);
-  while (ok && chunker.Next(message.mutable_chunk())) ok = writer->Write(message);
+  while (ok && chunker.Next(message.mutable_chunk())) {
+    watch.Progress();
+    ok = writer->Write(message);
+  }
+  watch.Progress();
   if (ok) writer->WritesDone();
-  grpc::Status s = writer->Finish();
-  if (!s.ok()) return FromGrpc(s);
+  if (absl::Status s = watch.Finish(writer->Finish(), "push"); !s.ok()) return s;
   return chunker.bytes_emitted();
 }
 
 absl::StatusOr<PullResult> CoordinatorClient::PullPart(int fragment, int64_t begin, int64_t end,
                                                        const std::function<absl::Status(const TensorChunk&)>& accept) {
   grpc::ClientContext ctx;
-  Prepare(&ctx);
+  PrepareStream(&ctx);
   PullRequest request;
   *request.mutable_meta() = Meta(0);
   if (fragment >= 0) request.set_fragment(fragment);
   request.mutable_range()->set_begin(begin);
   request.mutable_range()->set_end(end);
+  StreamWatch watch(&ctx, rpc_timeout_s_);
   std::unique_ptr<grpc::ClientReader<PullMessage>> reader = stub_->PullParameters(&ctx, request);
   PullMessage message;
   PullResult result;
   bool have_header = false;
   absl::Status error;
   while (reader->Read(&message)) {
+    watch.Progress();
     if (message.has_header()) {
       have_header = true;
       result.round = message.header().round();
@@ -228,8 +275,7 @@ absl::StatusOr<PullResult> CoordinatorClient::PullPart(int fragment, int64_t beg
       error = accept(message.chunk());
     }
   }
-  grpc::Status s = reader->Finish();
-  if (!s.ok()) return FromGrpc(s);
+  if (absl::Status s = watch.Finish(reader->Finish(), "pull of a part"); !s.ok()) return s;
   if (!error.ok()) return absl::DataLossError(absl::StrCat("pull of a part: ", error.message()));
   if (!have_header) return absl::DataLossError("pull of a part: stream ended before its header");
   return result;

@@ -1,18 +1,22 @@
 // CoordinatorClient: a worker's connection to the coordinator. One channel and stub reused for every call, keepalive
-// on, a deadline on every RPC. Pull streams theta into preallocated tensors; Push streams a pseudo-gradient as
-// chunks after a header (or, when the coordinator's Join reply names a push port, comm.transport tcp, over a plain
-// TCP connection: worker/tcp_pusher.h; a failed TCP push is sent again over gRPC). Errors come back as absl::Status
-// with the gRPC code (UNAVAILABLE: retry; ABORTED: push again; FAILED_PRECONDITION: round closed or config refused;
-// NOT_FOUND: not a member, Join again).
+// on, a deadline on every RPC (workers.rpc_timeout_s; on a pull or push stream, without progress: StreamWatch). Pull
+// streams theta into preallocated tensors; Push streams a pseudo-gradient as chunks after a header (or, when the
+// coordinator's Join reply names a push port, comm.transport tcp, over a plain TCP connection: worker/tcp_pusher.h; a
+// failed TCP push is sent again over gRPC). Errors come back as absl::Status with the gRPC code (UNAVAILABLE: retry;
+// ABORTED: push again; FAILED_PRECONDITION: round closed or config refused; NOT_FOUND: not a member, Join again).
 // Compiles without LibTorch: the tensors come in as a ChunkAssembler (pull) and a RoundResult (push), declared here and
 // defined in proto/tensor_chunks.h and worker/round_result.h, which only client.cc includes.
 // Thread-safe (gRPC stubs are; TcpPusher pushes one at a time); the heartbeat thread and the exchange share one client.
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "proto/diloco.grpc.pb.h"
@@ -35,6 +39,30 @@ struct PullResult {
   bool sparse = false;      // the pull was the round's sparse update (PROTOCOL.md "Sparse pulls")
   int64_t changed = 0;      // sparse: the positions it changed
   uint64_t theta_hash = 0;  // sparse: the coordinator's hash of theta_round, which the worker's copy now has
+};
+
+// The deadline of a streaming call (a pull or a push): the call is cancelled once no message has been read or written
+// for `stall_s` (workers.rpc_timeout_s), however long the whole stream takes. A fixed deadline on the whole call cut
+// every pull of a large model over a slow link (8B parameters in fp32: 32 GB, 256 s at 1 Gb/s) and retried it
+// forever. Progress() from the call's thread; a watcher thread of its own cancels. One per call.
+class StreamWatch {
+ public:
+  StreamWatch(grpc::ClientContext* ctx, double stall_s);
+  ~StreamWatch();
+  void Progress();
+  // The call's status, or DEADLINE_EXCEEDED naming `what` when the watch cancelled it.
+  absl::Status Finish(const grpc::Status& call, const std::string& what) const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  grpc::ClientContext* ctx_;
+  Clock::duration stall_;
+  std::atomic<Clock::rep> last_progress_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;  // guarded by mu_
+  std::atomic<bool> expired_{false};
+  std::thread watcher_;
 };
 
 class CoordinatorClient {
@@ -88,6 +116,8 @@ class CoordinatorClient {
                                                      PullResult result);
   // Sets the call's deadline and attaches the token (security.token_file), if any.
   void Prepare(grpc::ClientContext* ctx) const;
+  // A streaming call: the token only; its deadline is a StreamWatch's.
+  void PrepareStream(grpc::ClientContext* ctx) const;
 
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<diloco::Coordinator::Stub> stub_;

@@ -15,6 +15,7 @@
 #include "config/config_loader.h"
 #include "proto/diloco.grpc.pb.h"
 #include "tests/process_harness.h"
+#include "worker/client.h"
 
 namespace diloco::testing {
 namespace {
@@ -163,6 +164,58 @@ TEST(Pulls, APullHeldAcrossTheOuterStepEndsUnavailableAndTheNextPullGetsTheNewRo
   EXPECT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(elements, total_elements);
   EXPECT_TRUE(first_changed) << "theta_1 should differ from theta_0 after a push of 0.01 everywhere";
+}
+
+// A stream's deadline is its progress, not its length (worker/client.h StreamWatch): a pull whose chunks keep coming
+// completes however long it takes in all (here 40 chunks read 50 ms apart, 2 s, under workers.rpc_timeout_s 1),
+// where one fixed deadline on the call cut it at 1 s and the worker retried it forever (a large model over a slow
+// link); a pull that stops moving for rpc_timeout_s is cancelled and says so.
+TEST(Pulls, APullThatKeepsMovingOutlastsRpcTimeoutAndOneThatStallsIsCut) {
+  auto config = LoadConfig(SourceDir() + "/config/tiny.yaml", kOverrides);
+  ASSERT_TRUE(config.ok()) << config.status();
+  const std::string dir = ScratchDir("pull_progress_deadline");
+  RunningProcess coordinator("diloco-coordinator", With(TinyArgs(dir, kOverrides), {"--port-file", dir + "/addr"}));
+  const std::string address = WaitForAddress(coordinator, dir + "/addr");
+  ASSERT_FALSE(address.empty()) << coordinator.output();
+  std::string fingerprint;
+  {
+    auto stub = Coordinator::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    StatusReply status;
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    ASSERT_TRUE(stub->GetStatus(&ctx, StatusRequest(), &status).ok());
+    fingerprint = status.fingerprint();
+  }
+  CoordinatorClient client(address, "w0", fingerprint, /*rpc_timeout_s=*/1.0, config->comm.chunk_bytes, CODEC_RAW);
+  ModelSpec model;
+  model.set_vocab_size(config->model.vocab_size);
+  model.set_seq_len(config->model.seq_len);
+  model.set_n_layer(config->model.n_layer);
+  model.set_n_head(config->model.n_head);
+  model.set_d_model(config->model.d_model);
+  auto joined = client.Join(model, 1, "cpu");
+  ASSERT_TRUE(joined.ok()) << joined.status();
+
+  const int64_t elements = 40 * config->comm.chunk_bytes / 4;  // 40 raw chunks
+  int chunks = 0;
+  auto moving = client.PullPart(-1, 0, elements, [&chunks](const TensorChunk&) {
+    ++chunks;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(moving.ok()) << moving.status() << " after " << chunks << " chunks";
+  EXPECT_GE(chunks, 40);
+
+  chunks = 0;
+  auto stalled = client.PullPart(-1, 0, elements, [&chunks](const TensorChunk&) {
+    if (++chunks == 3) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    return absl::OkStatus();
+  });
+  ASSERT_FALSE(stalled.ok());
+  EXPECT_EQ(stalled.status().code(), absl::StatusCode::kDeadlineExceeded) << stalled.status();
+  EXPECT_NE(std::string(stalled.status().message()).find("made no progress for workers.rpc_timeout_s (1 s)"),
+            std::string::npos)
+      << stalled.status();
 }
 
 }  // namespace
