@@ -184,9 +184,10 @@ void CoordinatorSession::WaitOutQuarantine(int64_t round) {
     auto beat = client_->Heartbeat(round);
     if (!beat.ok()) return;
     const WaitDecision wait =
-        DecideAfterRefusal({beat->round(), beat->pushed(), beat->run_complete(), beat->quarantined_until_round()});
+        DecideAfterRefusal({beat->round(), beat->pushed(), beat->run_complete(), beat->quarantined_until_round()},
+                           round, config_.outer.mode == OuterMode::kAsync);
     if (wait.action != WaitAction::kKeepWaiting) {
-      if (logged) spdlog::info("quarantine over at round {}: training again", beat->round() + 1);
+      if (logged) spdlog::info("waited until round {}: training again", beat->round() + 1);
       return;
     }
     if (!logged) spdlog::warn("{}", wait.reason);

@@ -28,6 +28,15 @@ ProtocolDecision GiveUp(int exit_code, std::string reason) {
 ProtocolDecision DecideJoin(const absl::Status& status, const ProtocolState& state) {
   const std::string message(status.message());
   if (status.ok()) return Make(ProtocolAction::kProceed, "joined");
+  if (status.code() == absl::StatusCode::kResourceExhausted) {  // coordinator.max_members: "join later"
+    if (state.connect_deadline_passed) {
+      return GiveUp(kWorkerRefused,
+                    absl::StrCat("coordinator ", state.coordinator, " still refuses worker ", state.worker_id,
+                                 " after workers.connect_timeout_s = ", state.connect_timeout_s, " s: ", message));
+    }
+    return Make(ProtocolAction::kRetry,
+                absl::StrCat("coordinator ", state.coordinator, " is full (", message, "); retrying"));
+  }
   if (!Transient(status)) {
     return GiveUp(kWorkerRefused,
                   absl::StrCat("coordinator ", state.coordinator, " refused worker ", state.worker_id, ": ", message));
@@ -110,12 +119,17 @@ ProtocolDecision DecideOnStatus(ProtocolCall call, const absl::Status& status, c
   return GiveUp(kWorkerRefused, "unknown call");
 }
 
-WaitDecision DecideAfterRefusal(const HeartbeatView& beat) {
+WaitDecision DecideAfterRefusal(const HeartbeatView& beat, int64_t refused_round, bool async) {
   if (beat.run_complete) return {WaitAction::kRoundClosed, "the run is complete"};
   if (beat.quarantined_until_round > beat.round) {
     return {WaitAction::kKeepWaiting,
             absl::StrCat("quarantined until round ", beat.quarantined_until_round, " (the coordinator is at round ",
                          beat.round, "): waiting instead of training pushes that would be refused")};
+  }
+  if (!async && beat.round <= refused_round) {
+    return {WaitAction::kKeepWaiting,
+            absl::StrCat("round ", refused_round + 1,
+                         " is closing: waiting for its outer step (a pull now would give its theta again)")};
   }
   return {WaitAction::kRoundClosed, "not quarantined"};
 }

@@ -77,9 +77,11 @@ struct WaitDecision {
 // After a push for `round` (0-based) was counted: what a heartbeat reply means. `async`: outer.mode async.
 WaitDecision DecideWhileWaiting(const HeartbeatView& beat, int64_t round, bool async);
 
-// After a push was refused with FAILED_PRECONDITION (late, or this worker is quarantined): whether to train the next
-// round now (kRoundClosed) or heartbeat until the quarantine ends (kKeepWaiting; training now would be refused and
-// its inner steps lost).
-WaitDecision DecideAfterRefusal(const HeartbeatView& beat);
+// After a push for `refused_round` (0-based) was refused with FAILED_PRECONDITION (late, or this worker is
+// quarantined): whether to train the next round now (kRoundClosed) or heartbeat (kKeepWaiting) until the quarantine
+// ends (training now would be refused and its inner steps lost) or, in sync mode, until the round's outer step is
+// done (a push refused while the round steps: a pull before the step ends gives that round's theta again, and the
+// worker would train the round it was just refused for).
+WaitDecision DecideAfterRefusal(const HeartbeatView& beat, int64_t refused_round, bool async);
 
 }  // namespace diloco

@@ -200,14 +200,45 @@ TEST(ProtocolDecisionTest, JoinRetryCarriesTheTlsHint) {
 }
 
 TEST(ProtocolDecisionTest, AQuarantinedWorkerWaitsInsteadOfTraining) {
-  const WaitDecision wait = DecideAfterRefusal({3, false, false, 5});
+  const WaitDecision wait = DecideAfterRefusal({3, false, false, 5}, 2, false);
   EXPECT_EQ(wait.action, WaitAction::kKeepWaiting);
   EXPECT_EQ(wait.reason,
             "quarantined until round 5 (the coordinator is at round 3): waiting instead of training pushes that would "
             "be refused");
-  EXPECT_EQ(DecideAfterRefusal({5, false, false, 5}).action, WaitAction::kRoundClosed) << "over at round 5";
-  EXPECT_EQ(DecideAfterRefusal({3, false, false, 0}).action, WaitAction::kRoundClosed) << "refused as late only";
-  EXPECT_EQ(DecideAfterRefusal({3, false, true, 5}).action, WaitAction::kRoundClosed) << "the run is complete";
+  EXPECT_EQ(DecideAfterRefusal({5, false, false, 5}, 2, false).action, WaitAction::kRoundClosed) << "over at round 5";
+  EXPECT_EQ(DecideAfterRefusal({3, false, false, 0}, 2, false).action, WaitAction::kRoundClosed)
+      << "refused as late only";
+  EXPECT_EQ(DecideAfterRefusal({3, false, true, 5}, 2, false).action, WaitAction::kRoundClosed)
+      << "the run is complete";
+}
+
+// A push for round index 3 refused while that round steps (the coordinator still at 3 completed steps): a pull now
+// would give theta_3 again and the worker would train round 4 a second time, to be refused again. It waits for the
+// step; once the coordinator is at 4 it pulls. Async rounds move per push: no wait there.
+TEST(ProtocolDecisionTest, APushRefusedWhileItsRoundStepsWaitsForTheStep) {
+  const WaitDecision wait = DecideAfterRefusal({3, false, false, 0}, 3, false);
+  EXPECT_EQ(wait.action, WaitAction::kKeepWaiting);
+  EXPECT_EQ(wait.reason, "round 4 is closing: waiting for its outer step (a pull now would give its theta again)");
+  EXPECT_EQ(DecideAfterRefusal({4, false, false, 0}, 3, false).action, WaitAction::kRoundClosed);
+  EXPECT_EQ(DecideAfterRefusal({3, false, false, 0}, 3, true).action, WaitAction::kRoundClosed);
+  EXPECT_EQ(DecideAfterRefusal({3, false, true, 0}, 3, false).action, WaitAction::kRoundClosed) << "complete";
+}
+
+// Join RESOURCE_EXHAUSTED is the coordinator's "join later" (coordinator.max_members): retried until
+// workers.connect_timeout_s, not a refusal (it used to exit 3 at once, also for a member rejoining a full run).
+TEST(ProtocolDecisionTest, AFullCoordinatorIsRetriedUntilTheConnectTimeout) {
+  const absl::Status full = absl::ResourceExhaustedError(
+      "the run has 2 active members (coordinator.max_members); "
+      "join later");
+  const ProtocolDecision retry = DecideOnStatus(ProtocolCall::kJoin, full, State());
+  EXPECT_EQ(retry.action, ProtocolAction::kRetry);
+  EXPECT_THAT(retry.reason, HasSubstr("coordinator 10.0.0.1:7777 is full (the run has 2 active members"));
+  ProtocolState late = State();
+  late.connect_deadline_passed = true;
+  const ProtocolDecision gone = DecideOnStatus(ProtocolCall::kJoin, full, late);
+  EXPECT_EQ(gone.action, ProtocolAction::kGiveUp);
+  EXPECT_EQ(gone.exit_code, kWorkerRefused);
+  EXPECT_THAT(gone.reason, HasSubstr("still refuses worker w7 after workers.connect_timeout_s = 30 s"));
 }
 
 TEST(ProtocolDecisionTest, WaitingReadsTheHeartbeat) {
