@@ -212,8 +212,11 @@ absl::StatusOr<int64_t> CoordinatorClient::Push(int64_t round, const RoundResult
   FillPushHeader(result.report, header);
   if (const int port = push_port_; port > 0) {
     TensorChunker chunker = MakeChunker(result);
-    absl::StatusOr<int64_t> pushed = tcp_pusher_->Push(port, *header, chunker);
-    if (pushed.ok() || !absl::IsUnavailable(pushed.status())) return pushed;
+    bool answered = false;
+    absl::StatusOr<int64_t> pushed = tcp_pusher_->Push(port, *header, chunker, &answered);
+    // The coordinator's own answer, its UNAVAILABLE included (clip's "waiting for the round's other push headers",
+    // a push still streaming): the caller retries over TCP as over gRPC.
+    if (pushed.ok() || answered || !absl::IsUnavailable(pushed.status())) return pushed;
     // The TCP port failed (coordinator restarted on another port, the port unreachable, the connection cut, or the
     // coordinator closed it over a frame it refused): this attempt goes over gRPC, whose answer is the coordinator's
     // own (NOT_FOUND after a restart, RESOURCE_EXHAUSTED for an oversized chunk, ...). TCP again after the next Join.

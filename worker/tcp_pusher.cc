@@ -65,8 +65,9 @@ absl::Status TcpPusher::Connect(int port) {
   return s;
 }
 
-absl::StatusOr<int64_t> TcpPusher::Push(int port, const PushHeader& header, TensorChunker& chunker) {
+absl::StatusOr<int64_t> TcpPusher::Push(int port, const PushHeader& header, TensorChunker& chunker, bool* answered) {
   absl::MutexLock lock(&mu_);
+  if (answered != nullptr) *answered = false;
   const std::string where = absl::StrCat("push over tcp to ", host_, ":", port, ": ");
   auto unavailable = [&](const absl::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     Close();
@@ -93,6 +94,7 @@ absl::StatusOr<int64_t> TcpPusher::Push(int port, const PushHeader& header, Tens
   if (absl::Status s = WriteEndOfPush(fd_); !s.ok()) return unavailable(s);
   absl::StatusOr<PushReply> answer;
   if (absl::Status s = ReadPushResult(fd_, &answer); !s.ok()) return unavailable(s);
+  if (answered != nullptr) *answered = true;
   if (!answer.ok()) {
     if (answer.status().code() == absl::StatusCode::kUnauthenticated) Close();  // refused at the hello: closed
     return answer.status();

@@ -25,8 +25,10 @@ class TcpPusher {
   TcpPusher& operator=(const TcpPusher&) = delete;
 
   // Pushes to `port` (the one the last Join named; a new port closes the old connection). Returns the payload
-  // bytes sent.
-  absl::StatusOr<int64_t> Push(int port, const PushHeader& header, TensorChunker& chunker) ABSL_LOCKS_EXCLUDED(mu_);
+  // bytes sent. `answered` (if given) says whether the status is the coordinator's answer (its UNAVAILABLE "retry"
+  // included) rather than a failed connection.
+  absl::StatusOr<int64_t> Push(int port, const PushHeader& header, TensorChunker& chunker, bool* answered = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   absl::Status Connect(int port) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -271,6 +271,18 @@ TEST(Launch, TcpTransportTrainsLikeGrpc) {
   for (const auto& w : tcp["workers"]) EXPECT_EQ(w["rounds_contributed"], 3) << w.dump();
 }
 
+// outer.aggregation clip over comm.transport tcp: the first pushes of a round are answered UNAVAILABLE ("waiting for
+// the round's other push headers") until every header is in. That is the coordinator's answer, not a broken
+// connection: the worker pushes again over TCP. It used to drop TCP for gRPC until its next join, at the first round.
+TEST(Launch, ClipsRetryAnswerKeepsTheTcpTransport) {
+  std::string output;
+  const nlohmann::json tcp =
+      LaunchTiny("transport_tcp_clip", {"outer.rounds=2", "comm.transport=tcp", "outer.aggregation=clip"}, &output);
+  EXPECT_NE(output.find("clip fold open with 2 pushes declared"), std::string::npos) << output;
+  EXPECT_EQ(output.find("pushing over gRPC"), std::string::npos) << output;
+  EXPECT_EQ(tcp["round"], 2);
+}
+
 namespace {
 // A raw connection to the coordinator's TCP push port.
 int ConnectTo(int port) {
