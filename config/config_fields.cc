@@ -210,7 +210,7 @@ const std::vector<Field>& Fields() {
                 "where workers train (cuda: the worker process of local rank r uses cuda:<r mod GPUs>)"),
       MakeField("workers.threads", &Config::workers, &WorkersConfig::threads, Above(0), "intra-op threads per worker"),
       MakeField("workers.connect_timeout_s", &Config::workers, &WorkersConfig::connect_timeout_s, AtLeast(0),
-                "how long a worker retries to reach its coordinator"),
+                "how long a worker retries to reach its coordinator (at its join, and once it stops answering)"),
       MakeField("workers.rpc_timeout_s", &Config::workers, &WorkersConfig::rpc_timeout_s, Above(0),
                 "deadline of each RPC; a pull or push stream is cut after this long without a chunk"),
       MakeField("workers.cluster_size", &Config::workers, &WorkersConfig::cluster_size, Above(0),

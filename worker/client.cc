@@ -63,6 +63,7 @@ CoordinatorClient::CoordinatorClient(const std::string& address, std::string wor
       push_codec_(push_codec),
       security_(std::move(security)),
       tcp_pusher_(std::make_unique<TcpPusher>(address.substr(0, address.rfind(':')), security_.token, rpc_timeout_s)) {
+  last_answer_ = std::chrono::steady_clock::now().time_since_epoch().count();
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
@@ -75,6 +76,20 @@ CoordinatorClient::CoordinatorClient(const std::string& address, std::string wor
 }
 
 CoordinatorClient::~CoordinatorClient() = default;
+
+absl::Status CoordinatorClient::Noted(absl::Status status) {
+  const absl::StatusCode code = status.code();
+  if (code != absl::StatusCode::kUnavailable && code != absl::StatusCode::kDeadlineExceeded &&
+      code != absl::StatusCode::kCancelled && code != absl::StatusCode::kUnknown) {
+    last_answer_ = std::chrono::steady_clock::now().time_since_epoch().count();
+  }
+  return status;
+}
+
+double CoordinatorClient::seconds_since_answer() const {
+  const std::chrono::steady_clock::time_point last{std::chrono::steady_clock::duration(last_answer_.load())};
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - last).count();
+}
 
 RequestMeta CoordinatorClient::Meta(int64_t round) const {
   RequestMeta meta;
@@ -108,7 +123,7 @@ absl::StatusOr<JoinReply> CoordinatorClient::Join(const ModelSpec& model, int32_
   request.set_chunk_bytes(std::max<int64_t>(chunk_bytes_, 1));
   JoinReply reply;
   grpc::Status s = stub_->Join(&ctx, request, &reply);
-  if (!s.ok()) return FromGrpc(s);
+  if (absl::Status status = Noted(FromGrpc(s)); !status.ok()) return status;
   push_port_ = reply.push_port();
   return reply;
 }
@@ -120,7 +135,7 @@ absl::Status CoordinatorClient::Leave(const std::string& reason) {
   *request.mutable_meta() = Meta(0);
   request.set_reason(reason);
   LeaveReply reply;
-  return FromGrpc(stub_->Leave(&ctx, request, &reply));
+  return Noted(FromGrpc(stub_->Leave(&ctx, request, &reply)));
 }
 
 absl::StatusOr<HeartbeatReply> CoordinatorClient::Heartbeat(int64_t round, int64_t wait_ms) {
@@ -132,7 +147,7 @@ absl::StatusOr<HeartbeatReply> CoordinatorClient::Heartbeat(int64_t round, int64
   request.set_wait_ms(wait_ms);
   HeartbeatReply reply;
   grpc::Status s = stub_->Heartbeat(&ctx, request, &reply);
-  if (!s.ok()) return FromGrpc(s);
+  if (absl::Status status = Noted(FromGrpc(s)); !status.ok()) return status;
   return reply;
 }
 
@@ -170,7 +185,7 @@ absl::StatusOr<PullResult> CoordinatorClient::Pull(ChunkAssembler& assembler, in
       error = result.sparse ? sparse->Accept(message.chunk()) : assembler.Accept(message.chunk());
     }
   }
-  const absl::Status call = watch.Finish(reader->Finish(), "pull");
+  const absl::Status call = Noted(watch.Finish(reader->Finish(), "pull"));
   if (result.sparse) return FinishSparsePull(call, error, have_header, theta_hash, *sparse, result);
   if (!call.ok()) return call;
   if (!error.ok()) return absl::DataLossError(absl::StrCat("pull: ", error.message()));
@@ -214,6 +229,7 @@ absl::StatusOr<int64_t> CoordinatorClient::Push(int64_t round, const RoundResult
     TensorChunker chunker = MakeChunker(result);
     bool answered = false;
     absl::StatusOr<int64_t> pushed = tcp_pusher_->Push(port, *header, chunker, &answered);
+    if (answered) Noted(pushed.status());
     // The coordinator's own answer, its UNAVAILABLE included (clip's "waiting for the round's other push headers",
     // a push still streaming): the caller retries over TCP as over gRPC.
     if (pushed.ok() || answered || !absl::IsUnavailable(pushed.status())) return pushed;
@@ -247,7 +263,7 @@ absl::StatusOr<int64_t> CoordinatorClient::StreamPush(PushMessage& message, Tens
   }
   watch.Progress();
   if (ok) writer->WritesDone();
-  if (absl::Status s = watch.Finish(writer->Finish(), "push"); !s.ok()) return s;
+  if (absl::Status s = Noted(watch.Finish(writer->Finish(), "push")); !s.ok()) return s;
   return chunker.bytes_emitted();
 }
 
@@ -278,7 +294,7 @@ absl::StatusOr<PullResult> CoordinatorClient::PullPart(int fragment, int64_t beg
       error = accept(message.chunk());
     }
   }
-  if (absl::Status s = watch.Finish(reader->Finish(), "pull of a part"); !s.ok()) return s;
+  if (absl::Status s = Noted(watch.Finish(reader->Finish(), "pull of a part")); !s.ok()) return s;
   if (!error.ok()) return absl::DataLossError(absl::StrCat("pull of a part: ", error.message()));
   if (!have_header) return absl::DataLossError("pull of a part: stream ended before its header");
   return result;

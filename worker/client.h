@@ -102,6 +102,10 @@ class CoordinatorClient {
                                       const std::function<absl::Status(const TensorChunk&)>& accept);
   // push_codec topk: the block length and kept values per block (comm.topk_chunk, comm.topk_per_chunk).
   void set_topk(TopkParams topk) { topk_ = topk; }
+  // Seconds since a call last got an answer from the coordinator (any status but a transport failure: UNAVAILABLE,
+  // DEADLINE_EXCEEDED, CANCELLED, UNKNOWN); from construction before the first. The heartbeat thread's calls count:
+  // a coordinator answering heartbeats is alive while a push waits on its UNAVAILABLE "retry".
+  double seconds_since_answer() const;
 
  private:
   RequestMeta Meta(int64_t round) const;
@@ -131,6 +135,9 @@ class CoordinatorClient {
   // comm.transport tcp: the push port the last Join named (0: push over gRPC) and the connection to it.
   std::atomic<int> push_port_{0};
   std::unique_ptr<TcpPusher> tcp_pusher_;
+  std::atomic<std::chrono::steady_clock::rep> last_answer_;  // steady_clock ticks (seconds_since_answer)
+  // Notes `status` in last_answer_ when the coordinator gave it; returns it.
+  absl::Status Noted(absl::Status status);
 };
 
 }  // namespace diloco

@@ -119,6 +119,18 @@ CoordinatorSession::Outcome CoordinatorSession::GiveUp(const ProtocolDecision& d
   return Outcome::kGiveUp;
 }
 
+bool CoordinatorSession::CoordinatorGone(const std::string& last_error) {
+  const double silent = client_->seconds_since_answer();
+  if (silent <= config_.workers.connect_timeout_s) return false;
+  ProtocolDecision d;
+  d.action = ProtocolAction::kGiveUp;
+  d.exit_code = kWorkerUnreachable;
+  d.reason = absl::StrCat("coordinator ", protocol_.coordinator, " has not answered for ", static_cast<int64_t>(silent),
+                          " s (workers.connect_timeout_s = ", config_.workers.connect_timeout_s, " s): ", last_error);
+  GiveUp(d);
+  return true;
+}
+
 bool CoordinatorSession::PushUntilCounted(int64_t round, const RoundResult& result) {
   backoff_.Reset();
   bool need_push = true;
@@ -169,6 +181,7 @@ CoordinatorSession::Outcome CoordinatorSession::PushOnce(int64_t round, const Ro
     case ProtocolAction::kRepush:
       return Outcome::kGoOn;
     case ProtocolAction::kRetry:
+      if (CoordinatorGone(decision.reason)) return Outcome::kGiveUp;
       spdlog::warn("round {}: {}", round + 1, decision.reason);
       backoff_.Sleep(flags_.stop);
       return Outcome::kGoOn;
@@ -205,6 +218,7 @@ CoordinatorSession::Outcome CoordinatorSession::AwaitRound(int64_t round, bool* 
     return Outcome::kGoOn;
   }
   if (decision.action == ProtocolAction::kRetry) {
+    if (CoordinatorGone(decision.reason)) return Outcome::kGiveUp;
     backoff_.Sleep(flags_.stop);
     return Outcome::kGoOn;
   }
@@ -251,6 +265,7 @@ std::optional<PullResult> CoordinatorSession::PullWith(const std::function<absl:
       GiveUp(decision);
       return std::nullopt;
     }
+    if (CoordinatorGone(decision.reason)) return std::nullopt;
     spdlog::warn("{}", decision.reason);
     backoff_.Sleep(flags_.stop);
   }

@@ -89,6 +89,10 @@ class CoordinatorSession {
   // it does not train rounds whose pushes would be refused. A failed heartbeat ends the wait (the pull handles it).
   void WaitOutQuarantine(int64_t round);
   Outcome GiveUp(const ProtocolDecision& decision, const std::string& prefix = "");
+  // Before a retry of a transient failure: once the coordinator has answered no call (the heartbeat thread's
+  // included) for workers.connect_timeout_s, gives up with exit 4 naming `last_error` and returns true (a retry
+  // loop against a coordinator that is gone, after the run ended or a crash it never came back from, was endless).
+  bool CoordinatorGone(const std::string& last_error);
   // Pull's loop around one attempt (`once`).
   std::optional<PullResult> PullWith(const std::function<absl::StatusOr<PullResult>()>& once);
 

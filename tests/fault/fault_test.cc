@@ -232,6 +232,26 @@ TEST(Fault, SigtermedWorkerLeavesAndTheRoundStopsWaitingAtOnce) {
   EXPECT_EQ((*FindWorker(ReadJson(dir + "/summary.json"), "w2"))["state"], "left");
 }
 
+// A coordinator that dies and never comes back (kill -9, no restart): the workers gave up only while joining, so a
+// worker mid-round retried its heartbeats, pulls or pushes forever. Once the coordinator has answered nothing for
+// workers.connect_timeout_s they exit 4, naming it.
+TEST(Fault, WorkersGiveUpOnACoordinatorGoneForConnectTimeout) {
+  const std::string dir = ScratchDir("coordinator_gone");
+  const std::string address = Loopback();
+  const auto args = FaultArgs(dir, address, {"outer.rounds=50", "workers.count=2", "workers.connect_timeout_s=5"});
+  auto coordinator = StartCoordinator(args);
+  auto w0 = StartWorker(args, address, "w0");
+  auto w1 = StartWorker(args, address, "w1");
+  ASSERT_TRUE(coordinator->WaitForOutput("round 1/50 closed", 120)) << coordinator->output();
+  coordinator->Signal(SIGKILL);
+  const auto killed = Clock::now();
+  for (RunningProcess* w : {w0.get(), w1.get()}) {
+    EXPECT_EQ(w->Wait(120), 4) << w->output();
+    EXPECT_NE(w->output().find("has not answered for"), std::string::npos) << w->output();
+  }
+  Measure("coordinator killed -> workers exit 4", SecondsSince(killed));
+}
+
 TEST(Fault, OperatorLeaveDrainsAWorkerAndCheckpointIsWrittenOnRequest) {
   const std::string dir = ScratchDir("operator");
   const std::string address = Loopback();
