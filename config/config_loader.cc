@@ -397,8 +397,9 @@ std::string ConfigHash(const Config& config) {
 }
 
 std::string RenderClusterConfig(const Config& config) {
+  // Memory knobs that leave a step's result as it is (a rank with less memory may use them), and paths.
   static const std::set<std::string> kPerMachine = {"model.init_from", "model.activation_checkpointing",
-                                                    "comm.tcp_port"};
+                                                    "inner.micro_batch_size", "comm.tcp_port"};
   static const std::set<std::string> kShared = {"workers.cluster_size", "workers.sharding", "workers.check_replicas",
                                                 "workers.precision", "workers.allow_tf32"};
   std::string out;
@@ -438,7 +439,9 @@ std::string ConfigDifference(const std::string& mine, const std::string& theirs,
   }
   if (differing.empty()) return "";
   std::string out = differing.front();
-  if (differing.size() > 1) absl::StrAppend(&out, " (and ", differing.size() - 1, " more keys)");
+  if (differing.size() > 1) {
+    absl::StrAppend(&out, " (and ", differing.size() - 1, differing.size() == 2 ? " more key)" : " more keys)");
+  }
   return out;
 }
 

@@ -37,9 +37,10 @@ std::string RenderConfig(const Config& config);
 std::string ConfigHash(const Config& config);
 
 // RenderConfig's lines of the keys every rank of a worker cluster must share: what decides the collectives a step
-// issues and the math of its replicas (model.* but init_from and activation_checkpointing, inner.*, comm.* but
-// tcp_port, workers.cluster_size, sharding, check_replicas, precision and allow_tf32). Paths, devices, threads and
-// timeouts may differ from machine to machine.
+// issues and the math of its replicas (model.* but init_from and activation_checkpointing, inner.* but
+// micro_batch_size, comm.* but tcp_port, workers.cluster_size, sharding, check_replicas, precision and allow_tf32).
+// Paths, devices, threads, timeouts and the memory knobs may differ from machine to machine (whether micro-batches
+// bucket the gradients, which changes the collectives, is in the cluster's layout line instead).
 std::string RenderClusterConfig(const Config& config);
 // How the rendered config `mine` differs from `theirs` (both RenderConfig-style lines), naming `them`:
 // "inner.micro_batch_size 1 where rank 0 has 4 (and 2 more keys)"; "" when they are alike.

@@ -217,7 +217,8 @@ absl::StatusOr<JoinReply> CoordinatorCore::Join(const JoinRequest& request) {
   }
   const bool known = membership_.Find(request.meta().worker_id()) != nullptr;
   const Member& m =
-      membership_.Join(request.meta().worker_id(), clock_(), request.has_shard_hint() ? request.shard_hint() : -1);
+      membership_.Join(request.meta().worker_id(), clock_(), request.has_shard_hint() ? request.shard_hint() : -1,
+                       request.has_shard_reader_hint() ? request.shard_reader_hint() : -1);
   membership_.Find(m.id)->cluster_size = std::max(1, request.cluster_size());
   // A member that joins again (its process restarted) starts its pushes in parts afresh: the parts under way go and
   // its attempts are forgotten (a restarted rank 0's clock may be behind the attempts it sent before).

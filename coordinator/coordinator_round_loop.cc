@@ -114,7 +114,6 @@ void CoordinatorCore::RoundLoopPass() {
     aggregation_restarted_at_ = clock_();
   }
   if (!non_finite.empty()) DiscardNonFiniteRound(closing_round, closing.contributors, non_finite);
-  if (committed) NoteClippedPushes(closing.contributors, closing.far_ids);  // suspects: committed rounds only
 }
 
 void CoordinatorCore::DiscardNonFiniteRound(int64_t round, const RoundState::Pushes& pushes, const std::string& why) {
@@ -244,6 +243,9 @@ void CoordinatorCore::PublishRound(const ClosingRound& closing, std::vector<at::
                                    ClosedRound& closed) {
   accumulator_.Restore(std::move(zeroed_sums));
   stats_.CreditRound(closing.contributors, model_.num_params, membership_);
+  // Suspects count committed rounds only (a discarded round's redo would count twice), and read the members' last
+  // push figures before the next round's pushes overwrite them.
+  NoteClippedPushes(closing.contributors, closing.far_ids);
   previous_hashes_.clear();  // the duplicate check's replays: this round's pushes (CheckDuplicate)
   for (const auto& [id, ticket] : closing.contributors) previous_hashes_.insert(ticket.payload_hash);
   if (config_.inner.adaptive_steps) AssignAdaptiveSteps();

@@ -17,7 +17,7 @@ const char* MemberStateName(MemberState s) {
   return "unknown";
 }
 
-const Member& Membership::Join(const std::string& id, double now, int shard_hint) {
+const Member& Membership::Join(const std::string& id, double now, int shard_hint, int reader_hint) {
   std::set<int> taken;  // shards of the other active members
   for (const auto& [other_id, m] : members_) {
     if (other_id != id && m.state == MemberState::kActive) taken.insert(m.shard_index);
@@ -28,6 +28,7 @@ const Member& Membership::Join(const std::string& id, double now, int shard_hint
     m.id = id;
     m.joined_at = now;
     m.shard_index = shard_hint;
+    m.shard_reader = std::max(reader_hint, 0);
     it = members_.emplace(id, m).first;
   }
   // Keep the shard this member had (or asked for) if nobody else holds it; else take the lowest free one.
@@ -37,9 +38,9 @@ const Member& Membership::Join(const std::string& id, double now, int shard_hint
     while (taken.count(shard) != 0 && shard < shard_count_) ++shard;
     shard %= shard_count_;  // more members than shards: shards are shared
   }
-  std::set<int> readers;  // reader numbers of the other active members on that shard
+  std::set<int> readers;  // reader numbers of the other members on that shard, active or lost (they may come back)
   for (const auto& [other_id, m] : members_) {
-    if (other_id != id && m.state == MemberState::kActive && m.shard_index == shard) readers.insert(m.shard_reader);
+    if (other_id != id && m.state != MemberState::kLeft && m.shard_index == shard) readers.insert(m.shard_reader);
   }
   int& reader = it->second.shard_reader;
   if (readers.count(reader) != 0) {

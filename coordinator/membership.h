@@ -3,8 +3,9 @@
 // left member that joins again with the same id becomes active again and keeps its shard. Each active member owns
 // one of `shard_count` disjoint data shards: the one it had or asked for if free, else the lowest free index
 // (with more active members than shards, they wrap around and share: each member reading a shard has its own
-// `shard_reader` number, the one it had if no other active reader of that shard holds it, else the lowest free one;
-// the worker seeds its window sampler with it, so sharers draw different windows).
+// `shard_reader` number, the one it had or asked for if no other active or lost reader of that shard holds it (a lost
+// one may come back with it), else the lowest free one; the worker seeds its window sampler with it, so sharers draw
+// different windows).
 // Bounded: at most `max_inactive` members that left or were lost are remembered (the longest gone are forgotten first
 // and only counted), so ids that come and go cannot grow memory or the status reply without bound; the number of
 // active members is bounded by the coordinator (coordinator.max_members, checked before Join).
@@ -63,7 +64,8 @@ class Membership {
 
   // Adds or reactivates `id`; returns the member (with its shard index). A new member gets `shard_hint` if that
   // shard is valid and free (a worker rejoining a restarted coordinator keeps its data), else the lowest free one.
-  const Member& Join(const std::string& id, double now, int shard_hint = -1);
+  // `reader_hint` >= 0: the shard_reader it had (a worker rejoining a restarted coordinator), kept if free.
+  const Member& Join(const std::string& id, double now, int shard_hint = -1, int reader_hint = -1);
   // Refreshes the lease. Returns false if `id` is unknown or not active (it must Join again).
   bool Touch(const std::string& id, double now);
   void Leave(const std::string& id, double now);

@@ -108,7 +108,8 @@ void CoordinatorClient::Prepare(grpc::ClientContext* ctx) const {
 void CoordinatorClient::PrepareStream(grpc::ClientContext* ctx) const { AttachToken(security_, ctx); }
 
 absl::StatusOr<JoinReply> CoordinatorClient::Join(const ModelSpec& model, int32_t threads, const std::string& device,
-                                                  int32_t shard_hint, int32_t fragments, int32_t cluster_size) {
+                                                  int32_t shard_hint, int32_t fragments, int32_t cluster_size,
+                                                  int32_t reader_hint) {
   grpc::ClientContext ctx;
   Prepare(&ctx);
   JoinRequest request;
@@ -117,6 +118,7 @@ absl::StatusOr<JoinReply> CoordinatorClient::Join(const ModelSpec& model, int32_
   request.set_threads(threads);
   request.set_device(device);
   if (shard_hint >= 0) request.set_shard_hint(shard_hint);
+  if (reader_hint >= 0) request.set_shard_reader_hint(reader_hint);
   request.set_fragments(fragments);
   request.set_cluster_size(cluster_size);
   request.set_push_codec(push_codec_);

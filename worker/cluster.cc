@@ -208,8 +208,9 @@ void WorkerCluster::WaitUntilTaken(int64_t seq, bool wait_while_heard) {
   const auto start = Clock::now();
   // A follower polls between commands and heartbeats while it works on one (building its trainer, a broadcast, a
   // part's push): one whose count stops moving while its acknowledgement is missing is dead. One whose count moves
-  // is given up on after workers.cluster_timeout_s (wedged), unless `wait_while_heard`: the shard command, which a
-  // follower takes once it has built its trainer (for a large model longer than that timeout).
+  // is given up on after workers.cluster_timeout_s (wedged), or with `wait_while_heard` after kLongestTrainerBuild:
+  // the shard command, which a follower takes once it has built its trainer (for a large model longer than that
+  // timeout; a follower stuck, say, in NCCL's set-up while its heartbeat thread lives is not waited for forever).
   const auto silence = std::min(timeout_, longest_silence_);
   std::vector<bool> taken(size_, false);
   std::vector<int64_t> polls(size_, -1);               // each follower's poll count, as last read
@@ -226,7 +227,7 @@ void WorkerCluster::WaitUntilTaken(int64_t seq, bool wait_while_heard) {
         polls[r] = n;
         heard[r] = now;
       }
-      if (now - heard[r] >= silence || (!wait_while_heard && now - start >= timeout_)) {
+      if (now - heard[r] >= silence || now - start >= (wait_while_heard ? kLongestTrainerBuild : timeout_)) {
         throw std::runtime_error(absl::StrCat(
             "rank ", r, " did not take command ", seq, " within ", std::chrono::duration<double>(now - start).count(),
             " s (its last poll or heartbeat ", std::chrono::duration<double>(now - heard[r]).count(),
@@ -382,6 +383,7 @@ absl::Status WorkerCluster::AttachTo(InnerTrainer& trainer, bool check_replicas)
     const int64_t piece = optimizer.gradient_piece().numel();
     absl::StrAppend(&layout, " in ", optimizer.padded_parameters().numel() / piece, " slices of ", piece);
   }
+  if (optimizer.bucketed()) absl::StrAppend(&layout, ", gradients reduced in buckets");  // micro-batches, CPU
   absl::StrAppend(&layout, ")");
   absl::Status s = CompareWithRanks("layout", layout, [&layout](int r, const std::string& theirs) {
     return theirs == layout ? std::string() : absl::StrCat(layout, " but rank ", r, " has ", theirs);

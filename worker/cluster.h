@@ -54,6 +54,8 @@ class WorkerCluster {
   // a machine). longest_silence: how long the leader waits for a sign of life of a follower that has not taken a
   // command (a follower heartbeats every tenth of it); tests shorten it.
   static constexpr std::chrono::milliseconds kLongestSilence{10000};
+  // How long the leader waits for followers that heartbeat while they build their trainer (the shard command).
+  static constexpr std::chrono::milliseconds kLongestTrainerBuild{3600 * 1000};
   static absl::StatusOr<std::unique_ptr<WorkerCluster>> Connect(
       int rank, int size, const std::string& store_address, double timeout_s, const std::string& bind_host = "",
       torch::Device device = torch::kCPU, std::chrono::milliseconds longest_silence = kLongestSilence);
@@ -78,8 +80,8 @@ class WorkerCluster {
   // The carrier of worker/cluster_protocol.h's commands, in order (the n-th sent is the n-th received).
   // Rank 0: publishes `words` as the next command and returns once every other rank has acknowledged it; throws if
   // one has not within the cluster's timeout, or its polls and heartbeats stopped for longest_silence without.
-  // `wait_while_heard`: no timeout while its heartbeats go on (the shard command: a follower acknowledges it once it
-  // has built its trainer, which for a large model takes longer than the cluster's timeout).
+  // `wait_while_heard`: kLongestTrainerBuild instead of the timeout while its heartbeats go on (the shard command: a
+  // follower acknowledges it once it has built its trainer, which for a large model takes longer than the timeout).
   // Ranks > 0: ReceiveWords waits as long as rank 0 lives for its next command (throws once rank 0, the store's host,
   // is gone); Acknowledge then tells rank 0 this rank has taken it (before the command's collectives).
   void SendWords(const std::array<int64_t, 4>& words, bool wait_while_heard = false);
@@ -134,10 +136,10 @@ class WorkerCluster {
   int64_t command_seq_ = 0;                    // the next command's number (the same on every rank)
   std::unique_ptr<CollectiveGroup> group_;
   std::unique_ptr<GradientBuckets> buckets_;  // bucketed optimizers (worker/gradient_buckets.h)
-  // Publishes `mine` under "<topic>/<rank>" and checks every other rank's against it (AttachTo: the slice layout,
-  // the shared config): `differs(r, theirs)` says how rank r's differs ("" when alike), for the error.
   // Runs `collective` and adds its duration to collective_seconds_ (on a GPU, between device syncs).
   void Timed(const std::function<void()>& collective);
+  // Publishes `mine` under "<topic>/<rank>" and checks every other rank's against it (AttachTo: the slice layout,
+  // the shared config): `differs(r, theirs)` says how rank r's differs ("" when alike), for the error.
   absl::Status CompareWithRanks(const std::string& topic, const std::string& mine,
                                 const std::function<std::string(int, const std::string&)>& differs);
   torch::Tensor stop_flag_;     // one float on the group's device: the ranks' stop wishes, summed

@@ -62,9 +62,10 @@ absl::Status CoordinatorSession::Join() {
   bool warned = false, hinted = false;
   backoff_.Reset();
   while (!flags_.Stopping()) {
-    auto reply = client_->Join(ModelSpecOf(config_.model), static_cast<int32_t>(config_.workers.threads),
-                               config_.workers.device, joined_ ? join_.shard_index() : first_shard_hint_,
-                               static_cast<int32_t>(config_.comm.fragments), cluster_size_);
+    auto reply =
+        client_->Join(ModelSpecOf(config_.model), static_cast<int32_t>(config_.workers.threads), config_.workers.device,
+                      joined_ ? join_.shard_index() : first_shard_hint_, static_cast<int32_t>(config_.comm.fragments),
+                      cluster_size_, joined_ ? join_.shard_reader() : -1);
     ProtocolState state = protocol_;
     state.connect_deadline_passed = Now() > deadline;
     const ProtocolDecision decision = DecideOnStatus(ProtocolCall::kJoin, reply.status(), state);
@@ -92,7 +93,11 @@ void CoordinatorSession::AcceptJoin(JoinReply reply) {
                  join_.shard_index(), join_.shard_index());
     reply.set_shard_index(join_.shard_index());
   }
-  if (joined_) reply.set_shard_reader(join_.shard_reader());  // its sampler is seeded already: it keeps its windows
+  if (joined_ && reply.shard_reader() != join_.shard_reader()) {  // its sampler is seeded: it keeps its windows
+    spdlog::warn("rejoined as reader {} of shard {} instead of {}; this worker keeps drawing reader {}'s windows",
+                 reply.shard_reader(), join_.shard_index(), join_.shard_reader(), join_.shard_reader());
+    reply.set_shard_reader(join_.shard_reader());
+  }
   join_ = std::move(reply);
   joined_ = true;
   spdlog::info("joined {} at round {}: shard {}/{}{}; pushes over {}", protocol_.coordinator, join_.round(),

@@ -126,7 +126,7 @@ WaitDecision DecideAfterRefusal(const HeartbeatView& beat, int64_t refused_round
             absl::StrCat("quarantined until round ", beat.quarantined_until_round, " (the coordinator is at round ",
                          beat.round, "): waiting instead of training pushes that would be refused")};
   }
-  if (!async && beat.round <= refused_round) {
+  if (!async && beat.round == refused_round) {  // (below it: a coordinator resumed from an older checkpoint)
     return {WaitAction::kKeepWaiting,
             absl::StrCat("round ", refused_round + 1,
                          " is closing: waiting for its outer step (a pull now would give its theta again)")};

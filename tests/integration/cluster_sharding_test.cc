@@ -98,17 +98,16 @@ TEST(ClusterSharding, RanksWithDifferentShardingRefuseEachOtherAtStart) {
   EXPECT_NE(out.find("cluster rank 0 has workers.sharding optimizer"), std::string::npos) << out;
   EXPECT_NE(out.find("but rank 1 has workers.sharding gradients"), std::string::npos) << out;
 
-  // The same layout but another key that decides the step's collectives: micro-batches (bucketed reduces on rank 1,
-  // an all-reduce on rank 0) used to hang both ranks until the timeout, with a Gloo error naming neither.
+  // The same layout but another key that decides the replicas' math: ranks with another inner.lr drifted apart in
+  // silence (workers.check_replicas is off by default).
   const std::string store2 = "127.0.0.1:" + std::to_string(FreePort());
-  leader = rank(0, store2, "inner.micro_batch_size=8");
-  follower = rank(1, store2, "inner.micro_batch_size=4");
+  leader = rank(0, store2, "inner.lr=0.001");
+  follower = rank(1, store2, "inner.lr=0.002");
   EXPECT_EQ(leader->Wait(120), 5) << leader->output();
   EXPECT_EQ(follower->Wait(120), 5) << follower->output();
-  EXPECT_NE(leader->output().find("cluster rank 0 has inner.micro_batch_size 8 where rank 1 has 4"), std::string::npos)
+  EXPECT_NE(leader->output().find("cluster rank 0 has inner.lr 0.001 where rank 1 has 0.002"), std::string::npos)
       << leader->output();
-  EXPECT_NE(follower->output().find("cluster rank 1 has inner.micro_batch_size 4 where rank 0 has 8"),
-            std::string::npos)
+  EXPECT_NE(follower->output().find("cluster rank 1 has inner.lr 0.002 where rank 0 has 0.001"), std::string::npos)
       << follower->output();
 }
 

@@ -126,6 +126,25 @@ TEST(MembershipTest, MembersThatShareAShardGetDistinctReaderNumbers) {
   EXPECT_EQ(m.Join("b", 3).shard_reader, 0) << "alone on its shard";
 }
 
+// A lost member may come back with its reader number (its process kept it): nobody takes it meanwhile. A worker
+// rejoining a restarted coordinator asks for its number back (JoinRequest.shard_reader_hint).
+TEST(MembershipTest, ALostReadersNumberIsKeptForItAndARestartedCoordinatorTakesTheHint) {
+  Membership m(1);
+  m.Join("a", 0);
+  EXPECT_EQ(m.Join("b", 0).shard_reader, 1);
+  m.Touch("a", 20);
+  EXPECT_EQ(m.ExpireLeases(20, 10), (Ids{"b"}));
+  EXPECT_EQ(m.Join("c", 21).shard_reader, 2) << "b's 1 is kept for it";
+  EXPECT_EQ(m.Join("b", 22).shard_reader, 1) << "b comes back with its number";
+  m.Leave("c", 23);
+  EXPECT_EQ(m.Join("d", 24).shard_reader, 2) << "a member that left frees its number";
+
+  Membership restarted(1);
+  EXPECT_EQ(restarted.Join("b", 0, 0, 1).shard_reader, 1);
+  EXPECT_EQ(restarted.Join("a", 0, 0, 0).shard_reader, 0);
+  EXPECT_EQ(restarted.Join("d", 0, 0, 1).shard_reader, 2) << "a hint that is taken: the lowest free number";
+}
+
 TEST(MembershipTest, StateNames) {
   EXPECT_STREQ(MemberStateName(MemberState::kActive), "active");
   EXPECT_STREQ(MemberStateName(MemberState::kLost), "lost");

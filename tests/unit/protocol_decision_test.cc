@@ -220,6 +220,9 @@ TEST(ProtocolDecisionTest, APushRefusedWhileItsRoundStepsWaitsForTheStep) {
   EXPECT_EQ(wait.action, WaitAction::kKeepWaiting);
   EXPECT_EQ(wait.reason, "round 4 is closing: waiting for its outer step (a pull now would give its theta again)");
   EXPECT_EQ(DecideAfterRefusal({4, false, false, 0}, 3, false).action, WaitAction::kRoundClosed);
+  // A coordinator restarted from an older checkpoint (round 1 < 3) refuses the push as based on another round: pull
+  // its round now; waiting for it to pass round 3 would wait for good (nobody trains round 2).
+  EXPECT_EQ(DecideAfterRefusal({1, false, false, 0}, 3, false).action, WaitAction::kRoundClosed);
   EXPECT_EQ(DecideAfterRefusal({3, false, false, 0}, 3, true).action, WaitAction::kRoundClosed);
   EXPECT_EQ(DecideAfterRefusal({3, false, true, 0}, 3, false).action, WaitAction::kRoundClosed) << "complete";
 }
