@@ -78,11 +78,7 @@ CoordinatorClient::CoordinatorClient(const std::string& address, std::string wor
 CoordinatorClient::~CoordinatorClient() = default;
 
 absl::Status CoordinatorClient::Noted(absl::Status status) {
-  const absl::StatusCode code = status.code();
-  if (code != absl::StatusCode::kUnavailable && code != absl::StatusCode::kDeadlineExceeded &&
-      code != absl::StatusCode::kCancelled && code != absl::StatusCode::kUnknown) {
-    last_answer_ = std::chrono::steady_clock::now().time_since_epoch().count();
-  }
+  if (!IsTransient(status)) last_answer_ = std::chrono::steady_clock::now().time_since_epoch().count();
   return status;
 }
 

@@ -104,8 +104,8 @@ class CoordinatorClient {
                                       const std::function<absl::Status(const TensorChunk&)>& accept);
   // push_codec topk: the block length and kept values per block (comm.topk_chunk, comm.topk_per_chunk).
   void set_topk(TopkParams topk) { topk_ = topk; }
-  // Seconds since a call last got an answer from the coordinator (any status but a transport failure: UNAVAILABLE,
-  // DEADLINE_EXCEEDED, CANCELLED, UNKNOWN); from construction before the first. The heartbeat thread's calls count:
+  // Seconds since a call last got an answer from the coordinator (any status but IsTransient's, proto/grpc_status.h);
+  // from construction before the first. The heartbeat thread's calls count:
   // a coordinator answering heartbeats is alive while a push waits on its UNAVAILABLE "retry".
   double seconds_since_answer() const;
 

@@ -1,16 +1,12 @@
 #include "worker/protocol_decision.h"
 
 #include "absl/strings/str_cat.h"
+#include "proto/grpc_status.h"
 #include "proto/transport_security.h"
 #include "worker/worker_options.h"
 
 namespace diloco {
 namespace {
-
-bool Transient(const absl::Status& s) {
-  return s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kDeadlineExceeded ||
-         s.code() == absl::StatusCode::kCancelled || s.code() == absl::StatusCode::kUnknown;
-}
 
 ProtocolDecision Make(ProtocolAction action, std::string reason) {
   ProtocolDecision d;
@@ -37,7 +33,7 @@ ProtocolDecision DecideJoin(const absl::Status& status, const ProtocolState& sta
     return Make(ProtocolAction::kRetry,
                 absl::StrCat("coordinator ", state.coordinator, " is full (", message, "); retrying"));
   }
-  if (!Transient(status)) {
+  if (!IsTransient(status)) {
     return GiveUp(kWorkerRefused,
                   absl::StrCat("coordinator ", state.coordinator, " refused worker ", state.worker_id, ": ", message));
   }
@@ -82,7 +78,7 @@ ProtocolDecision DecidePush(const absl::Status& status, const ProtocolState& sta
     case absl::StatusCode::kAborted:
       return Make(ProtocolAction::kRepush, absl::StrCat("push aborted (", message, "); pushing again"));
     default:
-      if (Transient(status)) {
+      if (IsTransient(status)) {
         return Make(ProtocolAction::kRetry, absl::StrCat("push failed (", message, "), retrying"));
       }
       return GiveUp(kWorkerRefused, absl::StrCat("push refused: ", message));
@@ -98,7 +94,7 @@ ProtocolDecision DecidePullOrHeartbeat(ProtocolCall call, const absl::Status& st
     return Make(ProtocolAction::kRejoin,
                 absl::StrCat("not a member (", message, "); joining again to ", pull ? "pull again" : "push again"));
   }
-  if (Transient(status)) {
+  if (IsTransient(status)) {
     return Make(ProtocolAction::kRetry, absl::StrCat(pull ? "pull" : "heartbeat", " failed (", message, "), retrying"));
   }
   return GiveUp(kWorkerRefused, absl::StrCat(pull ? "pull" : "heartbeat", " refused: ", message));
