@@ -109,7 +109,10 @@ void CoordinatorSession::AcceptJoin(JoinReply reply) {
 }
 
 bool CoordinatorSession::Rejoin() {
-  failure_ = Join();
+  absl::Status joined = Join();
+  // Asked to go while joining again: failure_ stays OK, as for a signal anywhere else mid-run (exit 0, not 130).
+  if (!joined.ok() && flags_.Stopping()) return false;
+  failure_ = std::move(joined);
   return failure_.ok();
 }
 

@@ -73,6 +73,7 @@ class CoordinatorSession {
   bool push_counted() const { return push_counted_; }
   const absl::Status& failure() const { return failure_; }
   const JoinReply& join() const { return join_; }
+  bool joined() const { return joined_; }  // a Join succeeded (the coordinator knows this worker until it leaves)
   CoordinatorClient& client() { return *client_; }
 
  private:
@@ -81,7 +82,9 @@ class CoordinatorSession {
   CoordinatorSession(const Config& config, const WorkerOptions& options, int cluster_size, RunFlags& flags,
                      std::unique_ptr<CoordinatorClient> client);
   void AcceptJoin(JoinReply reply);
-  bool Rejoin();  // Join for a coordinator that forgot this worker; false (failure_ set) if the worker must stop
+  // Join for a coordinator that forgot this worker; false if the worker must stop (failure_ set, or left OK when it
+  // was asked to go meanwhile).
+  bool Rejoin();
   bool PushUntilCounted(int64_t round, const RoundResult& result);
   Outcome PushOnce(int64_t round, const RoundResult& result, bool* need_push);
   Outcome AwaitRound(int64_t round, bool* need_push);

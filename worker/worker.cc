@@ -30,13 +30,18 @@ Worker::Worker(const Config& config, const WorkerOptions& options, const std::at
 }
 
 absl::Status Worker::Run(const TokenCache& cache) {
+  absl::Status set_up;
   try {  // with a cluster, set-up commands the followers (a dead follower throws from the collective)
-    if (absl::Status s = SetUp(cache); !s.ok()) return s;
+    set_up = SetUp(cache);
   } catch (const std::exception& e) {
-    return WorkerError(kWorkerClusterFailed, absl::StrCat("worker cluster failed while setting up: ", e.what()));
+    set_up = WorkerError(kWorkerClusterFailed, absl::StrCat("worker cluster failed while setting up: ", e.what()));
   }
-  heartbeat_ = std::make_unique<HeartbeatThread>(session_->client(), flags_,
-                                                 std::chrono::milliseconds(session_->join().heartbeat_interval_ms()));
+  if (!set_up.ok()) {
+    // Failed after the Join: leave at once, so that the round does not wait coordinator.lease_s for this worker.
+    if (heartbeat_) heartbeat_->Stop();
+    if (session_ && session_->joined()) session_->Leave("its set-up failed");
+    return set_up;
+  }
   const double started = Now();
   try {
     RunRounds();
@@ -75,6 +80,11 @@ absl::Status Worker::SetUp(const TokenCache& cache) {
     if (leader_) leader_->Stop();
     return joined;
   }
+  // The lease is kept from the Join on: the rest of the set-up can take long (a cluster's model broadcast to its
+  // ranks, their shard commands).
+  flags_.round = session_->join().round();
+  heartbeat_ = std::make_unique<HeartbeatThread>(session_->client(), flags_,
+                                                 std::chrono::milliseconds(session_->join().heartbeat_interval_ms()));
   return SetUpTrainer(cache, std::move(model));
 }
 
