@@ -4,7 +4,9 @@ Trains one small BPE tokenizer per kind we read (worker/tokenizer/hf_tokenizer.h
 emoji, tabs, runs of spaces and long digit runs plus tinyshakespeare lines, and writes OUT/<kind>/tokenizer.json
 (with a config.json naming BOS / EOS, as a model directory has) and OUT/golden.json:
   {"texts": [...], "kinds": {kind: {"ids": [[...] per text], "decoded": [...], "bos": id, "eos": id}}}
-where ids are Tokenizer.encode(text, add_special_tokens=False).ids and decoded is Tokenizer.decode(ids); "special_ids"
+where ids are Tokenizer.encode(text, add_special_tokens=False).ids and decoded is Tokenizer.decode(ids); "document"
+is a multi-line text and "document_ids" its ids in one encode() (what --format text must write however it cuts the
+file into work items); "special_ids"
 are Tokenizer.encode(text).ids (add_special_tokens=True: the post-processor's special tokens around them, as
 transformers' tokenizer(text) gives a prompt). Post-processors as the models ship them: gpt2 ByteLevel; llama3 a
 Sequence of ByteLevel and TemplateProcessing "<|bos|> $A" (Llama 3's); qwen2 none; llama2 TemplateProcessing
@@ -51,6 +53,22 @@ MIXED = [
     "It's I'll we've THEY'RE can't",
     "e\u0301 (e + combining acute) and \u00e9 and \u212b",
 ]
+
+
+def document(shakespeare):
+    """A text document for --format text cut into many work items: tinyshakespeare's speeches with the line starts
+    and ends a cut can fall next to (blank-line runs, indented and tab-started lines, trailing spaces, CRLF, lines
+    that start with CJK, U+3000 or NBSP, punctuation before newlines). Its ids are those of one encode() of it all."""
+    lines = open(shakespeare, encoding="utf-8").read().split("\n")[:90]
+    odd = ["    an indented line", "\ttab-started line", "trailing spaces   ", "crlf line\r", "東京は日本の首都です。",
+           "\u3000ideographic space first", "\u00a0no-break space first", "Wait!!!", "", "", "three blanks above",
+           " one space first", "  two spaces first", "ends with a colon:", "\u00e9t\u00e9 (NFC) e\u0301t\u0301e"]
+    out = []
+    for i, line in enumerate(lines):
+        out.append(line)
+        if i % 6 == 5:
+            out.append(odd[(i // 6) % len(odd)])
+    return "\n".join(out) + "\n"
 
 
 def bytes_to_unicode():
@@ -168,7 +186,7 @@ def main():
         "\n",
         "x",
     ]
-    golden = {"texts": texts, "kinds": {}}
+    golden = {"texts": texts, "document": document(shakespeare), "kinds": {}}
     for name, (tok, trainer) in kinds.items():
         tok.train_from_iterator(text, trainer)
         if tok.model.byte_fallback:
@@ -185,6 +203,7 @@ def main():
         golden["kinds"][name] = {"ids": ids, "decoded": [tok.decode(i) for i in ids], "bos": bos, "eos": eos,
                                  "vocab_size": tok.get_vocab_size(),
                                  "special_ids": [tok.encode(t).ids for t in texts],
+                                 "document_ids": tok.encode(golden["document"], add_special_tokens=False).ids,
                                  "invalid_ids": tok.encode(INVALID.decode("utf-8", "replace"),
                                                            add_special_tokens=False).ids}
         if name in ("gpt2", "llama3", "qwen2"):  # byte-level: every byte has a token

@@ -150,6 +150,35 @@ TEST_F(TokenizerJsonTest, ShardsHoldTheIdsWithBosAndEosPerDocumentOnAnyNumberOfT
   }
 }
 
+// --format text: a document (a whole file) is cut into work items at line ends and encoded item by item on several
+// threads; the shards hold [BOS] + the ids of one encode() of the whole file + [EOS], whatever the cuts. Before, the
+// Metaspace / Prepend kinds (Llama 2, Mistral) put a "▁" in front of every item, and a cut inside a run of
+// newlines or before a line's leading spaces split what the byte-level regexes (GPT-2, Llama 3, Qwen2) keep as one
+// word.
+TEST_F(TokenizerJsonTest, TextShardsHoldTheIdsOfTheWholeFileHoweverItIsCut) {
+  const std::string document = golden_.at("document").get<std::string>();
+  std::ofstream(dir_ + "/document.txt") << document;
+  std::ofstream(dir_ + "/val.txt") << "All:\nSpeak, speak.\n";
+  for (const char* kind : kKinds) {
+    const auto& k = golden_.at("kinds").at(kind);
+    std::vector<uint32_t> expected = {k.at("bos").get<uint32_t>()};
+    for (int id : k.at("document_ids")) expected.push_back(static_cast<uint32_t>(id));
+    expected.push_back(k.at("eos").get<uint32_t>());
+    for (const char* item_bytes : {"40", "97", "1048576"}) {
+      const std::string out = dir_ + "/text-cache-" + kind + "-" + item_bytes;
+      const auto [code, output] = RunTokenizer({"--format", "text", "--input", dir_ + "/document.txt", "--val-input",
+                                                dir_ + "/val.txt", "--vocab-size", "1024", "--tokenizer-model",
+                                                Model(kind), "--threads", "2", "--work-item-bytes", item_bytes,
+                                                "--out", out});
+      ASSERT_EQ(code, 0) << output;
+      TokenManifest manifest;
+      std::string error;
+      ASSERT_TRUE(ReadTokenManifest(out + "/meta.json", &manifest, &error)) << error;
+      EXPECT_EQ(SplitIds(manifest.train), expected) << kind << " in work items of " << item_bytes << " bytes";
+    }
+  }
+}
+
 // The prompt's ids with the special tokens the post-processor adds, as Tokenizer.encode(text).ids gives them: none
 // (gpt2's ByteLevel, qwen2's none), BOS through a Sequence (llama3), BOS and EOS from a template (llama2), cls and sep
 // (metaspace's RobertaProcessing).

@@ -23,10 +23,12 @@ DocumentEncoder::DocumentEncoder(const TextTokenizer& tokenizer, InputFormat for
       jsonl_field_(std::move(jsonl_field)),
       skip_bad_records_(skip_bad_records) {}
 
-bool DocumentEncoder::EncodeLines(const char* begin, const char* end, EncodedItem* out) const {
+bool DocumentEncoder::EncodeLines(const char* begin, const char* end, bool continues, EncodedItem* out) const {
   thread_local std::vector<int> ids;
   ids.clear();
-  if (std::string e = tokenizer_.Encode(std::string_view(begin, end - begin), &ids); !e.empty()) {
+  const std::string_view text(begin, end - begin);
+  if (std::string e = continues ? tokenizer_.EncodeContinuation(text, &ids) : tokenizer_.Encode(text, &ids);
+      !e.empty()) {
     out->error = "encoding failed: " + e;
     return false;
   }
@@ -51,7 +53,7 @@ void DocumentEncoder::EncodeJsonl(const WorkItem& item, const std::string& path,
         } else {
           const std::string& doc = field->get_ref<const std::string&>();
           if (special_.bos >= 0) out->ids.push_back(static_cast<uint32_t>(special_.bos));
-          if (!EncodeLines(doc.data(), doc.data() + doc.size(), out)) return;
+          if (!EncodeLines(doc.data(), doc.data() + doc.size(), /*continues=*/false, out)) return;
           if (special_.eos >= 0) out->ids.push_back(static_cast<uint32_t>(special_.eos));
           ++out->documents;
         }
@@ -86,7 +88,7 @@ void DocumentEncoder::Encode(const WorkItem& item, const std::string& path, Enco
     out->documents = 1;
     if (special_.bos >= 0) out->ids.push_back(static_cast<uint32_t>(special_.bos));
   }
-  if (!EncodeLines(item.text.data(), item.text.data() + item.text.size(), out)) return;
+  if (!EncodeLines(item.text.data(), item.text.data() + item.text.size(), !item.document_start, out)) return;
   if (item.document_end && special_.eos >= 0) out->ids.push_back(static_cast<uint32_t>(special_.eos));
 }
 

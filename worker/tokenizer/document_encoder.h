@@ -1,9 +1,12 @@
 // DocumentEncoder: turns one work item into token ids with a loaded tokenizer (text_tokenizer.h: SentencePiece or
 // tokenizer.json). A document is written as [BOS] ids... [EOS] (each only when the tokenizer has that id); with
 // SentencePiece its lines are encoded one by one and every '\n' becomes the newline id (our "<nl>" symbol, or "<0x0A>"
-// in a byte-fallback model; dropped when the model has neither), with a tokenizer.json the text is encoded whole
-// (a text document cut into work items is encoded item by item: the words at a cut may differ from one encode() of
-// the whole file, never inside an item).
+// in a byte-fallback model; dropped when the model has neither), with a tokenizer.json the text is encoded whole:
+// a text document cut into work items (work_items.h cuts where a run of line ends meets a non-space character, a
+// word boundary of every pre-tokenizer we read) is encoded item by item, each later item as a continuation (nothing
+// prepended), which gives the ids of one encode() of the whole file. Not so when a cut falls just before an added
+// token with lstrip (it would have taken in the line ends before it), or with a model whose merges join a line end
+// to the next line (none of the families we import has one: Llama 2 / Mistral encode '\n' as the byte <0x0A>).
 // text: a document is a whole range (a file or its part on one side of the train/validation cut), so BOS goes in
 // front of the item that starts it and EOS after the item that ends it. jsonl: each line is one JSON object whose
 // string field `jsonl_field` is a document; a bad line is an error "FILE:LINE: ..." or, when skipping, counted.
@@ -37,8 +40,9 @@ class DocumentEncoder {
   void Encode(const WorkItem& item, const std::string& path, EncodedItem* out) const;
 
  private:
-  // Appends the ids of text. False and out->error on failure.
-  bool EncodeLines(const char* begin, const char* end, EncodedItem* out) const;
+  // Appends the ids of text (continues: a later part of a document, TextTokenizer::EncodeContinuation). False and
+  // out->error on failure.
+  bool EncodeLines(const char* begin, const char* end, bool continues, EncodedItem* out) const;
   void EncodeJsonl(const WorkItem& item, const std::string& path, EncodedItem* out) const;
 
   const TextTokenizer& tokenizer_;

@@ -36,12 +36,12 @@ std::string HfNormalizer::ParseOne(const nlohmann::json& j) {
          " is not supported (supported: Sequence, Prepend, Replace, NFC)";
 }
 
-void HfNormalizer::Apply(std::string* text) const {
+void HfNormalizer::Apply(std::string* text, bool continued) const {
   for (const Step& s : steps_) {
     if (text->empty()) return;
     switch (s.kind) {
       case Kind::kPrepend:
-        text->insert(0, s.to);
+        if (!continued) text->insert(0, s.to);
         break;
       case Kind::kReplace: {
         if (text->find(s.from) == std::string::npos) break;

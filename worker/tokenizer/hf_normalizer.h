@@ -14,8 +14,9 @@ class HfNormalizer {
  public:
   // Reads the "normalizer" value; "" or the error naming the unsupported component.
   std::string Parse(const nlohmann::json& j);
-  // Normalizes a non-empty piece in place.
-  void Apply(std::string* text) const;
+  // Normalizes a non-empty piece in place. continued: the piece continues text normalized before (a later work item
+  // of a document), so Prepend adds nothing.
+  void Apply(std::string* text, bool continued = false) const;
 
  private:
   enum class Kind { kPrepend, kReplace, kNfc };

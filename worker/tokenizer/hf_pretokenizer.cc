@@ -81,42 +81,44 @@ void HfPreTokenizer::Apply(const Step& step, std::vector<Piece>& pieces) const {
   out.reserve(pieces.size());
   for (Piece& p : pieces) {
     if (step.kind == Kind::kByteLevelPrefix) {
-      if (!p.text.empty() && p.text[0] != ' ') p.text.insert(0, " ");
+      if (!p.continued && !p.text.empty() && p.text[0] != ' ') p.text.insert(0, " ");
       out.push_back(std::move(p));
       continue;
     }
     if (step.kind == Kind::kRegexSplit) {
       size_t gap = 0;
       step.regex.FindAll(p.text, [&](size_t begin, size_t end) {
-        if (begin > gap) out.push_back({p.text.substr(gap, begin - gap), p.first && gap == 0});
-        if (!step.removed) out.push_back({p.text.substr(begin, end - begin), p.first && begin == 0});
+        if (begin > gap) out.push_back({p.text.substr(gap, begin - gap), p.first && gap == 0, p.continued && gap == 0});
+        if (!step.removed) {
+          out.push_back({p.text.substr(begin, end - begin), p.first && begin == 0, p.continued && begin == 0});
+        }
         gap = end;
       });
-      if (gap < p.text.size()) out.push_back({p.text.substr(gap), p.first && gap == 0});
+      if (gap < p.text.size()) out.push_back({p.text.substr(gap), p.first && gap == 0, p.continued && gap == 0});
       continue;
     }
     std::string text;  // kMetaspace: spaces replaced, the replacement prepended, split before each replacement
     for (char c : p.text) c == ' ' ? text += step.replacement : text += c;
     const bool starts = text.compare(0, step.replacement.size(), step.replacement) == 0;
-    if (!starts && (step.prepend == "always" || (step.prepend == "first" && p.first))) {
+    if (!starts && !p.continued && (step.prepend == "always" || (step.prepend == "first" && p.first))) {
       text.insert(0, step.replacement);
     }
     if (!step.split) {
-      out.push_back({std::move(text), p.first});
+      out.push_back({std::move(text), p.first, p.continued});
       continue;
     }
     size_t begin = 0;
     for (size_t at = text.find(step.replacement, 1); at != std::string::npos;
          at = text.find(step.replacement, at + 1)) {
-      out.push_back({text.substr(begin, at - begin), p.first && begin == 0});
+      out.push_back({text.substr(begin, at - begin), p.first && begin == 0, p.continued && begin == 0});
       begin = at;
     }
-    if (begin < text.size()) out.push_back({text.substr(begin), p.first && begin == 0});
+    if (begin < text.size()) out.push_back({text.substr(begin), p.first && begin == 0, p.continued && begin == 0});
   }
   pieces = std::move(out);
 }
 
-void HfPreTokenizer::ForEachWord(const std::string& piece, bool at_start,
+void HfPreTokenizer::ForEachWord(const std::string& piece, bool at_start, bool continued,
                                  const std::function<void(std::string_view)>& on_word) const {
   if (steps_.size() == 1 && steps_[0].kind == Kind::kRegexSplit) {  // the common case, without copies
     const Step& s = steps_[0];
@@ -129,7 +131,7 @@ void HfPreTokenizer::ForEachWord(const std::string& piece, bool at_start,
     if (gap < piece.size()) on_word(std::string_view(piece).substr(gap));
     return;
   }
-  std::vector<Piece> pieces = {{piece, at_start}};
+  std::vector<Piece> pieces = {{piece, at_start, continued}};
   for (const Step& s : steps_) Apply(s, pieces);
   for (const Piece& p : pieces) {
     if (!p.text.empty()) on_word(p.text);

@@ -20,8 +20,11 @@ class HfPreTokenizer {
  public:
   // Reads the "pre_tokenizer" value; "" or the error naming the unsupported component.
   std::string Parse(const nlohmann::json& j);
-  // Calls on_word for each word of piece in order; at_start: the piece begins the input (Metaspace "first").
-  void ForEachWord(const std::string& piece, bool at_start, const std::function<void(std::string_view)>& on_word) const;
+  // Calls on_word for each word of piece in order; at_start: the piece begins the input (Metaspace "first");
+  // continued: the piece continues text handed in before (a later work item of a document), so neither Metaspace
+  // nor ByteLevel's add_prefix_space puts anything in front of its first word.
+  void ForEachWord(const std::string& piece, bool at_start, bool continued,
+                   const std::function<void(std::string_view)>& on_word) const;
   // The words are raw bytes the model sees through GPT-2's byte-to-character map (a ByteLevel step ran).
   bool byte_level() const { return byte_level_; }
 
@@ -37,7 +40,8 @@ class HfPreTokenizer {
   };
   struct Piece {
     std::string text;
-    bool first;
+    bool first;               // begins the input
+    bool continued = false;   // begins a continuation of earlier text: no prefix
   };
   std::string ParseOne(const nlohmann::json& j);
   void Apply(const Step& step, std::vector<Piece>& pieces) const;

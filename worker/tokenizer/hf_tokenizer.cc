@@ -157,7 +157,7 @@ const HfTokenizer::AddedToken* HfTokenizer::MatchAdded(std::string_view text, si
   return nullptr;
 }
 
-void HfTokenizer::SplitAdded(std::string_view text, bool at_start, bool normalized, std::vector<int>* ids,
+void HfTokenizer::SplitAdded(std::string_view text, bool normalized, std::vector<int>* ids,
                              const std::function<void(std::string_view, bool)>& on_piece) const {
   size_t piece = 0;  // start of the text not yet handed out
   for (size_t at = 0; at < text.size(); ++at) {
@@ -165,33 +165,35 @@ void HfTokenizer::SplitAdded(std::string_view text, bool at_start, bool normaliz
     size_t begin = 0, end = 0;
     const AddedToken* t = MatchAdded(text, at, piece, normalized, &begin, &end);
     if (t == nullptr) continue;
-    if (begin > piece) on_piece(text.substr(piece, begin - piece), at_start && piece == 0);
+    if (begin > piece) on_piece(text.substr(piece, begin - piece), piece == 0);
     ids->push_back(t->id);
     piece = end;
     at = end - 1;
   }
-  if (piece < text.size()) on_piece(text.substr(piece), at_start && piece == 0);
+  if (piece < text.size()) on_piece(text.substr(piece), piece == 0);
 }
 
-void HfTokenizer::EncodePiece(std::string_view piece, bool at_start, std::vector<int>* ids) const {
+void HfTokenizer::EncodePiece(std::string_view piece, bool at_start, bool continued, std::vector<int>* ids) const {
   std::string text(piece);
-  normalizer_.Apply(&text);
+  normalizer_.Apply(&text, continued);
   const bool byte_level = pre_tokenizer_.byte_level();
-  SplitAdded(text, at_start, true, ids, [&](std::string_view part, bool part_at_start) {
+  SplitAdded(text, true, ids, [&](std::string_view part, bool leading) {
     const std::string word_text(part);
-    pre_tokenizer_.ForEachWord(word_text, part_at_start,
+    pre_tokenizer_.ForEachWord(word_text, at_start && leading, continued && leading,
                                [&](std::string_view word) { model_.Encode(word, byte_level, ids); });
   });
 }
 
-void HfTokenizer::Encode(std::string_view input, std::vector<int>* ids) const {
+void HfTokenizer::Encode(std::string_view input, std::vector<int>* ids, bool continues) const {
   std::string repaired;
   std::string_view text = input;
   if (!IsValidUtf8(input)) {
     repaired = RepairUtf8(input);
     text = repaired;
   }
-  SplitAdded(text, true, false, ids, [&](std::string_view piece, bool at_start) { EncodePiece(piece, at_start, ids); });
+  SplitAdded(text, false, ids, [&](std::string_view piece, bool leading) {
+    EncodePiece(piece, leading && !continues, leading && continues, ids);
+  });
 }
 
 std::string HfTokenizer::Decode(const std::vector<int>& ids, std::string* error) const {

@@ -35,8 +35,10 @@ class HfTokenizer {
  public:
   // Loads a tokenizer.json and the BOS / EOS of its directory; "" or one line naming the problem.
   std::string Load(const std::string& path);
-  // Appends the ids of text, with no special tokens added.
-  void Encode(std::string_view text, std::vector<int>* ids) const;
+  // Appends the ids of text, with no special tokens added. continues: text continues a document whose earlier part
+  // was encoded before (a later work item, cut at a line end): nothing is prepended to its start (Prepend, Metaspace,
+  // add_prefix_space), so the items' ids together are those of one Encode of the whole document.
+  void Encode(std::string_view text, std::vector<int>* ids, bool continues = false) const;
   // Appends the ids of text between the special tokens the post-processor adds (hf_post_processor.h), as
   // Tokenizer.encode(text).ids (add_special_tokens=True) gives them; "" or the error when the post-processor was not
   // understood.
@@ -63,12 +65,13 @@ class HfTokenizer {
   // with stripped spaces (not before floor); or nullptr.
   const AddedToken* MatchAdded(std::string_view text, size_t at, size_t floor, bool normalized, size_t* begin,
                                size_t* end) const;
-  // Cuts text at the added tokens of the given normalized flag: on_piece(piece, at_start) for each piece between
-  // them, their ids into *ids in order.
-  void SplitAdded(std::string_view text, bool at_start, bool normalized, std::vector<int>* ids,
+  // Cuts text at the added tokens of the given normalized flag: on_piece(piece, leading) for each piece between
+  // them (leading: the piece starts text), their ids into *ids in order.
+  void SplitAdded(std::string_view text, bool normalized, std::vector<int>* ids,
                   const std::function<void(std::string_view, bool)>& on_piece) const;
-  // Encodes one piece between non-normalized added tokens.
-  void EncodePiece(std::string_view piece, bool at_start, std::vector<int>* ids) const;
+  // Encodes one piece between non-normalized added tokens; at_start: it begins the input; continued: it continues
+  // text encoded before (Encode's continues).
+  void EncodePiece(std::string_view piece, bool at_start, bool continued, std::vector<int>* ids) const;
 
   HfNormalizer normalizer_;
   HfPreTokenizer pre_tokenizer_;

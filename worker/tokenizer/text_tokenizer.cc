@@ -142,6 +142,10 @@ class JsonTokenizer : public TextTokenizer {
     hf_.Encode(text, ids);
     return "";
   }
+  std::string EncodeContinuation(std::string_view text, std::vector<int>* ids) const override {
+    hf_.Encode(text, ids, /*continues=*/true);
+    return "";
+  }
   std::string EncodeWithSpecialTokens(std::string_view text, std::vector<int>* ids) const override {
     return hf_.EncodeWithSpecialTokens(text, ids);
   }

@@ -21,6 +21,12 @@ class TextTokenizer {
   virtual ~TextTokenizer() = default;
   // Appends the ids of text (no BOS/EOS); "" or the error.
   virtual std::string Encode(std::string_view text, std::vector<int>* ids) const = 0;
+  // Appends the ids of text that continues a document whose earlier part was encoded before, cut at a line end (a
+  // later work item of a --format text file): nothing is prepended to its start, so the parts' ids together are the
+  // whole document's. A SentencePiece model encodes line by line anyway: Encode. "" or the error.
+  virtual std::string EncodeContinuation(std::string_view text, std::vector<int>* ids) const {
+    return Encode(text, ids);
+  }
   // Appends the ids of a prompt with the special tokens transformers' tokenizer(text) adds around it: a
   // tokenizer.json's post-processor (HfTokenizer::EncodeWithSpecialTokens); for a SentencePiece model, the
   // post-processor of a tokenizer.json beside it (transformers 5.25 then reads that file), else the add_bos_token /

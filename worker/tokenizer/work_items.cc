@@ -7,7 +7,41 @@
 #include <cerrno>
 #include <cstring>
 
+#include "worker/tokenizer/hf_text.h"
+
 namespace diloco::tokenize {
+namespace {
+
+// The last place in text where an item may start, or npos.
+size_t LastFittingCut(std::string_view text) {
+  for (size_t nl = text.rfind('\n'); nl != std::string::npos; nl = text.rfind('\n', nl - 1)) {
+    if (CutFitsAt(text, nl + 1)) return nl + 1;
+    if (nl == 0) break;
+  }
+  return std::string::npos;
+}
+
+// The first place at or after `from` (a '\n' at from - 1 counts) where an item may start, or npos.
+size_t FirstFittingCut(std::string_view text, size_t from) {
+  for (size_t nl = text.find('\n', from > 0 ? from - 1 : 0); nl != std::string::npos; nl = text.find('\n', nl + 1)) {
+    if (CutFitsAt(text, nl + 1)) return nl + 1;
+  }
+  return std::string::npos;
+}
+
+}  // namespace
+
+bool CutFitsAt(std::string_view text, size_t at) {
+  if (at >= text.size()) return false;
+  const unsigned char c = static_cast<unsigned char>(text[at]);
+  if (c < 0x80) return c > 0x20 && c != 0x7F;
+  const size_t n = Utf8Length(c);
+  if (n == 1 || at + n > text.size() || !IsValidUtf8(text.substr(at, n))) return false;
+  size_t length = 0;
+  const uint32_t cp = CodePointAt(text, at, &length);
+  const bool zero_width = cp == 0x180E || (cp >= 0x200B && cp <= 0x200D) || cp == 0x2060 || cp == 0xFEFF;
+  return cp >= 0xA0 && !IsWhiteSpace(cp) && !zero_width;
+}
 
 ItemReader::ItemReader(const std::vector<InputRange>& ranges, SplitPosition start, uint64_t item_bytes)
     : ranges_(ranges), at_(start), item_bytes_(item_bytes) {}
@@ -52,10 +86,13 @@ bool ItemReader::Next(WorkItem* item) {
     }
     if (from + want >= range.end) {
       cut = text.size();
-    } else if (old == 0) {  // the last '\n' of the first block
+      break;
+    }
+    // The last fitting place of the first block, else the first one after (CutFitsAt; the header says why).
+    cut = old == 0 ? LastFittingCut(text) : FirstFittingCut(text, old);
+    if (cut == std::string::npos && text.size() >= kCutSearchBlocks * item_bytes_) {
+      // None within kCutSearchBlocks blocks (every line starts with white space): the last line end read will do.
       if (const size_t nl = text.rfind('\n'); nl != std::string::npos) cut = nl + 1;
-    } else if (const void* nl = memchr(text.data() + old, '\n', want)) {  // else the first '\n' after it
-      cut = static_cast<const char*>(nl) - text.data() + 1;
     }
   }
   text.resize(cut);

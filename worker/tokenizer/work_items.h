@@ -1,12 +1,17 @@
 // Work items: an input split cut into pieces of whole lines (about item_bytes each, default kWorkItemBytes) that
-// encoder threads can encode independently. The cut is a function of the start offset only (the last '\n' within
-// item_bytes, else the
-// first one after, else the range's end), so a run resumed at an item boundary cuts the rest exactly as an
-// uninterrupted run does. ItemReader is used by one thread (the pipeline's reader); items are plain data.
+// encoder threads can encode independently. A cut falls after a line end whose next character is not white space
+// (CutFitsAt): a word boundary for every pre-tokenizer we read, where a run of line ends and the spaces after it can
+// be one word (GPT-2's \s+(?!\S), Llama 3's \s*[\r\n]+), so the items' ids are those of the whole file
+// (document_encoder.h). The cut is the last such place within item_bytes, else the first one after, within
+// kCutSearchBlocks x item_bytes; else the last '\n' read by then (every line there starts with white space), or in the
+// first block after that holds one, else the range's end. It is a function of the start offset only, so a run resumed at an item
+// boundary cuts the rest exactly as an uninterrupted run does. ItemReader is used by one thread (the pipeline's
+// reader); items are plain data.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "worker/tokenizer/input_plan.h"
@@ -14,6 +19,11 @@
 namespace diloco::tokenize {
 
 constexpr uint64_t kWorkItemBytes = 1 << 20;
+constexpr uint64_t kCutSearchBlocks = 4;
+
+// Whether an item may start at text[at], just after a '\n': the character there is whole in text and is not white
+// space (nor a control character or a zero-width one, to be safe).
+bool CutFitsAt(std::string_view text, size_t at);
 
 // Where a split's stream stands: the next byte to read (range index, offset in that range's file, its line number).
 struct SplitPosition {
