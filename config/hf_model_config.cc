@@ -174,7 +174,7 @@ struct LlamaFamily {
   const char* model_type;
   const char* class_name;
   int64_t vocab_size, hidden_size, intermediate_size, max_positions;
-  int64_t num_key_value_heads;  // 0: num_attention_heads
+  int64_t num_key_value_heads;  // when absent (0: num_attention_heads); null is num_attention_heads in every family
   int64_t head_dim;             // 0: hidden_size / num_attention_heads
   int64_t bos, eos;             // -1: none
 };
@@ -182,8 +182,8 @@ struct LlamaFamily {
 constexpr LlamaFamily kLlamaFamilies[] = {
     {ModelArch::kLlama, "llama", "LlamaForCausalLM", 32000, 4096, 11008, 2048, 0, 0, 1, 2},
     {ModelArch::kMistral, "mistral", "MistralForCausalLM", 32000, 4096, 14336, 131072, 8, 0, 1, 2},
-    {ModelArch::kQwen2, "qwen2", "Qwen2ForCausalLM", 151936, 4096, 22016, 32768, 0, 0, -1, -1},
-    {ModelArch::kQwen3, "qwen3", "Qwen3ForCausalLM", 151936, 4096, 22016, 32768, 0, 128, -1, -1},
+    {ModelArch::kQwen2, "qwen2", "Qwen2ForCausalLM", 151936, 4096, 22016, 32768, 32, 0, -1, -1},
+    {ModelArch::kQwen3, "qwen3", "Qwen3ForCausalLM", 151936, 4096, 22016, 32768, 32, 128, -1, -1},
 };
 
 const LlamaFamily* FindFamily(ModelArch arch) {
@@ -194,7 +194,10 @@ const LlamaFamily* FindFamily(ModelArch arch) {
 }
 
 // Sliding-window attention: mistral's sliding_window (null: none; a window at least the context is none too);
-// qwen2 and qwen3 only without it (use_sliding_window false and no "sliding_attention" layer).
+// qwen2 and qwen3 only with no layer of it. Their layers are as transformers 5.25 lays them out: layer_types when
+// given, else "sliding_attention" from layer max_window_layers (default 28) on when use_sliding_window (default
+// false) and sliding_window (default 4096) is not null; so use_sliding_window with max_window_layers >= the layers
+// is full attention throughout, and is read.
 void ReadSlidingWindow(Reader& r, const json& j, ModelConfig& m) {
   if (m.arch == ModelArch::kMistral) {
     m.sliding_window =
@@ -202,11 +205,20 @@ void ReadSlidingWindow(Reader& r, const json& j, ModelConfig& m) {
     if (m.sliding_window >= m.MaxPositions()) m.sliding_window = 0;
     return;
   }
-  bool sliding = r.Bool("use_sliding_window", false);
-  if (r.Present("layer_types") && j["layer_types"].is_array()) {
-    for (const json& t : j["layer_types"]) sliding = sliding || t == json("sliding_attention");
+  int64_t sliding_layers = 0;
+  if (r.Present("layer_types")) {
+    if (!j["layer_types"].is_array()) return r.Fail("layer_types", "a list");
+    for (const json& t : j["layer_types"]) sliding_layers += t == json("sliding_attention") ? 1 : 0;
+  } else {
+    const bool window = r.Bool("use_sliding_window", false) &&
+                        !(j.contains("sliding_window") && j["sliding_window"].is_null());
+    const int64_t first = r.Int("max_window_layers", 28);
+    if (window) sliding_layers = std::max<int64_t>(0, m.n_layer - std::max<int64_t>(0, first));
   }
-  if (sliding) r.Error("use_sliding_window / sliding_attention layers are not supported (only mistral's window)");
+  if (sliding_layers > 0) {
+    r.Error(absl::StrCat(sliding_layers, " of ", m.n_layer, " layers use sliding-window attention (use_sliding_window, ",
+                         "max_window_layers, layer_types); only mistral's window is supported"));
+  }
 }
 
 void ReadLlamaFamily(Reader& r, const json& j, const LlamaFamily& f, HfModelConfig& out) {
@@ -216,7 +228,9 @@ void ReadLlamaFamily(Reader& r, const json& j, const LlamaFamily& f, HfModelConf
   m.d_model = r.Int("hidden_size", f.hidden_size);
   m.n_layer = r.Int("num_hidden_layers", 32);
   m.n_head = r.Int("num_attention_heads", 32);
-  m.n_kv_head = r.Int("num_key_value_heads", f.num_key_value_heads > 0 ? f.num_key_value_heads : m.n_head);
+  m.n_kv_head = j.contains("num_key_value_heads") && j["num_key_value_heads"].is_null()
+                    ? m.n_head
+                    : r.Int("num_key_value_heads", f.num_key_value_heads > 0 ? f.num_key_value_heads : m.n_head);
   m.ffn_hidden = r.Int("intermediate_size", f.intermediate_size);
   m.max_positions = r.Int("max_position_embeddings", f.max_positions);
   m.norm_eps = r.Number("rms_norm_eps", 1e-6);
@@ -230,8 +244,12 @@ void ReadLlamaFamily(Reader& r, const json& j, const LlamaFamily& f, HfModelConf
   const int64_t head_dim = r.Int("head_dim", f.head_dim > 0 ? f.head_dim : derived);
   m.head_dim = divisible && head_dim == derived ? 0 : head_dim;
   ReadSlidingWindow(r, j, m);
-  if (f.arch != ModelArch::kQwen2) r.Require("attention_bias", false, "no attention biases but qwen2's q/k/v");
-  r.Require("mlp_bias", false, "an MLP without biases");
+  // Only llama and qwen3 read attention_bias (mistral has none, qwen2 its q/k/v biases whatever the key says), and
+  // only llama mlp_bias.
+  if (f.arch == ModelArch::kLlama || f.arch == ModelArch::kQwen3) {
+    r.Require("attention_bias", false, "no attention biases but qwen2's q/k/v");
+  }
+  if (f.arch == ModelArch::kLlama) r.Require("mlp_bias", false, "an MLP without biases");
   r.Require("hidden_act", "silu", "SwiGLU with SiLU");
   out.keys = kLlamaKeys;
 }

@@ -132,9 +132,14 @@ TEST(HfModelConfig, RefusesWhatWeDoNotImplement) {
   j = nlohmann::json::parse(kLlama5);
   j["model_type"] = "qwen2";
   j["use_sliding_window"] = true;
+  j["max_window_layers"] = 1;  // Qwen2Config: layer 1 of 2 is "sliding_attention"
   hf = ParseHfModelConfig(j, "d/config.json");
   ASSERT_FALSE(hf.ok());
-  EXPECT_NE(hf.status().message().find("use_sliding_window"), std::string::npos) << hf.status();
+  EXPECT_NE(hf.status().message().find("d/config.json: 1 of 2 layers use sliding-window attention"), std::string::npos)
+      << hf.status();
+  j.erase("max_window_layers");  // default 28: both layers full attention
+  j["layer_types"] = {"full_attention", "sliding_attention"};
+  EXPECT_FALSE(ParseHfModelConfig(j, "d/config.json").ok());
 
   j = nlohmann::json::parse(kGpt2);
   j["activation_function"] = "relu";
@@ -172,6 +177,55 @@ TEST(HfModelConfig, ReadsRopeScalingOfBothLayouts) {
   hf = ParseHfModelConfig(j, "d/config.json");
   ASSERT_TRUE(hf.ok()) << hf.status();
   EXPECT_DOUBLE_EQ(hf->model.rope_attention_factor, (0.2 * std::log(4.0) + 1) / (0.1 * std::log(4.0) + 1));
+}
+
+// What transformers 5.25 itself ignores or lays out as full attention is read, not refused: mistral with
+// attention_bias / mlp_bias true (MistralForCausalLM builds no biases whatever they say), qwen2 / qwen3 with
+// mlp_bias true (no MLP biases either); qwen2 with use_sliding_window when max_window_layers (default 28) is at least
+// the number of layers, or sliding_window is null (Qwen2Config.layer_types: all "full_attention"). Absent
+// num_key_value_heads is 8 for mistral and 32 for qwen2 / qwen3 (their configs' defaults); null is
+// num_attention_heads (as 5.25 does for llama / qwen2 / qwen3 and 4.x for mistral; 5.25's MistralConfig refuses it).
+TEST(HfModelConfig, ReadsWhatTransformersIgnoresOrLaysOutAsFullAttention) {
+  auto j = nlohmann::json::parse(kLlama5);
+  j["model_type"] = "mistral";
+  j["attention_bias"] = true;
+  j["mlp_bias"] = true;
+  auto hf = ParseHfModelConfig(j, "d/config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->model.arch, ModelArch::kMistral);
+
+  j = nlohmann::json::parse(kLlama5);
+  j["model_type"] = "qwen2";
+  j["mlp_bias"] = true;
+  j["use_sliding_window"] = true;
+  ASSERT_TRUE(ParseHfModelConfig(j, "d/config.json").ok());  // 2 layers < max_window_layers 28
+  j["max_window_layers"] = 2;
+  ASSERT_TRUE(ParseHfModelConfig(j, "d/config.json").ok());
+  j["max_window_layers"] = 0;
+  j["sliding_window"] = nullptr;
+  ASSERT_TRUE(ParseHfModelConfig(j, "d/config.json").ok());
+  j.erase("use_sliding_window");
+  j.erase("sliding_window");
+  j["layer_types"] = {"full_attention", "full_attention"};
+  ASSERT_TRUE(ParseHfModelConfig(j, "d/config.json").ok());
+
+  j = nlohmann::json::parse(kLlama5);
+  j["num_attention_heads"] = 32;
+  j["hidden_size"] = 256;
+  j.erase("num_key_value_heads");
+  for (const auto& [type, kv] : std::vector<std::pair<std::string, int64_t>>{
+           {"llama", 32}, {"mistral", 8}, {"qwen2", 32}, {"qwen3", 32}}) {
+    j["model_type"] = type;
+    hf = ParseHfModelConfig(j, "d/config.json");
+    ASSERT_TRUE(hf.ok()) << hf.status();
+    EXPECT_EQ(hf->model.n_kv_head, kv) << type;
+  }
+  j["num_attention_heads"] = 4;
+  j["model_type"] = "qwen2";
+  j["num_key_value_heads"] = nullptr;
+  EXPECT_EQ(ParseHfModelConfig(j, "d/config.json")->model.n_kv_head, 4);
+  j["model_type"] = "mistral";
+  EXPECT_EQ(ParseHfModelConfig(j, "d/config.json")->model.n_kv_head, 4);
 }
 
 // Qwen3's explicit head_dim (128 with hidden 64 / 4 heads would be 16) and mistral's window (null: none).
