@@ -29,7 +29,7 @@ enum class TopkAverage { kAll, kSenders };                          // comm.topk
 // model.arch (worker/lm/model_registry.cc)
 enum class ModelArch { kGpt, kGpt2, kLlama, kMistral, kQwen2, kQwen3 };
 // model.rope_type (worker/lm/rope.h)
-enum class RopeType { kDefault, kLinear, kLlama3, kYarn };
+enum class RopeType { kDefault, kLinear, kLlama3, kYarn, kDynamic };
 
 // EnumNames<E>::kNames: every value of E with its YAML name, in declaration order.
 template <typename E>
@@ -99,10 +99,11 @@ struct EnumNames<ModelArch> {
 };
 template <>
 struct EnumNames<RopeType> {
-  static constexpr std::array<std::pair<RopeType, std::string_view>, 4> kNames{{{RopeType::kDefault, "default"},
+  static constexpr std::array<std::pair<RopeType, std::string_view>, 5> kNames{{{RopeType::kDefault, "default"},
                                                                                 {RopeType::kLinear, "linear"},
                                                                                 {RopeType::kLlama3, "llama3"},
-                                                                                {RopeType::kYarn, "yarn"}}};
+                                                                                {RopeType::kYarn, "yarn"},
+                                                                                {RopeType::kDynamic, "dynamic"}}};
 };
 
 template <>

@@ -48,10 +48,10 @@ const std::vector<Field>& Fields() {
       MakeField("model.head_dim", &Config::model, &ModelConfig::head_dim, AtLeast(0),
                 "llama-shaped archs: size of an attention head (Hugging Face's head_dim); 0 = d_model / n_head"),
       MakeField("model.rope_type", &Config::model, &ModelConfig::rope_type,
-                "llama-shaped archs: rotary embedding scaling, default | linear | llama3 | yarn (transformers' "
-                "rope_type)"),
+                "llama-shaped archs: rotary embedding scaling, default | linear | llama3 | yarn | dynamic "
+                "(transformers' rope_type; dynamic NTK changes nothing below max_positions, the most we use)"),
       MakeField("model.rope_factor", &Config::model, &ModelConfig::rope_factor, Above(0),
-                "rope_type linear, llama3, yarn: the context extension factor"),
+                "rope_type linear, llama3, yarn, dynamic: the context extension factor"),
       MakeField("model.rope_low_freq_factor", &Config::model, &ModelConfig::rope_low_freq_factor, Above(0),
                 "rope_type llama3: low_freq_factor"),
       MakeField("model.rope_high_freq_factor", &Config::model, &ModelConfig::rope_high_freq_factor, Above(0),

@@ -114,8 +114,8 @@ void ReadRopeScaling(Reader& r, const json& p, ModelConfig& m) {
 }
 
 // rope_theta and the rope scaling: 5.x rope_parameters {rope_theta, rope_type, ...}; 4.x top-level rope_theta and
-// rope_scaling (null, or {"rope_type" or "type": ..., ...}). Types default, linear, llama3 and yarn; any other is
-// refused naming it. Reads after max_positions (the default of original_max_position_embeddings).
+// rope_scaling (null, or {"rope_type" or "type": ..., ...}). Types default, linear, llama3, yarn and dynamic; any
+// other is refused naming it. Reads after max_positions (the default of original_max_position_embeddings).
 void ReadRope(Reader& r, const json& j, ModelConfig& m) {
   m.rope_theta = r.Number("rope_theta", 10000.0);
   std::string type = "default";
@@ -131,7 +131,8 @@ void ReadRope(Reader& r, const json& j, ModelConfig& m) {
     scaling = &p;
   }
   if (!EnumFromName(type, &m.rope_type)) {
-    return r.Error(absl::StrCat("rope type '", type, "' is not supported (supported: default, linear, llama3, yarn)"));
+    return r.Error(
+        absl::StrCat("rope type '", type, "' is not supported (supported: default, linear, llama3, yarn, dynamic)"));
   }
   if (scaling == nullptr) return;
   if (RopeNumber(r, *scaling, "partial_rotary_factor", 1.0) != 1.0) {
@@ -357,7 +358,7 @@ nlohmann::ordered_json RopeJson(const ModelConfig& m) {
   p["rope_type"] = std::string(EnumName(m.rope_type));
   if (m.rope_type == RopeType::kDefault) return p;
   p["factor"] = m.rope_factor;
-  if (m.rope_type == RopeType::kLinear) return p;
+  if (m.rope_type == RopeType::kLinear || m.rope_type == RopeType::kDynamic) return p;
   p["original_max_position_embeddings"] = m.RopeOriginalMaxPositions();
   if (m.rope_type == RopeType::kLlama3) {
     p["low_freq_factor"] = m.rope_low_freq_factor;

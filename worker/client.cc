@@ -227,7 +227,7 @@ absl::StatusOr<int64_t> CoordinatorClient::Push(int64_t round, const RoundResult
     TensorChunker chunker = MakeChunker(result);
     bool answered = false;
     absl::StatusOr<int64_t> pushed = tcp_pusher_->Push(port, *header, chunker, &answered);
-    if (answered) Noted(pushed.status());
+    if (answered) (void)Noted(pushed.status());  // only the clock: the status is returned below
     // The coordinator's own answer, its UNAVAILABLE included (clip's "waiting for the round's other push headers",
     // a push still streaming): the caller retries over TCP as over gRPC.
     if (pushed.ok() || answered || !absl::IsUnavailable(pushed.status())) return pushed;

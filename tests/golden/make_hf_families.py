@@ -12,6 +12,7 @@ Cases (settings the other golden tests do not use):
                  d_model 64 / 4 heads, GQA, 5.x layout
   llama_yarn     rope yarn (factor 4, original 32, default attention factor and betas), tied head, 4.x layout
   llama_linear   rope linear (factor 2), 4.x layout with "type"
+  llama_dynamic  rope dynamic (NTK, factor 4): below max_position_embeddings transformers uses the default frequencies
   mistral        sliding_window 8 (< the 16 tokens and the 40 positions of generation), head_dim 32, GQA
   qwen2          q/k/v biases, untied head;  qwen2_tied: tied head
   qwen3          q_norm/k_norm, head_dim 32 with d_model 64 / 4 heads, GQA, rope yarn (factor 2, original 64)
@@ -51,6 +52,9 @@ def cases():
         "llama_linear": (LlamaForCausalLM, LlamaConfig(
             **COMMON, num_key_value_heads=1, tie_word_embeddings=False,
             rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}), "type"),
+        "llama_dynamic": (LlamaForCausalLM, LlamaConfig(
+            **COMMON, num_key_value_heads=2, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 4.0}), None),
         "mistral": (MistralForCausalLM, MistralConfig(
             **COMMON, num_key_value_heads=2, head_dim=32, sliding_window=8, tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 20000.0}), None),

@@ -334,6 +334,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(FamilyCase{"llama_llama3", ModelArch::kLlama, RopeType::kLlama3, 24, 0, false},
                       FamilyCase{"llama_yarn", ModelArch::kLlama, RopeType::kYarn, 16, 0, true},
                       FamilyCase{"llama_linear", ModelArch::kLlama, RopeType::kLinear, 16, 0, false},
+                      FamilyCase{"llama_dynamic", ModelArch::kLlama, RopeType::kDynamic, 16, 0, false},
                       FamilyCase{"mistral", ModelArch::kMistral, RopeType::kDefault, 32, 8, false},
                       FamilyCase{"qwen2", ModelArch::kQwen2, RopeType::kDefault, 16, 0, false},
                       FamilyCase{"qwen2_tied", ModelArch::kQwen2, RopeType::kDefault, 16, 0, true},

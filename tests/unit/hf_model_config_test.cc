@@ -111,11 +111,11 @@ TEST(HfModelConfig, ReadsGpt2) {
 
 TEST(HfModelConfig, RefusesWhatWeDoNotImplement) {
   auto j = nlohmann::json::parse(kLlama5);
-  j["rope_parameters"] = {{"rope_type", "dynamic"}, {"rope_theta", 500000.0}, {"factor", 8.0}};
+  j["rope_parameters"] = {{"rope_type", "longrope"}, {"rope_theta", 500000.0}, {"factor", 8.0}};
   auto hf = ParseHfModelConfig(j, "d/config.json");
   ASSERT_FALSE(hf.ok());
   EXPECT_EQ(hf.status().message(),
-            "d/config.json: rope type 'dynamic' is not supported (supported: default, linear, llama3, yarn)");
+            "d/config.json: rope type 'longrope' is not supported (supported: default, linear, llama3, yarn, dynamic)");
 
   j = nlohmann::json::parse(kLlama4);
   j["rope_scaling"] = {{"type", "longrope"}, {"factor", 2.0}};
@@ -450,6 +450,8 @@ TEST(ModelRules, LlamaShapedKeys) {
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("model.rope_high_freq_factor (4) must exceed"), std::string::npos) << c.status();
   c = parse("  arch: llama\n  rope_type: dynamic\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  c = parse("  arch: llama\n  rope_type: longrope\n");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("model.rope_type"), std::string::npos) << c.status();
 }

@@ -55,6 +55,8 @@ RopeFrequencies ComputeRopeFrequencies(const ModelConfig& m) {
   const at::Tensor inv_freq = ScalarOver(1.0, PosFreqs(m.rope_theta, m.HeadDim()));
   switch (m.rope_type) {
     case RopeType::kDefault:
+    case RopeType::kDynamic:  // dynamic NTK rescales only past max_positions, which no position reaches (the models
+                              // refuse it): below it transformers' frequencies are the default ones
       out.inv_freq = inv_freq;
       break;
     case RopeType::kLinear:
