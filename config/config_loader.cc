@@ -103,8 +103,14 @@ absl::Status ApplyOverride(const std::string& override_text, Config& config, Set
   try {
     node = value.empty() ? YAML::Node(YAML::NodeType::Null) : YAML::Load(value);
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("--set ", override_text, ": ", e.what()));
+    if (field->type != "string") {
+      return absl::InvalidArgumentError(absl::StrCat("--set ", override_text, ": ", e.what()));
+    }
+    node = YAML::Node(value);
   }
+  // A string key takes the text as written when YAML reads it as a list or map: an IPv6 address such as
+  // coordinator.listen=[::1]:5000 needs no quotes on the command line.
+  if (field->type == "string" && (node.IsSequence() || node.IsMap())) node = YAML::Node(value);
   absl::Status s = field->set(config, node);
   if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("--set ", override_text, ": ", s.message()));
   set_keys.insert(key);

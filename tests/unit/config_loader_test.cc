@@ -93,6 +93,25 @@ TEST(ConfigLoaderTest, SetOverrideApplies) {
   EXPECT_DOUBLE_EQ(c->inner.lr, 0.5);
 }
 
+// A string key takes --set's text as written where YAML would read a flow list or map (an IPv6 address in brackets);
+// a list for a number is still refused, and the file's YAML is read as YAML.
+TEST(ConfigLoaderTest, SetOfAStringKeyTakesBracketsAsWritten) {
+  absl::StatusOr<Config> c =
+      ParseConfig("", "my.yaml", {"coordinator.listen=[::1]:5000", "security.server_name={odd}"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->coordinator.listen, "[::1]:5000");
+  EXPECT_EQ(c->security.server_name, "{odd}");
+  c = ParseConfig("", "my.yaml", {"coordinator.listen=[::]:0"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->coordinator.listen, "[::]:0");
+  c = ParseConfig("", "my.yaml", {"outer.rounds=[1, 2]"});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(Message(c.status()), HasSubstr("outer.rounds"));
+  c = ParseConfig("coordinator: {listen: '[::1]:5000'}\n", "my.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->coordinator.listen, "[::1]:5000");
+}
+
 TEST(ConfigLoaderTest, SetUnknownKeyIsNamed) {
   absl::StatusOr<Config> c = ParseConfig("", "my.yaml", {"outer.roundz=7"});
   ASSERT_FALSE(c.ok());
