@@ -269,6 +269,11 @@ absl::Status ValidateComm(const Config& c) {
   }
   const bool coordinate_wise =
       c.outer.aggregation == Aggregation::kTrimmedMean || c.outer.aggregation == Aggregation::kCenteredClip;
+  if (c.outer.aggregation == Aggregation::kClip && c.outer.mode == OuterMode::kAsync) {
+    return absl::InvalidArgumentError(
+        "outer.aggregation clip needs outer.mode sync: it clips each push against the medians of the round's other "
+        "push headers, and an asynchronous version has one push (use mean, or sync rounds)");
+  }
   if (coordinate_wise && (c.outer.mode == OuterMode::kAsync || c.comm.codec == WireCodec::kTopk)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "outer.aggregation ", std::string(EnumName(c.outer.aggregation)), " needs outer.mode sync and a dense ",

@@ -34,6 +34,14 @@ absl::Status CoordinatorCore::CheckPushHeader(const PushHeader& header) {
   if (round_.HasPushed(id)) {
     return absl::AlreadyExistsError(absl::StrCat("worker '", id, "' already pushed for round ", theta_->round()));
   }
+  if (const Member* m = membership_.Find(id);
+      config_.outer.mode == OuterMode::kAsync && m != nullptr && header.meta().round() <= m->last_applied_base) {
+    // Async accepts pushes up to max_staleness old, so a resend of an applied push (its reply lost, or a rejoin
+    // after it was applied) would be applied again: it is counted already.
+    return absl::AlreadyExistsError(absl::StrCat("worker '", id, "''s push computed against version ",
+                                                 header.meta().round(), " was applied already (its newest applied "
+                                                 "push was computed against version ", m->last_applied_base, ")"));
+  }
   if (header.parts() < 0 || (header.parts() <= 1 && (header.part() != 0 || header.has_range()))) {
     return absl::InvalidArgumentError(absl::StrCat("push header: part ", header.part(), " of ", header.parts(),
                                                    " parts (a range is only for a push in parts > 1)"));
@@ -87,6 +95,7 @@ absl::StatusOr<PushTicket> CoordinatorCore::BeginPush(const PushHeader& header) 
   t.worker_id = id;
   t.stream_key = id;
   t.round = theta_->round();
+  t.base = header.meta().round();
   t.fragment = static_cast<int>(theta_->round() % fragments());
   t.epoch = round_.epoch();
   t.weight = static_cast<double>(header.tokens());  // outer.aggregation clip may cap it (AdmitToClip)

@@ -13,8 +13,9 @@ bool SameAnswer(const HeartbeatReply& a, const HeartbeatReply& b) {
 
 }  // namespace
 
-bool Holdable(const HeartbeatReply& reply, int64_t round) {
-  return reply.round() == round && reply.pushed() && !reply.run_complete() && !reply.drain() &&
+bool Holdable(const HeartbeatReply& reply, int64_t round, bool async) {
+  const bool waits_for_it = async ? reply.round() >= round : reply.round() == round;
+  return waits_for_it && reply.pushed() && !reply.run_complete() && !reply.drain() &&
          reply.quarantined_until_round() <= reply.round();
 }
 

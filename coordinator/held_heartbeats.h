@@ -23,7 +23,9 @@ namespace diloco {
 
 // Whether a heartbeat answer may be held for a worker that is waiting for round `round` to close: the answer says
 // that round is still open, the worker's push for it is counted, and the run goes on with this worker in it.
-bool Holdable(const HeartbeatReply& reply, int64_t round);
+// async (outer.mode async): `round` is the version the push was computed against, which may be older than the one
+// open; held while the push is pending (its answer changes when it is applied or discarded).
+bool Holdable(const HeartbeatReply& reply, int64_t round, bool async);
 
 class HeldHeartbeats {
  public:

@@ -54,6 +54,9 @@ struct Member {
   double last_trimmed_share = 0;        // trimmed_mean: the share of its last push's coordinates the trim dropped
   int64_t pushes_in_parts = 0;          // counted pushes that came in parts (coordinator_parts.cc)
   int64_t duplicate_pushes = 0;         // pushes refused as byte-identical copies or replays (CheckDuplicate)
+  // outer.mode async: the newest version one of its applied pushes was computed against (-1: none). A push computed
+  // against it or an older one is a resend of an applied push (its reply was lost) and is refused.
+  int64_t last_applied_base = -1;
 };
 
 class Membership {

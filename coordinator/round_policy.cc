@@ -68,6 +68,10 @@ absl::Status DecidePushRound(const PushRoundView& push, const PushRoundOptions& 
         absl::StrCat("push for round ", push.push_round, " refused: the open round is based on round ", push.version,
                      " (phase ", std::string(RoundPhaseName(push.phase)), "); pull the current parameters"));
   }
+  if (push.phase == RoundPhase::kFinishing || push.phase == RoundPhase::kComplete) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the run's last version (", push.version, ") is stepped; the run is ending"));
+  }
   if (push.phase != RoundPhase::kTraining) {
     return absl::UnavailableError(
         absl::StrCat("the global model is being stepped to version ", push.version + 1, "; retry"));

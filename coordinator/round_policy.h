@@ -72,7 +72,8 @@ RoundDecision HoldForPartialPushes(const RoundDecision& decision, size_t partial
 
 // The round a push may be for. Sync: exactly the open round (the one based on `version`), while the phase is
 // training. Async: any version from `version - max_staleness` to `version`, while training; while stepping the push
-// is told to retry. Returns OK to accept, else the refusal (code + reason) the worker gets.
+// is told to retry, while the last version is finished it is refused (the run ends). Returns OK to accept, else the
+// refusal (code + reason) the worker gets.
 struct PushRoundView {
   int64_t version = 0;     // completed outer steps: the round of the published theta
   int64_t push_round = 0;  // the round the push was computed against (its RequestMeta.round)

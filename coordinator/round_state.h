@@ -22,8 +22,9 @@ struct MomentumAxis;  // aggregation_rule.h
 // One push in flight: created by CoordinatorCore::BeginPush, passed to FoldChunk and CommitPush/AbortPush.
 struct PushTicket {
   std::string worker_id;
-  int64_t round = 0;
-  int fragment = 0;  // round mod comm.fragments
+  int64_t round = 0;  // the open round (version) the push was admitted to
+  int64_t base = 0;   // the round it was computed against (its header's): async pushes may be older than `round`
+  int fragment = 0;   // round mod comm.fragments
   int64_t epoch = 0;
   int64_t stream = 0;  // RoundState's serial of this push stream: a stream cut as stalled is no longer current
   double weight = 0;

@@ -385,6 +385,19 @@ TEST(ConfigLoaderTest, MetricsListenIsOffByDefaultAndMustBeHostPort) {
   }
 }
 
+// The robust rules need a round of pushes together: with outer.mode async each is a config error naming why.
+// Before, clip was accepted and folded as mean (no norm clip, token cap or momentum bound, without a word).
+TEST(ConfigLoaderTest, RobustAggregationRulesNeedSyncRounds) {
+  for (const char* rule : {"clip", "trimmed_mean", "centered_clip"}) {
+    absl::StatusOr<Config> c =
+        ParseConfig("", "my.yaml", {"outer.mode=async", std::string("outer.aggregation=") + rule});
+    ASSERT_FALSE(c.ok()) << rule;
+    EXPECT_THAT(Message(c.status()), HasSubstr(std::string("outer.aggregation ") + rule + " needs outer.mode sync"));
+  }
+  EXPECT_TRUE(ParseConfig("", "my.yaml", {"outer.mode=async", "outer.aggregation=mean"}).ok());
+  EXPECT_TRUE(ParseConfig("", "my.yaml", {"outer.mode=sync", "outer.aggregation=clip"}).ok());
+}
+
 TEST(ConfigLoaderTest, ShardingNeedsAClusterAndNamesBothKeys) {
   absl::StatusOr<Config> none = ParseConfig("", "my.yaml");
   ASSERT_TRUE(none.ok()) << none.status();

@@ -925,6 +925,52 @@ TEST_F(CoordinatorCoreTest, AsyncAppliesEachPushWithDelayedNesterovAndRefusesSta
   EXPECT_EQ(core_->Status().rounds_total(), config_.outer.rounds * 2);  // async: outer.rounds x workers.count pushes
 }
 
+// outer.mode async accepts pushes up to max_staleness old, so the resend of an applied push (its reply lost, a
+// rejoin) is refused as already counted instead of being applied a second time; the version stays. A stale push's
+// heartbeat (its round is the version it was computed against, older than the open one) is held while the push is
+// pending, and answered when it is applied. Before, the resend made version 2 and the heartbeat was answered at once.
+TEST_F(CoordinatorCoreTest, AsyncRefusesTheResendOfAnAppliedPushAndHoldsAStalePushsHeartbeat) {
+  config_.outer.mode = OuterMode::kAsync;
+  config_.outer.delay_n = 2;
+  config_.outer.max_staleness = 4;
+  config_.workers.count = 2;
+  Start();
+  Join("A");
+  Join("B");
+  const Tensors d1 = RandomDelta(), d2 = RandomDelta();
+  ASSERT_TRUE(Push("A", 0, 1000, d1).ok());
+  core_->Poll();
+  int64_t round = -1;
+  const Tensors theta1 = Theta("A", &round);
+  ASSERT_EQ(round, 1);
+  const absl::Status resent = Push("A", 0, 1000, d1);
+  EXPECT_EQ(resent.code(), absl::StatusCode::kAlreadyExists) << resent;
+  EXPECT_THAT(std::string(resent.message()), HasSubstr("push computed against version 0 was applied already"));
+  core_->Poll();
+  ExpectAllClose(Theta("A", &round), theta1);
+  EXPECT_EQ(round, 1);
+  EXPECT_EQ(Worker(core_->Status(), "A").rounds_contributed(), 1);
+
+  // B's push against version 0 is one behind: pending in version 2, its heartbeat (round 0) is held until applied.
+  auto push = core_->BeginPush(Header("B", 0, 1000));
+  ASSERT_TRUE(push.ok()) << push.status();
+  for (size_t i = 0; i < d2.size(); ++i) ASSERT_TRUE(FoldTensor(*push, i, d2[i]).ok());
+  ASSERT_TRUE(core_->CommitPush(*push).ok());
+  std::vector<absl::StatusOr<HeartbeatReply>> answers;
+  HeartbeatRequest beat;
+  *beat.mutable_meta() = Meta("B", 0);
+  beat.set_wait_ms(5000);
+  core_->Heartbeat(beat, [&answers](absl::StatusOr<HeartbeatReply> a) { answers.push_back(std::move(a)); });
+  EXPECT_EQ(answers.size(), 0u);
+  EXPECT_EQ(core_->held_heartbeats(), 1u);
+  core_->Poll();  // applies B's push: version 2, the held answer goes out
+  ASSERT_EQ(answers.size(), 1u);
+  ASSERT_TRUE(answers[0].ok()) << answers[0].status();
+  EXPECT_EQ(answers[0]->round(), 2);
+  EXPECT_FALSE(answers[0]->pushed());
+  EXPECT_EQ(Push("B", 0, 1000, d2).code(), absl::StatusCode::kAlreadyExists);
+}
+
 // inner.adaptive_steps (DyLU): after a round, each worker's H for the next one is its share of the fastest speed.
 TEST_F(CoordinatorCoreTest, AdaptiveStepsGiveTheSlowerWorkerFewerInnerSteps) {
   config_.inner.adaptive_steps = true;

@@ -158,6 +158,13 @@ TEST(PushRoundPolicyTest, AsyncAcceptsUpToMaxStalenessAndAsksToRetryWhileSteppin
   absl::Status stepping = DecidePushRound({5, 5, RoundPhase::kStepping}, async);
   EXPECT_EQ(stepping.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(stepping.message(), "the global model is being stepped to version 6; retry");
+  // The last version is stepped (its evaluation, checkpoint and summary are being written): nothing to retry for.
+  // Before, the workers were told to retry until the run completed.
+  for (const RoundPhase phase : {RoundPhase::kFinishing, RoundPhase::kComplete}) {
+    absl::Status ending = DecidePushRound({5, 5, phase}, async);
+    EXPECT_EQ(ending.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(ending.message(), "the run's last version (5) is stepped; the run is ending");
+  }
 }
 
 TEST(QuarantineTest, AFirstBreakIsForgivenThenTheQuarantineDoublesUpToItsBound) {
