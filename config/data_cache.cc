@@ -29,8 +29,9 @@ std::string TokenCache::tokenizer_path() const {
 }
 namespace {
 
-// Bump when the tokenizer's output changes for the same inputs (v2: shards, manifest, BOS/EOS).
-constexpr int kCacheFormatVersion = 2;
+// Bump when the tokenizer's output changes for the same inputs (v2: shards, manifest, BOS/EOS; v3: a tokenizer.json
+// text document's ids are those of one encode() of the whole file, work_items.h).
+constexpr int kCacheFormatVersion = 3;
 // Longer input lists than this go to the tokenizer through a list file instead of its command line.
 constexpr size_t kMaxInlineInputChars = 32 << 10;
 

@@ -5,8 +5,9 @@
 //   qwen3 (Qwen3ForCausalLM), one row each of defaults, and gpt2 (model_type "gpt2", GPT2LMHeadModel); our arch gpt
 //   is written as a GPT2LMHeadModel with activation_function "gelu" (exact erf, what gpt computes), never read back.
 // Both layouts transformers writes are read: 4.x (top-level rope_theta, rope_scaling, torch_dtype) and 5.x
-// (rope_parameters {rope_theta, rope_type, ...}, dtype); rope types default, linear, llama3 and yarn with their keys
-// (worker/lm/rope.h), any other refused naming it; head_dim; mistral's sliding_window (qwen's is refused). A key
+// (rope_parameters {rope_theta, rope_type, ...}, dtype); rope types default, linear, llama3, yarn and dynamic with
+// their keys (worker/lm/rope.h), any other refused naming it; head_dim; mistral's sliding_window (a qwen2 / qwen3
+// sliding_attention layer, as transformers lays them out, is refused). A key
 // absent from config.json takes transformers' default for that class (LlamaConfig, MistralConfig, Qwen2Config,
 // Qwen3Config, GPT2Config in transformers 5.25). The export writes both layouts' rope keys. Token ids outside the
 // vocabulary (GPT2Config's default 50256 on a small vocabulary) are read as -1 (none), as transformers only warns about

@@ -52,6 +52,10 @@ MIXED = [
     "  leading spaces and trailing  ",
     "It's I'll we've THEY'RE can't",
     "e\u0301 (e + combining acute) and \u00e9 and \u212b",
+    # Line ends a work item's cut must not split: the byte-level kinds learn merges of them (GPT-2 has \n\n as one).
+    "para one ends.\n\npara two ends.\n\n",
+    "trailing space \nnext line \n",
+    "crlf one\r\ncrlf two\r\n",
 ]
 
 

@@ -8,7 +8,7 @@
 //   model.norm.weight [D], lm_head.weight [vocab, D] only when tie_embeddings is false.
 // Per layer: h = x + o_proj(Attention(RoPE(q), RoPE(k), v)) of input_layernorm(x); out = h + down(silu(gate(y)) *
 // up(y)) with y = post_attention_layernorm(h). RMSNorm in float32: w * x / sqrt(mean(x^2) + norm_eps). RoPE: hd = D /
-// n_head or model.head_dim, cos/sin from worker/lm/rope.h (rope_type default, linear, llama3, yarn), x * cos +
+// n_head or model.head_dim, cos/sin from worker/lm/rope.h (rope_type default, linear, llama3, yarn, dynamic), x * cos +
 // rotate_half(x) * sin with rotate_half(x) = [-x2, x1]. Grouped-query attention: query head h reads key/value head h /
 // (n_head / n_kv_head). Training and forward() use the fused CPU attention (worker/lm/causal_attention.h,
 // GroupedCausalAttention) on the output of one q|k|v matrix product: it rotates q and k as it loads them and reads

@@ -8,6 +8,7 @@
 //   yarn:    YaRN (arXiv 2309.00071): a linear ramp over the dimensions between the correction range of beta_fast and
 //            beta_slow rotations (floored / ceiled, transformers' truncate) blends 1 / (factor theta^(2j/hd)) and
 //            1 / theta^(2j/hd); cos and sin are scaled by the attention factor (default 0.1 ln(factor) + 1).
+//   dynamic: dynamic NTK rescales theta only for positions past max_positions, which the models refuse: default.
 // Tables: angle[t, :] = position t x [inv_freq, inv_freq] (float32), cos and sin of it times the attention scaling,
 // cast to the activations' dtype. Pure functions; thread-safe.
 #pragma once

@@ -41,6 +41,7 @@
 #include "worker/tokenizer/token_files.h"
 #include "worker/tokenizer/tokenize_error.h"
 #include "worker/tokenizer/tokenizer_model.h"
+#include "worker/tokenizer/work_items.h"
 
 namespace diloco::tokenize {
 namespace {
@@ -91,7 +92,8 @@ nlohmann::json ResumeArgs(const Options& o) {
           {"tokenizer_model", o.tokenizer_model.empty() ? nlohmann::json("") : FileStamp(o.tokenizer_model)},
           {"train_mb", o.train_mb},
           {"shard_tokens", o.shard_tokens},
-          {"item_bytes", o.item_bytes}};
+          {"item_bytes", o.item_bytes},
+          {"cut_rule", kCutRuleVersion}};
 }
 
 // The tokenizer of a fresh run into dir: trained (tokenizer.model) or copied from --tokenizer-model under its cache

@@ -2,11 +2,12 @@
 // tokenizer.json). A document is written as [BOS] ids... [EOS] (each only when the tokenizer has that id); with
 // SentencePiece its lines are encoded one by one and every '\n' becomes the newline id (our "<nl>" symbol, or "<0x0A>"
 // in a byte-fallback model; dropped when the model has neither), with a tokenizer.json the text is encoded whole:
-// a text document cut into work items (work_items.h cuts where a run of line ends meets a non-space character, a
-// word boundary of every pre-tokenizer we read) is encoded item by item, each later item as a continuation (nothing
+// a text document cut into work items (work_items.h cuts after a single '\n' between visible characters, a word
+// boundary of every pre-tokenizer we read) is encoded item by item, each later item as a continuation (nothing
 // prepended), which gives the ids of one encode() of the whole file. Not so when a cut falls just before an added
-// token with lstrip (it would have taken in the line ends before it), or with a model whose merges join a line end
-// to the next line (none of the families we import has one: Llama 2 / Mistral encode '\n' as the byte <0x0A>).
+// token with lstrip (it would have taken in the line end before it), at the fallback cut of a text with no single
+// line break for kCutSearchBlocks blocks, or with a model without a pre-tokenizer whose merges join a line end to
+// the next line (Llama 2 / Mistral have none: they encode '\n' as the byte <0x0A>).
 // text: a document is a whole range (a file or its part on one side of the train/validation cut), so BOS goes in
 // front of the item that starts it and EOS after the item that ends it. jsonl: each line is one JSON object whose
 // string field `jsonl_field` is a document; a bad line is an error "FILE:LINE: ..." or, when skipping, counted.

@@ -88,13 +88,13 @@ void HfPreTokenizer::Apply(const Step& step, std::vector<Piece>& pieces) const {
     if (step.kind == Kind::kRegexSplit) {
       size_t gap = 0;
       step.regex.FindAll(p.text, [&](size_t begin, size_t end) {
-        if (begin > gap) out.push_back({p.text.substr(gap, begin - gap), p.first && gap == 0, p.continued && gap == 0});
-        if (!step.removed) {
-          out.push_back({p.text.substr(begin, end - begin), p.first && begin == 0, p.continued && begin == 0});
-        }
+        // continued is not passed on: a work item is cut where this split cuts too (work_items.h), so its first
+        // piece is a piece of its own in the whole text, and a prefix step after the split gives it its prefix.
+        if (begin > gap) out.push_back({p.text.substr(gap, begin - gap), p.first && gap == 0});
+        if (!step.removed) out.push_back({p.text.substr(begin, end - begin), p.first && begin == 0});
         gap = end;
       });
-      if (gap < p.text.size()) out.push_back({p.text.substr(gap), p.first && gap == 0, p.continued && gap == 0});
+      if (gap < p.text.size()) out.push_back({p.text.substr(gap), p.first && gap == 0});
       continue;
     }
     std::string text;  // kMetaspace: spaces replaced, the replacement prepended, split before each replacement

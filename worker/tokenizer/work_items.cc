@@ -21,18 +21,17 @@ size_t LastFittingCut(std::string_view text) {
   return std::string::npos;
 }
 
-// The first place at or after `from` (a '\n' at from - 1 counts) where an item may start, or npos.
+// The first place where an item may start whose '\n' is at or after `from` - 4 (a character after it may have been
+// cut by the end of the block read before), or npos.
 size_t FirstFittingCut(std::string_view text, size_t from) {
-  for (size_t nl = text.find('\n', from > 0 ? from - 1 : 0); nl != std::string::npos; nl = text.find('\n', nl + 1)) {
+  for (size_t nl = text.find('\n', from > 4 ? from - 4 : 0); nl != std::string::npos; nl = text.find('\n', nl + 1)) {
     if (CutFitsAt(text, nl + 1)) return nl + 1;
   }
   return std::string::npos;
 }
 
-}  // namespace
-
-bool CutFitsAt(std::string_view text, size_t at) {
-  if (at >= text.size()) return false;
+// Whether the whole character of text at `at` is neither white space nor a control or zero-width character.
+bool VisibleAt(std::string_view text, size_t at) {
   const unsigned char c = static_cast<unsigned char>(text[at]);
   if (c < 0x80) return c > 0x20 && c != 0x7F;
   const size_t n = Utf8Length(c);
@@ -41,6 +40,16 @@ bool CutFitsAt(std::string_view text, size_t at) {
   const uint32_t cp = CodePointAt(text, at, &length);
   const bool zero_width = cp == 0x180E || (cp >= 0x200B && cp <= 0x200D) || cp == 0x2060 || cp == 0xFEFF;
   return cp >= 0xA0 && !IsWhiteSpace(cp) && !zero_width;
+}
+
+}  // namespace
+
+bool CutFitsAt(std::string_view text, size_t at) {
+  if (at < 2 || at >= text.size() || text[at - 1] != '\n') return false;
+  size_t before = at - 2;  // the start of the character before the '\n'
+  while (before > 0 && at - 2 - before < 3 && (static_cast<unsigned char>(text[before]) & 0xC0) == 0x80) --before;
+  return VisibleAt(text, before) && before + Utf8Length(static_cast<unsigned char>(text[before])) == at - 1 &&
+         VisibleAt(text, at);
 }
 
 ItemReader::ItemReader(const std::vector<InputRange>& ranges, SplitPosition start, uint64_t item_bytes)

@@ -1,12 +1,13 @@
 // Work items: an input split cut into pieces of whole lines (about item_bytes each, default kWorkItemBytes) that
-// encoder threads can encode independently. A cut falls after a line end whose next character is not white space
-// (CutFitsAt): a word boundary for every pre-tokenizer we read, where a run of line ends and the spaces after it can
-// be one word (GPT-2's \s+(?!\S), Llama 3's \s*[\r\n]+), so the items' ids are those of the whole file
-// (document_encoder.h). The cut is the last such place within item_bytes, else the first one after, within
-// kCutSearchBlocks x item_bytes; else the last '\n' read by then (every line there starts with white space), or in the
-// first block after that holds one, else the range's end. It is a function of the start offset only, so a run resumed at an item
-// boundary cuts the rest exactly as an uninterrupted run does. ItemReader is used by one thread (the pipeline's
-// reader); items are plain data.
+// encoder threads can encode independently. A cut falls after a single '\n' between two visible characters
+// (CutFitsAt): a word boundary for every pre-tokenizer we read, so the items' ids are those of the whole file
+// (document_encoder.h). Not after a run of white space: GPT-2's \s+(?!\S) splits "a\n\nb" as a, \n, \n, b but an
+// item ending "a\n\n" as a, \n\n (and "a \n", "a\r\n" alike), while Llama 3's \s*[\r\n]+ and its
+// punctuation-with-newlines word would break before such a run. The cut is the last such place within item_bytes,
+// else the first one after, within kCutSearchBlocks x item_bytes; else the last '\n' read by then (a text with no
+// single line break there: ids may differ at that cut), or in the first block after that holds one, else the range's
+// end. It is a function of the start offset only, so a run resumed at an item boundary cuts the rest exactly as an
+// uninterrupted run does. ItemReader is used by one thread (the pipeline's reader); items are plain data.
 #pragma once
 
 #include <cstdint>
@@ -20,9 +21,11 @@ namespace diloco::tokenize {
 
 constexpr uint64_t kWorkItemBytes = 1 << 20;
 constexpr uint64_t kCutSearchBlocks = 4;
+// Recorded in a run's resume arguments: a run cut by another rule is not resumed (its items would mix the rules).
+constexpr int kCutRuleVersion = 2;
 
-// Whether an item may start at text[at], just after a '\n': the character there is whole in text and is not white
-// space (nor a control character or a zero-width one, to be safe).
+// Whether an item may start at text[at]: text[at - 1] is a '\n' and the characters before it and at `at` are whole in
+// text and visible (neither white space nor a control or zero-width character).
 bool CutFitsAt(std::string_view text, size_t at);
 
 // Where a split's stream stands: the next byte to read (range index, offset in that range's file, its line number).
