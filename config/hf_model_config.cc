@@ -211,13 +211,14 @@ void ReadSlidingWindow(Reader& r, const json& j, ModelConfig& m) {
     if (!j["layer_types"].is_array()) return r.Fail("layer_types", "a list");
     for (const json& t : j["layer_types"]) sliding_layers += t == json("sliding_attention") ? 1 : 0;
   } else {
-    const bool window = r.Bool("use_sliding_window", false) &&
-                        !(j.contains("sliding_window") && j["sliding_window"].is_null());
+    const bool window =
+        r.Bool("use_sliding_window", false) && !(j.contains("sliding_window") && j["sliding_window"].is_null());
     const int64_t first = r.Int("max_window_layers", 28);
     if (window) sliding_layers = std::max<int64_t>(0, m.n_layer - std::max<int64_t>(0, first));
   }
   if (sliding_layers > 0) {
-    r.Error(absl::StrCat(sliding_layers, " of ", m.n_layer, " layers use sliding-window attention (use_sliding_window, ",
+    r.Error(absl::StrCat(sliding_layers, " of ", m.n_layer,
+                         " layers use sliding-window attention (use_sliding_window, ",
                          "max_window_layers, layer_types); only mistral's window is supported"));
   }
 }

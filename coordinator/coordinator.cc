@@ -292,8 +292,7 @@ void CoordinatorCore::Heartbeat(const HeartbeatRequest& request, HeldHeartbeats:
       membership_.Touch(id, clock_());
       HeartbeatReply reply = HeartbeatReplyFor(id);
       const int64_t wait_ms = std::min<int64_t>(request.wait_ms(), kMaxHeartbeatHoldMs);
-      held = wait_ms > 0 && !stop_ &&
-             Holdable(reply, request.meta().round(), config_.outer.mode == OuterMode::kAsync);
+      held = wait_ms > 0 && !stop_ && Holdable(reply, request.meta().round(), config_.outer.mode == OuterMode::kAsync);
       if (held) {
         replaced = held_.Hold({id, clock_() + static_cast<double>(wait_ms) / 1000, reply, std::move(answer)});
         if (replaced) replaced->reply = std::move(reply);  // the older heartbeat of this worker: answered now

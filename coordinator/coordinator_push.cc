@@ -38,9 +38,9 @@ absl::Status CoordinatorCore::CheckPushHeader(const PushHeader& header) {
       config_.outer.mode == OuterMode::kAsync && m != nullptr && header.meta().round() <= m->last_applied_base) {
     // Async accepts pushes up to max_staleness old, so a resend of an applied push (its reply lost, or a rejoin
     // after it was applied) would be applied again: it is counted already.
-    return absl::AlreadyExistsError(absl::StrCat("worker '", id, "''s push computed against version ",
-                                                 header.meta().round(), " was applied already (its newest applied "
-                                                 "push was computed against version ", m->last_applied_base, ")"));
+    return absl::AlreadyExistsError(absl::StrCat(
+        "worker '", id, "''s push computed against version ", header.meta().round(),
+        " was applied already (its newest applied push was computed against version ", m->last_applied_base, ")"));
   }
   if (header.parts() < 0 || (header.parts() <= 1 && (header.part() != 0 || header.has_range()))) {
     return absl::InvalidArgumentError(absl::StrCat("push header: part ", header.part(), " of ", header.parts(),

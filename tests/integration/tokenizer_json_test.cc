@@ -166,10 +166,9 @@ TEST_F(TokenizerJsonTest, TextShardsHoldTheIdsOfTheWholeFileHoweverItIsCut) {
     expected.push_back(k.at("eos").get<uint32_t>());
     for (const char* item_bytes : {"40", "97", "1048576"}) {
       const std::string out = dir_ + "/text-cache-" + kind + "-" + item_bytes;
-      const auto [code, output] = RunTokenizer({"--format", "text", "--input", dir_ + "/document.txt", "--val-input",
-                                                dir_ + "/val.txt", "--vocab-size", "1024", "--tokenizer-model",
-                                                Model(kind), "--threads", "2", "--work-item-bytes", item_bytes,
-                                                "--out", out});
+      const auto [code, output] = RunTokenizer(
+          {"--format", "text", "--input", dir_ + "/document.txt", "--val-input", dir_ + "/val.txt", "--vocab-size",
+           "1024", "--tokenizer-model", Model(kind), "--threads", "2", "--work-item-bytes", item_bytes, "--out", out});
       ASSERT_EQ(code, 0) << output;
       TokenManifest manifest;
       std::string error;

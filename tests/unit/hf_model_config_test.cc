@@ -213,8 +213,8 @@ TEST(HfModelConfig, ReadsWhatTransformersIgnoresOrLaysOutAsFullAttention) {
   j["num_attention_heads"] = 32;
   j["hidden_size"] = 256;
   j.erase("num_key_value_heads");
-  for (const auto& [type, kv] : std::vector<std::pair<std::string, int64_t>>{
-           {"llama", 32}, {"mistral", 8}, {"qwen2", 32}, {"qwen3", 32}}) {
+  for (const auto& [type, kv] :
+       std::vector<std::pair<std::string, int64_t>>{{"llama", 32}, {"mistral", 8}, {"qwen2", 32}, {"qwen3", 32}}) {
     j["model_type"] = type;
     hf = ParseHfModelConfig(j, "d/config.json");
     ASSERT_TRUE(hf.ok()) << hf.status();

@@ -40,8 +40,8 @@ class HfPreTokenizer {
   };
   struct Piece {
     std::string text;
-    bool first;               // begins the input
-    bool continued = false;   // begins a continuation of earlier text: no prefix
+    bool first;              // begins the input
+    bool continued = false;  // begins a continuation of earlier text: no prefix
   };
   std::string ParseOne(const nlohmann::json& j);
   void Apply(const Step& step, std::vector<Piece>& pieces) const;
