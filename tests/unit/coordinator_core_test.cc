@@ -121,6 +121,16 @@ class CoordinatorCoreTest : public ScratchDirTest {
     return r;
   }
   void Join(const std::string& id) { ASSERT_TRUE(core_->Join(JoinReq(id)).ok()) << id; }
+  // Starts an async run (Delayed Nesterov with N = 2) of workers A and B.
+  void StartAsyncAB(int64_t max_staleness) {
+    config_.outer.mode = OuterMode::kAsync;
+    config_.outer.delay_n = 2;
+    config_.outer.max_staleness = max_staleness;
+    config_.workers.count = 2;
+    Start();
+    Join("A");
+    Join("B");
+  }
   HeartbeatReply Beat(const std::string& id) {
     HeartbeatRequest r;
     *r.mutable_meta() = Meta(id);
@@ -886,13 +896,7 @@ TEST_F(CoordinatorCoreTest, FragmentRoundsStepOnlyTheirFragment) {
 // version is current; a push computed more than outer.max_staleness versions ago is refused with a reason, and a
 // refused push changes nothing.
 TEST_F(CoordinatorCoreTest, AsyncAppliesEachPushWithDelayedNesterovAndRefusesStalePushes) {
-  config_.outer.mode = OuterMode::kAsync;
-  config_.outer.delay_n = 2;
-  config_.outer.max_staleness = 1;
-  config_.workers.count = 2;
-  Start();
-  Join("A");
-  Join("B");
+  StartAsyncAB(/*max_staleness=*/1);
   const Tensors theta0 = Theta();
   const Tensors d1 = RandomDelta(), d2 = RandomDelta(), d3 = RandomDelta();
   ASSERT_TRUE(Push("A", 0, 1000, d1).ok());
@@ -930,13 +934,7 @@ TEST_F(CoordinatorCoreTest, AsyncAppliesEachPushWithDelayedNesterovAndRefusesSta
 // heartbeat (its round is the version it was computed against, older than the open one) is held while the push is
 // pending, and answered when it is applied. Before, the resend made version 2 and the heartbeat was answered at once.
 TEST_F(CoordinatorCoreTest, AsyncRefusesTheResendOfAnAppliedPushAndHoldsAStalePushsHeartbeat) {
-  config_.outer.mode = OuterMode::kAsync;
-  config_.outer.delay_n = 2;
-  config_.outer.max_staleness = 4;
-  config_.workers.count = 2;
-  Start();
-  Join("A");
-  Join("B");
+  StartAsyncAB(/*max_staleness=*/4);
   const Tensors d1 = RandomDelta(), d2 = RandomDelta();
   ASSERT_TRUE(Push("A", 0, 1000, d1).ok());
   core_->Poll();
