@@ -28,19 +28,20 @@ absl::Status CoordinatorCore::CheckPushHeader(const PushHeader& header) {
                                                       m->quarantined_until_round, " (", m->quarantine_reason,
                                                       "); pull the current parameters and push from that round on"));
   }
+  if (const Member* m = membership_.Find(id);
+      config_.outer.mode == OuterMode::kAsync && m != nullptr && header.meta().round() <= m->last_applied_base) {
+    // Async accepts pushes up to max_staleness old, so a resend of an applied push (its reply lost, or a rejoin
+    // after it was applied) would be applied again: it is counted already. Before the staleness rule, so that a
+    // resend older than max_staleness is not taken for a push that did not count.
+    return absl::AlreadyExistsError(absl::StrCat(
+        "worker '", id, "''s push computed against version ", header.meta().round(),
+        " was applied already (its newest applied push was computed against version ", m->last_applied_base, ")"));
+  }
   absl::Status s =
       DecidePushRound({theta_->round(), header.meta().round(), round_.phase()}, PushRoundOptionsOf(config_));
   if (!s.ok()) return s;
   if (round_.HasPushed(id)) {
     return absl::AlreadyExistsError(absl::StrCat("worker '", id, "' already pushed for round ", theta_->round()));
-  }
-  if (const Member* m = membership_.Find(id);
-      config_.outer.mode == OuterMode::kAsync && m != nullptr && header.meta().round() <= m->last_applied_base) {
-    // Async accepts pushes up to max_staleness old, so a resend of an applied push (its reply lost, or a rejoin
-    // after it was applied) would be applied again: it is counted already.
-    return absl::AlreadyExistsError(absl::StrCat(
-        "worker '", id, "''s push computed against version ", header.meta().round(),
-        " was applied already (its newest applied push was computed against version ", m->last_applied_base, ")"));
   }
   if (header.parts() < 0 || (header.parts() <= 1 && (header.part() != 0 || header.has_range()))) {
     return absl::InvalidArgumentError(absl::StrCat("push header: part ", header.part(), " of ", header.parts(),

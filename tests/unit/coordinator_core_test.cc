@@ -917,8 +917,10 @@ TEST_F(CoordinatorCoreTest, AsyncAppliesEachPushWithDelayedNesterovAndRefusesSta
   }
   ExpectAllClose(Theta("A", &round), want2);
   EXPECT_EQ(round, 2);
-  // A's next push, still against version 0, is now 2 behind: refused, naming the staleness; nothing changes.
-  const absl::Status stale = Push("A", 0, 1000, d3);
+  // A push of C (which joined late and pushes its first) against version 0 is now 2 behind: refused, naming the
+  // staleness; nothing changes. (A's or B's against version 0 would be the resend of an applied push.)
+  Join("C");
+  const absl::Status stale = Push("C", 0, 1000, d3);
   EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(stale.message()),
               HasSubstr("push computed against version 0 refused: the global model is at version 2 (2 behind; "
@@ -967,6 +969,18 @@ TEST_F(CoordinatorCoreTest, AsyncRefusesTheResendOfAnAppliedPushAndHoldsAStalePu
   EXPECT_EQ(answers[0]->round(), 2);
   EXPECT_FALSE(answers[0]->pushed());
   EXPECT_EQ(Push("B", 0, 1000, d2).code(), absl::StatusCode::kAlreadyExists);
+}
+
+// The resend of an applied push more than outer.max_staleness versions old is still "already counted", not a stale
+// push that did not count (the worker would then keep its progress as not sent: reuse_local, error feedback).
+TEST_F(CoordinatorCoreTest, AsyncResendOlderThanMaxStalenessIsStillAlreadyCounted) {
+  StartAsyncAB(/*max_staleness=*/0);
+  ASSERT_TRUE(Push("A", 0, 1000, RandomDelta()).ok());
+  core_->Poll();
+  const absl::Status resent = Push("A", 0, 1000, RandomDelta());
+  EXPECT_EQ(resent.code(), absl::StatusCode::kAlreadyExists) << resent;
+  const absl::Status stale = Push("B", 0, 1000, RandomDelta());  // B's push did not count: stale, as before
+  EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition) << stale;
 }
 
 // inner.adaptive_steps (DyLU): after a round, each worker's H for the next one is its share of the fastest speed.
