@@ -39,7 +39,7 @@ absl::Status Worker::Run(const TokenCache& cache) {
   if (!set_up.ok()) {
     // Failed after the Join: leave at once, so that the round does not wait coordinator.lease_s for this worker.
     if (heartbeat_) heartbeat_->Stop();
-    if (session_ && session_->joined()) session_->Leave("its set-up failed");
+    if (session_ && session_->joined()) session_->Leave(flags_.stop ? "signal" : "its set-up failed");
     return set_up;
   }
   const double started = Now();
