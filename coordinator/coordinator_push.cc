@@ -17,19 +17,19 @@ namespace diloco {
 
 absl::Status CoordinatorCore::CheckPushHeader(const PushHeader& header) {
   const std::string& id = header.meta().worker_id();
-  if (const Member* m = membership_.Find(id); m != nullptr && clock_() - m->last_seen > config_.coordinator.lease_s) {
+  const Member* m = membership_.Find(id);
+  if (m != nullptr && clock_() - m->last_seen > config_.coordinator.lease_s) {
     // Silent past its lease (the round loop marks it lost at its next pass): it must join again before it counts.
     return absl::NotFoundError(absl::StrCat("worker '", id, "' lease expired (silent for ", clock_() - m->last_seen,
                                             " s > coordinator.lease_s ", config_.coordinator.lease_s, "); Join again"));
   }
   if (complete_) return absl::FailedPreconditionError("the run is complete");
-  if (const Member* m = membership_.Find(id); m != nullptr && m->quarantined_until_round > theta_->round()) {
+  if (m != nullptr && m->quarantined_until_round > theta_->round()) {
     return absl::FailedPreconditionError(absl::StrCat("worker '", id, "' is quarantined until round ",
                                                       m->quarantined_until_round, " (", m->quarantine_reason,
                                                       "); pull the current parameters and push from that round on"));
   }
-  if (const Member* m = membership_.Find(id);
-      config_.outer.mode == OuterMode::kAsync && m != nullptr && header.meta().round() <= m->last_applied_base) {
+  if (config_.outer.mode == OuterMode::kAsync && m != nullptr && header.meta().round() <= m->last_applied_base) {
     // Async accepts pushes up to max_staleness old, so a resend of an applied push (its reply lost, or a rejoin
     // after it was applied) would be applied again: it is counted already. Before the staleness rule, so that a
     // resend older than max_staleness is not taken for a push that did not count.
