@@ -200,7 +200,7 @@ void CoordinatorCore::FinishClose(ClosingRound& closing, const std::string& reas
   closed.step_seconds = t1 - t0 - eval_seconds;
   closed.reason = reason;
   closed.pushes = closing.contributors.size();
-  closed.tokens = closing.tokens;
+  for (const auto& [id, ticket] : closing.contributors) closed.tokens += static_cast<double>(ticket.tokens);
   // Theta and the momentum hold round `round` now (stepped in place): from here on the round is published whatever
   // fails, or its redo would step them a second time. Without the update and the axis the workers pull in full and
   // the next round's pushes are not projected on the momentum.

@@ -33,7 +33,7 @@ struct ClosedRound {
   const std::vector<at::Tensor>* delta = nullptr;  // OnStepped only: the averaged pseudo-gradient, in spec order
   std::string reason;                              // why the round closed
   size_t pushes = 0;                               // pushes averaged into it
-  double tokens = 0;                               // their tokens
+  double tokens = 0;                               // their tokens, as claimed (not the fold weights)
   double step_seconds = 0;                         // the outer step's time
   double round_seconds = 0;                        // open to published (from OnCommitted on)
   int64_t tokens_committed = 0;                    // run totals with this round booked (from OnCommitted on)
