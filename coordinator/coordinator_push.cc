@@ -29,13 +29,25 @@ absl::Status CoordinatorCore::CheckPushHeader(const PushHeader& header) {
                                                       m->quarantined_until_round, " (", m->quarantine_reason,
                                                       "); pull the current parameters and push from that round on"));
   }
-  if (config_.outer.mode == OuterMode::kAsync && m != nullptr && header.meta().round() <= m->last_applied_base) {
-    // Async accepts pushes up to max_staleness old, so a resend of an applied push (its reply lost, or a rejoin
-    // after it was applied) would be applied again: it is counted already. Before the staleness rule, so that a
-    // resend older than max_staleness is not taken for a push that did not count.
+  // A resend of a push that counted (its reply was lost: the stream broke or timed out after its last chunk, or the
+  // member rejoined) is answered "counted", before the round rules, which would call it late: the worker would take
+  // its push for one that did not count (rolling its error feedback back, or with late_policy reuse_local keeping
+  // its local parameters), and async would apply it a second time.
+  const bool async = config_.outer.mode == OuterMode::kAsync;
+  if (m != nullptr && header.meta().round() <= m->last_applied_base) {
+    if (!async) {
+      return absl::AlreadyExistsError(absl::StrCat("worker '", id, "' already pushed for round ", header.meta().round(),
+                                                   " (counted in that round's outer step)"));
+    }
     return absl::AlreadyExistsError(absl::StrCat(
         "worker '", id, "''s push computed against version ", header.meta().round(),
         " was applied already (its newest applied push was computed against version ", m->last_applied_base, ")"));
+  }
+  if (!async && header.meta().round() == theta_->round() && round_.CountsAsPushed(id) && !round_.HasPushed(id)) {
+    // Among the contributors being stepped: if that step is discarded (a non-finite result), heartbeats say
+    // `pushed = false` and the member pushes again for the redo.
+    return absl::AlreadyExistsError(absl::StrCat("worker '", id, "' already pushed for round ", theta_->round(),
+                                                 " (its outer step is under way)"));
   }
   absl::Status s =
       DecidePushRound({theta_->round(), header.meta().round(), round_.phase()}, PushRoundOptionsOf(config_));

@@ -244,10 +244,8 @@ void CoordinatorCore::PublishRound(const ClosingRound& closing, std::vector<at::
                                    ClosedRound& closed) {
   accumulator_.Restore(std::move(zeroed_sums));
   stats_.CreditRound(closing.contributors, model_.num_params, membership_);
-  if (config_.outer.mode == OuterMode::kAsync) {  // resends of these pushes are refused from now on (CheckPushHeader)
-    for (const auto& [id, ticket] : closing.contributors) {
-      if (Member* m = membership_.Find(id)) m->last_applied_base = std::max(m->last_applied_base, ticket.base);
-    }
+  for (const auto& [id, ticket] : closing.contributors) {  // resends of these pushes are "counted" from now on
+    if (Member* m = membership_.Find(id)) m->last_applied_base = std::max(m->last_applied_base, ticket.base);
   }
   // Suspects count committed rounds only (a discarded round's redo would count twice), and read the members' last
   // push figures before the next round's pushes overwrite them.

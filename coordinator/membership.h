@@ -54,8 +54,9 @@ struct Member {
   double last_trimmed_share = 0;        // trimmed_mean: the share of its last push's coordinates the trim dropped
   int64_t pushes_in_parts = 0;          // counted pushes that came in parts (coordinator_parts.cc)
   int64_t duplicate_pushes = 0;         // pushes refused as byte-identical copies or replays (CheckDuplicate)
-  // outer.mode async: the newest version one of its applied pushes was computed against (-1: none). A push computed
-  // against it or an older one is a resend of an applied push (its reply was lost) and is refused.
+  // The newest round (async: version) one of its pushes that a committed outer step counted was computed against
+  // (-1: none). A push computed against it or an older one is a resend of a counted push (its reply was lost): it is
+  // answered ALREADY_EXISTS, never counted twice or called late (CheckPushHeader).
   int64_t last_applied_base = -1;
 };
 

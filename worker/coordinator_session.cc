@@ -181,7 +181,8 @@ CoordinatorSession::Outcome CoordinatorSession::PushOnce(int64_t round, const Ro
       spdlog::warn("round {}: {}", round + 1, decision.reason);
       WaitOutQuarantine(round);
       return Outcome::kRoundOver;  // the round moved on: pull the new parameters
-    case ProtocolAction::kCounted:
+    case ProtocolAction::kCounted:  // a resend after a lost reply: the first push counted
+      spdlog::info("round {}: {}", round + 1, decision.reason);
       *need_push = false;
       return Outcome::kGoOn;
     case ProtocolAction::kRejoin:  // then push again

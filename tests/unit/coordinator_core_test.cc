@@ -983,6 +983,68 @@ TEST_F(CoordinatorCoreTest, AsyncResendOlderThanMaxStalenessIsStillAlreadyCounte
   EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition) << stale;
 }
 
+// Sync: a push whose reply was lost after it counted (its stream broke after the last chunk, the deadline passed) is
+// sent again by its worker. Once the round is stepped, or while it is, the resend is "counted" (ALREADY_EXISTS), not
+// "late" (FAILED_PRECONDITION): a worker told late rolls its error feedback back and, with late_policy reuse_local,
+// keeps its local parameters over the global ones that already hold its push. Theta does not move again.
+TEST_F(CoordinatorCoreTest, SyncResendOfACountedPushAfterItsRoundClosedIsAlreadyCounted) {
+  config_.coordinator.min_workers = 1;
+  Start();
+  Join("A");
+  Join("B");
+  const Tensors dA = RandomDelta(), dB = RandomDelta();
+  ASSERT_TRUE(Push("A", 0, 1000, dA).ok());
+  ASSERT_TRUE(Push("B", 0, 1000, dB).ok());
+  core_->Poll();
+  ASSERT_EQ(core_->Status().round(), 1);
+  const Tensors theta1 = Theta();
+  const absl::Status resent = Push("A", 0, 1000, dA);
+  EXPECT_EQ(resent.code(), absl::StatusCode::kAlreadyExists) << resent;
+  EXPECT_THAT(std::string(resent.message()),
+              HasSubstr("worker 'A' already pushed for round 0 (counted in that round's outer step)"));
+  core_->Poll();
+  ExpectAllClose(Theta(), theta1);
+  EXPECT_EQ(core_->Status().round(), 1);
+  EXPECT_EQ(Worker(core_->Status(), "A").rounds_contributed(), 1);
+  Join("C");  // a member whose push for round 0 never counted is still late
+  EXPECT_EQ(Push("C", 0, 1000, dA).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(Push("A", 1, 1000, dA).ok()) << "the next round's push counts as usual";
+}
+
+// The evaluation runs while the round is stepped (theta_{t+1} is vetted before it is published); `during` runs there.
+class CallingEvaluator : public Evaluator {
+ public:
+  std::function<void()> during;
+  double Evaluate(const NamedTensors& theta) override {
+    if (during) during();
+    double sum = 0;
+    for (const auto& [name, t] : theta) sum += t.to(at::kDouble).pow(2).mean().item<double>();
+    return sum;
+  }
+};
+
+TEST_F(CoordinatorCoreTest, SyncResendOfAPushWhileItsRoundIsSteppedIsAlreadyCounted) {
+  config_.coordinator.eval_every = 1;
+  auto evaluator = std::make_unique<CallingEvaluator>();
+  CallingEvaluator* calls = evaluator.get();
+  auto created = CoordinatorCore::Create(config_, TinyTheta0(config_.model), std::move(evaluator), false,
+                                         [this] { return now_.load(); });
+  ASSERT_TRUE(created.ok()) << created.status();
+  core_ = std::move(*created);
+  Join("A");
+  Join("B");
+  const Tensors dA = RandomDelta(), dB = RandomDelta();
+  absl::Status during_step;
+  calls->during = [&] { during_step = Push("A", 0, 1000, dA); };
+  ASSERT_TRUE(Push("A", 0, 1000, dA).ok());
+  ASSERT_TRUE(Push("B", 0, 1000, dB).ok());
+  core_->Poll();
+  ASSERT_EQ(core_->Status().round(), 1);
+  EXPECT_EQ(during_step.code(), absl::StatusCode::kAlreadyExists) << during_step;
+  EXPECT_THAT(std::string(during_step.message()), HasSubstr("(its outer step is under way)"));
+  EXPECT_EQ(Worker(core_->Status(), "A").rounds_contributed(), 1);
+}
+
 // inner.adaptive_steps (DyLU): after a round, each worker's H for the next one is its share of the fastest speed.
 TEST_F(CoordinatorCoreTest, AdaptiveStepsGiveTheSlowerWorkerFewerInnerSteps) {
   config_.inner.adaptive_steps = true;
