@@ -46,8 +46,8 @@ absl::Status CoordinatorCore::CheckPushHeader(const PushHeader& header) {
   if (!async && header.meta().round() == theta_->round() && round_.CountsAsPushed(id) && !round_.HasPushed(id)) {
     // Among the contributors being stepped: if that step is discarded (a non-finite result), heartbeats say
     // `pushed = false` and the member pushes again for the redo.
-    return absl::AlreadyExistsError(absl::StrCat("worker '", id, "' already pushed for round ", theta_->round(),
-                                                 " (its outer step is under way)"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("worker '", id, "' already pushed for round ", theta_->round(), " (its outer step is under way)"));
   }
   absl::Status s =
       DecidePushRound({theta_->round(), header.meta().round(), round_.phase()}, PushRoundOptionsOf(config_));

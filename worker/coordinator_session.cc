@@ -180,7 +180,7 @@ CoordinatorSession::Outcome CoordinatorSession::PushOnce(int64_t round, const Ro
       keep_local_ = decision.keep_local;
       spdlog::warn("round {}: {}", round + 1, decision.reason);
       WaitOutQuarantine(round);
-      return Outcome::kRoundOver;  // the round moved on: pull the new parameters
+      return Outcome::kRoundOver;   // the round moved on: pull the new parameters
     case ProtocolAction::kCounted:  // a resend after a lost reply: the first push counted
       spdlog::info("round {}: {}", round + 1, decision.reason);
       *need_push = false;
