@@ -354,6 +354,31 @@ std::string WorkerCluster::Take(const std::string& key, milliseconds timeout) {
   return std::string(bytes.begin(), bytes.end());
 }
 
+std::string WorkerCluster::TakeFromLiving(int rank, const std::string& key) {
+  using Clock = std::chrono::steady_clock;
+  const std::string full = absl::StrCat("x/", key);
+  const auto start = Clock::now();
+  int64_t polls = -1;  // the follower's poll count, as last read, and when it last changed
+  auto heard = start;
+  for (milliseconds poll = kFirstPoll; !commands_->check({full}); Sleep(poll)) {
+    const auto now = Clock::now();
+    const int64_t n = commands_->add(CommandKey("polls", rank), 0);
+    if (n != polls) {
+      polls = n;
+      heard = now;
+    }
+    if (now - heard >= longest_silence_ || now - start >= kLongestPartExchange) {
+      throw std::runtime_error(absl::StrCat("no '", key, "' from rank ", rank, " within ",
+                                            std::chrono::duration<double>(now - start).count(), " s (its last poll or ",
+                                            "heartbeat ", std::chrono::duration<double>(now - heard).count(),
+                                            " s ago): dead or stuck"));
+    }
+  }
+  const std::vector<uint8_t> bytes = commands_->get(full);
+  commands_->deleteKey(full);
+  return std::string(bytes.begin(), bytes.end());
+}
+
 absl::Status WorkerCluster::CompareWithRanks(const std::string& topic, const std::string& mine,
                                              const std::function<std::string(int, const std::string&)>& differs) {
   try {

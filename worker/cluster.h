@@ -122,6 +122,12 @@ class WorkerCluster {
   void AllGather(torch::Tensor& mine, torch::Tensor& all);
   void Put(const std::string& key, const std::string& value);
   std::string Take(const std::string& key, std::chrono::milliseconds timeout);
+  // Rank 0: Take of a value follower `rank` puts when its work is done (its part's push or pull, which streams for
+  // as long as its link needs: the stream has its own no-progress deadline, workers.rpc_timeout_s). Waits while the
+  // follower lives (its polls or heartbeats move), at most kLongestPartExchange; throws when it has been silent for
+  // longest_silence (dead) or the store's host is gone.
+  std::string TakeFromLiving(int rank, const std::string& key);
+  static constexpr std::chrono::milliseconds kLongestPartExchange{6 * 3600 * 1000};
 
  private:
   WorkerCluster(int rank, int size, std::chrono::milliseconds timeout, std::chrono::milliseconds longest_silence);

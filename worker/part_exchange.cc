@@ -20,7 +20,7 @@
 namespace diloco {
 namespace {
 
-std::chrono::milliseconds OutcomeTimeout(const Config& config) {  // a part's push or pull, then the store
+std::chrono::milliseconds OutcomeTimeout(const Config& config) {  // the leader's push header (put before the command)
   return std::chrono::milliseconds(
       static_cast<int64_t>((config.workers.rpc_timeout_s + config.workers.cluster_timeout_s) * 1000));
 }
@@ -236,7 +236,7 @@ absl::StatusOr<int64_t> PartLeader::Push(int64_t round, const RoundReport& repor
   int64_t bytes_sent = mine.ok() ? *mine : 0;
   for (int r = 1; r < cluster_.size(); ++r) {
     PullResult outcome;
-    const absl::Status theirs = DecodePartOutcome(cluster_.Take(Key("out", seq, r), OutcomeTimeout(config_)), &outcome);
+    const absl::Status theirs = DecodePartOutcome(cluster_.TakeFromLiving(r, Key("out", seq, r)), &outcome);
     if (Severity(theirs) > Severity(folded))
       folded = absl::Status(theirs.code(), absl::StrCat("rank ", r, "'s part: ", theirs.message()));
     bytes_sent += outcome.bytes;
@@ -253,7 +253,7 @@ absl::StatusOr<PullResult> PartLeader::Pull() {
   PullResult result = mine.ok() ? *mine : PullResult();
   for (int r = 1; r < cluster_.size(); ++r) {
     PullResult theirs;
-    const absl::Status status = DecodePartOutcome(cluster_.Take(Key("out", seq, r), OutcomeTimeout(config_)), &theirs);
+    const absl::Status status = DecodePartOutcome(cluster_.TakeFromLiving(r, Key("out", seq, r)), &theirs);
     if (Severity(status) > Severity(folded))
       folded = absl::Status(status.code(), absl::StrCat("rank ", r, "'s part: ", status.message()));
     if (folded.ok() && theirs.round != result.round) {

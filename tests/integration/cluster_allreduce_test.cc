@@ -252,6 +252,44 @@ TEST(ClusterSilence, AFollowerBuildingItsTrainerLongerThanTheClusterTimeoutIsWai
   EXPECT_EQ(follower_error, "");
 }
 
+// comm.cluster_parts: rank 0 waits for each follower's part outcome (its push or pull, streamed for as long as its
+// link needs) while the follower lives, past workers.cluster_timeout_s and workers.rpc_timeout_s; it gives up on a
+// follower that is gone. Before, PartLeader waited rpc_timeout_s + cluster_timeout_s at most, so a part streaming
+// longer (a large slice on a slow link, after rank 0's own part failed fast) took the whole cluster out of the run.
+TEST(ClusterSilence, APartOutcomeIsWaitedForWhileItsRankLivesAndGivenUpOnOnceItIsGone) {
+  const std::string store = "127.0.0.1:" + std::to_string(FreePort());
+  constexpr double kTimeoutS = 1;
+  constexpr std::chrono::milliseconds kSilence{1000};
+  std::string follower_error;
+  std::thread follower([&] {
+    auto cluster = WorkerCluster::Connect(1, 2, store, kTimeoutS, "", torch::kCPU, kSilence);
+    if (!cluster.ok()) {
+      follower_error = std::string(cluster.status().message());
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(4 * kTimeoutS));  // streaming its part: no polls
+    (*cluster)->Put("out/0/1", "pushed");
+  });
+  auto cluster = WorkerCluster::Connect(0, 2, store, kTimeoutS, "", torch::kCPU, kSilence);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::string taken, leader_error;
+  try {
+    taken = (*cluster)->TakeFromLiving(1, "out/0/1");
+  } catch (const std::exception& e) {
+    leader_error = e.what();
+  }
+  follower.join();
+  EXPECT_EQ(follower_error, "");
+  EXPECT_EQ(leader_error, "");
+  EXPECT_EQ(taken, "pushed");
+  try {  // rank 1 is gone (its heartbeat with it)
+    (*cluster)->TakeFromLiving(1, "out/1/1");
+    ADD_FAILURE() << "the leader waited on a follower that is gone";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("no 'out/1/1' from rank 1"), std::string::npos) << e.what();
+  }
+}
+
 // WorkerCluster::Broadcast when the ranks' tensors differ in layout (as on a GPU cluster: rank 0 merges from CPU
 // buffers while a follower receives on its device): rank 0 passes a small tensor, then a large one (2^24 elements,
 // the in-place size) transposed, i.e. not contiguous, then another small one; rank 1 passes contiguous zeros. Each
