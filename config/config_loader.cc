@@ -121,6 +121,16 @@ absl::Status ApplyOverride(const std::string& override_text, Config& config, Set
 // --set left unset; one they set to another value is an error naming both. model.seq_len (the training context, not a
 // shape key) left unset becomes min(its default, max_positions). data.tokenizer left unset becomes the directory's
 // SentencePiece tokenizer.model when it ships one, else its tokenizer.json.
+// `m` with each key whose 0 stands for a value derived from others (ModelConfig's accessors) made explicit.
+ModelConfig ExplicitModel(ModelConfig m) {
+  m.n_kv_head = m.KvHeads();
+  m.head_dim = m.HeadDim();
+  m.ffn_hidden = m.FfnHidden();
+  m.rope_original_max_positions = m.RopeOriginalMaxPositions();
+  if (m.sliding_window >= m.MaxPositions()) m.sliding_window = 0;
+  return m;
+}
+
 absl::Status MergeHfModelDir(Config& config, const SetKeys& set_keys) {
   const std::string& dir = config.model.init_from;
   auto hf = ReadHfModelConfig(dir);
@@ -128,10 +138,16 @@ absl::Status MergeHfModelDir(Config& config, const SetKeys& set_keys) {
   Config from = config;
   from.model = hf->model;
   for (const std::string& key : hf->keys) {
+    if (!set_keys.count(key)) FindField(key)->copy(config, from);
+  }
+  // A key the YAML sets must mean what config.json does, where a 0 stands for a derived value on either side
+  // (head_dim 0: d_model / n_head; sliding_window 0 or >= max_positions: none).
+  Config yaml_explicit = config, hf_explicit = from;
+  yaml_explicit.model = ExplicitModel(config.model);
+  hf_explicit.model = ExplicitModel(from.model);
+  for (const std::string& key : hf->keys) {
     const Field* field = FindField(key);
-    if (!set_keys.count(key)) {
-      field->copy(config, from);
-    } else if (!field->equal(config, from)) {
+    if (set_keys.count(key) && !field->equal(yaml_explicit, hf_explicit)) {
       return absl::InvalidArgumentError(
           absl::StrCat(key, ": the YAML says ", field->get(config), ", ", dir, "/config.json says ", field->get(from)));
     }

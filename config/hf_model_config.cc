@@ -4,6 +4,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -88,11 +91,14 @@ double RopeNumber(Reader& r, const json& p, const char* key, double fallback) {
 // YaRN's mscale: 0.1 k ln(factor) + 1 (1 for factor <= 1).
 double YarnMscale(double factor, double k) { return factor <= 1 ? 1.0 : 0.1 * k * std::log(factor) + 1.0; }
 
-// The rope dict's scaling keys for m.rope_type (worker/lm/rope.h), transformers' defaults where absent.
-void ReadRopeScaling(Reader& r, const json& p, ModelConfig& m) {
+// The rope dict's scaling keys for m.rope_type (worker/lm/rope.h), transformers' defaults where absent. For llama3
+// and yarn a top-level original_max_position_embeddings (Phi-3's layout) wins over the dict's, as in transformers 5.
+void ReadRopeScaling(Reader& r, const json& j, const json& p, ModelConfig& m) {
   m.rope_factor = RopeNumber(r, p, "factor", 1.0);
-  m.rope_original_max_positions =
-      static_cast<int64_t>(RopeNumber(r, p, "original_max_position_embeddings", static_cast<double>(m.MaxPositions())));
+  const bool top_level_original = (m.rope_type == RopeType::kLlama3 || m.rope_type == RopeType::kYarn) &&
+                                  r.Present("original_max_position_embeddings");
+  m.rope_original_max_positions = static_cast<int64_t>(RopeNumber(
+      r, top_level_original ? j : p, "original_max_position_embeddings", static_cast<double>(m.MaxPositions())));
   if (m.rope_original_max_positions == m.MaxPositions()) m.rope_original_max_positions = 0;
   if (m.rope_type == RopeType::kLlama3) {
     m.rope_low_freq_factor = RopeNumber(r, p, "low_freq_factor", 1.0);
@@ -113,32 +119,68 @@ void ReadRopeScaling(Reader& r, const json& p, ModelConfig& m) {
   }
 }
 
-// rope_theta and the rope scaling: 5.x rope_parameters {rope_theta, rope_type, ...}; 4.x top-level rope_theta and
-// rope_scaling (null, or {"rope_type" or "type": ..., ...}). Types default, linear, llama3, yarn and dynamic; any
-// other is refused naming it. Reads after max_positions (the default of original_max_position_embeddings).
-void ReadRope(Reader& r, const json& j, ModelConfig& m) {
-  m.rope_theta = r.Number("rope_theta", 10000.0);
+// One rope dict `p` (`key` of config.json `j`) read into `m`: its type ("rope_type" or 4.x "type"; absent: default),
+// its rope_theta (absent: the top-level one, else 10000) and its scaling keys.
+void ReadRopeDict(Reader& r, const json& j, const char* key, const json& p, ModelConfig& m) {
+  if (!p.is_object()) return r.Error(absl::StrCat(key, ": expected an object or null, got ", p.dump()));
+  m.rope_theta = RopeNumber(r, p, "rope_theta", r.Number("rope_theta", 10000.0));
   std::string type = "default";
-  const json* scaling = nullptr;
-  for (const char* key : {"rope_parameters", "rope_scaling"}) {
-    if (!r.Present(key)) continue;
-    const json& p = j[key];
-    if (!p.is_object()) return r.Error(absl::StrCat(key, ": expected an object or null, got ", p.dump()));
-    if (p.contains("rope_theta") && p["rope_theta"].is_number()) m.rope_theta = p["rope_theta"].get<double>();
-    for (const char* type_key : {"type", "rope_type"}) {
-      if (p.contains(type_key) && p[type_key].is_string()) type = p[type_key].get<std::string>();
-    }
-    scaling = &p;
+  for (const char* type_key : {"type", "rope_type"}) {
+    if (p.contains(type_key) && p[type_key].is_string()) type = p[type_key].get<std::string>();
   }
   if (!EnumFromName(type, &m.rope_type)) {
     return r.Error(
         absl::StrCat("rope type '", type, "' is not supported (supported: default, linear, llama3, yarn, dynamic)"));
   }
-  if (scaling == nullptr) return;
-  if (RopeNumber(r, *scaling, "partial_rotary_factor", 1.0) != 1.0) {
+  if (RopeNumber(r, p, "partial_rotary_factor", 1.0) != 1.0) {
     return r.Error("rope partial_rotary_factor other than 1 is not supported");
   }
-  ReadRopeScaling(r, *scaling, m);
+  ReadRopeScaling(r, j, p, m);
+}
+
+// What of the rope two readings disagree on ("" when nothing).
+std::string RopeDifference(const ModelConfig& a, const ModelConfig& b) {
+  const std::vector<std::tuple<const char*, double, double>> numbers = {
+      {"rope_theta", a.rope_theta, b.rope_theta},
+      {"factor", a.rope_factor, b.rope_factor},
+      {"low_freq_factor", a.rope_low_freq_factor, b.rope_low_freq_factor},
+      {"high_freq_factor", a.rope_high_freq_factor, b.rope_high_freq_factor},
+      {"original_max_position_embeddings", static_cast<double>(a.RopeOriginalMaxPositions()),
+       static_cast<double>(b.RopeOriginalMaxPositions())},
+      {"attention_factor", a.rope_attention_factor, b.rope_attention_factor},
+      {"beta_fast", a.rope_beta_fast, b.rope_beta_fast},
+      {"beta_slow", a.rope_beta_slow, b.rope_beta_slow}};
+  if (a.rope_type != b.rope_type) {
+    return absl::StrCat("rope type ", std::string(EnumName(a.rope_type)), " against ",
+                        std::string(EnumName(b.rope_type)));
+  }
+  for (const auto& [name, x, y] : numbers) {
+    if (x != y) return absl::StrCat(name, " ", x, " against ", y);
+  }
+  return "";
+}
+
+// rope_theta and the rope scaling: 5.x rope_parameters {rope_theta, rope_type, ...}; 4.x top-level rope_theta and
+// rope_scaling (null, or {"rope_type" or "type": ..., ...}). Types default, linear, llama3, yarn and dynamic; any
+// other is refused naming it. Reads after max_positions (the default of original_max_position_embeddings). With both
+// dicts (our export writes both, alike), transformers 5 reads rope_scaling alone with the top-level rope_theta: a
+// config.json whose two dicts mean different ropes (rope_scaling added by hand to a 5.x config, whose rope_theta
+// then silently becomes 10000 in transformers) is refused, naming the difference.
+void ReadRope(Reader& r, const json& j, ModelConfig& m) {
+  m.rope_theta = r.Number("rope_theta", 10000.0);
+  m.rope_type = RopeType::kDefault;
+  if (!r.Present("rope_scaling") && !r.Present("rope_parameters")) return;
+  if (!r.Present("rope_parameters")) return ReadRopeDict(r, j, "rope_scaling", j["rope_scaling"], m);
+  ReadRopeDict(r, j, "rope_parameters", j["rope_parameters"], m);
+  if (!r.Present("rope_scaling") || !r.status().ok()) return;
+  ModelConfig scaling = m;
+  ReadRopeDict(r, j, "rope_scaling", j["rope_scaling"], scaling);
+  const std::string difference = RopeDifference(scaling, m);
+  if (r.status().ok() && !difference.empty()) {
+    r.Error(absl::StrCat("rope_scaling and rope_parameters describe different ropes (", difference,
+                         "); transformers 5 reads rope_scaling with the top-level rope_theta (10000 when absent): "
+                         "keep one of the two"));
+  }
 }
 
 const std::vector<std::string> kLlamaKeys = {"model.arch",
@@ -407,8 +449,10 @@ void PutLlamaFamily(const ModelConfig& m, nlohmann::ordered_json& j) {
 std::vector<int64_t> HfStopTokenIds(const std::string& dir, int64_t vocab_size) {
   std::vector<int64_t> ids;
   if (!IsHfModelDir(dir)) return ids;
-  AppendIds(std::filesystem::path(dir) / "config.json", "eos_token_id", vocab_size, ids);
-  AppendIds(std::filesystem::path(dir) / "generation_config.json", "eos_token_id", vocab_size, ids);
+  const std::filesystem::path generation = std::filesystem::path(dir) / "generation_config.json";
+  std::error_code ec;
+  AppendIds(std::filesystem::exists(generation, ec) ? generation : std::filesystem::path(dir) / "config.json",
+            "eos_token_id", vocab_size, ids);
   return ids;
 }
 

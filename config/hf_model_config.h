@@ -39,11 +39,12 @@ absl::StatusOr<HfModelConfig> ReadHfModelConfig(const std::string& dir);
 // True when `path` is a directory holding a config.json (a Hugging Face model directory).
 bool IsHfModelDir(const std::string& path);
 
-// The ids at which generation stops for the Hugging Face model directory `dir`: config.json's eos_token_id (an id or
-// a list: Llama 3.1 / 3.2 Instruct list <|end_of_text|>, <|eom_id|> and <|eot_id|>), then generation_config.json's
-// not listed yet (Qwen2.5-Instruct names <|im_end|> there only), each below vocab_size, in that order. Empty when
-// `dir` is not such a directory or names none. transformers' generate() stops at any of them; model.eos_token_id
-// keeps the first (the EOS written between documents).
+// The ids at which transformers' generate() stops for the Hugging Face model directory `dir`: generation_config.json's
+// eos_token_id (an id or a list: Llama 3.1 / 3.2 Instruct list <|end_of_text|>, <|eom_id|> and <|eot_id|>,
+// Qwen2.5-Instruct <|im_end|> and <|endoftext|>) when that file exists, even when it names none (transformers 5.25
+// then reads nothing of config.json's); else config.json's. Each below vocab_size, in the file's order. Empty when
+// `dir` is not such a directory or names none. model.eos_token_id keeps config.json's first (the EOS written between
+// documents).
 std::vector<int64_t> HfStopTokenIds(const std::string& dir, int64_t vocab_size);
 
 // config.json for `model` with weights stored as `dtype` ("float32" or "bfloat16"). `transformers_version` is

@@ -98,8 +98,10 @@ absl::Status RunGenerate(const GenerateCommand& c) {
   if (!c.init_from.empty()) overrides.push_back("model.init_from=" + c.init_from);  // config.json fills model:
   auto config = LoadConfig(c.config, overrides);
   if (!config.ok()) return config.status();
-  // The model directory's stop ids (a list of EOS ids), read before a checkpoint takes init_from's place.
+  // The model directory's stop ids (a list of EOS ids), read before a checkpoint takes init_from's place: from a
+  // Hugging Face directory those alone stop generation (as transformers' generate()), else the model's EOS.
   const std::vector<int64_t> stop_ids = HfStopTokenIds(config->model.init_from, config->model.vocab_size);
+  const bool hf_dir = IsHfModelDir(config->model.init_from);
   if (!c.checkpoint.empty()) config->model.init_from = c.checkpoint;  // after the run's own init_from shaped model:
   auto model = LoadModel(*config);
   if (!model.ok()) return model.status();
@@ -111,7 +113,7 @@ absl::Status RunGenerate(const GenerateCommand& c) {
   options.temperature = c.temperature;
   options.top_k = c.top_k;
   options.seed = c.seed;
-  options.eos_id = c.ignore_eos ? -1 : config->model.eos_token_id;
+  options.eos_id = c.ignore_eos || hf_dir ? -1 : config->model.eos_token_id;
   if (!c.ignore_eos) options.stop_ids = stop_ids;
   auto ids = Generate(**model, *prompt, config->model.MaxPositions(), options);
   if (!ids.ok()) return ids.status();

@@ -6,13 +6,16 @@ Each case is saved with save_pretrained (float32) in <out>/<case>, with its norm
 biases, qwen3's q_norm/k_norm) perturbed away from their 1/0 init, and <out>/<case>_golden.safetensors holds what
 tests/golden/make_hf_golden.py's golden() records (tokens [2, 16], logits, prompt [1, 8], the 32 greedy ids of
 generate(do_sample=False), the greedy margin). Some cases rewrite config.json in transformers 4.x's layout
-(top-level rope_theta and rope_scaling with "type") to test that reader too; transformers reads both.
+(top-level rope_theta and rope_scaling with "type") to test that reader too; transformers reads both. Others are
+edited after saving (the golden is then made from the file as reloaded).
 Cases (settings the other golden tests do not use):
   llama_llama3   rope llama3 (factor 8, low 1, high 4, original 64: head dims in all three bands), head_dim 24 with
                  d_model 64 / 4 heads, GQA, 5.x layout
   llama_yarn     rope yarn (factor 4, original 32, default attention factor and betas), tied head, 4.x layout
   llama_linear   rope linear (factor 2), 4.x layout with "type"
   llama_dynamic  rope dynamic (NTK, factor 4): below max_position_embeddings transformers uses the default frequencies
+  llama_llama3_toplevel  rope llama3 with original_max_position_embeddings 16 at the top level of config.json (Phi-3's
+                 layout) and 64 in the dict: transformers 5 takes the top-level one
   mistral        sliding_window 8 (< the 16 tokens and the 40 positions of generation), head_dim 32, GQA
   qwen2          q/k/v biases, untied head;  qwen2_tied: tied head
   qwen3          q_norm/k_norm, head_dim 32 with d_model 64 / 4 heads, GQA, rope yarn (factor 2, original 64)
@@ -55,6 +58,10 @@ def cases():
         "llama_dynamic": (LlamaForCausalLM, LlamaConfig(
             **COMMON, num_key_value_heads=2, tie_word_embeddings=False,
             rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 4.0}), None),
+        "llama_llama3_toplevel": (LlamaForCausalLM, LlamaConfig(
+            **COMMON, num_key_value_heads=2, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                             "high_freq_factor": 4.0, "original_max_position_embeddings": 64}), top_level_original),
         "mistral": (MistralForCausalLM, MistralConfig(
             **COMMON, num_key_value_heads=2, head_dim=32, sliding_window=8, tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 20000.0}), None),
@@ -69,6 +76,15 @@ def cases():
             rope_parameters={"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 2.0,
                              "original_max_position_embeddings": 64}), None),
     }
+
+
+def top_level_original(directory):
+    """Adds original_max_position_embeddings 16 at the top level of config.json (the dict keeps its 64)."""
+    path = os.path.join(directory, "config.json")
+    config = json.load(open(path))
+    assert config["rope_parameters"]["original_max_position_embeddings"] == 64
+    config["original_max_position_embeddings"] = 16
+    json.dump(config, open(path, "w"), indent=2)
 
 
 def to_4x_layout(directory, type_key):
@@ -90,13 +106,13 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     torch.manual_seed(4321)
     gen = torch.Generator().manual_seed(4321)
-    for name, (cls, config, layout_4x) in cases().items():
+    for name, (cls, config, edit) in cases().items():
         model = cls(config).float()
         perturb_norms_and_biases(model, gen)
         directory = os.path.join(args.out, name)
         model.save_pretrained(directory)
-        if layout_4x:
-            to_4x_layout(directory, layout_4x)
+        if edit:
+            edit(directory) if callable(edit) else to_4x_layout(directory, edit)
             model = cls.from_pretrained(directory, dtype=torch.float32)  # the golden of the file we hand over
         save_file(golden(model, gen), os.path.join(args.out, name + "_golden.safetensors"))
     print("wrote", args.out)

@@ -184,33 +184,41 @@ TEST_P(HfGoldenTest, CtlGeneratePrintsHuggingFacesIds) {
   EXPECT_EQ(out, IdsText(g.generated));
 }
 
-// A model directory that lists several EOS ids (config.json's eos_token_id as a list, as Llama 3.1 / 3.2 Instruct
-// ship it, and one more in generation_config.json, as Qwen2.5-Instruct does): transformers' generate() stops after
-// the first generated id that is any of them. The directory is the golden one copied, its config.json naming two of
-// HF's greedy ids as EOS and generation_config.json a third; diloco-ctl generate must print HF's ids up to and
-// including the first of the three it meets. Before, only the list's first id stopped it.
+// A model directory that lists several EOS ids (generation_config.json's eos_token_id as a list, as Llama 3.1 / 3.2
+// Instruct and Qwen2.5-Instruct ship it): transformers' generate() stops after the first generated id that is any of
+// them, and reads only that file's ids when it exists (transformers 5.25: config.json's eos_token_id then stops
+// nothing, nor does it when generation_config.json names none). The directory is the golden one copied, its
+// generation_config.json naming two of HF's greedy ids and config.json an id HF generates before either; diloco-ctl
+// generate must print HF's ids up to and including the first of the two. Without eos_token_id in
+// generation_config.json it prints all 32. Before, config.json's id stopped it too.
 TEST_P(HfGoldenTest, CtlGenerateStopsAtAnyOfTheDirectorysEosIds) {
   const Golden g = ReadGolden(GetParam());
   const std::vector<int64_t> hf(g.generated.data_ptr<int64_t>(), g.generated.data_ptr<int64_t>() + g.generated.numel());
-  // Three ids HF generates, chosen from its 32 (the first occurrences of positions 20, 12 and 9, listed in that
-  // order): HF stops at whichever comes first.
-  const std::vector<int64_t> listed = {hf[20], hf[12]};
-  const int64_t extra = hf[9];
-  size_t stop = hf.size();
-  for (size_t i = 0; i < hf.size() && stop == hf.size(); ++i) {
-    if (hf[i] == listed[0] || hf[i] == listed[1] || hf[i] == extra) stop = i;
+  // Listed: the last two ids to appear for the first time (HF stops at whichever comes first); config.json's EOS:
+  // the first id, which HF generates before them.
+  std::vector<size_t> firsts;  // positions where an id appears for the first time
+  for (size_t i = 0; i < hf.size(); ++i) {
+    if (std::find(hf.begin(), hf.begin() + static_cast<std::ptrdiff_t>(i), hf[i]) == hf.begin() + i)
+      firsts.push_back(i);
   }
-  ASSERT_LT(stop, hf.size());
+  ASSERT_GE(firsts.size(), 2u) << "the golden's greedy ids are one id repeated";
+  std::vector<int64_t> listed = {hf[firsts.back()]};  // gpt2's golden cycles through 2 ids: one listed
+  if (firsts.size() > 2) listed.push_back(hf[firsts[firsts.size() - 2]]);
+  const size_t stop = firsts[firsts.size() - listed.size()], before = 0;
   const std::string dir = ::testing::TempDir() + "/eos_list_" + GetParam();
   std::filesystem::remove_all(dir);
   std::filesystem::copy(kDir + "/" + GetParam(), dir, std::filesystem::copy_options::recursive);
   nlohmann::json config = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
-  config["eos_token_id"] = listed;
+  config["eos_token_id"] = hf[before];
   std::ofstream(dir + "/config.json") << config.dump();
-  std::ofstream(dir + "/generation_config.json") << nlohmann::json({{"eos_token_id", {extra}}}).dump();
+  std::ofstream(dir + "/generation_config.json") << nlohmann::json({{"eos_token_id", listed}}).dump();
   const auto [code, out] = CtlGenerate(dir, std::string("eos_") + GetParam(), g.prompt);
   EXPECT_EQ(code, 0) << out;
   EXPECT_EQ(out, IdsText(g.generated.narrow(1, 0, static_cast<int64_t>(stop) + 1)));
+  std::ofstream(dir + "/generation_config.json") << nlohmann::json({{"do_sample", false}}).dump();
+  const auto [code_none, out_none] = CtlGenerate(dir, std::string("eos_none_") + GetParam(), g.prompt);
+  EXPECT_EQ(code_none, 0) << out_none;
+  EXPECT_EQ(out_none, IdsText(g.generated));
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, HfGoldenTest, ::testing::Values("llama", "gpt2", "llama_bf16"));
@@ -335,6 +343,7 @@ INSTANTIATE_TEST_SUITE_P(
                       FamilyCase{"llama_yarn", ModelArch::kLlama, RopeType::kYarn, 16, 0, true},
                       FamilyCase{"llama_linear", ModelArch::kLlama, RopeType::kLinear, 16, 0, false},
                       FamilyCase{"llama_dynamic", ModelArch::kLlama, RopeType::kDynamic, 16, 0, false},
+                      FamilyCase{"llama_llama3_toplevel", ModelArch::kLlama, RopeType::kLlama3, 16, 0, false},
                       FamilyCase{"mistral", ModelArch::kMistral, RopeType::kDefault, 32, 8, false},
                       FamilyCase{"qwen2", ModelArch::kQwen2, RopeType::kDefault, 16, 0, false},
                       FamilyCase{"qwen2_tied", ModelArch::kQwen2, RopeType::kDefault, 16, 0, true},

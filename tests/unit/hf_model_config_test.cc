@@ -109,6 +109,59 @@ TEST(HfModelConfig, ReadsGpt2) {
   EXPECT_EQ(m.eos_token_id, -1);
 }
 
+// Our export writes both rope dicts alike (4.x rope_scaling with the top-level rope_theta, 5.x rope_parameters with
+// its own): read as one rope. transformers 5 reads rope_scaling alone with the top-level rope_theta (10000 when
+// absent), so a 5.x config with rope_scaling added by hand means theta 10000 there and 1e6 in rope_parameters:
+// refused, naming the difference, instead of one of the two silently.
+TEST(HfModelConfig, BothRopeDictsMustDescribeTheSameRope) {
+  auto j = nlohmann::json::parse(kLlama5);
+  const nlohmann::json llama3 = {{"rope_type", "llama3"},
+                                 {"factor", 8.0},
+                                 {"low_freq_factor", 1.0},
+                                 {"high_freq_factor", 4.0},
+                                 {"original_max_position_embeddings", 64}};
+  j["rope_theta"] = 500000.0;
+  j["rope_scaling"] = llama3;
+  j["rope_parameters"] = llama3;
+  j["rope_parameters"]["rope_theta"] = 500000.0;
+  auto hf = ParseHfModelConfig(j, "d/config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->model.rope_type, RopeType::kLlama3);
+  EXPECT_DOUBLE_EQ(hf->model.rope_theta, 500000.0);
+  EXPECT_EQ(hf->model.RopeOriginalMaxPositions(), 64);
+
+  j = nlohmann::json::parse(kLlama5);
+  j["rope_parameters"] = {
+      {"rope_type", "yarn"}, {"rope_theta", 1000000.0}, {"factor", 4.0}, {"original_max_position_embeddings", 32}};
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32}};
+  hf = ParseHfModelConfig(j, "d/config.json");
+  ASSERT_FALSE(hf.ok());
+  EXPECT_EQ(std::string(hf.status().message()),
+            "d/config.json: rope_scaling and rope_parameters describe different ropes (rope_theta 10000 against "
+            "1e+06); transformers 5 reads rope_scaling with the top-level rope_theta (10000 when absent): keep one "
+            "of the two");
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 4.0}, {"rope_theta", 1000000.0}};
+  hf = ParseHfModelConfig(j, "d/config.json");
+  ASSERT_FALSE(hf.ok());
+  EXPECT_NE(hf.status().message().find("(rope type linear against yarn)"), std::string::npos) << hf.status();
+}
+
+// A top-level original_max_position_embeddings (Phi-3's layout) wins over the rope dict's for llama3 and yarn, as in
+// transformers 5 (standardize_rope_params); the golden family llama_llama3_toplevel checks the logits.
+TEST(HfModelConfig, TopLevelOriginalMaxPositionsWinsForLlama3AndYarn) {
+  auto j = nlohmann::json::parse(kLlama5);
+  j["rope_parameters"] = {
+      {"rope_type", "yarn"}, {"rope_theta", 10000.0}, {"factor", 4.0}, {"original_max_position_embeddings", 32}};
+  j["original_max_position_embeddings"] = 16;
+  auto hf = ParseHfModelConfig(j, "d/config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->model.RopeOriginalMaxPositions(), 16);
+  j["rope_parameters"] = {{"rope_type", "linear"}, {"rope_theta", 10000.0}, {"factor", 4.0}};
+  hf = ParseHfModelConfig(j, "d/config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->model.RopeOriginalMaxPositions(), 128);  // linear does not read it: max_position_embeddings
+}
+
 TEST(HfModelConfig, RefusesWhatWeDoNotImplement) {
   auto j = nlohmann::json::parse(kLlama5);
   j["rope_parameters"] = {{"rope_type", "longrope"}, {"rope_theta", 500000.0}, {"factor", 8.0}};
@@ -332,14 +385,18 @@ class HfMergeTest : public ScratchDirTest {
   }
 };
 
-// The directory's EOS ids: config.json's list, then generation_config.json's not listed yet, each below vocab_size;
-// written back as lists (config.json and generation_config.json), a single id as before.
-TEST_F(HfMergeTest, StopTokenIdsComeFromBothFilesAndAreWrittenBackAsAList) {
+// The directory's EOS ids as transformers 5.25's generate() reads them: generation_config.json's when that file exists
+// (even without eos_token_id: then none; config.json's are not read), else config.json's; each below vocab_size.
+// Written back as lists (config.json and generation_config.json), a single id as before.
+TEST_F(HfMergeTest, StopTokenIdsComeFromGenerationConfigWhenItExistsAndAreWrittenBackAsAList) {
   std::ofstream(Path("config.json")) << R"({"model_type": "llama", "vocab_size": 100, "eos_token_id": [2, 7, 9]})";
+  EXPECT_EQ(HfStopTokenIds(dir_.string(), 100), (std::vector<int64_t>{2, 7, 9}));
   std::ofstream(Path("generation_config.json")) << R"({"eos_token_id": [9, 11, 500]})";
-  EXPECT_EQ(HfStopTokenIds(dir_.string(), 100), (std::vector<int64_t>{2, 7, 9, 11}));
+  EXPECT_EQ(HfStopTokenIds(dir_.string(), 100), (std::vector<int64_t>{9, 11}));
   std::ofstream(Path("generation_config.json")) << R"({"eos_token_id": 12})";
-  EXPECT_EQ(HfStopTokenIds(dir_.string(), 100), (std::vector<int64_t>{2, 7, 9, 12}));
+  EXPECT_EQ(HfStopTokenIds(dir_.string(), 100), (std::vector<int64_t>{12}));
+  std::ofstream(Path("generation_config.json")) << R"({"temperature": 0.7})";
+  EXPECT_TRUE(HfStopTokenIds(dir_.string(), 100).empty());
   EXPECT_TRUE(HfStopTokenIds(Path("nothing-here"), 100).empty());
   ModelConfig m;
   m.arch = ModelArch::kLlama;
@@ -372,6 +429,29 @@ TEST_F(HfMergeTest, SameValuesAgreeAndSeqLenIsCapped) {
   auto too_long = Load("  seq_len: 48\n");
   ASSERT_FALSE(too_long.ok());
   EXPECT_NE(too_long.status().message().find("model.seq_len (48) exceeds"), std::string::npos) << too_long.status();
+}
+
+// A YAML value that means what config.json implies agrees, though the importer keeps the derived ones as 0:
+// head_dim 16 = hidden 64 / 4 heads (Llama 3.2 writes it explicitly), sliding_window at least max_position_embeddings
+// (no window). Before, "model.head_dim: the YAML says 16, .../config.json says 0". A different one is refused.
+TEST_F(HfMergeTest, YamlValuesThatMeanWhatConfigJsonImpliesAgree) {
+  WriteConfig(kLlama5);
+  auto c = Load("  head_dim: 16\n  n_kv_head: 2\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.HeadDim(), 16);
+  c = Load("  head_dim: 32\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("model.head_dim: the YAML says 32"), std::string::npos) << c.status();
+  auto j = nlohmann::json::parse(kLlama5);
+  j["model_type"] = "mistral";
+  j["architectures"] = {"MistralForCausalLM"};
+  j["sliding_window"] = nullptr;
+  WriteConfig(j.dump());
+  c = Load("  sliding_window: 4096\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  c = Load("  sliding_window: 64\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("model.sliding_window: the YAML says 64"), std::string::npos) << c.status();
 }
 
 TEST_F(HfMergeTest, ConflictNamesBothValues) {
