@@ -186,6 +186,11 @@ def main():
         f"a {ADDED} b<|eos|>c<|bos|>",
         "a sword, swords, \u00absword\u00bb, \u00e9sword, sword_x, \u0663sword, \u216bsword the sword",
         "x\u3000<|pad|>\u00a0y and x <|pad|> y and x\t<|pad|>\n y",
+        # single_word's neighbours as tokenizers tests them (regex \w): a mark or a joiner touches, a No digit not.
+        "\u00b2sword sword\u0301 \u200dsword x\u203fsword \u0301 sword",
+        # Words over 256 bytes (not cached): merged on their own, not with the words before them.
+        "Hello\n\nWorld " + "=" * 300 + "\n\nend",
+        "a  " + "\u6771" * 90 + " b",
         " ",
         "\n",
         "x",

@@ -198,8 +198,10 @@ void HfBpe::EncodeUncached(std::string_view word, bool byte_level, std::vector<i
 }
 
 void HfBpe::Encode(std::string_view word, bool byte_level, std::vector<int>* ids) const {
-  if (word.size() > kCachedWordBytes) {
-    EncodeUncached(word, byte_level, ids);
+  if (word.size() > kCachedWordBytes) {  // merged on its own: `ids` holds the words before it
+    std::vector<int> word_ids;
+    EncodeUncached(word, byte_level, &word_ids);
+    ids->insert(ids->end(), word_ids.begin(), word_ids.end());
     return;
   }
   thread_local WordCache cache;

@@ -136,11 +136,11 @@ uint32_t CodePointBefore(std::string_view text, size_t pos, size_t* length) {
 }
 
 bool IsWordChar(uint32_t cp) {
-  if (cp == '_') return true;
   const auto c = static_cast<UChar32>(cp);
-  if (u_hasBinaryProperty(c, UCHAR_ALPHABETIC)) return true;
+  if (u_hasBinaryProperty(c, UCHAR_ALPHABETIC) || u_hasBinaryProperty(c, UCHAR_JOIN_CONTROL)) return true;
   const int8_t type = u_charType(c);
-  return type == U_DECIMAL_DIGIT_NUMBER || type == U_LETTER_NUMBER || type == U_OTHER_NUMBER;
+  return type == U_NON_SPACING_MARK || type == U_COMBINING_SPACING_MARK || type == U_ENCLOSING_MARK ||
+         type == U_DECIMAL_DIGIT_NUMBER || type == U_CONNECTOR_PUNCTUATION;
 }
 
 bool IsWhiteSpace(uint32_t cp) { return u_hasBinaryProperty(static_cast<UChar32>(cp), UCHAR_WHITE_SPACE); }

@@ -27,8 +27,9 @@ bool IsValidUtf8(std::string_view text);
 // In valid UTF-8 `text`, the code point that starts at byte `pos` / ends just before it, and its length in bytes.
 uint32_t CodePointAt(std::string_view text, size_t pos, size_t* length);
 uint32_t CodePointBefore(std::string_view text, size_t pos, size_t* length);
-// As Rust's char::is_alphanumeric() || c == '_' (the Alphabetic property, or a number: Nd, Nl, No): what the
-// tokenizers library's single_word added tokens must not touch (ICU's properties).
+// As the Rust regex crate's Unicode \w (Alphabetic, a mark Mn / Mc / Me, Nd, Pc such as '_', Join_Control; not No
+// such as superscript two, U+00B2): what the tokenizers library's single_word added tokens must not touch (its
+// added_vocabulary tests its neighbours with \w; ICU's properties here).
 bool IsWordChar(uint32_t cp);
 // As Rust's char::is_whitespace() (the White_Space property): what lstrip / rstrip added tokens take in.
 bool IsWhiteSpace(uint32_t cp);
