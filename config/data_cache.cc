@@ -30,8 +30,9 @@ std::string TokenCache::tokenizer_path() const {
 namespace {
 
 // Bump when the tokenizer's output changes for the same inputs (v2: shards, manifest, BOS/EOS; v3: a tokenizer.json
-// text document's ids are those of one encode() of the whole file, work_items.h).
-constexpr int kCacheFormatVersion = 3;
+// text document's ids are those of one encode() of the whole file, work_items.h; v4: tokenizer.json words over 256
+// bytes and single_word added tokens as the tokenizers library encodes them).
+constexpr int kCacheFormatVersion = 4;
 // Longer input lists than this go to the tokenizer through a list file instead of its command line.
 constexpr size_t kMaxInlineInputChars = 32 << 10;
 
