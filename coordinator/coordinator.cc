@@ -352,7 +352,14 @@ absl::StatusOr<std::shared_ptr<const ParamSnapshot>> CoordinatorCore::BeginPull(
     }
   }
   membership_.Touch(request.meta().worker_id(), clock_());
-  return theta_->current();
+  std::shared_ptr<const ParamSnapshot> current = theta_->current();
+  if (current->complete && !complete_) {
+    // The run's last theta is served once its checkpoint is on disk (or failed): a worker that pulls it is told the
+    // run is complete and leaves, and a coordinator killed before that checkpoint would resume at the round before
+    // with nobody left to train it, and the last theta lost.
+    return absl::UnavailableError("the run's last round is being checkpointed; pull again");
+  }
+  return current;
 }
 
 void CoordinatorCore::CountBytesSent(const std::string& worker_id, int64_t bytes) {

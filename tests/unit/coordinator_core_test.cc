@@ -4,6 +4,7 @@
 // generous bound and never assert on time.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -1043,6 +1045,53 @@ TEST_F(CoordinatorCoreTest, SyncResendOfAPushWhileItsRoundIsSteppedIsAlreadyCoun
   EXPECT_EQ(during_step.code(), absl::StatusCode::kAlreadyExists) << during_step;
   EXPECT_THAT(std::string(during_step.message()), HasSubstr("(its outer step is under way)"));
   EXPECT_EQ(Worker(core_->Status(), "A").rounds_contributed(), 1);
+}
+
+// Calls `on_line` with each line logged (on the logging thread) while it is installed.
+class CallbackSink : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit CallbackSink(std::function<void(const std::string&)> on_line) : on_line_(std::move(on_line)) {}
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    on_line_(std::string(msg.payload.data(), msg.payload.size()));
+  }
+  void flush_() override {}
+
+ private:
+  std::function<void(const std::string&)> on_line_;
+};
+
+// The last round is published before its checkpoint is written (the round's sinks: its log line, then the checkpoint).
+// A pull of it meanwhile would tell the worker "run complete" (it leaves), and a coordinator killed before the
+// checkpoint lands resumes at the round before with no worker left: the run never ends and the last theta is lost.
+// So that pull is UNAVAILABLE (the worker pulls again) until the checkpoint is on disk. Before, it was served.
+TEST_F(CoordinatorCoreTest, TheLastRoundIsNotServedBeforeItsCheckpointIsWritten) {
+  config_.outer.rounds = 1;
+  Start();
+  Join("A");
+  Join("B");
+  absl::Status during_commit = absl::OkStatus();
+  bool pulled_during_commit = false;
+  auto sink = std::make_shared<CallbackSink>([&](const std::string& line) {
+    if (line.find("round 1/1 closed") == std::string::npos) return;
+    PullRequest r;
+    *r.mutable_meta() = Meta("A");
+    during_commit = core_->BeginPull(r).status();
+    pulled_during_commit = true;
+  });
+  spdlog::default_logger()->sinks().push_back(sink);
+  ASSERT_TRUE(Push("A", 0, 1000, RandomDelta()).ok());
+  ASSERT_TRUE(Push("B", 0, 1000, RandomDelta()).ok());
+  core_->Poll();
+  spdlog::default_logger()->sinks().pop_back();
+  ASSERT_TRUE(pulled_during_commit);
+  EXPECT_EQ(during_commit.code(), absl::StatusCode::kUnavailable) << during_commit;
+  EXPECT_THAT(std::string(during_commit.message()), HasSubstr("being checkpointed; pull again"));
+  ASSERT_TRUE(core_->complete());
+  int64_t round = -1;
+  Theta("A", &round);  // served once the checkpoint is written
+  EXPECT_EQ(round, 1);
 }
 
 // inner.adaptive_steps (DyLU): after a round, each worker's H for the next one is its share of the fastest speed.
