@@ -55,6 +55,8 @@ absl::Status Resume(const Config& config, const std::string& fingerprint, BootSt
   snapshot.complete = snapshot.round >= config.SyncRounds();
   boot.momentum = std::move(loaded->data.momentum);
   boot.evals = std::move(loaded->data.evals);
+  boot.members_config = std::move(loaded->data.members_config);
+  boot.members = std::move(loaded->data.members);
   if (!boot.evals.empty() && boot.evals.back().round == snapshot.round) {  // the totals go on from the checkpoint
     boot.tokens_committed = boot.evals.back().tokens;
     boot.bytes_pushed_committed = boot.evals.back().bytes_pushed_committed;

@@ -9,6 +9,8 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "config/config_loader.h"
 #include "config/model_spec.h"
 #include "config/text_file.h"
 #include "coordinator/bootstrap.h"
@@ -139,7 +141,9 @@ void CoordinatorCore::AddSinks(std::unique_ptr<Evaluator> evaluator) {
     evaluation_ =
         sinks_.Add(std::make_unique<EvaluationSink>(config_.coordinator.eval_every, std::move(evaluator), evals_));
   }
-  checkpoints_ = sinks_.Add(std::make_unique<CheckpointWriter>(config_, model_.fingerprint, theta_.get(), evals_));
+  checkpoints_ = sinks_.Add(std::make_unique<CheckpointWriter>(
+      config_, model_.fingerprint, theta_.get(), evals_, [this](int64_t round) { return MembersAt(round); },
+      ConfigHash(config_)));
   sinks_.Add(std::make_unique<SummarySink>([this] { WriteSummary(); }));
 }
 
@@ -171,6 +175,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const C
     c->complete_ = snapshot->complete;
     if (c->complete_) c->round_.set_phase(RoundPhase::kComplete);
     c->round_.set_opened_at(c->clock_());
+    c->RestoreMembers(boot->members_config, boot->members);
+    c->RecordMembersAt(snapshot->round);
   }
   ClosedRound start;
   start.theta = snapshot;
@@ -179,6 +185,44 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const C
   s = c->sinks_.OnStart(start);  // the replay log's theta_0, the evaluation of theta_0
   if (!s.ok()) return s;
   return c;
+}
+
+void CoordinatorCore::RecordMembersAt(int64_t round) {
+  std::vector<MemberRecord> records;
+  for (const std::string& id : membership_.ActiveIds()) {
+    const Member* m = membership_.Find(id);
+    records.push_back({m->id, m->shard_index, m->shard_reader, m->cluster_size, m->inner_steps, m->last_applied_base});
+  }
+  absl::MutexLock lock(&members_mu_);
+  members_at_[round] = std::move(records);
+  while (members_at_.size() > 4) members_at_.erase(members_at_.begin());
+}
+
+std::vector<MemberRecord> CoordinatorCore::MembersAt(int64_t round) const {
+  absl::MutexLock lock(&members_mu_);
+  const auto it = members_at_.find(round);
+  return it == members_at_.end() ? std::vector<MemberRecord>() : it->second;
+}
+
+void CoordinatorCore::RestoreMembers(const std::string& members_config, const std::vector<MemberRecord>& members) {
+  if (members.empty()) return;
+  const bool active = members_config == ConfigHash(config_);
+  std::vector<std::string> ids;
+  for (const MemberRecord& m : members) {
+    membership_.Restore(m, clock_(), active);
+    ids.push_back(Truncated(m.id, 64));
+  }
+  if (active) {
+    spdlog::info(
+        "members of the checkpoint: {} ({}); a round waits for them as before the restart, and a member silent for "
+        "coordinator.lease_s from now is lost",
+        ids.size(), absl::StrJoin(ids, ", "));
+  } else {
+    spdlog::info(
+        "members of the checkpoint: {} ({}); the config changed since, so each joins again (its shard and "
+        "counted pushes are kept)",
+        ids.size(), absl::StrJoin(ids, ", "));
+  }
 }
 
 absl::Status CoordinatorCore::CheckMeta(const RequestMeta& meta, bool require_member) const {
@@ -311,6 +355,7 @@ HeartbeatReply CoordinatorCore::HeartbeatReplyFor(const std::string& id) const {
   reply.set_run_complete(complete_);
   reply.set_pushed(round_.CountsAsPushed(id));
   reply.set_phase(PhaseName(round_.phase()));
+  reply.set_push_port(push_port_);
   if (const Member* m = membership_.Find(id)) {
     reply.set_drain(m->drain_requested);
     if (m->quarantined_until_round > theta_->round()) reply.set_quarantined_until_round(m->quarantined_until_round);

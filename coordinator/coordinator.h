@@ -53,6 +53,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -266,6 +267,14 @@ class CoordinatorCore {
   std::shared_ptr<const SparseUpdate> BuildRoundUpdate(const ParamSnapshot& theta,
                                                        const std::vector<at::Tensor>& delta) const;
   void AssignAdaptiveSteps() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // DyLU: next round's H of every active worker
+  // Members across a restart: the active members as round `round` commits, kept for that round's checkpoint
+  // (members_at_, the last few rounds); MembersAt reads them (a leaf lock: the checkpoint writer calls it while it
+  // reads theta). RestoreMembers (Create): a checkpoint's members become active again when it was written under this
+  // config (ConfigHash), else lost until they join again; either way their records (shard, counted pushes) stand.
+  void RecordMembersAt(int64_t round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<MemberRecord> MembersAt(int64_t round) const ABSL_LOCKS_EXCLUDED(members_mu_);
+  void RestoreMembers(const std::string& members_config, const std::vector<MemberRecord>& members)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The non-finite guard (issue 32): round `round`'s step would have made theta or the momentum non-finite, or the
   // evaluation of its theta was not finite, and was not committed. Logs each push's norm and quarantines the
   // largest-norm push's member at once (the others push again, so the round is redone without it).
@@ -369,6 +378,8 @@ class CoordinatorCore {
   // tensors are the store's, written only by a step, while no push of the round folds); each clip ticket holds it too,
   // so that a chunk's dot is taken outside mu_.
   std::shared_ptr<const MomentumAxis> axis_ ABSL_GUARDED_BY(mu_);
+  mutable absl::Mutex members_mu_;  // a leaf: taken under mu_ (RecordMembersAt) and alone (MembersAt)
+  std::map<int64_t, std::vector<MemberRecord>> members_at_ ABSL_GUARDED_BY(members_mu_);
 };
 
 }  // namespace diloco

@@ -54,6 +54,20 @@ const Member& Membership::Join(const std::string& id, double now, int shard_hint
   return it->second;
 }
 
+void Membership::Restore(const MemberRecord& record, double now, bool active) {
+  if (members_.count(record.id) != 0) return;
+  Member m;
+  m.id = record.id;
+  m.state = active ? MemberState::kActive : MemberState::kLost;
+  m.joined_at = m.last_seen = m.state_since = now;
+  m.shard_index = record.shard_index >= 0 && record.shard_index < shard_count_ ? record.shard_index : 0;
+  m.shard_reader = std::max(record.shard_reader, 0);
+  m.cluster_size = std::max(record.cluster_size, 1);
+  m.inner_steps = std::max<int64_t>(record.inner_steps, 0);
+  m.last_applied_base = record.last_applied_base;
+  members_.emplace(m.id, m);
+}
+
 bool Membership::Touch(const std::string& id, double now) {
   auto it = members_.find(id);
   if (it == members_.end() || it->second.state != MemberState::kActive) return false;

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "proto/checkpoint.h"
+
 namespace diloco {
 
 enum class MemberState { kActive, kLost, kLeft };
@@ -70,6 +72,10 @@ class Membership {
   // shard is valid and free (a worker rejoining a restarted coordinator keeps its data), else the lowest free one.
   // `reader_hint` >= 0: the shard_reader it had (a worker rejoining a restarted coordinator), kept if free.
   const Member& Join(const std::string& id, double now, int shard_hint = -1, int reader_hint = -1);
+  // A member of the run before the coordinator restarted (its checkpoint's record): active from `now` (its lease runs
+  // from the restart; a worker that lives heartbeats on as before) or, with `active` false, lost (it must Join again,
+  // and keeps its shard and record when it does). An id already known is left as it is.
+  void Restore(const MemberRecord& record, double now, bool active);
   // Refreshes the lease. Returns false if `id` is unknown or not active (it must Join again).
   bool Touch(const std::string& id, double now);
   void Leave(const std::string& id, double now);

@@ -102,9 +102,11 @@ struct WrittenCheckpoint {
 
 class CheckpointWriter : public RoundSink {
  public:
-  // Reads theta through `theta` (not owned; outlives the writer).
+  // The active members a checkpoint of `round` records (thread-safe; called while theta is read).
+  using MembersAt = std::function<std::vector<MemberRecord>(int64_t round)>;
+  // Reads theta through `theta` (not owned; outlives the writer); `members_config`: the ConfigHash they joined under.
   CheckpointWriter(const Config& config, std::string fingerprint, ThetaStore* theta,
-                   std::shared_ptr<EvalHistory> history);
+                   std::shared_ptr<EvalHistory> history, MembersAt members = nullptr, std::string members_config = "");
   // Writes the published theta_t, its momentum and the evals now (blocking file I/O; one write at a time). In
   // synchronous rounds the next outer step waits for it (ThetaStore::ReadSteady).
   absl::StatusOr<WrittenCheckpoint> Write() ABSL_LOCKS_EXCLUDED(mu_);
@@ -121,6 +123,8 @@ class CheckpointWriter : public RoundSink {
   const std::string fingerprint_;
   ThetaStore* const theta_;
   const std::shared_ptr<EvalHistory> history_;
+  const MembersAt members_;
+  const std::string members_config_;
   mutable absl::Mutex mu_;  // one write at a time (the round thread and operator requests)
   std::string final_error_ ABSL_GUARDED_BY(mu_);
 };

@@ -26,7 +26,8 @@ namespace diloco {
 namespace {
 
 constexpr char kMagic[8] = {'D', 'L', 'C', 'O', 'C', 'K', 'P', 'T'};
-constexpr uint32_t kVersion = 2;  // 2: evals carry tokens and bytes; version 1 files still load
+constexpr uint32_t kVersion = 3;            // 2: evals carry tokens and bytes; 3: members; versions 1 and 2 still load
+constexpr uint32_t kMaxMembers = 1u << 20;  // a bound on a corrupt count (coordinator.max_members is far below)
 
 // Appends to a file while hashing every byte.
 class HashingWriter {
@@ -295,6 +296,16 @@ absl::Status SaveCheckpoint(const std::string& path, const CheckpointData& data)
     w.Pod<int64_t>(e.tokens);
     w.Pod<int64_t>(e.bytes_pushed_committed);
   }
+  w.String(data.members_config);
+  w.Pod<uint32_t>(static_cast<uint32_t>(data.members.size()));
+  for (const MemberRecord& m : data.members) {
+    w.String(m.id);
+    w.Pod<int32_t>(m.shard_index);
+    w.Pod<int32_t>(m.shard_reader);
+    w.Pod<int32_t>(m.cluster_size);
+    w.Pod<int64_t>(m.inner_steps);
+    w.Pod<int64_t>(m.last_applied_base);
+  }
   w.Finish();
   const bool flushed = fflush(f) == 0 && fsync(fileno(f)) == 0;
   fclose(f);
@@ -318,7 +329,7 @@ namespace {
 absl::Status ParseBody(ScanningReader& r, const std::string& path, CheckpointData* data) {
   uint32_t version = 0, count = 0;
   if (!r.Pod(&version)) return Corrupt(path, "truncated header");
-  if (version != kVersion && version != 1) return Corrupt(path, absl::StrCat("unsupported version ", version));
+  if (version < 1 || version > kVersion) return Corrupt(path, absl::StrCat("unsupported version ", version));
   if (!r.Pod(&data->round) || !r.String(&data->fingerprint) || !r.Pod(&count)) return Corrupt(path, "truncated header");
   for (uint32_t i = 0; i < count; ++i) {
     std::string name;
@@ -357,6 +368,20 @@ absl::Status ParseBody(ScanningReader& r, const std::string& path, CheckpointDat
       return Corrupt(path, "eval history truncated");
     }
     data->evals.push_back(e);
+  }
+  if (version >= 3) {
+    uint32_t member_count = 0;
+    if (!r.String(&data->members_config) || !r.Pod(&member_count) || member_count > kMaxMembers) {
+      return Corrupt(path, "bad member section");
+    }
+    for (uint32_t i = 0; i < member_count; ++i) {
+      MemberRecord m;
+      if (!r.String(&m.id) || !r.Pod(&m.shard_index) || !r.Pod(&m.shard_reader) || !r.Pod(&m.cluster_size) ||
+          !r.Pod(&m.inner_steps) || !r.Pod(&m.last_applied_base)) {
+        return Corrupt(path, "member section truncated");
+      }
+      data->members.push_back(std::move(m));
+    }
   }
   if (!r.AtEnd()) return Corrupt(path, "trailing bytes before the checksum");
   return absl::OkStatus();

@@ -123,6 +123,7 @@ absl::StatusOr<JoinReply> CoordinatorClient::Join(const ModelSpec& model, int32_
   grpc::Status s = stub_->Join(&ctx, request, &reply);
   if (absl::Status status = Noted(FromGrpc(s)); !status.ok()) return status;
   push_port_ = reply.push_port();
+  known_push_port_ = reply.push_port();
   return reply;
 }
 
@@ -146,6 +147,12 @@ absl::StatusOr<HeartbeatReply> CoordinatorClient::Heartbeat(int64_t round, int64
   HeartbeatReply reply;
   grpc::Status s = stub_->Heartbeat(&ctx, request, &reply);
   if (absl::Status status = Noted(FromGrpc(s)); !status.ok()) return status;
+  // A coordinator restarted with this worker restored as a member (no Join) listens on a new TCP push port. The port
+  // the worker knows is kept as it is otherwise (after a failed TCP push: gRPC until the next join).
+  if (const int port = reply.push_port(); port > 0 && known_push_port_ > 0 && port != known_push_port_.exchange(port)) {
+    push_port_ = port;
+    spdlog::info("the coordinator listens on a new push port: pushes over tcp to port {}", port);
+  }
   return reply;
 }
 

@@ -136,6 +136,7 @@ class CoordinatorClient {
   TransportSecurity security_;
   // comm.transport tcp: the push port the last Join named (0: push over gRPC) and the connection to it.
   std::atomic<int> push_port_{0};
+  std::atomic<int> known_push_port_{0};  // the port last named (Join or heartbeat), even while pushes go over gRPC
   std::unique_ptr<TcpPusher> tcp_pusher_;
   std::atomic<std::chrono::steady_clock::rep> last_answer_;  // steady_clock ticks (seconds_since_answer)
   // Notes `status` in last_answer_ when the coordinator gave it; returns it.

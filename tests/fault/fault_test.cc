@@ -187,7 +187,8 @@ void KillAndRestartCoordinator(const std::string& transport) {
   EXPECT_NEAR(at3, EvalLossInLog(before, 3), 1e-3);
   EXPECT_LT(at4, at3 + 0.05) << "no jump back after the restart";
   EXPECT_LT(at4, initial - 0.5);
-  if (transport == "tcp") {  // the restarted coordinator listens on a new push port: both workers joined it again
+  if (transport == "tcp") {  // the restarted coordinator listens on a new push port: both workers learned it (a
+                             // heartbeat names it to a restored member; a Join to one that joined again)
     for (RunningProcess* w : {w0.get(), w1.get()}) {
       const std::string out = w->output();
       const size_t first = out.find("pushes over tcp to port ");
@@ -199,8 +200,8 @@ void KillAndRestartCoordinator(const std::string& transport) {
 
 TEST(Fault, CoordinatorKilledAndRestartedResumesFromItsCheckpoint) { KillAndRestartCoordinator("grpc"); }
 
-// The same over comm.transport tcp: the workers' pushes to the dead coordinator's port fail, they fall back to gRPC,
-// learn that the new coordinator does not know them, join it again and push to its new port.
+// The same over comm.transport tcp: the restarted coordinator restores the workers as members (its checkpoint lists
+// them) and names its new push port in their heartbeats; a push to the dead port meanwhile falls back to gRPC.
 TEST(Fault, CoordinatorKilledAndRestartedWithTcpPushesWorkersFindTheNewPort) { KillAndRestartCoordinator("tcp"); }
 
 TEST(Fault, SigtermedWorkerLeavesAndTheRoundStopsWaitingAtOnce) {

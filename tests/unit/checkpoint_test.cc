@@ -119,8 +119,10 @@ TEST_F(CheckpointTest, VersionOneFileStillLoads) {
   const std::string path = CheckpointPath(dir_.string(), saved.round);
   ASSERT_TRUE(SaveCheckpoint(path, saved).ok());
   std::string bytes = ReadAll(path);
-  // Tail of version 2: ... uint32 count, int64 round, f64 loss, int64 tokens, int64 bytes, uint64 xxh64.
-  bytes.erase(bytes.size() - 8 - 16, 16);  // drop tokens and bytes
+  // Tail of version 3: ... uint32 count, int64 round, f64 loss, int64 tokens, int64 bytes, then the member section
+  // (uint32 0: members_config "", uint32 0 members), uint64 xxh64.
+  bytes.erase(bytes.size() - 8 - 8, 8);    // drop the member section
+  bytes.erase(bytes.size() - 8 - 16, 16);  // and tokens and bytes
   bytes.resize(bytes.size() - 8);          // and the checksum
   const uint32_t v1 = 1;
   std::memcpy(&bytes[8], &v1, sizeof(v1));
@@ -135,6 +137,43 @@ TEST_F(CheckpointTest, VersionOneFileStillLoads) {
   EXPECT_EQ(loaded->evals[0].tokens, 0);
   EXPECT_EQ(loaded->evals[0].bytes_pushed_committed, 0);
   EXPECT_TRUE(loaded->params[0].second.equal(saved.params[0].second));
+}
+
+// Version 3 keeps the members the round committed with (a restarted coordinator expects them and knows which of
+// their pushes counted); a version-2 file (no member section) still loads, with none.
+TEST_F(CheckpointTest, MembersRoundTripAndAVersionTwoFileLoadsWithNone) {
+  CheckpointData saved = Sample();
+  saved.members_config = "0123456789abcdef";
+  saved.members = {{"worker-0", 0, 0, 1, 0, 6}, {"worker-1", 1, 2, 4, 17, -1}};
+  const std::string path = CheckpointPath(dir_.string(), saved.round);
+  ASSERT_TRUE(SaveCheckpoint(path, saved).ok());
+  absl::StatusOr<CheckpointData> loaded = LoadCheckpoint(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->members_config, "0123456789abcdef");
+  ASSERT_EQ(loaded->members.size(), 2u);
+  EXPECT_EQ(loaded->members[1].id, "worker-1");
+  EXPECT_EQ(loaded->members[1].shard_index, 1);
+  EXPECT_EQ(loaded->members[1].shard_reader, 2);
+  EXPECT_EQ(loaded->members[1].cluster_size, 4);
+  EXPECT_EQ(loaded->members[1].inner_steps, 17);
+  EXPECT_EQ(loaded->members[1].last_applied_base, -1);
+  EXPECT_EQ(loaded->members[0].last_applied_base, 6);
+
+  saved.members.clear();
+  saved.members_config.clear();
+  ASSERT_TRUE(SaveCheckpoint(path, saved).ok());
+  std::string bytes = ReadAll(path);
+  bytes.erase(bytes.size() - 8 - 8, 8);  // the (empty) member section
+  bytes.resize(bytes.size() - 8);        // and the checksum
+  const uint32_t v2 = 2;
+  std::memcpy(&bytes[8], &v2, sizeof(v2));
+  const uint64_t h = XXH64(bytes.data(), bytes.size(), 0);
+  bytes.append(reinterpret_cast<const char*>(&h), sizeof(h));
+  WriteAll(path, bytes);
+  loaded = LoadCheckpoint(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(loaded->members.empty());
+  EXPECT_EQ(loaded->evals.size(), saved.evals.size());
 }
 
 TEST_F(CheckpointTest, RoundTripWithoutMomentumOrEvals) {

@@ -798,6 +798,55 @@ TEST_F(CoordinatorCoreTest, CheckpointNowAndResumeRestoreThetaMomentumAndEvals) 
   ExpectAllClose(Theta(), Step(theta1, d2, /*prev_buf=*/d1));
 }
 
+// Members survive a coordinator restart (kill -9, started again on the same config): the checkpoint keeps the active
+// members and which of their pushes counted. A resend of a push the checkpointed round counted is ALREADY_EXISTS
+// (async would apply it a second time; sync workers would roll their error feedback back), a member that lives
+// heartbeats on without joining again, and a round waits for every restored member as before the restart, until one
+// is silent for lease_s (min_workers 1 here: before, the first member to join again closed the round alone while
+// the other was still training). Started on a changed config, the members must join again, keeping their records.
+TEST_F(CoordinatorCoreTest, MembersAndTheirCountedPushesSurviveARestart) {
+  config_.coordinator.min_workers = 1;
+  config_.coordinator.lease_s = 10;
+  Start();
+  Join("A");
+  Join("B");
+  const Tensors dA = RandomDelta(), dB = RandomDelta();
+  ASSERT_TRUE(Push("A", 0, 1000, dA).ok());
+  ASSERT_TRUE(Push("B", 0, 1000, dB).ok());
+  core_->Poll();
+  ASSERT_EQ(core_->Status().round(), 1);
+  const int shard_b = Worker(core_->Status(), "B").shard_index();
+  ASSERT_TRUE(core_->CheckpointNow().ok());
+
+  core_ = MakeCore(/*resume=*/true);  // the same config: A and B are members still
+  ASSERT_NE(core_, nullptr);
+  EXPECT_EQ(core_->Status().round(), 1);
+  EXPECT_EQ(Worker(core_->Status(), "B").state(), "active");
+  EXPECT_EQ(Worker(core_->Status(), "B").shard_index(), shard_b);
+  const absl::Status resent = Push("A", 0, 1000, dA);
+  EXPECT_EQ(resent.code(), absl::StatusCode::kAlreadyExists) << resent;
+  Beat("B");  // no NOT_FOUND: B heartbeats on as before
+  ASSERT_TRUE(Push("A", 1, 1000, dA).ok());
+  core_->Poll();
+  EXPECT_EQ(core_->Status().round(), 1) << "round 2 must wait for B, a member before the restart";
+  now_ = now_ + 11;  // B silent past its lease from the restart: lost, and the round closes with A
+  Beat("A");
+  core_->Poll();
+  EXPECT_EQ(core_->Status().round(), 2);
+  EXPECT_EQ(Worker(core_->Status(), "B").state(), "lost");
+  ASSERT_TRUE(core_->CheckpointNow().ok());
+
+  config_.outer.rounds += 1;  // a changed config (more rounds): the members must join again
+  core_ = MakeCore(/*resume=*/true);
+  ASSERT_NE(core_, nullptr);
+  EXPECT_EQ(Worker(core_->Status(), "A").state(), "lost");
+  HeartbeatRequest beat;
+  *beat.mutable_meta() = Meta("A");
+  EXPECT_EQ(core_->Heartbeat(beat).status().code(), absl::StatusCode::kNotFound);
+  Join("A");
+  EXPECT_EQ(Push("A", 1, 1000, dA).code(), absl::StatusCode::kAlreadyExists) << "its record stands";
+}
+
 // The phase in heartbeats and Status is RoundPhase's name (proto/round_phase.h): training while the round is open,
 // complete after the last round; the evaluator handed to Create is called on theta_0 and on each new theta.
 TEST_F(CoordinatorCoreTest, PhasesAndEvaluationsOfAOneRoundRun) {

@@ -1,6 +1,7 @@
 """Reader of the coordinator's checkpoint format (proto/checkpoint.h), written from the format description alone, with
 its own xxHash64 (the checksum the file ends with), so that a checkpoint can be checked without our C++ reader.
-read_checkpoint(path) -> dict(round, fingerprint, params [(name, torch.Tensor)], momentum [...], evals [...]);
+read_checkpoint(path) -> dict(round, fingerprint, params [(name, torch.Tensor)], momentum [...], evals [...],
+members_config, members [dict(id, shard_index, shard_reader, cluster_size, inner_steps, last_applied_base)]);
 raises CheckpointError for any file that does not verify. Stateless; thread-safe."""
 import struct
 
@@ -111,7 +112,7 @@ def read_checkpoint(path):
     c = _Cursor(memoryview(data)[:len(data) - 8])
     c.pos = 8
     version = c.take("<I")
-    if version not in (1, 2):
+    if version not in (1, 2, 3):
         raise CheckpointError(f"{path}: version {version}")
     out = {"round": c.take("<q"), "fingerprint": c.string(), "params": [], "momentum": [], "evals": []}
     for _ in range(c.take("<I")):
@@ -135,8 +136,16 @@ def read_checkpoint(path):
         else:
             r, loss, tokens, pushed = c.take("<qdqq")
             out["evals"].append({"round": r, "val_loss": loss, "tokens": tokens, "bytes_pushed_committed": pushed})
+    out["members_config"], out["members"] = "", []
+    if version >= 3:
+        out["members_config"] = c.string()
+        for _ in range(c.take("<I")):
+            member = {"id": c.string()}
+            (member["shard_index"], member["shard_reader"], member["cluster_size"], member["inner_steps"],
+             member["last_applied_base"]) = c.take("<iiiqq")
+            out["members"].append(member)
     if c.pos != len(c.data):
-        raise CheckpointError(f"{path}: {len(c.data) - c.pos} bytes after the evals")
+        raise CheckpointError(f"{path}: {len(c.data) - c.pos} bytes after the members")
     return out
 
 
