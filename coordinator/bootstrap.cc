@@ -52,6 +52,7 @@ absl::Status Resume(const Config& config, const std::string& fingerprint, BootSt
   ParamSnapshot& snapshot = *boot.snapshot;
   snapshot.params = std::move(loaded->data.params);
   snapshot.round = loaded->data.round;
+  snapshot.id = loaded->data.theta_id;
   snapshot.complete = snapshot.round >= config.SyncRounds();
   boot.momentum = std::move(loaded->data.momentum);
   boot.evals = std::move(loaded->data.evals);

@@ -177,6 +177,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const C
     c->round_.set_opened_at(c->clock_());
     c->RestoreMembers(boot->members_config, boot->members);
     c->RecordMembersAt(snapshot->round);
+    c->RecordThetaId(*snapshot);
   }
   ClosedRound start;
   start.theta = snapshot;
@@ -196,6 +197,12 @@ void CoordinatorCore::RecordMembersAt(int64_t round) {
   absl::MutexLock lock(&members_mu_);
   members_at_[round] = std::move(records);
   while (members_at_.size() > 4) members_at_.erase(members_at_.begin());
+}
+
+void CoordinatorCore::RecordThetaId(const ParamSnapshot& theta) {
+  theta_ids_[theta.round] = theta.id;
+  const int64_t keep = config_.outer.mode == OuterMode::kAsync ? config_.outer.max_staleness + 1 : 1;
+  while (static_cast<int64_t>(theta_ids_.size()) > keep) theta_ids_.erase(theta_ids_.begin());
 }
 
 std::vector<MemberRecord> CoordinatorCore::MembersAt(int64_t round) const {

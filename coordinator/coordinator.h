@@ -272,6 +272,7 @@ class CoordinatorCore {
   // reads theta). RestoreMembers (Create): a checkpoint's members become active again when it was written under this
   // config (ConfigHash), else lost until they join again; either way their records (shard, counted pushes) stand.
   void RecordMembersAt(int64_t round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecordThetaId(const ParamSnapshot& theta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // into theta_ids_
   std::vector<MemberRecord> MembersAt(int64_t round) const ABSL_LOCKS_EXCLUDED(members_mu_);
   void RestoreMembers(const std::string& members_config, const std::vector<MemberRecord>& members)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -378,6 +379,9 @@ class CoordinatorCore {
   // tensors are the store's, written only by a step, while no push of the round folds); each clip ticket holds it too,
   // so that a chunk's dot is taken outside mu_.
   std::shared_ptr<const MomentumAxis> axis_ ABSL_GUARDED_BY(mu_);
+  // The ids of the last published thetas by round (ParamSnapshot::id; sync: the current one, async: as far back as
+  // outer.max_staleness): a push whose RequestMeta.theta_id names another theta of its round is refused.
+  std::map<int64_t, uint64_t> theta_ids_ ABSL_GUARDED_BY(mu_);
   mutable absl::Mutex members_mu_;  // a leaf: taken under mu_ (RecordMembersAt) and alone (MembersAt)
   std::map<int64_t, std::vector<MemberRecord>> members_at_ ABSL_GUARDED_BY(members_mu_);
 };

@@ -52,6 +52,17 @@ absl::Status CoordinatorCore::CheckPushHeader(const PushHeader& header) {
   absl::Status s =
       DecidePushRound({theta_->round(), header.meta().round(), round_.phase()}, PushRoundOptionsOf(config_));
   if (!s.ok()) return s;
+  if (const uint64_t held = header.meta().theta_id(); held != 0) {
+    const auto it = theta_ids_.find(header.meta().round());
+    if (it != theta_ids_.end() && it->second != held) {
+      // The worker's theta of that round came from before a restart that resumed from an older checkpoint and
+      // stepped the round again: its pseudo-gradient is against another theta.
+      return absl::FailedPreconditionError(absl::StrCat(
+          "push for round ", header.meta().round(), " refused: computed against another theta of that round than ",
+          "this coordinator's (it resumed from an older checkpoint and stepped the round again); pull the current ",
+          "parameters"));
+    }
+  }
   if (round_.HasPushed(id)) {
     return absl::AlreadyExistsError(absl::StrCat("worker '", id, "' already pushed for round ", theta_->round()));
   }

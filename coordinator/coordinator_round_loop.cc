@@ -254,6 +254,7 @@ void CoordinatorCore::PublishRound(const ClosingRound& closing, std::vector<at::
   for (const auto& [id, ticket] : closing.contributors) previous_hashes_.insert(ticket.payload_hash);
   if (config_.inner.adaptive_steps) AssignAdaptiveSteps();
   RecordMembersAt(closed.theta->round);  // for this round's checkpoint
+  RecordThetaId(*closed.theta);
   stats_.last_outer_step_seconds = closed.step_seconds;
   stats_.last_round_seconds = now - round_.opened_at();
   round_.set_opened_at(now);

@@ -144,6 +144,7 @@ absl::StatusOr<WrittenCheckpoint> CheckpointWriter::Write() {
     CheckpointData data;
     data.fingerprint = fingerprint_;
     data.round = theta.round;
+    data.theta_id = theta.id;
     data.params = theta.params;
     data.momentum = theta.momentum;
     data.evals = history_->Records();

@@ -318,6 +318,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* CoordinatorService::PullParameters(g
   PullHeader header;
   header.set_round((*snapshot)->round);
   header.set_run_complete((*snapshot)->complete);
+  header.set_theta_id((*snapshot)->id);
   std::optional<FlatRange> range;
   if (request.has_range()) range = FlatRange{request.range().begin(), request.range().end()};  // checked by BeginPull
   int64_t elements = 0;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -20,10 +21,19 @@ std::vector<at::Tensor> TensorsOf(const NamedTensors& params) {
   return out;
 }
 
-// The next version's snapshot header: round + 1, complete once it reaches the run's last round.
+// A new theta's id: random, never 0 (theta_0's).
+uint64_t NewThetaId() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  uint64_t id = 0;
+  while (id == 0) id = rng();
+  return id;
+}
+
+// The next version's snapshot header: round + 1, a new id, complete once it reaches the run's last round.
 std::shared_ptr<ParamSnapshot> NextOf(const ParamSnapshot& base, int64_t rounds_total) {
   auto next = std::make_shared<ParamSnapshot>();
   next->round = base.round + 1;
+  next->id = NewThetaId();
   next->complete = next->round >= rounds_total;
   return next;
 }
@@ -35,6 +45,7 @@ class SyncThetaStore : public ThetaStore {
       : ThetaStore(config, theta), guard_(std::make_shared<ThetaGuard>()) {
     absl::MutexLock lock(&guard_->mu);
     guard_->round = theta->round;
+    guard_->id = theta->id;
     theta->guard = guard_;
   }
 
@@ -64,6 +75,7 @@ class SyncThetaStore : public ThetaStore {
     absl::MutexLock done(&guard_->mu);
     guard_->vetting = false;
     guard_->round = next->round;
+    guard_->id = next->id;
     next->writes = guard_->writes;
     return next;
   }
@@ -79,7 +91,7 @@ class SyncThetaStore : public ThetaStore {
     absl::ReaderMutexLock steady(&guard_->mu);
     guard_->mu.Await(absl::Condition(&NotVetting, guard_.get()));  // not the candidate of a checked step
     const std::shared_ptr<const ParamSnapshot> theta = current();
-    return read({guard_->round, theta->params, outer_step_->momentum_buffers()});
+    return read({guard_->round, guard_->id, theta->params, outer_step_->momentum_buffers()});
   }
 
  private:
@@ -167,7 +179,7 @@ class AsyncThetaStore : public ThetaStore {
       theta = current_;
       momentum = momentum_;
     }
-    return read({theta->round, theta->params, momentum});
+    return read({theta->round, theta->id, theta->params, momentum});
   }
 
  private:

@@ -49,6 +49,7 @@ namespace diloco {
 struct ThetaGuard {
   absl::Mutex mu;
   int64_t round ABSL_GUARDED_BY(mu) = 0;
+  uint64_t id ABSL_GUARDED_BY(mu) = 0;  // that round's ParamSnapshot::id
   int64_t writes ABSL_GUARDED_BY(mu) = 0;
   bool vetting ABSL_GUARDED_BY(mu) = false;
 };
@@ -57,6 +58,10 @@ struct ThetaGuard {
 // immutable once published; with one (synchronous rounds) it is valid while guard->round == round.
 struct ParamSnapshot {
   int64_t round = 0;
+  // Which theta_round this is (PullHeader.theta_id): random per outer step, 0 for theta_0 (the same in every start),
+  // a checkpoint's for the theta resumed from it. A coordinator resumed from an older checkpoint steps a round again
+  // to another theta under the same number: the id tells the two apart.
+  uint64_t id = 0;
   bool complete = false;
   NamedTensors params;                // theta_round, float32
   std::shared_ptr<ThetaGuard> guard;  // null: immutable
@@ -87,6 +92,7 @@ bool ReadSnapshot(const ParamSnapshot& snapshot, Read read) {
 // theta_t and its momentum as ReadSteady shows them: nothing writes them while the reader runs.
 struct SteadyTheta {
   int64_t round = 0;                        // the round the tensors hold
+  uint64_t id = 0;                          // its ParamSnapshot::id
   const NamedTensors& params;               // theta_round
   const std::vector<at::Tensor>& momentum;  // the outer momentum after round `round`'s step (empty: none yet)
 };

@@ -296,6 +296,7 @@ absl::Status SaveCheckpoint(const std::string& path, const CheckpointData& data)
     w.Pod<int64_t>(e.tokens);
     w.Pod<int64_t>(e.bytes_pushed_committed);
   }
+  w.Pod<uint64_t>(data.theta_id);
   w.String(data.members_config);
   w.Pod<uint32_t>(static_cast<uint32_t>(data.members.size()));
   for (const MemberRecord& m : data.members) {
@@ -371,7 +372,8 @@ absl::Status ParseBody(ScanningReader& r, const std::string& path, CheckpointDat
   }
   if (version >= 3) {
     uint32_t member_count = 0;
-    if (!r.String(&data->members_config) || !r.Pod(&member_count) || member_count > kMaxMembers) {
+    if (!r.Pod(&data->theta_id) || !r.String(&data->members_config) || !r.Pod(&member_count) ||
+        member_count > kMaxMembers) {
       return Corrupt(path, "bad member section");
     }
     for (uint32_t i = 0; i < member_count; ++i) {

@@ -5,17 +5,16 @@
 // Format (little endian): magic "DLCOCKPT", uint32 version (3), int64 round, string fingerprint, uint32 tensor count,
 // per tensor {string name, uint32 ndim, int64 dims[ndim], float32 data}, uint32 momentum count (0 or tensor count),
 // per momentum tensor float32 data, uint32 eval count, per eval {int64 round, float64 val_loss,
-// int64 tokens, int64 bytes_pushed_committed} (version 1: without the last two; still loaded), then (version 3) string
-// members_config, uint32 member count, per member {string id, int32 shard_index, int32 shard_reader, int32
-// cluster_size, int64 inner_steps, int64 last_applied_base} (versions 1 and 2: none), then an xxHash64 of every byte
-// before it. Strings are uint32 length + bytes.
-// Writes go to "<path>.tmp", are fsynced, renamed over <path>, and the directory is fsynced: a crash leaves the old
-// file or the new one, never a torn one. Loading checks magic, version, sizes and the checksum. Neither holds a
-// whole-file image in memory: writes go through a 1 MiB buffer straight from the tensors; loads read the small fields
-// first, then the tensors' data with parallel preads straight into them (O_DIRECT for each tensor's 4 KiB-aligned
-// interior, whose memory is placed for it; the page cache where the file system refuses O_DIRECT), then verify the
-// checksum. Loaded tensors own memory from aligned_alloc (not LibTorch's allocator: they cannot be resized).
-// Stateless functions; thread-safe for distinct paths.
+// int64 tokens, int64 bytes_pushed_committed} (version 1: without the last two; still loaded), then (version 3) uint64
+// theta_id, string members_config, uint32 member count, per member {string id, int32 shard_index, int32 shard_reader,
+// int32 cluster_size, int64 inner_steps, int64 last_applied_base} (versions 1 and 2: none), then an xxHash64 of every
+// byte before it. Strings are uint32 length + bytes. Writes go to "<path>.tmp", are fsynced, renamed over <path>, and
+// the directory is fsynced: a crash leaves the old file or the new one, never a torn one. Loading checks magic,
+// version, sizes and the checksum. Neither holds a whole-file image in memory: writes go through a 1 MiB buffer
+// straight from the tensors; loads read the small fields first, then the tensors' data with parallel preads straight
+// into them (O_DIRECT for each tensor's 4 KiB-aligned interior, whose memory is placed for it; the page cache where the
+// file system refuses O_DIRECT), then verify the checksum. Loaded tensors own memory from aligned_alloc (not LibTorch's
+// allocator: they cannot be resized). Stateless functions; thread-safe for distinct paths.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -53,6 +52,7 @@ struct CheckpointData {
   NamedTensors params;               // float32
   std::vector<at::Tensor> momentum;  // empty or one per param
   std::vector<EvalRecord> evals;
+  uint64_t theta_id = 0;              // theta_round's id (PullHeader.theta_id; 0: none, version 1 and 2 files)
   std::string members_config;         // the coordinator's ConfigHash the members joined under ("": none recorded)
   std::vector<MemberRecord> members;  // version 3
 };

@@ -92,7 +92,18 @@ RequestMeta CoordinatorClient::Meta(int64_t round) const {
   meta.set_worker_id(worker_id_);
   meta.set_round(round);
   meta.set_fingerprint(fingerprint_);
+  absl::MutexLock lock(&pulled_mu_);
+  if (round == pulled_round_) meta.set_theta_id(pulled_theta_id_);
   return meta;
+}
+
+absl::StatusOr<PullResult> CoordinatorClient::RememberPulled(absl::StatusOr<PullResult> pulled) {
+  if (pulled.ok()) {
+    absl::MutexLock lock(&pulled_mu_);
+    pulled_round_ = pulled->round;
+    pulled_theta_id_ = pulled->theta_id;
+  }
+  return pulled;
 }
 
 void CoordinatorClient::Prepare(grpc::ClientContext* ctx) const {
@@ -184,6 +195,7 @@ absl::StatusOr<PullResult> CoordinatorClient::Pull(ChunkAssembler& assembler, in
       result.inner_steps = message.header().inner_steps();
       result.sparse = message.header().sparse();
       theta_hash = message.header().theta_hash();
+      result.theta_id = message.header().theta_id();
       if (result.sparse && !request.has_have_round()) error = absl::InvalidArgumentError("unasked sparse update");
     } else if (error.ok()) {
       result.bytes += static_cast<int64_t>(message.chunk().data().size());
@@ -191,11 +203,11 @@ absl::StatusOr<PullResult> CoordinatorClient::Pull(ChunkAssembler& assembler, in
     }
   }
   const absl::Status call = Noted(watch.Finish(reader->Finish(), "pull"));
-  if (result.sparse) return FinishSparsePull(call, error, have_header, theta_hash, *sparse, result);
+  if (result.sparse) return RememberPulled(FinishSparsePull(call, error, have_header, theta_hash, *sparse, result));
   if (!call.ok()) return call;
   if (!error.ok()) return absl::DataLossError(absl::StrCat("pull: ", error.message()));
   if (!have_header || !assembler.Done()) return absl::DataLossError("pull: stream ended before all parameters came");
-  return result;
+  return RememberPulled(result);
 }
 
 absl::StatusOr<PullResult> CoordinatorClient::FinishSparsePull(const absl::Status& call, const absl::Status& error,
@@ -294,6 +306,7 @@ absl::StatusOr<PullResult> CoordinatorClient::PullPart(int fragment, int64_t beg
       result.round = message.header().round();
       result.run_complete = message.header().run_complete();
       result.inner_steps = message.header().inner_steps();
+      result.theta_id = message.header().theta_id();
     } else if (error.ok()) {
       result.bytes += static_cast<int64_t>(message.chunk().data().size());
       error = accept(message.chunk());
@@ -302,7 +315,7 @@ absl::StatusOr<PullResult> CoordinatorClient::PullPart(int fragment, int64_t beg
   if (absl::Status s = Noted(watch.Finish(reader->Finish(), "pull of a part")); !s.ok()) return s;
   if (!error.ok()) return absl::DataLossError(absl::StrCat("pull of a part: ", error.message()));
   if (!have_header) return absl::DataLossError("pull of a part: stream ended before its header");
-  return result;
+  return RememberPulled(result);
 }
 
 }  // namespace diloco

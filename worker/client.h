@@ -18,7 +18,9 @@
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "proto/diloco.grpc.pb.h"
 #include "proto/topk_params.h"
 #include "proto/transport_security.h"
@@ -39,6 +41,7 @@ struct PullResult {
   bool sparse = false;      // the pull was the round's sparse update (PROTOCOL.md "Sparse pulls")
   int64_t changed = 0;      // sparse: the positions it changed
   uint64_t theta_hash = 0;  // sparse: the coordinator's hash of theta_round, which the worker's copy now has
+  uint64_t theta_id = 0;    // PullHeader.theta_id: which theta_round (echoed in the pushes computed against it)
 };
 
 // The deadline of a streaming call (a pull or a push): the call is cancelled once no message has been read or written
@@ -110,7 +113,9 @@ class CoordinatorClient {
   double seconds_since_answer() const;
 
  private:
-  RequestMeta Meta(int64_t round) const;
+  RequestMeta Meta(int64_t round) const ABSL_LOCKS_EXCLUDED(pulled_mu_);
+  // A whole or sparse pull that succeeded: its round and theta id name the theta the next pushes are computed against.
+  absl::StatusOr<PullResult> RememberPulled(absl::StatusOr<PullResult> pulled) ABSL_LOCKS_EXCLUDED(pulled_mu_);
   // The push's chunks: result.encoded replayed when error feedback encoded them, else encoded here.
   TensorChunker MakeChunker(const RoundResult& result) const;
   // One gRPC push stream: `message` (holding the header) first, then every chunk of `chunker`; the bytes sent.
@@ -137,6 +142,10 @@ class CoordinatorClient {
   // comm.transport tcp: the push port the last Join named (0: push over gRPC) and the connection to it.
   std::atomic<int> push_port_{0};
   std::atomic<int> known_push_port_{0};  // the port last named (Join or heartbeat), even while pushes go over gRPC
+  // The round and theta id of the last whole pull (RequestMeta.theta_id of the requests naming that round).
+  mutable absl::Mutex pulled_mu_;
+  int64_t pulled_round_ ABSL_GUARDED_BY(pulled_mu_) = -1;
+  uint64_t pulled_theta_id_ ABSL_GUARDED_BY(pulled_mu_) = 0;
   std::unique_ptr<TcpPusher> tcp_pusher_;
   std::atomic<std::chrono::steady_clock::rep> last_answer_;  // steady_clock ticks (seconds_since_answer)
   // Notes `status` in last_answer_ when the coordinator gave it; returns it.

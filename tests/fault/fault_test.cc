@@ -19,7 +19,14 @@
 #include <utility>
 #include <vector>
 
+#include "config/config_loader.h"
+#include "config/model_spec.h"
+#include "proto/tensor_chunks.h"
+#include "proto/tensor_spec.h"
 #include "tests/process_harness.h"
+#include "worker/client.h"
+#include "worker/lm/language_model.h"
+#include "worker/round_result.h"
 #include "worker/worker_state.h"
 
 namespace diloco::testing {
@@ -203,6 +210,85 @@ TEST(Fault, CoordinatorKilledAndRestartedResumesFromItsCheckpoint) { KillAndRest
 // The same over comm.transport tcp: the restarted coordinator restores the workers as members (its checkpoint lists
 // them) and names its new push port in their heartbeats; a push to the dead port meanwhile falls back to gRPC.
 TEST(Fault, CoordinatorKilledAndRestartedWithTcpPushesWorkersFindTheNewPort) { KillAndRestartCoordinator("tcp"); }
+
+// Theta ids across a kill -9 of the coordinator (PROTOCOL.md "Lease, heartbeat and re-pushing"), with the worker's
+// own client: w0 pulls theta_1, the coordinator dies before any checkpoint (checkpoint_every far off) and starts
+// again from theta_0, w1 alone steps round 1 to another theta_1, and w0, joining again, pushes "round 1" computed
+// against the first one. Its pull named that theta's id, its push echoes it, and the coordinator refuses the push
+// (FAILED_PRECONDITION: the worker pulls). Before, the round numbers matched and the push was averaged in.
+TEST(Fault, APushAgainstAThetaFromBeforeACoordinatorRestartIsRefused) {
+  const std::string dir = ScratchDir("theta_id_restart");
+  const std::string address = Loopback();
+  const std::vector<std::string> extra = {"workers.count=2", "coordinator.min_workers=1",
+                                          "coordinator.checkpoint_every=100", "coordinator.eval_every=0",
+                                          "coordinator.lease_s=30"};
+  const auto args = FaultArgs(dir, address, extra);
+  std::vector<std::string> overrides = {"coordinator.listen=" + address};
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  auto config = LoadConfig(SourceDir() + "/config/tiny.yaml", overrides);
+  ASSERT_TRUE(config.ok()) << config.status();
+  LanguageModelPtr model = MakeLanguageModel(config->model, config->run.seed);
+  NamedTensors zeros;
+  for (const auto& [name, p] : NamedParameters(*model)) zeros.emplace_back(name, torch::zeros_like(p));
+  const std::string fingerprint = Fingerprint(SpecsOf(zeros));
+  const ModelSpec spec = ModelSpecOf(config->model);
+  RoundResult result;
+  result.pseudo_gradient = zeros;
+  result.report.tokens = 1000;
+  result.report.steps = 10;
+  const auto pull = [&](CoordinatorClient& client) {
+    NamedTensors into;
+    for (const auto& [name, t] : zeros) into.emplace_back(name, torch::empty_like(t));
+    ChunkAssembler assembler(into);
+    return client.Pull(assembler);
+  };
+
+  auto coordinator = StartCoordinator(args);
+  CoordinatorClient w0(address, "w0", fingerprint, 30.0, config->comm.chunk_bytes, CODEC_RAW);
+  ASSERT_TRUE(w0.Join(spec, 1, "cpu").ok());
+  ASSERT_TRUE(pull(w0).ok());
+  ASSERT_TRUE(w0.Push(0, result).ok());  // the round's only member: round 1 closes
+  absl::StatusOr<PullResult> first = absl::UnavailableError("not yet");
+  for (int i = 0; i < 200 && (!first.ok() || first->round < 1); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    first = pull(w0);
+  }
+  ASSERT_TRUE(first.ok() && first->round == 1) << first.status();
+  EXPECT_NE(first->theta_id, 0u);
+
+  coordinator->Signal(SIGKILL);
+  ASSERT_EQ(coordinator->Wait(10), 128 + SIGKILL);
+  coordinator = StartCoordinator(args);  // no checkpoint: theta_0 again
+  CoordinatorClient w1(address, "w1", fingerprint, 30.0, config->comm.chunk_bytes, CODEC_RAW);
+  const auto join = [&](CoordinatorClient& client) {  // the first call after the kill may find the old connection
+    absl::StatusOr<JoinReply> joined = absl::UnavailableError("not yet");
+    for (int i = 0; i < 100 && absl::IsUnavailable(joined.status()); ++i) {
+      joined = client.Join(spec, 1, "cpu");
+      if (!joined.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return joined.status();
+  };
+  ASSERT_TRUE(join(w1).ok()) << coordinator->output();
+  ASSERT_TRUE(pull(w1).ok());
+  ASSERT_TRUE(w1.Push(0, result).ok());  // round 1 again, to another theta
+  absl::StatusOr<PullResult> second = absl::UnavailableError("not yet");
+  for (int i = 0; i < 200 && (!second.ok() || second->round < 1); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    second = pull(w1);
+  }
+  ASSERT_TRUE(second.ok() && second->round == 1) << second.status();
+  EXPECT_NE(second->theta_id, first->theta_id);
+
+  ASSERT_TRUE(join(w0).ok());  // not a member of the new coordinator: it joins again
+  const absl::StatusOr<int64_t> stale = w0.Push(1, result);
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition) << stale.status();
+  EXPECT_NE(std::string(stale.status().message()).find("computed against another theta of that round"),
+            std::string::npos)
+      << stale.status();
+  ASSERT_TRUE(pull(w0).ok());  // the current theta_1: its push counts
+  EXPECT_TRUE(w0.Push(1, result).ok());
+}
 
 TEST(Fault, SigtermedWorkerLeavesAndTheRoundStopsWaitingAtOnce) {
   const std::string dir = ScratchDir("sigterm_worker");

@@ -120,8 +120,8 @@ TEST_F(CheckpointTest, VersionOneFileStillLoads) {
   ASSERT_TRUE(SaveCheckpoint(path, saved).ok());
   std::string bytes = ReadAll(path);
   // Tail of version 3: ... uint32 count, int64 round, f64 loss, int64 tokens, int64 bytes, then the member section
-  // (uint32 0: members_config "", uint32 0 members), uint64 xxh64.
-  bytes.erase(bytes.size() - 8 - 8, 8);    // drop the member section
+  // (uint64 theta_id 0, uint32 0: members_config "", uint32 0 members), uint64 xxh64.
+  bytes.erase(bytes.size() - 8 - 16, 16);  // drop the member section
   bytes.erase(bytes.size() - 8 - 16, 16);  // and tokens and bytes
   bytes.resize(bytes.size() - 8);          // and the checksum
   const uint32_t v1 = 1;
@@ -143,12 +143,14 @@ TEST_F(CheckpointTest, VersionOneFileStillLoads) {
 // their pushes counted); a version-2 file (no member section) still loads, with none.
 TEST_F(CheckpointTest, MembersRoundTripAndAVersionTwoFileLoadsWithNone) {
   CheckpointData saved = Sample();
+  saved.theta_id = 0xfedcba9876543210ULL;
   saved.members_config = "0123456789abcdef";
   saved.members = {{"worker-0", 0, 0, 1, 0, 6}, {"worker-1", 1, 2, 4, 17, -1}};
   const std::string path = CheckpointPath(dir_.string(), saved.round);
   ASSERT_TRUE(SaveCheckpoint(path, saved).ok());
   absl::StatusOr<CheckpointData> loaded = LoadCheckpoint(path);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->theta_id, 0xfedcba9876543210ULL);
   EXPECT_EQ(loaded->members_config, "0123456789abcdef");
   ASSERT_EQ(loaded->members.size(), 2u);
   EXPECT_EQ(loaded->members[1].id, "worker-1");
@@ -161,10 +163,11 @@ TEST_F(CheckpointTest, MembersRoundTripAndAVersionTwoFileLoadsWithNone) {
 
   saved.members.clear();
   saved.members_config.clear();
+  saved.theta_id = 0;
   ASSERT_TRUE(SaveCheckpoint(path, saved).ok());
   std::string bytes = ReadAll(path);
-  bytes.erase(bytes.size() - 8 - 8, 8);  // the (empty) member section
-  bytes.resize(bytes.size() - 8);        // and the checksum
+  bytes.erase(bytes.size() - 8 - 16, 16);  // the (empty) member section
+  bytes.resize(bytes.size() - 8);          // and the checksum
   const uint32_t v2 = 2;
   std::memcpy(&bytes[8], &v2, sizeof(v2));
   const uint64_t h = XXH64(bytes.data(), bytes.size(), 0);

@@ -847,6 +847,54 @@ TEST_F(CoordinatorCoreTest, MembersAndTheirCountedPushesSurviveARestart) {
   EXPECT_EQ(Push("A", 1, 1000, dA).code(), absl::StatusCode::kAlreadyExists) << "its record stands";
 }
 
+// A coordinator killed after publishing round 2 but before its checkpoint resumes from round 1 and steps round 2
+// again, to another theta under the same number. A worker that pulled the first theta_2 (and slept past its lease,
+// so that the round went on without it) pushes "round 2": its pseudo-gradient is against a theta this coordinator
+// never had. Each theta carries an id (PullHeader.theta_id, kept in checkpoints) that pushes echo
+// (RequestMeta.theta_id): that push is refused, so the worker pulls. Before, round numbers alone matched it.
+TEST_F(CoordinatorCoreTest, APushAgainstAThetaOfItsRoundFromBeforeARestartIsRefused) {
+  config_.coordinator.min_workers = 1;
+  Start();
+  Join("A");
+  ASSERT_TRUE(Push("A", 0, 1000, RandomDelta()).ok());
+  core_->Poll();
+  ASSERT_TRUE(core_->CheckpointNow().ok());  // round 1 on disk
+  ASSERT_TRUE(Push("A", 1, 1000, RandomDelta()).ok());
+  core_->Poll();
+  PullRequest pull;
+  *pull.mutable_meta() = Meta("A");
+  auto first = core_->BeginPull(pull);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ((*first)->round, 2);
+  const uint64_t first_id = (*first)->id;
+  EXPECT_NE(first_id, 0u);
+  first->reset();
+  for (const auto& entry : std::filesystem::directory_iterator(config_.CheckpointDir())) {  // killed before ckpt 2
+    if (entry.path().filename().string() != "ckpt-00000001.bin") std::filesystem::remove_all(entry.path());
+  }
+
+  core_ = MakeCore(/*resume=*/true);
+  ASSERT_NE(core_, nullptr);
+  ASSERT_EQ(core_->Status().round(), 1);
+  ASSERT_TRUE(Push("A", 1, 1000, RandomDelta()).ok());  // round 2 again, to another theta
+  core_->Poll();
+  ASSERT_EQ(core_->Status().round(), 2);
+  auto second = core_->BeginPull(pull);
+  ASSERT_TRUE(second.ok()) << second.status();
+  const uint64_t second_id = (*second)->id;
+  second->reset();
+  EXPECT_NE(second_id, first_id);
+  Join("B");
+  PushHeader stale = Header("B", 2, 1000);
+  stale.mutable_meta()->set_theta_id(first_id);
+  const absl::Status refused = core_->BeginPush(stale).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("computed against another theta of that round"));
+  PushHeader fresh = Header("B", 2, 1000);
+  fresh.mutable_meta()->set_theta_id(second_id);
+  EXPECT_TRUE(core_->BeginPush(fresh).ok());
+}
+
 // The phase in heartbeats and Status is RoundPhase's name (proto/round_phase.h): training while the round is open,
 // complete after the last round; the evaluator handed to Create is called on theta_0 and on each new theta.
 TEST_F(CoordinatorCoreTest, PhasesAndEvaluationsOfAOneRoundRun) {

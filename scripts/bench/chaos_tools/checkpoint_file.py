@@ -1,7 +1,7 @@
 """Reader of the coordinator's checkpoint format (proto/checkpoint.h), written from the format description alone, with
 its own xxHash64 (the checksum the file ends with), so that a checkpoint can be checked without our C++ reader.
 read_checkpoint(path) -> dict(round, fingerprint, params [(name, torch.Tensor)], momentum [...], evals [...],
-members_config, members [dict(id, shard_index, shard_reader, cluster_size, inner_steps, last_applied_base)]);
+theta_id, members_config, members [dict(id, shard_index, shard_reader, cluster_size, inner_steps, last_applied_base)]);
 raises CheckpointError for any file that does not verify. Stateless; thread-safe."""
 import struct
 
@@ -136,8 +136,9 @@ def read_checkpoint(path):
         else:
             r, loss, tokens, pushed = c.take("<qdqq")
             out["evals"].append({"round": r, "val_loss": loss, "tokens": tokens, "bytes_pushed_committed": pushed})
-    out["members_config"], out["members"] = "", []
+    out["theta_id"], out["members_config"], out["members"] = 0, "", []
     if version >= 3:
+        out["theta_id"] = c.take("<Q")
         out["members_config"] = c.string()
         for _ in range(c.take("<I")):
             member = {"id": c.string()}
