@@ -214,21 +214,22 @@ std::vector<MemberRecord> CoordinatorCore::MembersAt(int64_t round) const {
 void CoordinatorCore::RestoreMembers(const std::string& members_config, const std::vector<MemberRecord>& members) {
   if (members.empty()) return;
   const bool active = members_config == ConfigHash(config_);
-  std::vector<std::string> ids;
+  std::vector<std::string> ids;  // the first 8 named in the log line
   for (const MemberRecord& m : members) {
     membership_.Restore(m, clock_(), active);
-    ids.push_back(Truncated(m.id, 64));
+    if (ids.size() < 8) ids.push_back(Truncated(m.id, 64));
   }
+  if (members.size() > ids.size()) ids.push_back(absl::StrCat("and ", members.size() - ids.size(), " more"));
   if (active) {
     spdlog::info(
         "members of the checkpoint: {} ({}); a round waits for them as before the restart, and a member silent for "
         "coordinator.lease_s from now is lost",
-        ids.size(), absl::StrJoin(ids, ", "));
+        members.size(), absl::StrJoin(ids, ", "));
   } else {
     spdlog::info(
         "members of the checkpoint: {} ({}); the config changed since, so each joins again (its shard and "
         "counted pushes are kept)",
-        ids.size(), absl::StrJoin(ids, ", "));
+        members.size(), absl::StrJoin(ids, ", "));
   }
 }
 

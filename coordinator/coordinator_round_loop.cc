@@ -224,7 +224,9 @@ void CoordinatorCore::FinishClose(ClosingRound& closing, const std::string& reas
     PublishRound(closing, std::move(sums), t1, closed);
     sparse_update_ = std::move(update);
     axis_ = std::move(axis);
-    due = TakeDueHeartbeats(/*all=*/false);  // the workers waiting on this round: pull now
+    // The workers waiting on this round: pull now; on the run's last round, once its checkpoint is written (below;
+    // its pulls are refused until then, BeginPull), told that the run is complete.
+    if (!closed.theta->complete) due = TakeDueHeartbeats(/*all=*/false);
   }
   AnswerHeld(std::move(due));
   sinks_.OnCommitted(closed);  // log line, evaluation, checkpoint

@@ -172,7 +172,7 @@ absl::StatusOr<PullResult> CoordinatorClient::Pull(ChunkAssembler& assembler, in
 }
 
 absl::StatusOr<PullResult> CoordinatorClient::Pull(ChunkAssembler& assembler, int fragment, int64_t have_round,
-                                                   UpdateApplier* sparse) {
+                                                   UpdateApplier* sparse, bool* touched) {
   grpc::ClientContext ctx;
   PrepareStream(&ctx);
   PullRequest request;
@@ -198,6 +198,7 @@ absl::StatusOr<PullResult> CoordinatorClient::Pull(ChunkAssembler& assembler, in
       result.theta_id = message.header().theta_id();
       if (result.sparse && !request.has_have_round()) error = absl::InvalidArgumentError("unasked sparse update");
     } else if (error.ok()) {
+      if (touched != nullptr) *touched = true;
       result.bytes += static_cast<int64_t>(message.chunk().data().size());
       error = result.sparse ? sparse->Accept(message.chunk()) : assembler.Accept(message.chunk());
     }

@@ -93,8 +93,10 @@ class CoordinatorClient {
   // coordinator may answer with the round's sparse update, applied through `sparse` and checked against the header's
   // theta hash (PROTOCOL.md "Sparse pulls"). A sparse pull that fails (a bad chunk, a broken stream, a hash that
   // differs) may have changed some of the tensors: it returns UNAVAILABLE, and the caller pulls again without
-  // have_round.
-  absl::StatusOr<PullResult> Pull(ChunkAssembler& into, int fragment, int64_t have_round, UpdateApplier* sparse);
+  // have_round. `touched` (optional): set when a chunk came, so that the tensors may have changed (a pull refused
+  // before any chunk, say while the run's last round is checkpointed, leaves them as they were).
+  absl::StatusOr<PullResult> Pull(ChunkAssembler& into, int fragment, int64_t have_round, UpdateApplier* sparse,
+                                  bool* touched = nullptr);
   // Sends the pseudo-gradient (of fragment result.report.fragment) computed against round `round`, after a header
   // with the round's report (FillPushHeader); returns the payload bytes sent.
   absl::StatusOr<int64_t> Push(int64_t round, const RoundResult& result);

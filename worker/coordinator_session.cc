@@ -248,8 +248,9 @@ std::optional<PullResult> CoordinatorSession::Pull(NamedTensors& dest, int fragm
   return PullWith([&]() -> absl::StatusOr<PullResult> {
     ChunkAssembler assembler(dest);
     UpdateApplier sparse(dest);
-    auto pulled = client_->Pull(assembler, fragment, have_round, &sparse);
-    have_round = -1;  // after any failure dest may be torn: the next attempt pulls all of it
+    bool touched = false;
+    auto pulled = client_->Pull(assembler, fragment, have_round, &sparse, &touched);
+    if (touched) have_round = -1;  // after a failure with chunks dest may be torn: the next attempt pulls all of it
     return pulled;
   });
 }
