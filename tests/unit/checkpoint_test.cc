@@ -37,6 +37,14 @@ class CheckpointTest : public ScratchDirTest {
     std::ifstream in(path, std::ios::binary);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   }
+  // `bytes` (a checkpoint file with its checksum, edited) written to `path` as `version`, with the checksum redone.
+  static void WriteAsVersion(const std::string& path, uint32_t version, std::string bytes) {
+    bytes.resize(bytes.size() - 8);
+    std::memcpy(&bytes[8], &version, sizeof(version));
+    const uint64_t h = XXH64(bytes.data(), bytes.size(), 0);
+    bytes.append(reinterpret_cast<const char*>(&h), sizeof(h));
+    WriteAll(path, bytes);
+  }
   static void WriteAll(const std::string& path, const std::string& bytes) {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
@@ -123,12 +131,7 @@ TEST_F(CheckpointTest, VersionOneFileStillLoads) {
   // (uint64 theta_id 0, uint32 0: members_config "", uint32 0 members), uint64 xxh64.
   bytes.erase(bytes.size() - 8 - 16, 16);  // drop the member section
   bytes.erase(bytes.size() - 8 - 16, 16);  // and tokens and bytes
-  bytes.resize(bytes.size() - 8);          // and the checksum
-  const uint32_t v1 = 1;
-  std::memcpy(&bytes[8], &v1, sizeof(v1));
-  const uint64_t h = XXH64(bytes.data(), bytes.size(), 0);
-  bytes.append(reinterpret_cast<const char*>(&h), sizeof(h));
-  WriteAll(path, bytes);
+  WriteAsVersion(path, 1, bytes);
   absl::StatusOr<CheckpointData> loaded = LoadCheckpoint(path);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   ASSERT_EQ(loaded->evals.size(), 1u);
@@ -167,12 +170,7 @@ TEST_F(CheckpointTest, MembersRoundTripAndAVersionTwoFileLoadsWithNone) {
   ASSERT_TRUE(SaveCheckpoint(path, saved).ok());
   std::string bytes = ReadAll(path);
   bytes.erase(bytes.size() - 8 - 16, 16);  // the (empty) member section
-  bytes.resize(bytes.size() - 8);          // and the checksum
-  const uint32_t v2 = 2;
-  std::memcpy(&bytes[8], &v2, sizeof(v2));
-  const uint64_t h = XXH64(bytes.data(), bytes.size(), 0);
-  bytes.append(reinterpret_cast<const char*>(&h), sizeof(h));
-  WriteAll(path, bytes);
+  WriteAsVersion(path, 2, bytes);
   loaded = LoadCheckpoint(path);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_TRUE(loaded->members.empty());

@@ -124,6 +124,18 @@ class CoordinatorCoreTest : public ScratchDirTest {
   }
   void Join(const std::string& id) { ASSERT_TRUE(core_->Join(JoinReq(id)).ok()) << id; }
   // Starts an async run (Delayed Nesterov with N = 2) of workers A and B.
+  // Started, A and B joined, and round 1 closed by A's random *dA and B's *dB (1000 tokens each).
+  void CloseRoundOneWithAB(Tensors* dA, Tensors* dB) {
+    Start();
+    Join("A");
+    Join("B");
+    *dA = RandomDelta();
+    *dB = RandomDelta();
+    ASSERT_TRUE(Push("A", 0, 1000, *dA).ok());
+    ASSERT_TRUE(Push("B", 0, 1000, *dB).ok());
+    core_->Poll();
+    ASSERT_EQ(core_->Status().round(), 1);
+  }
   void StartAsyncAB(int64_t max_staleness) {
     config_.outer.mode = OuterMode::kAsync;
     config_.outer.delay_n = 2;
@@ -807,14 +819,8 @@ TEST_F(CoordinatorCoreTest, CheckpointNowAndResumeRestoreThetaMomentumAndEvals) 
 TEST_F(CoordinatorCoreTest, MembersAndTheirCountedPushesSurviveARestart) {
   config_.coordinator.min_workers = 1;
   config_.coordinator.lease_s = 10;
-  Start();
-  Join("A");
-  Join("B");
-  const Tensors dA = RandomDelta(), dB = RandomDelta();
-  ASSERT_TRUE(Push("A", 0, 1000, dA).ok());
-  ASSERT_TRUE(Push("B", 0, 1000, dB).ok());
-  core_->Poll();
-  ASSERT_EQ(core_->Status().round(), 1);
+  Tensors dA, dB;
+  ASSERT_NO_FATAL_FAILURE(CloseRoundOneWithAB(&dA, &dB));
   const int shard_b = Worker(core_->Status(), "B").shard_index();
   ASSERT_TRUE(core_->CheckpointNow().ok());
 
@@ -1088,14 +1094,8 @@ TEST_F(CoordinatorCoreTest, AsyncResendOlderThanMaxStalenessIsStillAlreadyCounte
 // keeps its local parameters over the global ones that already hold its push. Theta does not move again.
 TEST_F(CoordinatorCoreTest, SyncResendOfACountedPushAfterItsRoundClosedIsAlreadyCounted) {
   config_.coordinator.min_workers = 1;
-  Start();
-  Join("A");
-  Join("B");
-  const Tensors dA = RandomDelta(), dB = RandomDelta();
-  ASSERT_TRUE(Push("A", 0, 1000, dA).ok());
-  ASSERT_TRUE(Push("B", 0, 1000, dB).ok());
-  core_->Poll();
-  ASSERT_EQ(core_->Status().round(), 1);
+  Tensors dA, dB;
+  ASSERT_NO_FATAL_FAILURE(CloseRoundOneWithAB(&dA, &dB));
   const Tensors theta1 = Theta();
   const absl::Status resent = Push("A", 0, 1000, dA);
   EXPECT_EQ(resent.code(), absl::StatusCode::kAlreadyExists) << resent;
