@@ -188,11 +188,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const C
   return c;
 }
 
-void CoordinatorCore::RecordMembersAt(int64_t round) {
+void CoordinatorCore::RecordMembersAt(int64_t round, const RoundState::Pushes* counted) {
   std::vector<MemberRecord> records;
   for (const std::string& id : membership_.ActiveIds()) {
     const Member* m = membership_.Find(id);
-    records.push_back({m->id, m->shard_index, m->shard_reader, m->cluster_size, m->inner_steps, m->last_applied_base});
+    int64_t base = m->last_applied_base;
+    if (counted != nullptr && counted->count(id) != 0) base = std::max(base, counted->at(id).base);
+    records.push_back({m->id, m->shard_index, m->shard_reader, m->cluster_size, m->inner_steps, base});
   }
   absl::MutexLock lock(&members_mu_);
   members_at_[round] = std::move(records);

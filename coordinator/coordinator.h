@@ -271,7 +271,8 @@ class CoordinatorCore {
   // (members_at_, the last few rounds); MembersAt reads them (a leaf lock: the checkpoint writer calls it while it
   // reads theta). RestoreMembers (Create): a checkpoint's members become active again when it was written under this
   // config (ConfigHash), else lost until they join again; either way their records (shard, counted pushes) stand.
-  void RecordMembersAt(int64_t round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `counted` (optional): the round's contributors, whose last counted round is taken as their pushes' base.
+  void RecordMembersAt(int64_t round, const RoundState::Pushes* counted = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecordThetaId(const ParamSnapshot& theta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // into theta_ids_
   std::vector<MemberRecord> MembersAt(int64_t round) const ABSL_LOCKS_EXCLUDED(members_mu_);
   void RestoreMembers(const std::string& members_config, const std::vector<MemberRecord>& members)

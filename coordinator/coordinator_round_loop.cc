@@ -38,6 +38,9 @@ StatusReply CoordinatorCore::Status() const {
 
 void CoordinatorCore::Run() {
   absl::MutexLock lock(&mu_);
+  // Members restored from the checkpoint: their lease runs from now, not from before the start-up (a large
+  // checkpoint takes longer to load than coordinator.lease_s).
+  for (const std::string& id : membership_.ActiveIds()) membership_.Touch(id, clock_());
   while (!stop_ && !complete_) {
     cv_.WaitWithTimeout(&mu_, absl::Milliseconds(100));
     if (stop_) break;
@@ -193,6 +196,12 @@ void CoordinatorCore::FinishClose(ClosingRound& closing, const std::string& reas
   ThetaStore::CandidateCheck check;  // the evaluation, when due, before theta_{t+1} is published
   if (evaluation_ != nullptr && evaluation_->DueAt(round, round >= config_.SyncRounds())) {
     check = [&](const ParamSnapshot& candidate) { eval_seconds = evaluation_->Vet(candidate); };
+  }
+  {
+    // The round's members as they will stand once it commits, for a checkpoint an operator asks for between the step
+    // and PublishRound (which records them again; a discarded step's record is never read).
+    absl::MutexLock lock(&mu_);
+    RecordMembersAt(round, &closing.contributors);
   }
   const double t0 = clock_();
   closed.theta = theta_->Step(closing.delta, FragmentToStep(), check);

@@ -158,11 +158,18 @@ absl::StatusOr<HeartbeatReply> CoordinatorClient::Heartbeat(int64_t round, int64
   HeartbeatReply reply;
   grpc::Status s = stub_->Heartbeat(&ctx, request, &reply);
   if (absl::Status status = Noted(FromGrpc(s)); !status.ok()) return status;
-  // A coordinator restarted with this worker restored as a member (no Join) listens on a new TCP push port. The port
-  // the worker knows is kept as it is otherwise (after a failed TCP push: gRPC until the next join).
-  if (const int port = reply.push_port(); port > 0 && known_push_port_ > 0 && port != known_push_port_.exchange(port)) {
-    push_port_ = port;
-    spdlog::info("the coordinator listens on a new push port: pushes over tcp to port {}", port);
+  // A coordinator restarted with this worker restored as a member (no Join) listens on a new TCP push port, or on
+  // the same one (comm.tcp_port) after a push to the dead process fell back to gRPC: TCP again at once for a new
+  // port, after kTcpRetryHeartbeats heartbeats for the same one (a port that keeps failing costs one try per so many).
+  if (const int port = reply.push_port(); port > 0 && known_push_port_ > 0) {
+    const bool moved = port != known_push_port_.exchange(port);
+    const bool retry = push_port_ == 0 && ++heartbeats_on_grpc_ >= kTcpRetryHeartbeats;
+    if (moved || retry) {
+      push_port_ = port;
+      heartbeats_on_grpc_ = 0;
+      spdlog::info("{}: pushes over tcp to port {}", moved ? "the coordinator listens on a new push port" : "tcp again",
+                   port);
+    }
   }
   return reply;
 }

@@ -144,6 +144,8 @@ class CoordinatorClient {
   // comm.transport tcp: the push port the last Join named (0: push over gRPC) and the connection to it.
   std::atomic<int> push_port_{0};
   std::atomic<int> known_push_port_{0};  // the port last named (Join or heartbeat), even while pushes go over gRPC
+  static constexpr int kTcpRetryHeartbeats = 10;  // after a TCP push fell back to gRPC: heartbeats until TCP again
+  std::atomic<int> heartbeats_on_grpc_{0};
   // The round and theta id of the last whole pull (RequestMeta.theta_id of the requests naming that round).
   mutable absl::Mutex pulled_mu_;
   int64_t pulled_round_ ABSL_GUARDED_BY(pulled_mu_) = -1;

@@ -161,10 +161,17 @@ TEST(Fault, WorkerJoiningAtRound3StartsFromTheGlobalModel) {
 }
 
 // kill -9 of the coordinator mid-round 4 and a restart with the same command; `transport`: comm.transport.
-void KillAndRestartCoordinator(const std::string& transport) {
-  const std::string dir = ScratchDir("kill_coordinator_" + transport);
+void KillAndRestartCoordinator(const std::string& transport, int tcp_port = 0) {
+  const std::string dir = ScratchDir("kill_coordinator_" + transport + std::to_string(tcp_port));
   const std::string address = Loopback();
-  const auto args = FaultArgs(dir, address, {"outer.rounds=6", "workers.count=2", "comm.transport=" + transport});
+  // A fixed port: a lease that outlasts the restart, so that the workers stay members (their heartbeats back off
+  // while the coordinator is gone) and never join again, and rounds long enough for the heartbeats after which a
+  // worker tries TCP again (10, 3 s here).
+  const auto args = FaultArgs(
+      dir, address,
+      {"outer.rounds=6", "workers.count=2", "comm.transport=" + transport, "comm.tcp_port=" + std::to_string(tcp_port),
+       tcp_port > 0 ? "coordinator.lease_s=15" : "coordinator.lease_s=2",
+       tcp_port > 0 ? "inner.steps=2000" : "inner.steps=200"});
   auto coordinator = StartCoordinator(args);
   auto w0 = StartWorker(args, address, "w0");
   auto w1 = StartWorker(args, address, "w1");
@@ -201,6 +208,7 @@ void KillAndRestartCoordinator(const std::string& transport) {
       const size_t first = out.find("pushes over tcp to port ");
       ASSERT_NE(first, std::string::npos) << out;
       EXPECT_NE(out.find("pushes over tcp to port ", first + 1), std::string::npos) << out;
+      if (tcp_port > 0) EXPECT_EQ(out.find(" joined ", first), std::string::npos) << "a restored member" << out;
     }
   }
 }
@@ -210,6 +218,13 @@ TEST(Fault, CoordinatorKilledAndRestartedResumesFromItsCheckpoint) { KillAndRest
 // The same over comm.transport tcp: the restarted coordinator restores the workers as members (its checkpoint lists
 // them) and names its new push port in their heartbeats; a push to the dead port meanwhile falls back to gRPC.
 TEST(Fault, CoordinatorKilledAndRestartedWithTcpPushesWorkersFindTheNewPort) { KillAndRestartCoordinator("tcp"); }
+
+// The same with a fixed comm.tcp_port: the restarted coordinator listens on the same port, so the worker's push to the
+// dead process fails and falls back to gRPC (which counts: the worker is a restored member); a few heartbeats later
+// it pushes over TCP again ("tcp again: pushes over tcp to port P"). Before, it stayed on gRPC for the rest of the run.
+TEST(Fault, CoordinatorKilledAndRestartedOnAFixedTcpPortWorkersPushOverTcpAgain) {
+  KillAndRestartCoordinator("tcp", FreePort());
+}
 
 // Theta ids across a kill -9 of the coordinator (PROTOCOL.md "Lease, heartbeat and re-pushing"), with the worker's
 // own client: w0 pulls theta_1, the coordinator dies before any checkpoint (checkpoint_every far off) and starts
