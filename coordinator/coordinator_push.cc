@@ -43,11 +43,11 @@ absl::Status CoordinatorCore::CheckPushHeader(const PushHeader& header) {
         "worker '", id, "''s push computed against version ", header.meta().round(),
         " was applied already (its newest applied push was computed against version ", m->last_applied_base, ")"));
   }
-  if (!async && header.meta().round() == theta_->round() && round_.CountsAsPushed(id) && !round_.HasPushed(id)) {
-    // Among the contributors being stepped: if that step is discarded (a non-finite result), heartbeats say
-    // `pushed = false` and the member pushes again for the redo.
-    return absl::AlreadyExistsError(
-        absl::StrCat("worker '", id, "' already pushed for round ", theta_->round(), " (its outer step is under way)"));
+  if (!async && header.meta().round() == theta_->round() && round_.CountsAsPushed(id)) {
+    // Counted in the open round, or among the contributors being stepped (if that step is discarded, a non-finite
+    // result, heartbeats say `pushed = false` and the member pushes again for the redo).
+    return absl::AlreadyExistsError(absl::StrCat("worker '", id, "' already pushed for round ", theta_->round(),
+                                                 round_.HasPushed(id) ? "" : " (its outer step is under way)"));
   }
   absl::Status s =
       DecidePushRound({theta_->round(), header.meta().round(), round_.phase()}, PushRoundOptionsOf(config_));
@@ -63,7 +63,7 @@ absl::Status CoordinatorCore::CheckPushHeader(const PushHeader& header) {
           "parameters"));
     }
   }
-  if (round_.HasPushed(id)) {
+  if (round_.HasPushed(id)) {  // async (sync: above)
     return absl::AlreadyExistsError(absl::StrCat("worker '", id, "' already pushed for round ", theta_->round()));
   }
   if (header.parts() < 0 || (header.parts() <= 1 && (header.part() != 0 || header.has_range()))) {
