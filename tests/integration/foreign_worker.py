@@ -123,8 +123,29 @@ def encode_topk(part):
     return bytes(levels) + pack_bits(positions, bits) + pack_bits(codes, 2), decoded
 
 
+def unavailable_retried(call):
+    """call(), again while it ends UNAVAILABLE (PROTOCOL.md "Status codes": e.g. the run's last theta is pulled
+    before its checkpoint is on disk, or the parameters moved on during the pull), for at most 60 s."""
+    import grpc
+    deadline, told = time.monotonic() + 60, False
+    while True:
+        try:
+            return call()
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                raise
+            if not told:
+                print(f"pull: UNAVAILABLE ({e.details()}); pulling again")
+                told = True
+            time.sleep(0.1)
+
+
 def pull(stub, pb, meta):
     """The whole model: [(name, dtype, shape, values)] in parameter order, and the header."""
+    return unavailable_retried(lambda: pull_once(stub, pb, meta))
+
+
+def pull_once(stub, pb, meta):
     header, tensors = None, []
     for message in stub.PullParameters(pb.PullRequest(meta=meta), timeout=60):
         if message.HasField("header"):
@@ -200,6 +221,10 @@ def push_part(stub, pb, meta, delta, part, parts, begin, end):
 
 def pull_range(stub, pb, meta, begin, end):
     """The flat elements [begin, end) of theta (a pull in parts), as one float32 array."""
+    return unavailable_retried(lambda: pull_range_once(stub, pb, meta, begin, end))
+
+
+def pull_range_once(stub, pb, meta, begin, end):
     header, values = None, []
     for message in stub.PullParameters(pb.PullRequest(meta=meta, range=pb.ElementRange(begin=begin, end=end)),
                                        timeout=60):
