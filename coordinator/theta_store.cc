@@ -62,22 +62,20 @@ class SyncThetaStore : public ThetaStore {
       absl::MutexLock stepping(&guard_->mu);  // pulls and checkpoints of theta_t wait, then find it moved on
       outer_step_->StepInPlace(theta, delta, only);
       ++guard_->writes;
-      guard_->vetting = static_cast<bool>(check);
+      // Without a check the tensors and their round change in one critical section: a steady read (a checkpoint)
+      // between two would save theta_{t+1} as round t.
+      if (!check) return Settle(std::move(next));
+      guard_->vetting = true;
     }
-    if (check) {
-      try {
-        check(*next);  // readers of theta_t find it moved on meanwhile; a steady read waits
-      } catch (...) {
-        Undo(*base, *spill, std::move(before));
-        throw;
-      }
+    try {
+      check(*next);  // readers of theta_t find it moved on meanwhile; a steady read waits
+    } catch (...) {
+      Undo(*base, *spill, std::move(before));
+      throw;
     }
     absl::MutexLock done(&guard_->mu);
     guard_->vetting = false;
-    guard_->round = next->round;
-    guard_->id = next->id;
-    next->writes = guard_->writes;
-    return next;
+    return Settle(std::move(next));
   }
 
   void Publish(std::shared_ptr<const ParamSnapshot> next) override {
@@ -96,6 +94,14 @@ class SyncThetaStore : public ThetaStore {
 
  private:
   static bool NotVetting(ThetaGuard* guard) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !guard->vetting; }
+
+  // The guard says the tensors hold `next`'s round.
+  std::shared_ptr<ParamSnapshot> Settle(std::shared_ptr<ParamSnapshot> next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(guard_->mu) {
+    guard_->round = next->round;
+    guard_->id = next->id;
+    next->writes = guard_->writes;
+    return next;
+  }
 
   // The stepped tensors' theta and momentum (none before the first step: the optimizer state's handles undo that),
   // spilled before a checked step. Throws std::runtime_error when the file cannot be written: the round is then

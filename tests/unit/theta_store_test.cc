@@ -132,6 +132,37 @@ TEST(ThetaStoreTest, TheLastRoundIsComplete) {
   EXPECT_TRUE(store->current()->complete);
 }
 
+// A steady read (a checkpoint) sees the tensors with the round they hold: a synchronous step without an evaluation
+// check moved the tensors to theta_{t+1} and then, in a second critical section, the round, so a checkpoint read in
+// between saved theta_{t+1} as round t (a resume steps that round again). With SGD without momentum, lr 0.5 and deltas
+// of 1, "b" holds 2 - 0.5 t in round t. The reader runs while the store steps; the gap is short, so it runs for 2000
+// steps.
+TEST(ThetaStoreTest, ASteadyReadSeesTheRoundTheTensorsHold) {
+  Config config = StoreConfig(OuterMode::kSync, OuterOptimizerKind::kSgd);
+  config.outer.rounds = 1000000;
+  config.outer.momentum = 0;
+  std::unique_ptr<ThetaStore> store = ThetaStore::Create(config, Theta0(), {});
+  std::atomic<bool> done{false};
+  std::atomic<int> reads{0}, mismatched{0};
+  std::thread reader([&] {
+    while (!done) {
+      ASSERT_TRUE(store
+                      ->ReadSteady([&](const SteadyTheta& theta) {
+                        const float b = theta.params[1].second[0].item<float>();
+                        if (b != 2.0f - 0.5f * static_cast<float>(theta.round)) ++mismatched;
+                        ++reads;
+                        return absl::OkStatus();
+                      })
+                      .ok());
+    }
+  });
+  for (int t = 0; t < 2000; ++t) store->Publish(store->Step(Delta(1.0f), nullptr));
+  done = true;
+  reader.join();
+  EXPECT_GT(reads.load(), 0);
+  EXPECT_EQ(mismatched.load(), 0) << "of " << reads.load() << " steady reads, some saw theta_{t+1} as round t";
+}
+
 // The evaluation guard (issue 32 item 4): a check that refuses the stepped theta (ThetaStore::Step's `check`) leaves
 // theta and the optimizer state as they were, bit for bit: the store then steps exactly as one that never saw the
 // refused deltas. Refused at the first step (no momentum yet) and at a later one, in both modes (the asynchronous one
