@@ -330,7 +330,12 @@ namespace {
 absl::Status ParseBody(ScanningReader& r, const std::string& path, CheckpointData* data) {
   uint32_t version = 0, count = 0;
   if (!r.Pod(&version)) return Corrupt(path, "truncated header");
-  if (version < 1 || version > kVersion) return Corrupt(path, absl::StrCat("unsupported version ", version));
+  if (version < 1) return Corrupt(path, absl::StrCat("unsupported version ", version));
+  if (version > kVersion) {  // (LoadCheckpoint reports it only when the checksum holds: not a flipped byte)
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, ": format version ", version,
+                                                      " was written by a newer diloco (this one reads versions 1 to ",
+                                                      kVersion, "); run that version, or start with --fresh"));
+  }
   if (!r.Pod(&data->round) || !r.String(&data->fingerprint) || !r.Pod(&count)) return Corrupt(path, "truncated header");
   for (uint32_t i = 0; i < count; ++i) {
     std::string name;
@@ -457,10 +462,15 @@ absl::StatusOr<LoadedCheckpoint> LoadNewestCheckpoint(const std::string& dir, st
   for (auto it = files.rbegin(); it != files.rend(); ++it) {
     auto data = LoadCheckpoint(*it);
     if (data.ok()) return LoadedCheckpoint{*it, std::move(*data)};
-    // A file that cannot be opened (permissions, I/O) may be the run's newest good one: not skipped for an older one.
+    // A file that cannot be opened (permissions, I/O) or that a newer diloco wrote may be the run's newest good one:
+    // not skipped for an older one (a resume from it would train rounds already trained again).
     if (data.status().code() == absl::StatusCode::kNotFound) {
       return absl::FailedPreconditionError(absl::StrCat(data.status().message(), "; fix it or move it out of ", dir,
                                                         " (an older checkpoint is not used instead)"));
+    }
+    if (data.status().code() == absl::StatusCode::kFailedPrecondition) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(data.status().message(), " (an older checkpoint in ", dir, " is not used instead)"));
     }
     if (skipped != nullptr) skipped->push_back(std::string(data.status().message()));
   }

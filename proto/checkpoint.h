@@ -66,7 +66,8 @@ struct LoadedCheckpoint {
 };
 
 // The newest checkpoint in `dir` that loads and verifies. Corrupt files are skipped and described in *skipped
-// ("path: reason"); one that cannot be opened at all (permissions, I/O) is FailedPrecondition naming it, not skipped.
+// ("path: reason"); one that cannot be opened at all (permissions, I/O) or that a newer diloco wrote (its format
+// version above this build's) is FailedPrecondition naming it, not skipped.
 // NotFound when the directory holds no valid checkpoint.
 absl::StatusOr<LoadedCheckpoint> LoadNewestCheckpoint(const std::string& dir, std::vector<std::string>* skipped);
 
