@@ -35,6 +35,9 @@ RunningProcess::RunningProcess(const std::string& binary, const std::vector<std:
       std::lock_guard<std::mutex> lock(mu_);
       output_.append(buf, n);
     }
+    std::lock_guard<std::mutex> lock(mu_);
+    drained_ = true;
+    drained_cv_.notify_all();
   });
 }
 
@@ -56,6 +59,8 @@ int RunningProcess::Wait(double timeout_s) {
     if (std::chrono::steady_clock::now() > deadline) return -1;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  std::unique_lock<std::mutex> lock(mu_);  // its last lines may still be in the pipe
+  drained_cv_.wait_for(lock, std::chrono::seconds(5), [this] { return drained_; });
   return code;
 }
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -28,7 +29,9 @@ class RunningProcess {
   RunningProcess(const std::string& binary, const std::vector<std::string>& args);
   ~RunningProcess();  // kills the process if it still runs
 
-  // Waits up to timeout_s; returns the exit code, or -1 on timeout (the process keeps running).
+  // Waits up to timeout_s; returns the exit code, or -1 on timeout (the process keeps running). Once it has exited,
+  // output() holds all it wrote (up to 5 s more for the reader to drain the pipe; a child still holding it is
+  // not waited for longer).
   int Wait(double timeout_s);
   bool Running();
   void Signal(int sig);
@@ -41,6 +44,8 @@ class RunningProcess {
   std::unique_ptr<Subprocess> process_;
   std::thread reader_;
   std::mutex mu_;
+  std::condition_variable drained_cv_;
+  bool drained_ = false;  // the reader met the pipe's end (under mu_)
   std::string output_;
   std::string name_;
 };

@@ -164,13 +164,13 @@ TEST(Fault, WorkerJoiningAtRound3StartsFromTheGlobalModel) {
 void KillAndRestartCoordinator(const std::string& transport, int tcp_port = 0) {
   const std::string dir = ScratchDir("kill_coordinator_" + transport + std::to_string(tcp_port));
   const std::string address = Loopback();
-  // A fixed port: a lease that outlasts the restart, so that the workers stay members (their heartbeats back off
-  // while the coordinator is gone) and never join again, and rounds long enough for the heartbeats after which a
-  // worker tries TCP again (10, 3 s here).
+  // A fixed port: a lease that outlasts the restart however slowly it starts on a loaded machine, so that the workers
+  // stay members (their heartbeats back off while the coordinator is gone) and never join again, and rounds long enough
+  // for the heartbeats after which a worker tries TCP again (10, 3 s here).
   const auto args = FaultArgs(
       dir, address,
       {"outer.rounds=6", "workers.count=2", "comm.transport=" + transport, "comm.tcp_port=" + std::to_string(tcp_port),
-       tcp_port > 0 ? "coordinator.lease_s=15" : "coordinator.lease_s=2",
+       tcp_port > 0 ? "coordinator.lease_s=60" : "coordinator.lease_s=2",
        tcp_port > 0 ? "inner.steps=2000" : "inner.steps=200"});
   auto coordinator = StartCoordinator(args);
   auto w0 = StartWorker(args, address, "w0");
