@@ -368,6 +368,7 @@ HeartbeatReply CoordinatorCore::HeartbeatReplyFor(const std::string& id) const {
   reply.set_push_port(push_port_);
   if (const Member* m = membership_.Find(id)) {
     reply.set_drain(m->drain_requested);
+    reply.set_last_applied_base(m->last_applied_base);
     if (m->quarantined_until_round > theta_->round()) reply.set_quarantined_until_round(m->quarantined_until_round);
   }
   return reply;

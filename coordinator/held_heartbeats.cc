@@ -8,7 +8,8 @@ namespace {
 
 bool SameAnswer(const HeartbeatReply& a, const HeartbeatReply& b) {
   return a.round() == b.round() && a.pushed() == b.pushed() && a.run_complete() == b.run_complete() &&
-         a.drain() == b.drain() && a.quarantined_until_round() == b.quarantined_until_round();
+         a.drain() == b.drain() && a.quarantined_until_round() == b.quarantined_until_round() &&
+         a.last_applied_base() == b.last_applied_base();
 }
 
 }  // namespace

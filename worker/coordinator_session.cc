@@ -233,8 +233,9 @@ CoordinatorSession::Outcome CoordinatorSession::AwaitRound(int64_t round, bool* 
   }
   if (decision.action != ProtocolAction::kProceed) return GiveUp(decision);
   if (beat->drain()) flags_.drain = flags_.quit = true;
-  const WaitDecision wait = DecideWhileWaiting({beat->round(), beat->pushed(), beat->run_complete()}, round,
-                                               config_.outer.mode == OuterMode::kAsync);
+  HeartbeatView view{beat->round(), beat->pushed(), beat->run_complete()};
+  if (beat->has_last_applied_base()) view.last_applied_base = beat->last_applied_base();
+  const WaitDecision wait = DecideWhileWaiting(view, round, config_.outer.mode == OuterMode::kAsync);
   if (wait.action == WaitAction::kRoundClosed) return Outcome::kRoundOver;
   if (wait.action == WaitAction::kRepush) {
     spdlog::info("round {}: {}", round + 1, wait.reason);

@@ -134,7 +134,11 @@ WaitDecision DecideWhileWaiting(const HeartbeatView& beat, int64_t round, bool a
   if (beat.run_complete) return {WaitAction::kRoundClosed, "the run is complete"};
   if (async) {  // our push is applied once it is no longer pending (others' may be too)
     if (beat.pushed) return {WaitAction::kKeepWaiting, "the push is pending"};
-    if (beat.round > round) return {WaitAction::kRoundClosed, "the push was applied"};
+    if (beat.last_applied_base.has_value()) {  // not pending: applied, or dropped with its aggregation
+      if (*beat.last_applied_base >= round) return {WaitAction::kRoundClosed, "the push was applied"};
+      return {WaitAction::kRepush, "the coordinator dropped the push (its aggregation restarted); pushing again"};
+    }
+    if (beat.round > round) return {WaitAction::kRoundClosed, "the push was applied"};  // an older coordinator
   } else if (beat.round > round) {
     return {WaitAction::kRoundClosed, absl::StrCat("the coordinator is at round ", beat.round + 1)};
   }

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -61,6 +62,8 @@ struct HeartbeatView {
   bool pushed = false;  // this worker's push for it is counted (async: still pending)
   bool run_complete = false;
   int64_t quarantined_until_round = 0;  // > round: this worker's pushes are refused until then
+  // The base of this worker's newest applied push (-1: none); nullopt: the coordinator does not say (an older one).
+  std::optional<int64_t> last_applied_base;
 };
 
 enum class WaitAction {

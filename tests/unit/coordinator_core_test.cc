@@ -1076,6 +1076,37 @@ TEST_F(CoordinatorCoreTest, AsyncRefusesTheResendOfAnAppliedPushAndHoldsAStalePu
   EXPECT_EQ(Push("B", 0, 1000, d2).code(), absl::StatusCode::kAlreadyExists);
 }
 
+// Async: a pending push dropped by an aggregation restart (another push broke mid-stream) reads as not pending; once a
+// later push steps the version, the round moved past the dropped push's base too. The heartbeat's last_applied_base
+// (the base of the member's newest applied push) tells the two apart: the worker pushes again (protocol_decision.h).
+// Before, "not pending and the version moved on" read as applied and the worker's round of work was lost.
+TEST_F(CoordinatorCoreTest, AsyncHeartbeatTellsADroppedPushFromAnAppliedOne) {
+  StartAsyncAB(/*max_staleness=*/4);
+  const Tensors dA = RandomDelta(), dB = RandomDelta();
+  ASSERT_TRUE(Push("A", 0, 1000, dA).ok());  // pending
+  EXPECT_TRUE(Beat("A").pushed());
+  auto broken = core_->BeginPush(Header("B", 0, 1000));
+  ASSERT_TRUE(broken.ok()) << broken.status();
+  ASSERT_TRUE(FoldTensor(*broken, 0, dB[0]).ok());
+  core_->AbortPush(*broken, "stream broke");  // restarts the aggregation: A's push is dropped with the sums
+  HeartbeatReply a = Beat("A");
+  EXPECT_FALSE(a.pushed());
+  ASSERT_TRUE(a.has_last_applied_base());
+  EXPECT_EQ(a.last_applied_base(), -1);
+  ASSERT_TRUE(Push("B", 0, 1000, dB).ok());
+  core_->Poll();  // version 1, from B's push alone
+  a = Beat("A");
+  EXPECT_EQ(a.round(), 1);
+  EXPECT_FALSE(a.pushed());
+  EXPECT_EQ(a.last_applied_base(), -1) << "A's push was never applied";
+  EXPECT_EQ(Beat("B").last_applied_base(), 0);
+  EXPECT_EQ(Worker(core_->Status(), "A").rounds_contributed(), 0);
+  ASSERT_TRUE(Push("A", 0, 1000, dA).ok()) << "the dropped push, pushed again, is one version behind: accepted";
+  core_->Poll();
+  EXPECT_EQ(Beat("A").last_applied_base(), 0);
+  EXPECT_EQ(Worker(core_->Status(), "A").rounds_contributed(), 1);
+}
+
 // The resend of an applied push more than outer.max_staleness versions old is still "already counted", not a stale
 // push that did not count (the worker would then keep its progress as not sent: reuse_local, error feedback).
 TEST_F(CoordinatorCoreTest, AsyncResendOlderThanMaxStalenessIsStillAlreadyCounted) {

@@ -263,6 +263,21 @@ TEST(ProtocolDecisionTest, WaitingReadsTheHeartbeat) {
   EXPECT_EQ(applied.action, WaitAction::kRoundClosed);
   EXPECT_EQ(applied.reason, "the push was applied");
   EXPECT_EQ(DecideWhileWaiting({4, false, false}, 4, true).action, WaitAction::kRepush);
+  // async, with the coordinator's record of the newest applied push: not pending and the version moved on, but that
+  // record is below the push's base -> the push was dropped with its aggregation (another push stepped the version
+  // since): push again. Before, it read as applied and the round's work was lost.
+  HeartbeatView dropped{5, false, false};
+  dropped.last_applied_base = 3;
+  const WaitDecision again = DecideWhileWaiting(dropped, 4, true);
+  EXPECT_EQ(again.action, WaitAction::kRepush);
+  EXPECT_EQ(again.reason, "the coordinator dropped the push (its aggregation restarted); pushing again");
+  dropped.last_applied_base = -1;  // none applied yet
+  EXPECT_EQ(DecideWhileWaiting(dropped, 4, true).action, WaitAction::kRepush);
+  HeartbeatView counted{5, false, false};
+  counted.last_applied_base = 4;
+  EXPECT_EQ(DecideWhileWaiting(counted, 4, true).action, WaitAction::kRoundClosed);
+  counted.pushed = true;  // pending
+  EXPECT_EQ(DecideWhileWaiting(counted, 4, true).action, WaitAction::kKeepWaiting);
 }
 
 }  // namespace
