@@ -296,10 +296,14 @@ def wait_with_heartbeat(stub, pb, meta, round_, tries=120):
     answer is either the closed round or, after wait_ms, the unchanged one (asked again)."""
     for _ in range(tries):
         beat = stub.Heartbeat(pb.HeartbeatRequest(meta=meta, wait_ms=1000), timeout=30)
+        # last_applied_base: the round of our newest push that a closed round counted (-1: none yet).
+        check(beat.HasField("last_applied_base"), f"heartbeat without last_applied_base: {beat}")
         if beat.round > round_:
             check(beat.round == round_ + 1, f"held heartbeat round {beat.round}")
+            check(beat.last_applied_base == round_, f"round {round_} closed with our push: {beat}")
             return beat
         check(beat.pushed and beat.round == round_, f"held heartbeat before the close: {beat}")
+        check(beat.last_applied_base == round_ - 1, f"held heartbeat before the close: {beat}")
     raise AssertionError(f"no heartbeat saw round {round_ + 1} in {tries} held heartbeats")
 
 
