@@ -26,6 +26,8 @@ namespace diloco {
 namespace {
 
 constexpr char kMagic[8] = {'D', 'L', 'C', 'O', 'C', 'K', 'P', 'T'};
+// Every version keeps the magic, the version right after it and the xxh64 trailer: a newer file is told from a
+// corrupt one by its checksum (LoadCheckpoint).
 constexpr uint32_t kVersion = 3;            // 2: evals carry tokens and bytes; 3: members; versions 1 and 2 still load
 constexpr uint32_t kMaxMembers = 1u << 20;  // a bound on a corrupt count (coordinator.max_members is far below)
 
@@ -334,7 +336,7 @@ absl::Status ParseBody(ScanningReader& r, const std::string& path, CheckpointDat
   if (version > kVersion) {  // (LoadCheckpoint reports it only when the checksum holds: not a flipped byte)
     return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, ": format version ", version,
                                                       " was written by a newer diloco (this one reads versions 1 to ",
-                                                      kVersion, "); run that version, or start with --fresh"));
+                                                      kVersion, ")"));
   }
   if (!r.Pod(&data->round) || !r.String(&data->fingerprint) || !r.Pod(&count)) return Corrupt(path, "truncated header");
   for (uint32_t i = 0; i < count; ++i) {
@@ -470,7 +472,8 @@ absl::StatusOr<LoadedCheckpoint> LoadNewestCheckpoint(const std::string& dir, st
     }
     if (data.status().code() == absl::StatusCode::kFailedPrecondition) {
       return absl::FailedPreconditionError(
-          absl::StrCat(data.status().message(), " (an older checkpoint in ", dir, " is not used instead)"));
+          absl::StrCat(data.status().message(), ": run that version, or start with --fresh (an older checkpoint in ",
+                       dir, " is not used instead)"));
     }
     if (skipped != nullptr) skipped->push_back(std::string(data.status().message()));
   }

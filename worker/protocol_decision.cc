@@ -136,7 +136,9 @@ WaitDecision DecideWhileWaiting(const HeartbeatView& beat, int64_t round, bool a
     if (beat.pushed) return {WaitAction::kKeepWaiting, "the push is pending"};
     if (beat.last_applied_base.has_value()) {  // not pending: applied, or dropped with its aggregation
       if (*beat.last_applied_base >= round) return {WaitAction::kRoundClosed, "the push was applied"};
-      return {WaitAction::kRepush, "the coordinator dropped the push (its aggregation restarted); pushing again"};
+      return {WaitAction::kRepush,
+              "the coordinator no longer holds the push and has not applied it (its aggregation restarted or its step "
+              "was discarded); pushing again"};
     }
     if (beat.round > round) return {WaitAction::kRoundClosed, "the push was applied"};  // an older coordinator
   } else if (beat.round > round) {

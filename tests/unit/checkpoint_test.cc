@@ -305,6 +305,7 @@ TEST_F(CheckpointTest, LoadNewestStopsAtACheckpointOfANewerFormat) {
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(loaded.status().message()),
               HasSubstr("ckpt-00000002.bin: format version 4 was written by a newer diloco"));
+  EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("run that version, or start with --fresh"));
   EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("an older checkpoint"));
   EXPECT_TRUE(skipped.empty());
 

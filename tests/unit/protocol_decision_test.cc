@@ -270,7 +270,9 @@ TEST(ProtocolDecisionTest, WaitingReadsTheHeartbeat) {
   dropped.last_applied_base = 3;
   const WaitDecision again = DecideWhileWaiting(dropped, 4, true);
   EXPECT_EQ(again.action, WaitAction::kRepush);
-  EXPECT_EQ(again.reason, "the coordinator dropped the push (its aggregation restarted); pushing again");
+  EXPECT_EQ(again.reason,
+            "the coordinator no longer holds the push and has not applied it (its aggregation restarted or its step "
+            "was discarded); pushing again");
   dropped.last_applied_base = -1;  // none applied yet
   EXPECT_EQ(DecideWhileWaiting(dropped, 4, true).action, WaitAction::kRepush);
   HeartbeatView counted{5, false, false};
