@@ -31,8 +31,9 @@ namespace {
 
 // Bump when the tokenizer's output changes for the same inputs (v2: shards, manifest, BOS/EOS; v3: a tokenizer.json
 // text document's ids are those of one encode() of the whole file, work_items.h; v4: tokenizer.json words over 256
-// bytes and single_word added tokens as the tokenizers library encodes them).
-constexpr int kCacheFormatVersion = 4;
+// bytes and single_word added tokens as the tokenizers library encodes them; v5: tokenizer.json regexes read \s as
+// Oniguruma (not U+180E) and split at empty matches).
+constexpr int kCacheFormatVersion = 5;
 // Longer input lists than this go to the tokenizer through a list file instead of its command line.
 constexpr size_t kMaxInlineInputChars = 32 << 10;
 

@@ -15,7 +15,9 @@ Ill-formed UTF-8 ("invalid_hex": bytes with a cut 4-byte and 3-byte sequence, an
 form): each kind's "invalid_ids" encode INVALID.decode("utf-8", "replace") (one U+FFFD per maximal subpart), and the
 byte-level kinds' "cut_ids" (the byte tokens of those bytes) decode to "cut_decoded" (Rust's from_utf8_lossy).
 Kinds: gpt2 (ByteLevel pre-tokenizer), llama3 and qwen2 (Split regex + ByteLevel; qwen2 with NFC), llama2
-(byte_fallback, Prepend + Replace normalizer), metaspace (byte_fallback, Metaspace pre-tokenizer, prepend first).
+(byte_fallback, Prepend + Replace normalizer), metaspace (byte_fallback, Metaspace pre-tokenizer, prepend first),
+lookahead (a gpt2 model with a Split regex that matches empty, before each 'e', put in front of its ByteLevel; tested
+for encode / decode only: the work-item cut rule knows no such split).
 Also OUT/refused/<component>.json: tokenizer.json files with one component we do not implement (WordPiece,
 Unigram, the Lowercase normalizer, the Whitespace pre-tokenizer, the WordPiece decoder), each to be refused by name.
 Usage: make_tokenizer_json.py OUT SHAKESPEARE
@@ -30,6 +32,9 @@ from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normaliz
 
 LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
                 r"\s*[\r\n]+|\s+(?!\S)|\s+")
+# A Split regex that matches only empty (before each 'e'), in front of GPT-2's ByteLevel, on a model trained without
+# it (so merges across the split exist, e.g. "th" + "e"): the library splits at an empty match.
+LOOKAHEAD_REGEX = r"(?=e)"
 QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
                r"\s*[\r\n]+|\s+(?!\S)|\s+")
 
@@ -180,6 +185,7 @@ def main():
         "qwen2": byte_level(QWEN2_REGEX, True),
         "llama2": byte_fallback(False),
         "metaspace": byte_fallback(True),
+        "lookahead": byte_level(None, False),
     }
     texts = MIXED + [
         "First Citizen:\nBefore we proceed any further, hear me speak.",
@@ -194,10 +200,19 @@ def main():
         " ",
         "\n",
         "x",
+        # U+180E (Mongolian vowel separator) is not \s to the library (Oniguruma: Unicode White_Space); PCRE2's \s
+        # takes it: by spaces and punctuation the regexes split it differently.
+        "x \u180e!y  \u180e\u180e z\u180e and\u180e \u180e",
+        # Empty matches of the lookahead kind's regex: split before each 'e'.
+        "the thee, there be seen here; eel",
     ]
     golden = {"texts": texts, "document": document(shakespeare), "kinds": {}}
     for name, (tok, trainer) in kinds.items():
         tok.train_from_iterator(text, trainer)
+        if name == "lookahead":
+            tok.pre_tokenizer = pre_tokenizers.Sequence([
+                pre_tokenizers.Split(Regex(LOOKAHEAD_REGEX), behavior="isolated", invert=False),
+                pre_tokenizers.ByteLevel(add_prefix_space=False)])
         if tok.model.byte_fallback:
             tok = add_byte_tokens(tok)
         tok.add_tokens([ADDED, WORD, STRIP])

@@ -27,6 +27,9 @@ namespace {
 
 const std::string kTokenizer = "diloco-tokenize";
 const char* const kKinds[] = {"gpt2", "llama3", "qwen2", "llama2", "metaspace"};
+// Encode and decode also run a Split regex that matches empty (make_tokenizer_json.py "lookahead"): the library splits
+// at an empty match (before, those were dropped: "the" stayed one word and took the merge of "th" and "e").
+const char* const kEncodeKinds[] = {"gpt2", "llama3", "qwen2", "llama2", "metaspace", "lookahead"};
 
 // The golden files, made once per test process, in a directory of the process's own (ctest runs each test in a
 // process of its own, two at a time with -j2: a shared directory would be remade under the other's feet).
@@ -76,7 +79,7 @@ std::vector<uint32_t> SplitIds(const std::vector<TokenSegment>& segments) {
 
 TEST_F(TokenizerJsonTest, EncodePrintsTheLibrarysIdsAndDecodeItsText) {
   const auto& texts = golden_.at("texts");
-  for (const char* kind : kKinds) {
+  for (const char* kind : kEncodeKinds) {
     const auto& k = golden_.at("kinds").at(kind);
     for (size_t i = 0; i < texts.size(); ++i) {
       const std::string text = texts[i].get<std::string>();
@@ -88,8 +91,9 @@ TEST_F(TokenizerJsonTest, EncodePrintsTheLibrarysIdsAndDecodeItsText) {
       ASSERT_EQ(decoded, 0) << back;
       EXPECT_EQ(back, k.at("decoded")[i].get<std::string>()) << kind << ": '" << text << "'";
       // Byte-level without a normalizer gives the text back (decode skips special tokens, as the library's does).
-      const bool lossless = (std::string(kind) == "gpt2" || std::string(kind) == "llama3") &&
-                            text.find("<|bos|>") == std::string::npos && text.find("<|pad|>") == std::string::npos;
+      const bool lossless =
+          (std::string(kind) == "gpt2" || std::string(kind) == "llama3" || std::string(kind) == "lookahead") &&
+          text.find("<|bos|>") == std::string::npos && text.find("<|pad|>") == std::string::npos;
       if (lossless) EXPECT_EQ(back, text) << kind;
     }
   }

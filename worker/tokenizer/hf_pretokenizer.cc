@@ -91,7 +91,7 @@ void HfPreTokenizer::Apply(const Step& step, std::vector<Piece>& pieces) const {
         // continued is not passed on: a work item is cut where this split cuts too (work_items.h), so its first
         // piece is a piece of its own in the whole text, and a prefix step after the split gives it its prefix.
         if (begin > gap) out.push_back({p.text.substr(gap, begin - gap), p.first && gap == 0});
-        if (!step.removed) out.push_back({p.text.substr(begin, end - begin), p.first && begin == 0});
+        if (!step.removed && end > begin) out.push_back({p.text.substr(begin, end - begin), p.first && begin == 0});
         gap = end;
       });
       if (gap < p.text.size()) out.push_back({p.text.substr(gap), p.first && gap == 0});
@@ -125,7 +125,7 @@ void HfPreTokenizer::ForEachWord(const std::string& piece, bool at_start, bool c
     size_t gap = 0;
     s.regex.FindAll(piece, [&](size_t begin, size_t end) {
       if (begin > gap) on_word(std::string_view(piece).substr(gap, begin - gap));
-      if (!s.removed) on_word(std::string_view(piece).substr(begin, end - begin));
+      if (!s.removed && end > begin) on_word(std::string_view(piece).substr(begin, end - begin));
       gap = end;
     });
     if (gap < piece.size()) on_word(std::string_view(piece).substr(gap));
