@@ -146,7 +146,8 @@ class CoordinatorClient {
   std::atomic<int> known_push_port_{0};  // the port last named (Join or heartbeat), even while pushes go over gRPC
   static constexpr int kTcpRetryHeartbeats = 10;  // after a TCP push fell back to gRPC: heartbeats until TCP again
   std::atomic<int> heartbeats_on_grpc_{0};
-  // The round and theta id of the last whole pull (RequestMeta.theta_id of the requests naming that round).
+  // The round and theta id of the last pull that succeeded, whole, sparse or a part (RequestMeta.theta_id of the
+  // requests naming that round).
   mutable absl::Mutex pulled_mu_;
   int64_t pulled_round_ ABSL_GUARDED_BY(pulled_mu_) = -1;
   uint64_t pulled_theta_id_ ABSL_GUARDED_BY(pulled_mu_) = 0;
