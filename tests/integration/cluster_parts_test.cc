@@ -303,6 +303,11 @@ TEST(ClusterParts, ARefusedPushGivesEveryRankItsResidualBack) {
                     "--coordinator", address, "--id", "slow", "--rank", std::to_string(r), "--cluster-store", store})));
   }
   ASSERT_TRUE(coordinator.WaitForOutput("joined: worker slow", 120)) << coordinator.output();
+  // The fast worker starts once both ranks set up their parts: their pull of round 0 follows in milliseconds, while
+  // the fast worker's start and join take longer. Started at the join, a loaded machine let the fast worker close
+  // the run's rounds before the ranks' set-up ended, and the cluster pulled the complete run and never pushed.
+  ASSERT_TRUE(slow[0]->WaitForOutput("cluster pushes and pulls in 2 parts", 120)) << slow[0]->output();
+  ASSERT_TRUE(slow[1]->WaitForOutput("rank 1 of 2 of worker slow", 120)) << slow[1]->output();
   RunningProcess fast("diloco-worker", With(args, {"--coordinator", address, "--id", "fast"}));
   EXPECT_EQ(fast.Wait(240), 0) << fast.output();
   for (auto& rank : slow) EXPECT_EQ(rank->Wait(240), 0) << rank->output();
