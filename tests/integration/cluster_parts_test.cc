@@ -282,10 +282,11 @@ ManualRun RunThroughProxy(const std::string& name, int64_t cut_after) {
 }
 
 // comm.cluster_parts with int8 error feedback, for a cluster whose pushes all come late: a fast one-process worker
-// closes every round on round_timeout_s alone (min_workers 1) while the slow cluster (2 ranks, 30x the inner steps)
-// trains its first round. No push of the cluster counted, so the leader tells every rank to take back the residual
-// from before its push (cluster command kind 11): each rank's saved slice residual is none. Before, each rank kept
-// compensated - sent of the refused push. The fast worker's own residual is not zero (error feedback is on).
+// closes every round on round_timeout_s alone (min_workers 1) while the slow cluster (2 ranks, 100x the inner steps,
+// which outlast the fast one's start and three rounds) trains its first round. No push of the cluster counted, so
+// the leader tells every rank to take back the residual from before its push (cluster command kind 11): each rank's
+// saved slice residual is none. Before, each rank kept compensated - sent of the refused push. The fast worker's
+// own residual is not zero (error feedback is on).
 TEST(ClusterParts, ARefusedPushGivesEveryRankItsResidualBack) {
   const std::string dir = ScratchDir("cluster_parts_refused");
   const auto args = TinyArgs(
@@ -299,7 +300,7 @@ TEST(ClusterParts, ARefusedPushGivesEveryRankItsResidualBack) {
   for (int r = 0; r < 2; ++r) {
     slow.push_back(std::make_unique<RunningProcess>(
         "diloco-worker",
-        With(args, {"--set", "workers.cluster_size=2", "--set", "comm.cluster_parts=true", "--set", "inner.steps=600",
+        With(args, {"--set", "workers.cluster_size=2", "--set", "comm.cluster_parts=true", "--set", "inner.steps=2000",
                     "--coordinator", address, "--id", "slow", "--rank", std::to_string(r), "--cluster-store", store})));
   }
   ASSERT_TRUE(coordinator.WaitForOutput("joined: worker slow", 120)) << coordinator.output();

@@ -54,6 +54,18 @@ class RawClient {
     EXPECT_TRUE(s.ok()) << s.error_message();
     return reply;
   }
+  // The round the open round is based on, once no close is in flight (phase "training"): a Join that lands while
+  // the good workers' round closes answers the round before the step, and a push against it would be stale.
+  int64_t SettledRound() {
+    StatusReply status;
+    for (int i = 0; i < 600; ++i) {
+      status = Status();
+      if (status.phase() == "training") return status.round();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ADD_FAILURE() << "the coordinator stayed in phase " << status.phase();
+    return status.round();
+  }
   grpc::Status Join(const Config& config, const std::string& fingerprint, JoinReply* reply) {
     JoinRequest r;
     *r.mutable_meta() = Meta(0, fingerprint);
@@ -228,10 +240,10 @@ TEST(HostileInput, EveryBadPushGetsItsOwnErrorWhileTheGoodWorkersFinishTheRun) {
     JoinReply joined;
     grpc::Status s = client.Join(*config, fp, &joined);
     ASSERT_TRUE(s.ok()) << s.error_message();
-    const int64_t r = joined.round();
-    ASSERT_LT(r, kRounds) << "the run ended before the hostile client could join";
     // The open round now waits for this member too: it closes only after the Leave below, so every push here is
-    // checked against round r.
+    // checked against round r (the one after a close that was in flight at the Join).
+    const int64_t r = client.SettledRound();
+    ASSERT_LT(r, kRounds) << "the run ended before the hostile client could join";
     const std::vector<TensorInfo> layout = client.PullLayout(r, fp);
     ASSERT_GE(layout.size(), 2u);
     const std::string t0 = layout[0].name, t1 = layout[1].name;

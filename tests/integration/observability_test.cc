@@ -206,8 +206,9 @@ TEST(Observability, MetricsStatusPageHealthAndReflectionDuringARun) {
   const std::string chromium = ChromiumPath();
   ASSERT_FALSE(chromium.empty()) << "chromium is not installed (scripts/setup installs Debian's chromium)";
   const std::string dir = ScratchDir("observability");
-  // Many rounds, so the run is still going while the test looks; the test stops it.
-  const std::vector<std::string> overrides = {"coordinator.metrics_listen=127.0.0.1:0", "outer.rounds=400"};
+  // Many rounds (about 20 ms each), so the run is still going while the test looks, however long a loaded machine
+  // takes to start chromium; the test stops it.
+  const std::vector<std::string> overrides = {"coordinator.metrics_listen=127.0.0.1:0", "outer.rounds=20000"};
   RunningProcess coordinator(
       "diloco-coordinator",
       With(TinyArgs(dir, overrides), {"--port-file", dir + "/addr", "--metrics-port-file", dir + "/metrics_addr"}));
@@ -221,7 +222,7 @@ TEST(Observability, MetricsStatusPageHealthAndReflectionDuringARun) {
   // Before any worker: the run is waiting, nobody is a member.
   std::map<std::string, double> m = http.Metrics();
   EXPECT_EQ(m["diloco_round"], 0);
-  EXPECT_EQ(m["diloco_rounds_planned"], 400);
+  EXPECT_EQ(m["diloco_rounds_planned"], 20000);
   EXPECT_EQ(m["diloco_members{state=\"active\"}"], 0);
 
   RunningProcess w0("diloco-worker", With(TinyArgs(dir, overrides), {"--coordinator", address, "--id", "w0"}));
@@ -342,7 +343,7 @@ TEST(Observability, MetricsStatusPageHealthAndReflectionDuringARun) {
   const double shown_round = std::stod(match[1]);
   EXPECT_GE(shown_round, round_before);
   EXPECT_LE(shown_round, round_after);
-  EXPECT_TRUE(std::regex_search(dom, std::regex(R"(<b id="rounds-total">400</b>)"))) << dom;
+  EXPECT_TRUE(std::regex_search(dom, std::regex(R"(<b id="rounds-total">20000</b>)"))) << dom;
   for (const std::string w : {"w0", "w1"}) {
     EXPECT_TRUE(std::regex_search(
         dom, std::regex("<tr class=\"member\" data-worker=\"" + w + "\" data-state=\"active\"><td>" + w + "</td>")))

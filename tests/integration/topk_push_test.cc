@@ -101,6 +101,21 @@ HandTopk GoodHand(int64_t n) {
   return h;
 }
 
+// The round the open round is based on, once no close is in flight (phase "training"): a Join that lands while the
+// good workers' round closes answers the round before the step, and pulls and pushes against it would be stale.
+int64_t SettledRound(Coordinator::Stub& stub) {
+  StatusReply status;
+  for (int i = 0; i < 600; ++i) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    EXPECT_TRUE(stub.GetStatus(&ctx, StatusRequest(), &status).ok());
+    if (status.phase() == "training") return status.round();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ADD_FAILURE() << "the coordinator stayed in phase " << status.phase();
+  return status.round();
+}
+
 struct Layout {
   std::string name;
   std::vector<int64_t> shape;
@@ -221,7 +236,7 @@ TEST(TopkPush, EveryMalformedSparsePushIsRefusedAndTheModelIsUnchanged) {
       grpc::ClientContext ctx;
       Deadline(&ctx);
       ASSERT_TRUE(stub->Join(&ctx, j, &joined).ok());
-      r = joined.round();
+      r = SettledRound(*stub);  // from the first Join on, the open round waits for the hostile members
       const std::vector<Layout> layout = PullLayout(*stub, id, r, fp);
       ASSERT_GE(layout.size(), 2u);
       std::vector<PushMessage> push(1);
