@@ -8,7 +8,10 @@
 //                pseudo-gradient (`delta`), which goes back to the accumulator, zeroed, right after;
 //   OnCommitted  theta_t is published (pulls get it, pushes for the next round fold while the sinks run);
 //   OnRunComplete the last round committed and the core says complete (status, heartbeats).
-// A sink logs its own failures; training goes on. A sink that throws ends the round loop's pass like a failed step.
+// A sink logs its own failures; training goes on. A sink that throws in OnStepped ends the round loop's pass like a
+// failed step (the round is published, its next pulls are full); one that throws in OnCommitted or OnRunComplete
+// (the round is committed: nothing is redone) is logged, and the sinks after it still run, so that a failed log line
+// or evaluation record never keeps the last round's checkpoint, summary.json or the run's completion from happening.
 // Thread-safety: the hooks run on the core's round thread (OnStart on the thread that creates the core, before the
 // round thread starts), one at a time, with no core lock held; a sink that other threads also use (the checkpoint
 // writer) guards itself.
@@ -72,12 +75,9 @@ class RoundSinks : public RoundSink {
   void OnStepped(const ClosedRound& round) override {
     for (const auto& sink : sinks_) sink->OnStepped(round);
   }
-  void OnCommitted(const ClosedRound& round) override {
-    for (const auto& sink : sinks_) sink->OnCommitted(round);
-  }
-  void OnRunComplete() override {
-    for (const auto& sink : sinks_) sink->OnRunComplete();
-  }
+  // These two catch what a sink throws (logged; round_sinks.cc) and go on to the next sink.
+  void OnCommitted(const ClosedRound& round) override;
+  void OnRunComplete() override;
 
  private:
   std::vector<std::unique_ptr<RoundSink>> sinks_;

@@ -9,10 +9,32 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/outer_step.h"
 #include "coordinator/replay_log.h"
 
 namespace diloco {
+
+void RoundSinks::OnCommitted(const ClosedRound& round) {
+  for (const auto& sink : sinks_) {
+    try {
+      sink->OnCommitted(round);
+    } catch (const std::exception& e) {
+      spdlog::error("round {}: {} (the round is committed; training goes on)", round.theta->round, e.what());
+    }
+  }
+}
+
+void RoundSinks::OnRunComplete() {
+  for (const auto& sink : sinks_) {
+    try {
+      sink->OnRunComplete();
+    } catch (const std::exception& e) {
+      spdlog::error("at the run's end: {}", e.what());
+    }
+  }
+}
+
 namespace {
 
 // Writes `data` (atomically, proto/checkpoint.h), prunes to `keep` files and logs the size and speed.
@@ -141,18 +163,24 @@ absl::StatusOr<WrittenCheckpoint> CheckpointWriter::Write() {
   absl::MutexLock writing(&mu_);
   absl::StatusOr<WrittenCheckpoint> written;
   const absl::Status read = theta_->ReadSteady([&](const SteadyTheta& theta) {
-    CheckpointData data;
-    data.fingerprint = fingerprint_;
-    data.round = theta.round;
-    data.theta_id = theta.id;
-    data.params = theta.params;
-    data.momentum = theta.momentum;
-    data.evals = history_->Records();
-    if (members_) {
-      data.members = members_(theta.round);
-      data.members_config = members_config_;
+    // An exception (an allocation, a tensor copy, the members' record) is this write's error, as a full disk is:
+    // the round thread's caller logs it and, on the last round, tries again and keeps it in final_error().
+    try {
+      CheckpointData data;
+      data.fingerprint = fingerprint_;
+      data.round = theta.round;
+      data.theta_id = theta.id;
+      data.params = theta.params;
+      data.momentum = theta.momentum;
+      data.evals = history_->Records();
+      if (members_) {
+        data.members = members_(theta.round);
+        data.members_config = members_config_;
+      }
+      written = SaveAndLog(dir_, keep_, data);
+    } catch (const std::exception& e) {
+      written = absl::InternalError(absl::StrCat("checkpoint of round ", theta.round, " in ", dir_, ": ", e.what()));
     }
-    written = SaveAndLog(dir_, keep_, data);
     return written.status();
   });
   if (!read.ok()) return read;

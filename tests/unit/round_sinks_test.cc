@@ -1,8 +1,9 @@
-// The round sinks (coordinator/round_sink.h, round_sinks.h): RoundSinks calls its sinks in order and a start-up
-// error stops it; the evaluation sink evaluates theta_0 once and then every eval_every rounds and the last, with
-// the run's totals, and refuses a non-finite loss; the checkpoint writer writes when due and on request, what
-// ThetaStore::ReadSteady shows plus the evals; the replay log writes theta_0 at start (not when resumed) and each
-// round's delta.
+// The round sinks (coordinator/round_sink.h, round_sinks.h): RoundSinks calls its sinks in order, a start-up
+// error stops it and a sink that throws on a committed round does not stop the others; the evaluation sink evaluates
+// theta_0 once and then every eval_every rounds and the last, with the run's totals, and refuses a non-finite loss;
+// the checkpoint writer writes when due and on request, what ThetaStore::ReadSteady shows plus the evals, and turns
+// what throws into the write's error; the replay log writes theta_0 at start (not when resumed) and each round's
+// delta.
 #include "coordinator/round_sinks.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <limits>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -79,6 +81,27 @@ TEST(RoundSinksTest, CallsSinksInOrderAndStopsAtAStartError) {
                                              "b.committed", "c.committed", "a.complete", "b.complete", "c.complete"}));
 }
 
+class ThrowingSink : public RoundSink {
+ public:
+  void OnCommitted(const ClosedRound&) override { throw std::runtime_error("the log sink's disk is gone"); }
+  void OnRunComplete() override { throw std::runtime_error("no memory for the summary"); }
+};
+
+// A committed round stays committed: a sink that throws is logged, and the sinks after it (the last round's
+// checkpoint writer, summary.json) still run. Before, the exception left RoundSinks and the core never set the run
+// complete, so the last round's pulls were refused "being checkpointed" for ever.
+TEST(RoundSinksTest, ASinkThatThrowsOnACommittedRoundLeavesTheSinksAfterItTheirTurn) {
+  std::vector<std::string> calls;
+  RoundSinks sinks;
+  sinks.Add(std::make_unique<RecordingSink>("a", &calls));
+  sinks.Add(std::make_unique<ThrowingSink>());
+  sinks.Add(std::make_unique<RecordingSink>("c", &calls));
+  const ClosedRound round = Closed(Theta(3, /*complete=*/true));
+  EXPECT_NO_THROW(sinks.OnCommitted(round));
+  EXPECT_NO_THROW(sinks.OnRunComplete());
+  EXPECT_EQ(calls, (std::vector<std::string>{"a.committed", "c.committed", "a.complete", "c.complete"}));
+}
+
 TEST(RoundSinksTest, EvaluatesThetaZeroOnceThenEveryNRoundsAndTheLast) {
   int calls = 0;
   auto history = std::make_shared<EvalHistory>(std::vector<EvalRecord>{});
@@ -141,6 +164,28 @@ TEST_F(CheckpointWriterTest, WritesWhenDueAndOnRequest) {
   ASSERT_TRUE(now.ok()) << now.status();
   EXPECT_EQ(now->round, 3);
   EXPECT_EQ(now->path, CheckpointPath(Path("ckpt"), 3));
+}
+
+// What throws while a checkpoint is written (here the members' record) is the write's error, as a full disk is: the
+// round thread logs it and goes on (the last round's is kept in final_error()). Before, it left the writer.
+TEST_F(CheckpointWriterTest, AWriteThatThrowsReturnsItsError) {
+  Config config;
+  config.outer.rounds = 10;
+  config.coordinator.checkpoint_every = 1;
+  config.coordinator.checkpoint_dir = Path("ckpt");
+  std::unique_ptr<ThetaStore> store = ThetaStore::Create(config, Theta(0), {});
+  auto history = std::make_shared<EvalHistory>(std::vector<EvalRecord>{});
+  CheckpointWriter writer(config, "fp", store.get(), history, [](int64_t round) -> std::vector<MemberRecord> {
+    throw std::runtime_error("no members record for round " + std::to_string(round));
+  });
+  store->Publish(store->Step({at::full({3}, 1.0f)}, nullptr));
+  absl::StatusOr<WrittenCheckpoint> now = writer.Write();
+  ASSERT_FALSE(now.ok());
+  EXPECT_EQ(now.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(now.status().message().find("no members record for round 1"), std::string::npos) << now.status();
+  EXPECT_NO_THROW(writer.OnCommitted(Closed(store->current())));
+  EXPECT_FALSE(std::filesystem::exists(CheckpointPath(Path("ckpt"), 1)));
+  EXPECT_EQ(writer.final_error(), "") << "round 1 is not the last";
 }
 
 TEST_F(CheckpointWriterTest, ReplayLogWritesThetaZeroAndDeltas) {
