@@ -3,6 +3,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -98,6 +99,11 @@ std::string Show(double v) {
 }
 
 // A list key (data.files): a YAML sequence of strings, or one string for a list of one; null is the empty list.
+bool HasLeadingZero(const std::string& scalar) {
+  size_t i = !scalar.empty() && (scalar[0] == '-' || scalar[0] == '+') ? 1 : 0;
+  return scalar.size() >= i + 2 && scalar[i] == '0' && absl::ascii_isdigit(static_cast<unsigned char>(scalar[i + 1]));
+}
+
 absl::Status DecodeStringList(const std::string& key, const YAML::Node& n, StringList* out) {
   out->clear();
   if (n.IsNull()) return absl::OkStatus();

@@ -91,6 +91,9 @@ const char* TypeName() {
 }
 
 absl::Status DecodeStringList(const std::string& key, const YAML::Node& n, StringList* out);
+// An integer written with a leading zero ("010", "-07"): yaml-cpp reads it as octal (8), as YAML 1.1 does, where YAML
+// 1.2 reads decimal (10); integer keys refuse it rather than pick one.
+bool HasLeadingZero(const std::string& scalar);
 absl::Status OutsideRule(const std::string& key, const std::string& rule, const std::string& got);
 
 // Decodes `n` into a T: the type check of every key (and the name check of an enum).
@@ -107,6 +110,13 @@ absl::Status Decode(const std::string& key, const YAML::Node& n, T* value) {
       if (n.IsNull()) {
         value->clear();
         return absl::OkStatus();
+      }
+    }
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      if (n.IsScalar() && HasLeadingZero(n.Scalar())) {
+        return absl::InvalidArgumentError(key + ": '" + n.Scalar() +
+                                          "' has a leading zero, which YAML 1.1 tools read as octal and YAML 1.2 "
+                                          "ones as decimal; write the number without it");
       }
     }
     if (n.IsScalar() && YAML::convert<T>::decode(n, *value)) {

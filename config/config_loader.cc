@@ -317,9 +317,11 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
     return absl::InvalidArgumentError(absl::StrCat(origin, ": a key that is not a plain name (", e.what(), ")"));
   }
   if (!s.ok()) return s;
+  std::map<std::string, std::string> overridden;  // key -> the --set that gave its value (the last one)
   for (const std::string& o : overrides) {
     s = ApplyOverride(o, config, set_keys);
     if (!s.ok()) return s;
+    overridden[o.substr(0, o.find('='))] = o;
   }
   std::error_code ec;
   if (!config.model.init_from.empty() && std::filesystem::is_directory(config.model.init_from, ec)) {
@@ -327,7 +329,13 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
     if (!s.ok()) return absl::Status(s.code(), absl::StrCat(origin, ": ", s.message()));
   }
   s = ValidateConfig(config);
-  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(origin, ": ", s.message()));
+  if (!s.ok()) {
+    // The message starts with the key it is about: a value from --set is named as that --set, not as the file.
+    const absl::string_view message = s.message();
+    const auto set = overridden.find(std::string(message.substr(0, message.find(':'))));
+    const std::string where = set != overridden.end() ? absl::StrCat("--set ", set->second) : origin;
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", message));
+  }
   return config;
 }
 

@@ -95,7 +95,7 @@ TEST(ConfigFieldsTest, RangesNameTheKeyTheRuleAndTheValue) {
     std::string expected;  // "" = loads
   };
   for (const Case& k : {
-           Case{"inner.lr=0", "my.yaml: inner.lr: must be > 0, got 0"},
+           Case{"inner.lr=0", "--set inner.lr=0: inner.lr: must be > 0, got 0"},
            Case{"inner.lr=.nan", "inner.lr: expected a finite number, got '.nan'"},
            Case{"inner.weight_decay=.nan", "inner.weight_decay: expected a finite number, got '.nan'"},
            Case{"outer.momentum=0", ""},

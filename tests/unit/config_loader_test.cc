@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace diloco {
 namespace {
@@ -122,6 +124,40 @@ TEST(ConfigLoaderTest, SetWrongTypeIsNamed) {
   absl::StatusOr<Config> c = ParseConfig("", "my.yaml", {"outer.rounds=many"});
   ASSERT_FALSE(c.ok());
   EXPECT_THAT(Message(c.status()), HasSubstr("outer.rounds"));
+}
+
+// yaml-cpp reads 010 as octal 8 (YAML 1.1) where YAML 1.2 and most readers of a config expect 10: an integer key
+// with a leading zero is refused, from the file and from --set, naming the key and the text. Before, outer.rounds:
+// 010 ran 8 rounds. 0, 10, +10 and 0x10 (explicitly hexadecimal) are read as before.
+TEST(ConfigLoaderTest, AnIntegerWithALeadingZeroIsRefused) {
+  for (const std::string text : {"010", "-010", "+07", "00"}) {
+    absl::StatusOr<Config> c = ParseConfig("outer: {rounds: " + text + "}\n", "my.yaml");
+    ASSERT_FALSE(c.ok()) << text << " read as " << c->outer.rounds;
+    EXPECT_THAT(Message(c.status()), HasSubstr("my.yaml: outer.rounds: '" + text + "' has a leading zero"));
+    c = ParseConfig("", "my.yaml", {"inner.steps=" + text});
+    ASSERT_FALSE(c.ok()) << text;
+    EXPECT_THAT(Message(c.status()), HasSubstr("--set inner.steps=" + text + ": inner.steps: '" + text + "'"));
+  }
+  for (const auto& [text, value] :
+       std::vector<std::pair<std::string, int64_t>>{{"10", 10}, {"+10", 10}, {"0x10", 16}}) {
+    absl::StatusOr<Config> c = ParseConfig("outer: {rounds: " + text + "}\n", "my.yaml");
+    ASSERT_TRUE(c.ok()) << text << ": " << c.status();
+    EXPECT_EQ(c->outer.rounds, value) << text;
+  }
+  absl::StatusOr<Config> c = ParseConfig("comm: {tcp_port: 0}\ninner: {lr: 0.05}\n", "my.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->inner.lr, 0.05) << "a number key's 0.05 is not an integer with a leading zero";
+}
+
+// A value that fails its range check names where it came from: the --set that gave it, or the file. Before, a
+// --set outer.rounds=0 was reported as "my.yaml: outer.rounds: must be > 0", sending the user to the file.
+TEST(ConfigLoaderTest, ARangeErrorNamesTheSetThatGaveTheValue) {
+  absl::StatusOr<Config> c = ParseConfig("outer: {rounds: 3}\n", "my.yaml", {"inner.lr=0.5", "outer.rounds=0"});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(Message(c.status()), HasSubstr("--set outer.rounds=0: outer.rounds: must be > 0"));
+  c = ParseConfig("outer: {rounds: 0}\n", "my.yaml", {"inner.lr=0.5"});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(Message(c.status()), HasSubstr("my.yaml: outer.rounds: must be > 0"));
 }
 
 TEST(ConfigLoaderTest, SetWithoutEqualsIsRejected) {
