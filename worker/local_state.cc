@@ -52,7 +52,8 @@ StateIdentity IdentityOf(const Config& config, const TokenCache& cache, const st
           std::string(EnumName(config.data.sampling)),
           cluster_rank,
           cluster_size,
-          SliceLayoutOf(trainer.optimizer())};
+          SliceLayoutOf(trainer.optimizer()),
+          WindowsOf(config.model.seq_len, std::string(EnumName(config.data.split)))};
 }
 
 LocalState::LocalState(const Config& config, InnerTrainer& trainer, StateIdentity identity, int fragments,
@@ -165,19 +166,35 @@ void LocalState::Resume() {
   }
   // The journal is newer than the state when the kill came mid-round: its position skips the windows drawn then. A
   // cluster rank whose ranks agreed on no round still resumes its own data position.
+  // A position counts windows: under another model.seq_len or data.split it would name other tokens, so it is not
+  // resumed (the moments are).
   std::optional<SamplerState> sampler;
-  if (chosen) sampler = chosen->sampler;
+  std::string position_differs;
+  if (chosen) {
+    position_differs = WhyNotResumePosition(chosen->identity, identity_);
+    if (position_differs.empty()) sampler = chosen->sampler;
+  }
   auto journal = LoadPosition(PositionPath(state_dir_, key_));
-  if (journal.ok() && WhyNotResume(journal->first, identity_).empty()) sampler = journal->second;
+  if (journal.ok() && WhyNotResume(journal->first, identity_).empty()) {
+    if (std::string why = WhyNotResumePosition(journal->first, identity_); why.empty()) {
+      sampler = journal->second;
+    } else if (position_differs.empty()) {
+      position_differs = why;
+    }
+  }
+  if (!position_differs.empty() && !sampler) {
+    spdlog::warn("data position not resumed: {}; the data stream starts over", position_differs);
+  }
   if (chosen == nullptr && !sampler) return;
   if (sampler) {
     if (absl::Status s = trainer_.RestoreSampler(*sampler); !s.ok()) {
       spdlog::warn("data position not restored ({}); the data stream starts over", std::string(s.message()));
     }
   }
+  const SamplerState at = trainer_.sampler_state();  // where the data stream goes on from (0 when not restored)
   if (chosen == nullptr) {
-    spdlog::info("resuming the data position only: epoch {} window {} ({:.3f} epochs)", sampler->epoch,
-                 sampler->position, trainer_.epochs());
+    spdlog::info("resuming the data position only: epoch {} window {} ({:.3f} epochs)", at.epoch, at.position,
+                 trainer_.epochs());
     return;
   }
   trainer_.optimizer().RestoreState(chosen->adam_steps, chosen->exp_avg, chosen->exp_avg_sq);
@@ -187,7 +204,7 @@ void LocalState::Resume() {
   spdlog::info(
       "resuming from {}: last pushed round {}, AdamW step {}, data position epoch {} window {} ({:.3f} epochs)",
       StatePath(state_dir_, key_) + (chosen == &usable[0] ? "" : " (its previous state)"), chosen->round,
-      chosen->adam_steps, sampler->epoch, sampler->position, trainer_.epochs());
+      chosen->adam_steps, at.epoch, at.position, trainer_.epochs());
 }
 
 void LocalState::Save(int64_t round) {

@@ -37,6 +37,7 @@ void PutIdentity(const StateIdentity& id, Metadata& m) {
   m["cluster_rank"] = absl::StrCat(id.cluster_rank);
   m["cluster_size"] = absl::StrCat(id.cluster_size);
   m["slice_layout"] = id.slice_layout;
+  if (!id.windows.empty()) m["windows"] = id.windows;
 }
 
 void PutSampler(const SamplerState& s, Metadata& m) {
@@ -46,8 +47,10 @@ void PutSampler(const SamplerState& s, Metadata& m) {
 }
 
 // Reads the keys PutIdentity / PutSampler wrote; an error names the first missing or malformed key. The cluster keys
-// were added when clusters began to keep state: a file without them is a one-process worker's (rank 0 of 1, none).
+// were added when clusters began to keep state: a file without them is a one-process worker's (rank 0 of 1, none);
+// "windows" later still: without it, "" (not compared).
 absl::Status GetAll(const Metadata& m, StateIdentity* id, SamplerState* s) {
+  if (auto it = m.find("windows"); it != m.end()) id->windows = it->second;
   auto text = [&](const char* key, std::string* out) -> absl::Status {
     auto it = m.find(key);
     if (it == m.end()) return absl::DataLossError(absl::StrCat("missing key '", key, "'"));
@@ -118,6 +121,15 @@ std::string WhyNotResume(const StateIdentity& saved, const StateIdentity& curren
     return differ("workers.sharding slice layout", saved.slice_layout, current.slice_layout);
   }
   return "";
+}
+
+std::string WhyNotResumePosition(const StateIdentity& saved, const StateIdentity& current) {
+  if (saved.windows.empty() || saved.windows == current.windows) return "";
+  return absl::StrCat("the data windows differ (saved ", saved.windows, ", this run ", current.windows, ")");
+}
+
+std::string WindowsOf(int64_t seq_len, const std::string& split) {
+  return absl::StrCat("seq_len ", seq_len, ", data.split ", split);
 }
 
 std::string SliceLayout(int64_t numel, bool sharded, bool own_gradient_slice, int64_t parts, int64_t slice_length) {

@@ -1,8 +1,9 @@
 // A worker's local state (worker/local_state.h) through its own API: what Save wrote after a push is resumed into a
 // new trainer of the same identity (AdamW moments and step count; the data position of the per-step journal, newer
-// than the state when the kill came mid-round), a state of another identity is ignored (a cold start); a sharded
-// cluster rank's slice of the moments round-trips through its own files, the ranks resume the newest round every
-// rank saved, and a state of another sharding layout or cluster size is not resumed.
+// than the state when the kill came mid-round), a state of another identity is ignored (a cold start), a position
+// of other data windows (model.seq_len) is not resumed; a sharded cluster rank's slice of the moments round-trips
+// through its own files, the ranks resume the newest round every rank saved, and a state of another sharding layout
+// or cluster size is not resumed.
 #include "worker/local_state.h"
 
 #include <gtest/gtest.h>
@@ -67,6 +68,30 @@ TEST_F(LocalStateTest, ResumesMomentsAndTheJournalsDataPosition) {
   LocalState cold(config_, *other, Identity(/*seed=*/4), 1);
   EXPECT_EQ(other->optimizer().steps(), 0);
   EXPECT_EQ(other->sampler_state().position, 0);
+}
+
+// A worker restarted with another model.seq_len (or data.split) resumes its AdamW moments but not its data position:
+// the saved window count would name other tokens under the new windows. Before, the position was restored as a
+// count of the new windows, silently skipping or repeating data.
+TEST_F(LocalStateTest, AnotherSeqLenResumesTheMomentsButNotTheDataPosition) {
+  config_.model.arch = ModelArch::kGpt2;  // its position table (max_positions rows) does not follow seq_len
+  config_.model.max_positions = 16;
+  auto before = Trainer();
+  StateIdentity identity = Identity();
+  identity.windows = WindowsOf(config_.model.seq_len, "iid");
+  {
+    LocalState state(config_, *before, identity, 1);
+    before->TrainSteps(0, 3);
+    state.Save(1);
+  }
+  ASSERT_GT(before->sampler_state().position, 0);
+  config_.model.seq_len /= 2;
+  auto after = Trainer();
+  identity.windows = WindowsOf(config_.model.seq_len, "iid");
+  LocalState resumed(config_, *after, identity, 1);
+  EXPECT_EQ(after->optimizer().steps(), 3) << "the moments are resumed";
+  EXPECT_EQ(after->sampler_state().epoch, 0);
+  EXPECT_EQ(after->sampler_state().position, 0) << "the data stream starts over";
 }
 
 // Rank `rank` of a 2-rank cluster with workers.sharding `sharding`: the trainer holds that rank's slice of the moments.

@@ -205,5 +205,36 @@ TEST_F(WorkerStateTest, PositionJournalRoundTrips) {
   EXPECT_EQ(back->second.rng, "rng-text 1 2 3");
 }
 
+// The windows a data position counts travel with the state and the journal; a file that does not record them (saved
+// before they were) resumes its position as before.
+TEST_F(WorkerStateTest, TheDataWindowsRoundTripAndOnlyTheirChangeStopsThePosition) {
+  StateIdentity id = Identity();
+  id.windows = WindowsOf(64, "iid");
+  EXPECT_EQ(id.windows, "seq_len 64, data.split iid");
+  torch::Tensor m = torch::arange(8, torch::kFloat);
+  ASSERT_TRUE(SaveWorkerState(Path("w.state"), {id, 3, 30, {}, m, m}).ok());
+  absl::StatusOr<WorkerState> back = LoadWorkerState(Path("w.state"));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->identity.windows, "seq_len 64, data.split iid");
+  ASSERT_TRUE(SavePosition(Path("w.position"), id, {0, 12, ""}).ok());
+  auto journal = LoadPosition(Path("w.position"));
+  ASSERT_TRUE(journal.ok()) << journal.status();
+  EXPECT_EQ(journal->first.windows, "seq_len 64, data.split iid");
+
+  StateIdentity shorter = id;
+  shorter.windows = WindowsOf(32, "iid");
+  EXPECT_EQ(WhyNotResume(back->identity, shorter), "") << "the moments still fit";
+  EXPECT_EQ(WhyNotResumePosition(back->identity, shorter),
+            "the data windows differ (saved seq_len 64, data.split iid, this run seq_len 32, data.split iid)");
+  EXPECT_EQ(WhyNotResumePosition(back->identity, id), "");
+  StateIdentity unrecorded = id;
+  unrecorded.windows = "";
+  ASSERT_TRUE(SavePosition(Path("old.position"), unrecorded, {0, 12, ""}).ok());
+  journal = LoadPosition(Path("old.position"));
+  ASSERT_TRUE(journal.ok()) << journal.status();
+  EXPECT_EQ(journal->first.windows, "");
+  EXPECT_EQ(WhyNotResumePosition(journal->first, shorter), "");
+}
+
 }  // namespace
 }  // namespace diloco
