@@ -148,6 +148,13 @@ absl::Status CoordinatorClient::Leave(const std::string& reason) {
   return Noted(FromGrpc(stub_->Leave(&ctx, request, &reply)));
 }
 
+HeartbeatView HeartbeatViewOf(const HeartbeatReply& reply) {
+  HeartbeatView view{reply.round(), reply.pushed(), reply.run_complete(), reply.quarantined_until_round()};
+  if (reply.has_last_applied_base()) view.last_applied_base = reply.last_applied_base();
+  view.phase = reply.phase();
+  return view;
+}
+
 absl::StatusOr<HeartbeatReply> CoordinatorClient::Heartbeat(int64_t round, int64_t wait_ms) {
   grpc::ClientContext ctx;
   Prepare(&ctx);

@@ -24,6 +24,7 @@
 #include "proto/diloco.grpc.pb.h"
 #include "proto/topk_params.h"
 #include "proto/transport_security.h"
+#include "worker/protocol_decision.h"
 
 namespace diloco {
 
@@ -67,6 +68,9 @@ class StreamWatch {
   std::atomic<bool> expired_{false};
   std::thread watcher_;
 };
+
+// What a heartbeat reply says, as the worker's protocol decisions read it (worker/protocol_decision.h).
+HeartbeatView HeartbeatViewOf(const HeartbeatReply& reply);
 
 class CoordinatorClient {
  public:

@@ -206,8 +206,7 @@ void CoordinatorSession::WaitOutQuarantine(int64_t round) {
     auto beat = client_->Heartbeat(round);
     if (!beat.ok()) return;
     const WaitDecision wait =
-        DecideAfterRefusal({beat->round(), beat->pushed(), beat->run_complete(), beat->quarantined_until_round()},
-                           round, config_.outer.mode == OuterMode::kAsync);
+        DecideAfterRefusal(HeartbeatViewOf(*beat), round, config_.outer.mode == OuterMode::kAsync);
     if (wait.action != WaitAction::kKeepWaiting) {
       if (logged) spdlog::info("waited until round {}: training again", beat->round() + 1);
       return;
@@ -233,9 +232,7 @@ CoordinatorSession::Outcome CoordinatorSession::AwaitRound(int64_t round, bool* 
   }
   if (decision.action != ProtocolAction::kProceed) return GiveUp(decision);
   if (beat->drain()) flags_.drain = flags_.quit = true;
-  HeartbeatView view{beat->round(), beat->pushed(), beat->run_complete()};
-  if (beat->has_last_applied_base()) view.last_applied_base = beat->last_applied_base();
-  const WaitDecision wait = DecideWhileWaiting(view, round, config_.outer.mode == OuterMode::kAsync);
+  const WaitDecision wait = DecideWhileWaiting(HeartbeatViewOf(*beat), round, config_.outer.mode == OuterMode::kAsync);
   if (wait.action == WaitAction::kRoundClosed) return Outcome::kRoundOver;
   if (wait.action == WaitAction::kRepush) {
     spdlog::info("round {}: {}", round + 1, wait.reason);

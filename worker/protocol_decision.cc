@@ -122,7 +122,8 @@ WaitDecision DecideAfterRefusal(const HeartbeatView& beat, int64_t refused_round
             absl::StrCat("quarantined until round ", beat.quarantined_until_round, " (the coordinator is at round ",
                          beat.round, "): waiting instead of training pushes that would be refused")};
   }
-  if (!async && beat.round == refused_round) {  // (below it: a coordinator resumed from an older checkpoint)
+  // (Below it: a coordinator resumed from an older checkpoint. At it and training: the refusal was not the close.)
+  if (!async && beat.round == refused_round && beat.phase != "training") {
     return {WaitAction::kKeepWaiting,
             absl::StrCat("round ", refused_round + 1,
                          " is closing: waiting for its outer step (a pull now would give its theta again)")};

@@ -64,6 +64,7 @@ struct HeartbeatView {
   int64_t quarantined_until_round = 0;  // > round: this worker's pushes are refused until then
   // The base of this worker's newest applied push (-1: none); nullopt: the coordinator does not say (an older one).
   std::optional<int64_t> last_applied_base;
+  std::string phase;  // training | stepping | finishing | complete (proto/round_phase.h); "" from an older coordinator
 };
 
 enum class WaitAction {
@@ -84,7 +85,9 @@ WaitDecision DecideWhileWaiting(const HeartbeatView& beat, int64_t round, bool a
 // quarantined): whether to train the next round now (kRoundClosed) or heartbeat (kKeepWaiting) until the quarantine
 // ends (training now would be refused and its inner steps lost) or, in sync mode, until the round's outer step is
 // done (a push refused while the round steps: a pull before the step ends gives that round's theta again, and the
-// worker would train the round it was just refused for).
+// worker would train the round it was just refused for). A sync coordinator still at `refused_round` and training
+// refused the push for another reason (computed against a theta of that round from before a coordinator restart, or
+// the round's step was discarded and is redone): the worker pulls now, as the open round waits for its push.
 WaitDecision DecideAfterRefusal(const HeartbeatView& beat, int64_t refused_round, bool async);
 
 }  // namespace diloco

@@ -236,7 +236,8 @@ TEST(Fault, CoordinatorKilledAndRestartedOnAFixedTcpPortWorkersPushOverTcpAgain)
 // own client: w0 pulls theta_1, the coordinator dies before any checkpoint (checkpoint_every far off) and starts
 // again from theta_0, w1 alone steps round 1 to another theta_1, and w0, joining again, pushes "round 1" computed
 // against the first one. Its pull named that theta's id, its push echoes it, and the coordinator refuses the push
-// (FAILED_PRECONDITION: the worker pulls). Before, the round numbers matched and the push was averaged in.
+// (FAILED_PRECONDITION: the worker pulls, at once: its heartbeat shows the round still open). Before, the round numbers
+// matched and the push was averaged in.
 TEST(Fault, APushAgainstAThetaFromBeforeACoordinatorRestartIsRefused) {
   const std::string dir = ScratchDir("theta_id_restart");
   const std::string address = Loopback();
@@ -307,6 +308,12 @@ TEST(Fault, APushAgainstAThetaFromBeforeACoordinatorRestartIsRefused) {
   EXPECT_NE(std::string(stale.status().message()).find("computed against another theta of that round"),
             std::string::npos)
       << stale.status();
+  // What the worker's session does next (CoordinatorSession::WaitOutQuarantine): the heartbeat shows the open round
+  // still based on round 1 and training, so it pulls now. Before, it waited for round 1 to close, which waited for it.
+  const absl::StatusOr<HeartbeatReply> beat = w0.Heartbeat(1);
+  ASSERT_TRUE(beat.ok()) << beat.status();
+  const WaitDecision next = DecideAfterRefusal(HeartbeatViewOf(*beat), 1, /*async=*/false);
+  EXPECT_EQ(next.action, WaitAction::kRoundClosed) << next.reason << " (phase " << beat->phase() << ")";
   ASSERT_TRUE(pull(w0).ok());  // the current theta_1: its push counts
   EXPECT_TRUE(w0.Push(1, result).ok());
 }

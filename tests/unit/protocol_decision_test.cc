@@ -227,6 +227,26 @@ TEST(ProtocolDecisionTest, APushRefusedWhileItsRoundStepsWaitsForTheStep) {
   EXPECT_EQ(DecideAfterRefusal({3, false, true, 0}, 3, false).action, WaitAction::kRoundClosed) << "complete";
 }
 
+// A sync coordinator at the refused round and training (its heartbeat's phase) refused the push for another reason
+// than the close: computed against a theta of that round from before a coordinator restart, or a discarded step being
+// redone. The open round waits for this worker, so it pulls now; waiting for the round to close waited for itself
+// (until round_timeout_s, or for good with min_workers pushes needed). While the round steps it still waits, and a
+// coordinator that does not send the phase keeps the old rule.
+TEST(ProtocolDecisionTest, APushRefusedWhileItsRoundTrainsPullsNow) {
+  HeartbeatView beat{3, false, false, 0};
+  beat.phase = "training";
+  EXPECT_EQ(DecideAfterRefusal(beat, 3, false).action, WaitAction::kRoundClosed);
+  beat.phase = "stepping";
+  EXPECT_EQ(DecideAfterRefusal(beat, 3, false).action, WaitAction::kKeepWaiting);
+  beat.phase = "finishing";
+  EXPECT_EQ(DecideAfterRefusal(beat, 3, false).action, WaitAction::kKeepWaiting);
+  beat.phase = "";
+  EXPECT_EQ(DecideAfterRefusal(beat, 3, false).action, WaitAction::kKeepWaiting);
+  beat.phase = "training";
+  beat.quarantined_until_round = 5;
+  EXPECT_EQ(DecideAfterRefusal(beat, 3, false).action, WaitAction::kKeepWaiting) << "quarantined: waits still";
+}
+
 // Join RESOURCE_EXHAUSTED is the coordinator's "join later" (coordinator.max_members): retried until
 // workers.connect_timeout_s, not a refusal (it used to exit 3 at once, also for a member rejoining a full run).
 TEST(ProtocolDecisionTest, AFullCoordinatorIsRetriedUntilTheConnectTimeout) {
