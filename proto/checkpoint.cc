@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <new>
@@ -278,38 +279,46 @@ absl::Status SaveCheckpoint(const std::string& path, const CheckpointData& data)
   if (f == nullptr) return absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp, ": ", strerror(errno)));
   setvbuf(f, nullptr, _IOFBF, 1 << 20);
   HashingWriter w(f);
-  w.Bytes(kMagic, sizeof(kMagic));
-  w.Pod<uint32_t>(kVersion);
-  w.Pod<int64_t>(data.round);
-  w.String(data.fingerprint);
-  w.Pod<uint32_t>(static_cast<uint32_t>(data.params.size()));
-  for (const auto& [name, t] : data.params) {
-    w.String(name);
-    w.Pod<uint32_t>(static_cast<uint32_t>(t.dim()));
-    for (int64_t d : t.sizes()) w.Pod<int64_t>(d);
-    w.Floats(t);
+  // A tensor conversion can throw (an allocation): the file is closed and removed, and the throw is this write's
+  // error, so that a caller trying again (the last round's checkpoint) leaks neither.
+  try {
+    w.Bytes(kMagic, sizeof(kMagic));
+    w.Pod<uint32_t>(kVersion);
+    w.Pod<int64_t>(data.round);
+    w.String(data.fingerprint);
+    w.Pod<uint32_t>(static_cast<uint32_t>(data.params.size()));
+    for (const auto& [name, t] : data.params) {
+      w.String(name);
+      w.Pod<uint32_t>(static_cast<uint32_t>(t.dim()));
+      for (int64_t d : t.sizes()) w.Pod<int64_t>(d);
+      w.Floats(t);
+    }
+    w.Pod<uint32_t>(static_cast<uint32_t>(data.momentum.size()));
+    for (const at::Tensor& m : data.momentum) w.Floats(m);
+    w.Pod<uint32_t>(static_cast<uint32_t>(data.evals.size()));
+    for (const EvalRecord& e : data.evals) {
+      w.Pod<int64_t>(e.round);
+      w.Pod<double>(e.val_loss);
+      w.Pod<int64_t>(e.tokens);
+      w.Pod<int64_t>(e.bytes_pushed_committed);
+    }
+    w.Pod<uint64_t>(data.theta_id);
+    w.String(data.members_config);
+    w.Pod<uint32_t>(static_cast<uint32_t>(data.members.size()));
+    for (const MemberRecord& m : data.members) {
+      w.String(m.id);
+      w.Pod<int32_t>(m.shard_index);
+      w.Pod<int32_t>(m.shard_reader);
+      w.Pod<int32_t>(m.cluster_size);
+      w.Pod<int64_t>(m.inner_steps);
+      w.Pod<int64_t>(m.last_applied_base);
+    }
+    w.Finish();
+  } catch (const std::exception& e) {
+    fclose(f);
+    std::remove(tmp.c_str());
+    return absl::InternalError(absl::StrCat("writing ", tmp, " failed: ", e.what()));
   }
-  w.Pod<uint32_t>(static_cast<uint32_t>(data.momentum.size()));
-  for (const at::Tensor& m : data.momentum) w.Floats(m);
-  w.Pod<uint32_t>(static_cast<uint32_t>(data.evals.size()));
-  for (const EvalRecord& e : data.evals) {
-    w.Pod<int64_t>(e.round);
-    w.Pod<double>(e.val_loss);
-    w.Pod<int64_t>(e.tokens);
-    w.Pod<int64_t>(e.bytes_pushed_committed);
-  }
-  w.Pod<uint64_t>(data.theta_id);
-  w.String(data.members_config);
-  w.Pod<uint32_t>(static_cast<uint32_t>(data.members.size()));
-  for (const MemberRecord& m : data.members) {
-    w.String(m.id);
-    w.Pod<int32_t>(m.shard_index);
-    w.Pod<int32_t>(m.shard_reader);
-    w.Pod<int32_t>(m.cluster_size);
-    w.Pod<int64_t>(m.inner_steps);
-    w.Pod<int64_t>(m.last_applied_base);
-  }
-  w.Finish();
   const bool flushed = fflush(f) == 0 && fsync(fileno(f)) == 0;
   fclose(f);
   if (!w.ok() || !flushed) {

@@ -190,6 +190,20 @@ TEST_F(CheckpointTest, RoundTripWithoutMomentumOrEvals) {
   EXPECT_TRUE(loaded->params[1].second.equal(saved.params[1].second));
 }
 
+// A tensor that cannot be written (here a sparse one: no contiguous storage; in a run, an allocation failing) makes
+// the save an error, with its .tmp removed and no checkpoint: the writer's retries of the last round's checkpoint
+// start clean. Before, the exception left SaveCheckpoint with the file open and the .tmp on disk.
+TEST_F(CheckpointTest, ATensorThatCannotBeWrittenIsAnErrorAndLeavesNoFile) {
+  CheckpointData saved = Sample();
+  saved.params[1].second = saved.params[1].second.to_sparse();
+  const std::string path = CheckpointPath(dir_.string(), 4);
+  absl::Status s;
+  EXPECT_NO_THROW(s = SaveCheckpoint(path, saved));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_NE(std::string(s.message()).find("writing " + path + ".tmp failed: "), std::string::npos) << s;
+  EXPECT_EQ(Files(), std::set<std::string>{});
+}
+
 TEST_F(CheckpointTest, FlippedByteIsDataLossChecksum) {
   const std::string path = CheckpointPath(dir_.string(), 1);
   ASSERT_TRUE(SaveCheckpoint(path, Sample()).ok());
