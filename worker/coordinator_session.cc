@@ -200,11 +200,14 @@ CoordinatorSession::Outcome CoordinatorSession::PushOnce(int64_t round, const Ro
   return GiveUp(decision, absl::StrCat("round ", round + 1, ": "));
 }
 
-void CoordinatorSession::WaitOutQuarantine(int64_t round) {
-  bool logged = false;
+void CoordinatorSession::WaitOutQuarantine(int64_t round, bool announced) {
+  bool logged = announced;
   while (!flags_.Stopping()) {
     auto beat = client_->Heartbeat(round);
     if (!beat.ok()) return;
+    // A quarantined worker (its push had the largest norm of a round whose step was not finite) goes on from the
+    // global model, whatever outer.late_policy says: its local parameters made that push.
+    if (beat->quarantined_until_round() > beat->round()) keep_local_ = false;
     const WaitDecision wait =
         DecideAfterRefusal(HeartbeatViewOf(*beat), round, config_.outer.mode == OuterMode::kAsync);
     if (wait.action != WaitAction::kKeepWaiting) {
@@ -234,6 +237,13 @@ CoordinatorSession::Outcome CoordinatorSession::AwaitRound(int64_t round, bool* 
   if (beat->drain()) flags_.drain = flags_.quit = true;
   const WaitDecision wait = DecideWhileWaiting(HeartbeatViewOf(*beat), round, config_.outer.mode == OuterMode::kAsync);
   if (wait.action == WaitAction::kRoundClosed) return Outcome::kRoundOver;
+  if (wait.action == WaitAction::kQuarantined) {  // not counted; and not trained on from local parameters
+    spdlog::warn("round {}: {}", round + 1, wait.reason);
+    *need_push = true;
+    keep_local_ = false;
+    WaitOutQuarantine(round, /*announced=*/true);
+    return Outcome::kRoundOver;
+  }
   if (wait.action == WaitAction::kRepush) {
     spdlog::info("round {}: {}", round + 1, wait.reason);
     *need_push = true;

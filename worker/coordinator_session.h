@@ -88,9 +88,11 @@ class CoordinatorSession {
   bool PushUntilCounted(int64_t round, const RoundResult& result);
   Outcome PushOnce(int64_t round, const RoundResult& result, bool* need_push);
   Outcome AwaitRound(int64_t round, bool* need_push);
-  // After a push refused as late or quarantined: heartbeats until this worker's quarantine (if any) is over, so that
-  // it does not train rounds whose pushes would be refused. A failed heartbeat ends the wait (the pull handles it).
-  void WaitOutQuarantine(int64_t round);
+  // After a push refused as late or quarantined, or discarded with a quarantine: heartbeats until this worker's
+  // quarantine (if any) is over, so that it does not train rounds whose pushes would be refused (a quarantined worker
+  // then pulls: never outer.late_policy reuse_local). A failed heartbeat ends the wait (the pull handles it).
+  // `announced`: the caller logged why it waits.
+  void WaitOutQuarantine(int64_t round, bool announced = false);
   Outcome GiveUp(const ProtocolDecision& decision, const std::string& prefix = "");
   // Before a retry of a transient failure: once the coordinator has answered no call (the heartbeat thread's
   // included) for workers.connect_timeout_s, gives up with exit 4 naming `last_error` and returns true (a retry

@@ -133,6 +133,11 @@ WaitDecision DecideAfterRefusal(const HeartbeatView& beat, int64_t refused_round
 
 WaitDecision DecideWhileWaiting(const HeartbeatView& beat, int64_t round, bool async) {
   if (beat.run_complete) return {WaitAction::kRoundClosed, "the run is complete"};
+  if (!beat.pushed && beat.quarantined_until_round > beat.round) {
+    return {WaitAction::kQuarantined, absl::StrCat("the push was discarded and this worker is quarantined until round ",
+                                                   beat.quarantined_until_round, " (the coordinator is at round ",
+                                                   beat.round, "); waiting, then pulling the global model")};
+  }
   if (async) {  // our push is applied once it is no longer pending (others' may be too)
     if (beat.pushed) return {WaitAction::kKeepWaiting, "the push is pending"};
     if (beat.last_applied_base.has_value()) {  // not pending: applied, or dropped with its aggregation

@@ -71,6 +71,7 @@ enum class WaitAction {
   kKeepWaiting,  // the round is still open and the push counted: heartbeat again
   kRoundClosed,  // pull: the round moved past `round` (async: the push was applied) or the run is complete
   kRepush,       // the coordinator restarted the round's aggregation: push again
+  kQuarantined,  // the push was discarded and this worker is quarantined: wait until the round named, then pull
 };
 
 struct WaitDecision {
@@ -78,7 +79,9 @@ struct WaitDecision {
   std::string reason;
 };
 
-// After a push for `round` (0-based) was counted: what a heartbeat reply means. `async`: outer.mode async.
+// After a push for `round` (0-based) was counted: what a heartbeat reply means. `async`: outer.mode async. A push no
+// longer held while the heartbeat names a quarantine (its round's step was discarded as non-finite and this worker's
+// push had the largest norm) is not pushed again: it would be refused.
 WaitDecision DecideWhileWaiting(const HeartbeatView& beat, int64_t round, bool async);
 
 // After a push for `refused_round` (0-based) was refused with FAILED_PRECONDITION (late, or this worker is

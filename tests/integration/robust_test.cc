@@ -23,9 +23,10 @@ constexpr int kRounds = 3;
 
 // Runs a coordinator with `args`, an attacker `bad` that joins first (so it is a member before the first round can
 // close) and pushes with `--attack attack`, then honest workers w0 and w1; waits for all of them to end (the honest
-// ones with 0, the coordinator with 0) and returns the coordinator's log ("" when it gave no address).
+// ones with 0, the coordinator with 0) and returns the coordinator's log ("" when it gave no address); the
+// attacker's log in `bad_log` when given.
 std::string RunOneAttackerAndTwoHonest(const std::string& dir, const std::vector<std::string>& args,
-                                       const std::string& attack) {
+                                       const std::string& attack, std::string* bad_log = nullptr) {
   RunningProcess coordinator("diloco-coordinator", With(args, {"--port-file", dir + "/addr"}));
   const std::string address = WaitForAddress(coordinator, dir + "/addr");
   EXPECT_FALSE(address.empty()) << coordinator.output();
@@ -39,6 +40,7 @@ std::string RunOneAttackerAndTwoHonest(const std::string& dir, const std::vector
   EXPECT_EQ(w1.Wait(240), 0) << w1.output();
   EXPECT_NE(bad.Wait(60), -1) << "the attacker should leave when the run completes\n" << bad.output();
   EXPECT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+  if (bad_log != nullptr) *bad_log = bad.output();
   return coordinator.output();
 }
 
@@ -46,11 +48,16 @@ TEST(Robust, OverflowingPushesAreNeverCommittedAndTheHonestMembersCompleteTheRun
   const std::string dir = ScratchDir("robust_overflow");
   const std::vector<std::string> args =
       TinyArgs(dir, {"outer.rounds=" + std::to_string(kRounds), "workers.count=3", "coordinator.min_workers=2"});
-  const std::string log = RunOneAttackerAndTwoHonest(dir, args, "max:1e38");
+  std::string bad;
+  const std::string log = RunOneAttackerAndTwoHonest(dir, args, "max:1e38", &bad);
   ASSERT_FALSE(log.empty());
   EXPECT_NE(log.find("discarded: the averaged pseudo-gradient is not finite"), std::string::npos) << log;
   EXPECT_NE(log.find("bad norm "), std::string::npos) << log;
   EXPECT_NE(log.find("quarantined: worker bad"), std::string::npos) << log;
+  // The attacker, waiting on its discarded push, reads the quarantine from its heartbeat and waits it out. Before, it
+  // pushed the same pseudo-gradient again, to be refused ("push not counted (worker 'bad' is quarantined ...").
+  EXPECT_NE(bad.find("the push was discarded and this worker is quarantined until round"), std::string::npos) << bad;
+  EXPECT_EQ(bad.find("push not counted"), std::string::npos) << bad;
   const nlohmann::json summary = ReadJson(dir + "/summary.json");
   ASSERT_TRUE(summary.is_object()) << log;
   EXPECT_EQ(summary["round"].get<int64_t>(), kRounds);

@@ -264,6 +264,20 @@ TEST(ProtocolDecisionTest, AFullCoordinatorIsRetriedUntilTheConnectTimeout) {
   EXPECT_THAT(gone.reason, HasSubstr("still refuses worker w7 after workers.connect_timeout_s = 30 s"));
 }
 
+// A push dropped by a discarded (non-finite) step whose largest norm was this worker's: the heartbeat says not
+// counted and quarantined, and the worker waits instead of pushing again to be refused (sync and async alike).
+TEST(ProtocolDecisionTest, WaitingWorkerQuarantinedAfterADiscardedStepDoesNotPushAgain) {
+  for (const bool async : {false, true}) {
+    const WaitDecision wait = DecideWhileWaiting({3, false, false, 4}, 3, async);
+    EXPECT_EQ(wait.action, WaitAction::kQuarantined) << async;
+    EXPECT_EQ(wait.reason,
+              "the push was discarded and this worker is quarantined until round 4 (the coordinator is at round 3); "
+              "waiting, then pulling the global model");
+    EXPECT_EQ(DecideWhileWaiting({3, false, false, 3}, 3, async).action, WaitAction::kRepush) << "quarantine over";
+    EXPECT_EQ(DecideWhileWaiting({3, false, true, 4}, 3, async).action, WaitAction::kRoundClosed) << "complete";
+  }
+}
+
 TEST(ProtocolDecisionTest, WaitingReadsTheHeartbeat) {
   // sync: round 4 pushed and counted, still open -> wait; moved to 5 -> pull; not counted -> push again.
   EXPECT_EQ(DecideWhileWaiting({4, true, false}, 4, false).action, WaitAction::kKeepWaiting);
