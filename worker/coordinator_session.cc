@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "config/model_spec.h"
@@ -122,6 +123,8 @@ bool CoordinatorSession::TakeKeepLocal() {
   return keep;
 }
 
+bool CoordinatorSession::TakeFullPull() { return std::exchange(full_pull_, false); }
+
 CoordinatorSession::Outcome CoordinatorSession::GiveUp(const ProtocolDecision& decision, const std::string& prefix) {
   failure_ = WorkerError(static_cast<WorkerExit>(decision.exit_code), absl::StrCat(prefix, decision.reason));
   return Outcome::kGiveUp;
@@ -179,7 +182,11 @@ CoordinatorSession::Outcome CoordinatorSession::PushOnce(int64_t round, const Ro
     case ProtocolAction::kNextRound:
       keep_local_ = decision.keep_local;
       spdlog::warn("round {}: {}", round + 1, decision.reason);
-      WaitOutQuarantine(round);
+      if (WaitOutQuarantine(round) == WaitAction::kRepush) {  // the round still waits for this push: once more
+        keep_local_ = false;
+        repushed_after_refusal_ = round;
+        return Outcome::kGoOn;  // *need_push stays true
+      }
       return Outcome::kRoundOver;   // the round moved on: pull the new parameters
     case ProtocolAction::kCounted:  // a resend after a lost reply: the first push counted
       spdlog::info("round {}: {}", round + 1, decision.reason);
@@ -200,24 +207,34 @@ CoordinatorSession::Outcome CoordinatorSession::PushOnce(int64_t round, const Ro
   return GiveUp(decision, absl::StrCat("round ", round + 1, ": "));
 }
 
-void CoordinatorSession::WaitOutQuarantine(int64_t round, bool announced) {
+WaitAction CoordinatorSession::WaitOutQuarantine(int64_t round, bool announced) {
   bool logged = announced;
   while (!flags_.Stopping()) {
     auto beat = client_->Heartbeat(round);
-    if (!beat.ok()) return;
+    if (!beat.ok()) return WaitAction::kRoundClosed;
     // A quarantined worker (its push had the largest norm of a round whose step was not finite) goes on from the
-    // global model, whatever outer.late_policy says: its local parameters made that push.
-    if (beat->quarantined_until_round() > beat->round()) keep_local_ = false;
-    const WaitDecision wait =
-        DecideAfterRefusal(HeartbeatViewOf(*beat), round, config_.outer.mode == OuterMode::kAsync);
+    // whole global model, whatever outer.late_policy says: its local parameters made that push.
+    if (beat->quarantined_until_round() > beat->round()) {
+      keep_local_ = false;
+      full_pull_ = true;
+    }
+    const WaitDecision wait = DecideAfterRefusal(HeartbeatViewOf(*beat), round, config_.outer.mode == OuterMode::kAsync,
+                                                 repushed_after_refusal_ == round);
+    if (wait.action == WaitAction::kRepush) {
+      spdlog::info("round {}: {}", round + 1, wait.reason);
+      return wait.action;
+    }
     if (wait.action != WaitAction::kKeepWaiting) {
+      // Refused again in a round that is still open: not late, so outer.late_policy does not apply.
+      if (beat->round() == round && config_.outer.mode != OuterMode::kAsync) keep_local_ = false;
       if (logged) spdlog::info("waited until round {}: training again", beat->round() + 1);
-      return;
+      return wait.action;
     }
     if (!logged) spdlog::warn("{}", wait.reason);
     logged = true;
     for (int i = 0; i < 10 && !flags_.Stopping(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  return WaitAction::kRoundClosed;
 }
 
 CoordinatorSession::Outcome CoordinatorSession::AwaitRound(int64_t round, bool* need_push) {
@@ -241,6 +258,7 @@ CoordinatorSession::Outcome CoordinatorSession::AwaitRound(int64_t round, bool* 
     spdlog::warn("round {}: {}", round + 1, wait.reason);
     *need_push = true;
     keep_local_ = false;
+    full_pull_ = true;
     WaitOutQuarantine(round, /*announced=*/true);
     return Outcome::kRoundOver;
   }

@@ -66,6 +66,10 @@ class CoordinatorSession {
   // True once after a push refused as late with outer.late_policy reuse_local: the next round starts from the local
   // parameters, not the pulled ones.
   bool TakeKeepLocal();
+  // True once after this worker was quarantined (its push had the largest norm of a round whose step was not
+  // finite): with comm.fragments > 1 or comm.overlap_steps the next round starts from a whole pull of theta, not
+  // from local parameters merged with one fragment.
+  bool TakeFullPull();
   // Whether the last Exchange's push was counted, as far as this worker can see: its last attempt was accepted (or
   // found already counted) and no re-push or rejoin was asked for before the round ended for it (closed, or the
   // worker stopped). False after a refusal (late, quarantined, stale). A push discarded by an aggregation restart
@@ -91,8 +95,9 @@ class CoordinatorSession {
   // After a push refused as late or quarantined, or discarded with a quarantine: heartbeats until this worker's
   // quarantine (if any) is over, so that it does not train rounds whose pushes would be refused (a quarantined worker
   // then pulls: never outer.late_policy reuse_local). A failed heartbeat ends the wait (the pull handles it).
-  // `announced`: the caller logged why it waits.
-  void WaitOutQuarantine(int64_t round, bool announced = false);
+  // `announced`: the caller logged why it waits. Returns kRepush when the round still waits for this push (sync:
+  // DecideAfterRefusal; once a round), else kRoundClosed (pull).
+  WaitAction WaitOutQuarantine(int64_t round, bool announced = false);
   Outcome GiveUp(const ProtocolDecision& decision, const std::string& prefix = "");
   // Before a retry of a transient failure: once the coordinator has answered no call (the heartbeat thread's
   // included) for workers.connect_timeout_s, gives up with exit 4 naming `last_error` and returns true (a retry
@@ -110,12 +115,14 @@ class CoordinatorSession {
   // The exchange thread's (see above).
   Backoff backoff_{5.0};
   JoinReply join_;
-  bool joined_ = false;        // a Join succeeded once: later ones keep its shard
-  int first_shard_hint_ = -1;  // the shard the first Join asks for (PreferShard)
-  bool keep_local_ = false;    // outer.late_policy reuse_local after a late push
-  bool push_counted_ = false;  // push_counted()
-  absl::Status failure_;       // why the worker must stop (OK: asked to go, or not stopping)
-  PartPush part_push_;         // comm.cluster_parts (empty: the client's one-stream push and pull)
+  bool joined_ = false;                  // a Join succeeded once: later ones keep its shard
+  int first_shard_hint_ = -1;            // the shard the first Join asks for (PreferShard)
+  bool keep_local_ = false;              // outer.late_policy reuse_local after a late push
+  bool full_pull_ = false;               // TakeFullPull()
+  int64_t repushed_after_refusal_ = -1;  // the round whose refused push was pushed again (DecideAfterRefusal)
+  bool push_counted_ = false;            // push_counted()
+  absl::Status failure_;                 // why the worker must stop (OK: asked to go, or not stopping)
+  PartPush part_push_;                   // comm.cluster_parts (empty: the client's one-stream push and pull)
   PartPull part_pull_;
 };
 

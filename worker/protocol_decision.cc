@@ -115,18 +115,28 @@ ProtocolDecision DecideOnStatus(ProtocolCall call, const absl::Status& status, c
   return GiveUp(kWorkerRefused, "unknown call");
 }
 
-WaitDecision DecideAfterRefusal(const HeartbeatView& beat, int64_t refused_round, bool async) {
+WaitDecision DecideAfterRefusal(const HeartbeatView& beat, int64_t refused_round, bool async, bool repushed) {
   if (beat.run_complete) return {WaitAction::kRoundClosed, "the run is complete"};
   if (beat.quarantined_until_round > beat.round) {
     return {WaitAction::kKeepWaiting,
             absl::StrCat("quarantined until round ", beat.quarantined_until_round, " (the coordinator is at round ",
                          beat.round, "): waiting instead of training pushes that would be refused")};
   }
-  // (Below it: a coordinator resumed from an older checkpoint. At it and training: the refusal was not the close.)
-  if (!async && beat.round == refused_round && beat.phase != "training") {
-    return {WaitAction::kKeepWaiting,
-            absl::StrCat("round ", refused_round + 1,
-                         " is closing: waiting for its outer step (a pull now would give its theta again)")};
+  // (Below it: a coordinator resumed from an older checkpoint.)
+  if (!async && beat.round == refused_round) {
+    if (beat.phase != "training") {
+      return {WaitAction::kKeepWaiting,
+              absl::StrCat("round ", refused_round + 1,
+                           " is closing: waiting for its outer step (a pull now would give its theta again)")};
+    }
+    if (!repushed) {
+      return {WaitAction::kRepush, absl::StrCat("round ", refused_round + 1,
+                                                " is still open and waits for this worker: pushing the same "
+                                                "pseudo-gradient again")};
+    }
+    return {WaitAction::kRoundClosed, absl::StrCat("round ", refused_round + 1,
+                                                   " is still open and refused the push again: pulling its current "
+                                                   "parameters")};
   }
   return {WaitAction::kRoundClosed, "not quarantined"};
 }

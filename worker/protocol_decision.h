@@ -89,8 +89,10 @@ WaitDecision DecideWhileWaiting(const HeartbeatView& beat, int64_t round, bool a
 // ends (training now would be refused and its inner steps lost) or, in sync mode, until the round's outer step is
 // done (a push refused while the round steps: a pull before the step ends gives that round's theta again, and the
 // worker would train the round it was just refused for). A sync coordinator still at `refused_round` and training
-// refused the push for another reason (computed against a theta of that round from before a coordinator restart, or
-// the round's step was discarded and is redone): the worker pulls now, as the open round waits for its push.
-WaitDecision DecideAfterRefusal(const HeartbeatView& beat, int64_t refused_round, bool async);
+// (its heartbeat's phase) refused the push for another reason than the close: the open round waits for this worker,
+// so it does not wait. It pushes the same result again once (kRepush: a push cut as late while the round was due to
+// close, or one refused while a step that was then discarded ran, counts now) and, refused again (`repushed`; e.g.
+// computed against a theta of that round from before a coordinator restart), pulls now (kRoundClosed).
+WaitDecision DecideAfterRefusal(const HeartbeatView& beat, int64_t refused_round, bool async, bool repushed = false);
 
 }  // namespace diloco

@@ -173,6 +173,11 @@ void Worker::RunRounds() {
       return;
     }
     assigned_steps_ = pulled->inner_steps;
+    if (session_->TakeFullPull() && (P > 1 || config_.comm.overlap_steps > 0)) {
+      spdlog::info("round {}: quarantined; pulling all of the global model", round + 1);
+      need_full_pull = true;
+      continue;
+    }
     // The run went on without us (or the coordinator restarted): start over. With one fragment and no overlap the
     // pull just made holds all of theta: go on from it.
     if (pulled->round != round + 1 && (P > 1 || config_.comm.overlap_steps > 0)) {

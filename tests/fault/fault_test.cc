@@ -236,8 +236,8 @@ TEST(Fault, CoordinatorKilledAndRestartedOnAFixedTcpPortWorkersPushOverTcpAgain)
 // own client: w0 pulls theta_1, the coordinator dies before any checkpoint (checkpoint_every far off) and starts
 // again from theta_0, w1 alone steps round 1 to another theta_1, and w0, joining again, pushes "round 1" computed
 // against the first one. Its pull named that theta's id, its push echoes it, and the coordinator refuses the push
-// (FAILED_PRECONDITION: the worker pulls, at once: its heartbeat shows the round still open). Before, the round numbers
-// matched and the push was averaged in.
+// (FAILED_PRECONDITION; its heartbeat shows the round still open: the worker pushes once more and then pulls). Before,
+// the round numbers matched and the push was averaged in.
 TEST(Fault, APushAgainstAThetaFromBeforeACoordinatorRestartIsRefused) {
   const std::string dir = ScratchDir("theta_id_restart");
   const std::string address = Loopback();
@@ -309,10 +309,16 @@ TEST(Fault, APushAgainstAThetaFromBeforeACoordinatorRestartIsRefused) {
             std::string::npos)
       << stale.status();
   // What the worker's session does next (CoordinatorSession::WaitOutQuarantine): the heartbeat shows the open round
-  // still based on round 1 and training, so it pulls now. Before, it waited for round 1 to close, which waited for it.
-  const absl::StatusOr<HeartbeatReply> beat = w0.Heartbeat(1);
+  // still based on round 1 and training, so it pushes once more, is refused again, and pulls. Before, it waited for
+  // round 1 to close, which waited for it.
+  absl::StatusOr<HeartbeatReply> beat = w0.Heartbeat(1);
   ASSERT_TRUE(beat.ok()) << beat.status();
-  const WaitDecision next = DecideAfterRefusal(HeartbeatViewOf(*beat), 1, /*async=*/false);
+  WaitDecision next = DecideAfterRefusal(HeartbeatViewOf(*beat), 1, /*async=*/false);
+  EXPECT_EQ(next.action, WaitAction::kRepush) << next.reason << " (phase " << beat->phase() << ")";
+  EXPECT_EQ(w0.Push(1, result).status().code(), absl::StatusCode::kFailedPrecondition);
+  beat = w0.Heartbeat(1);
+  ASSERT_TRUE(beat.ok()) << beat.status();
+  next = DecideAfterRefusal(HeartbeatViewOf(*beat), 1, /*async=*/false, /*repushed=*/true);
   EXPECT_EQ(next.action, WaitAction::kRoundClosed) << next.reason << " (phase " << beat->phase() << ")";
   ASSERT_TRUE(pull(w0).ok());  // the current theta_1: its push counts
   EXPECT_TRUE(w0.Push(1, result).ok());

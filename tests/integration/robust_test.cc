@@ -71,6 +71,31 @@ TEST(Robust, OverflowingPushesAreNeverCommittedAndTheHonestMembersCompleteTheRun
   }
 }
 
+// Streaming DiLoCo (comm.fragments 2): each round syncs one fragment, so the normal pull after a round merges only
+// that one into the local parameters. A worker quarantined for a discarded non-finite round (its local parameters
+// made the largest push) pulls all of the global model instead once its quarantine is over, so no fragment goes on
+// from the parameters that made that push. Before, it merged one fragment and kept the others.
+TEST(Robust, AQuarantinedStreamingWorkerPullsAllOfTheGlobalModel) {
+  const std::string dir = ScratchDir("robust_fragments");
+  const std::vector<std::string> args =
+      TinyArgs(dir, {"outer.rounds=" + std::to_string(kRounds), "workers.count=3", "coordinator.min_workers=2",
+                     "model.n_layer=2", "comm.fragments=2"});
+  std::string bad;
+  const std::string log = RunOneAttackerAndTwoHonest(dir, args, "max:1e38", &bad);
+  ASSERT_FALSE(log.empty());
+  EXPECT_NE(log.find("quarantined: worker bad"), std::string::npos) << log;
+  EXPECT_NE(bad.find("quarantined; pulling all of the global model"), std::string::npos) << bad;
+  const nlohmann::json summary = ReadJson(dir + "/summary.json");
+  ASSERT_TRUE(summary.is_object()) << log;
+  const int64_t rounds = summary["rounds_total"].get<int64_t>();  // one per fragment of each outer round
+  EXPECT_EQ(rounds, 2 * kRounds);
+  EXPECT_EQ(summary["round"].get<int64_t>(), rounds);
+  for (const auto& e : summary["evals"]) EXPECT_TRUE(std::isfinite(e["val_loss"].get<double>())) << e.dump();
+  for (const auto& w : summary["workers"]) {
+    if (w["id"] != "bad") EXPECT_EQ(w["rounds_contributed"].get<int64_t>(), rounds) << w.dump();
+  }
+}
+
 // The evaluation half of the non-finite guard (issue 32 item 4), with outer.aggregation mean: the attacker's pushes
 // are finite (max |d| = 1e30), so are the token-weighted sums and the outer step, but the stepped theta's validation
 // loss is not (the tiny model's activations overflow). No such round is committed: the round is discarded and redone

@@ -228,14 +228,22 @@ TEST(ProtocolDecisionTest, APushRefusedWhileItsRoundStepsWaitsForTheStep) {
 }
 
 // A sync coordinator at the refused round and training (its heartbeat's phase) refused the push for another reason
-// than the close: computed against a theta of that round from before a coordinator restart, or a discarded step being
-// redone. The open round waits for this worker, so it pulls now; waiting for the round to close waited for itself
-// (until round_timeout_s, or for good with min_workers pushes needed). While the round steps it still waits, and a
-// coordinator that does not send the phase keeps the old rule.
-TEST(ProtocolDecisionTest, APushRefusedWhileItsRoundTrainsPullsNow) {
+// than the close: a push cut as late while the round was due to close, one refused while a step that was then
+// discarded ran, or one computed against a theta of that round from before a coordinator restart. The open round
+// waits for this worker, so it does not wait: it pushes the same result again once, and refused again, pulls now.
+// Before, it waited for the round to close, which waited for it (until round_timeout_s, or for good with min_workers
+// pushes needed). While the round steps it still waits, and a coordinator that does not send the phase keeps the old
+// rule.
+TEST(ProtocolDecisionTest, APushRefusedWhileItsRoundTrainsIsPushedAgainOnceThenPulls) {
   HeartbeatView beat{3, false, false, 0};
   beat.phase = "training";
-  EXPECT_EQ(DecideAfterRefusal(beat, 3, false).action, WaitAction::kRoundClosed);
+  const WaitDecision again = DecideAfterRefusal(beat, 3, false);
+  EXPECT_EQ(again.action, WaitAction::kRepush);
+  EXPECT_EQ(again.reason, "round 4 is still open and waits for this worker: pushing the same pseudo-gradient again");
+  const WaitDecision pull = DecideAfterRefusal(beat, 3, false, /*repushed=*/true);
+  EXPECT_EQ(pull.action, WaitAction::kRoundClosed);
+  EXPECT_EQ(pull.reason, "round 4 is still open and refused the push again: pulling its current parameters");
+  EXPECT_EQ(DecideAfterRefusal(beat, 3, /*async=*/true).action, WaitAction::kRoundClosed) << "async: no such wait";
   beat.phase = "stepping";
   EXPECT_EQ(DecideAfterRefusal(beat, 3, false).action, WaitAction::kKeepWaiting);
   beat.phase = "finishing";
