@@ -21,9 +21,9 @@ a map of sections, each a map of keys. `--set section.key=value` overrides a key
 binary. An unknown section or key, a key or section set twice in one file, a value of the wrong type (a number
 must be finite: no `.inf` or `.nan`; an integer has no leading zero: `010` is refused, as YAML 1.1 reads it as octal
 and YAML 1.2 as decimal) and a value outside the allowed ones stop the process with one line naming the key, what
-is allowed and where the value came from (the file, or the `--set` that gave it); the cross-key rules (e.g. `model.n_head` divides `model.d_model`,
-`comm.fragments` divides `inner.steps`) and the named files are checked after. Paths are relative to the working
-directory. The coordinator logs the resolved config and its hash at start.
+is allowed and where the value came from (the file, or the `--set` that gave it); the cross-key rules (e.g.
+`model.n_head` divides `model.d_model`, `comm.fragments` divides `inner.steps`) and the named files are checked
+after. Paths are relative to the working directory. The coordinator logs the resolved config and its hash at start.
 )";
 
 // One line on each section, in the order of Fields().

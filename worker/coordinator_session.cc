@@ -182,7 +182,7 @@ CoordinatorSession::Outcome CoordinatorSession::PushOnce(int64_t round, const Ro
     case ProtocolAction::kNextRound:
       keep_local_ = decision.keep_local;
       spdlog::warn("round {}: {}", round + 1, decision.reason);
-      if (WaitOutQuarantine(round) == WaitAction::kRepush) {  // the round still waits for this push: once more
+      if (WaitAfterRefusal(round) == WaitAction::kRepush) {  // the round still waits for this push: once more
         keep_local_ = false;
         repushed_after_refusal_ = round;
         return Outcome::kGoOn;  // *need_push stays true
@@ -207,7 +207,7 @@ CoordinatorSession::Outcome CoordinatorSession::PushOnce(int64_t round, const Ro
   return GiveUp(decision, absl::StrCat("round ", round + 1, ": "));
 }
 
-WaitAction CoordinatorSession::WaitOutQuarantine(int64_t round, bool announced) {
+WaitAction CoordinatorSession::WaitAfterRefusal(int64_t round, bool announced) {
   bool logged = announced;
   while (!flags_.Stopping()) {
     auto beat = client_->Heartbeat(round);
@@ -259,7 +259,7 @@ CoordinatorSession::Outcome CoordinatorSession::AwaitRound(int64_t round, bool* 
     *need_push = true;
     keep_local_ = false;
     full_pull_ = true;
-    WaitOutQuarantine(round, /*announced=*/true);
+    WaitAfterRefusal(round, /*announced=*/true);
     return Outcome::kRoundOver;
   }
   if (wait.action == WaitAction::kRepush) {

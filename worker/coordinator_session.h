@@ -97,7 +97,7 @@ class CoordinatorSession {
   // then pulls: never outer.late_policy reuse_local). A failed heartbeat ends the wait (the pull handles it).
   // `announced`: the caller logged why it waits. Returns kRepush when the round still waits for this push (sync:
   // DecideAfterRefusal; once a round), else kRoundClosed (pull).
-  WaitAction WaitOutQuarantine(int64_t round, bool announced = false);
+  WaitAction WaitAfterRefusal(int64_t round, bool announced = false);
   Outcome GiveUp(const ProtocolDecision& decision, const std::string& prefix = "");
   // Before a retry of a transient failure: once the coordinator has answered no call (the heartbeat thread's
   // included) for workers.connect_timeout_s, gives up with exit 4 naming `last_error` and returns true (a retry

@@ -308,7 +308,7 @@ TEST(Fault, APushAgainstAThetaFromBeforeACoordinatorRestartIsRefused) {
   EXPECT_NE(std::string(stale.status().message()).find("computed against another theta of that round"),
             std::string::npos)
       << stale.status();
-  // What the worker's session does next (CoordinatorSession::WaitOutQuarantine): the heartbeat shows the open round
+  // What the worker's session does next (CoordinatorSession::WaitAfterRefusal): the heartbeat shows the open round
   // still based on round 1 and training, so it pushes once more, is refused again, and pulls. Before, it waited for
   // round 1 to close, which waited for it.
   absl::StatusOr<HeartbeatReply> beat = w0.Heartbeat(1);

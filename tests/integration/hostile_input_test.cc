@@ -27,6 +27,7 @@
 #include "absl/strings/str_split.h"
 #include "config/config_loader.h"
 #include "proto/diloco.grpc.pb.h"
+#include "tests/integration/settled_round.h"
 #include "tests/process_harness.h"
 
 namespace diloco::testing {
@@ -54,18 +55,7 @@ class RawClient {
     EXPECT_TRUE(s.ok()) << s.error_message();
     return reply;
   }
-  // The round the open round is based on, once no close is in flight (phase "training"): a Join that lands while
-  // the good workers' round closes answers the round before the step, and a push against it would be stale.
-  int64_t SettledRound() {
-    StatusReply status;
-    for (int i = 0; i < 600; ++i) {
-      status = Status();
-      if (status.phase() == "training") return status.round();
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    ADD_FAILURE() << "the coordinator stayed in phase " << status.phase();
-    return status.round();
-  }
+  int64_t SettledRound() { return diloco::testing::SettledRound(*stub_); }
   grpc::Status Join(const Config& config, const std::string& fingerprint, JoinReply* reply) {
     JoinRequest r;
     *r.mutable_meta() = Meta(0, fingerprint);

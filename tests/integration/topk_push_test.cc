@@ -22,6 +22,7 @@
 
 #include "config/config_loader.h"
 #include "proto/diloco.grpc.pb.h"
+#include "tests/integration/settled_round.h"
 #include "tests/process_harness.h"
 
 namespace diloco::testing {
@@ -99,21 +100,6 @@ HandTopk GoodHand(int64_t n) {
     h.levels.push_back({0x3F00, 0x3F80});
   }
   return h;
-}
-
-// The round the open round is based on, once no close is in flight (phase "training"): a Join that lands while the
-// good workers' round closes answers the round before the step, and pulls and pushes against it would be stale.
-int64_t SettledRound(Coordinator::Stub& stub) {
-  StatusReply status;
-  for (int i = 0; i < 600; ++i) {
-    grpc::ClientContext ctx;
-    Deadline(&ctx);
-    EXPECT_TRUE(stub.GetStatus(&ctx, StatusRequest(), &status).ok());
-    if (status.phase() == "training") return status.round();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ADD_FAILURE() << "the coordinator stayed in phase " << status.phase();
-  return status.round();
 }
 
 struct Layout {
