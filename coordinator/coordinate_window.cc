@@ -46,6 +46,18 @@ CoordinateWindow::Options CoordinateWindowOptionsOf(const Config& config, const 
   return o;
 }
 
+std::string PushPartsMismatch(const Config& config, int push_parts) {
+  if (push_parts <= 1 || config.outer.mode != OuterMode::kSync) return "";
+  const Aggregation rule = config.outer.aggregation;
+  if (rule != Aggregation::kClip && !IsCoordinateWise(rule)) return "";
+  return absl::StrCat("outer.aggregation ", std::string(EnumName(rule)), " takes each push in one stream (",
+                      rule == Aggregation::kClip ? "it clips each stream by its claimed norm"
+                                                 : "it reduces chunk s of every whole push together",
+                      ") and this worker pushes in ", push_parts,
+                      " parts (comm.cluster_parts with workers.cluster_size ", push_parts,
+                      "); set comm.cluster_parts false in the worker's config, or use the coordinator's config");
+}
+
 std::string PushChunkingMismatch(const Config& config, const std::vector<TensorSpec>& specs, Codec push_codec,
                                  int64_t chunk_bytes) {
   if (!IsCoordinateWise(config.outer.aggregation) || chunk_bytes == 0) return "";

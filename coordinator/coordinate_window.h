@@ -135,6 +135,11 @@ int IngestThreadsFor(const Config& config);
 // the chunking of `specs` under comm.codec and comm.chunk_bytes (proto/tensor_chunks.h: a float32 tensor's chunks
 // are encoded with comm.codec, any other dtype's are raw).
 CoordinateWindow::Options CoordinateWindowOptionsOf(const Config& config, const std::vector<TensorSpec>& specs);
+// Why a worker whose pushes come in `push_parts` part streams (comm.cluster_parts; JoinRequest.push_parts or
+// PushHeader.parts) cannot push under `config`'s rule, in one line that names the worker's setting to change: clip
+// (sync) takes one claimed norm per stream and the coordinate-wise rules reduce whole pushes chunk by chunk, so both
+// take a push in one stream. Empty when push_parts <= 1 or the rule takes parts.
+std::string PushPartsMismatch(const Config& config, int push_parts);
 // Why a worker that pushes with `push_codec` in chunks of `chunk_bytes` (its comm.codec and comm.chunk_bytes, sent in
 // JoinRequest) cannot be a member under `config`'s coordinate-wise rule, in one line: a codec that is not a dense
 // push codec, or chunks of some tensor of `specs` that differ from the coordinator's. Empty when its chunks line up,

@@ -256,6 +256,9 @@ absl::StatusOr<JoinReply> CoordinatorCore::Join(const JoinRequest& request) {
     return absl::FailedPreconditionError(
         absl::StrCat("comm.fragments differs: worker has ", f, ", coordinator has ", config_.comm.fragments));
   }
+  if (const std::string parts = PushPartsMismatch(config_, request.push_parts()); !parts.empty()) {
+    return absl::FailedPreconditionError(parts);
+  }
   if (const std::string chunking =
           PushChunkingMismatch(config_, model_.specs, request.push_codec(), request.chunk_bytes());
       !chunking.empty()) {

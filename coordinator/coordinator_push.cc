@@ -91,6 +91,11 @@ absl::Status CoordinatorCore::CheckPushHeader(const PushHeader& header) {
     return absl::InvalidArgumentError(absl::StrCat("push header: loss (", header.loss(), ") must be finite and ",
                                                    "seconds (", header.seconds(), ") finite and >= 0"));
   }
+  // A config mismatch (a worker that joined without saying push_parts): INVALID_ARGUMENT, since pushing again cannot
+  // help; the worker gives up with this line instead of retraining every round to be refused.
+  if (const std::string parts = PushPartsMismatch(config_, header.parts()); !parts.empty()) {
+    return absl::InvalidArgumentError(parts);
+  }
   const int fragment = static_cast<int>(theta_->round() % fragments());
   if (header.fragment() != fragment) {
     return absl::InvalidArgumentError(absl::StrCat("push of fragment ", header.fragment(), " refused: round ",
@@ -129,10 +134,6 @@ absl::StatusOr<PushTicket> CoordinatorCore::BeginPush(const PushHeader& header) 
   t.seconds = header.seconds();
   t.data_epochs = header.data_epochs();
   if (config_.outer.aggregation == Aggregation::kClip && config_.outer.mode == OuterMode::kSync) {
-    if (header.parts() > 1) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "worker '", id, "': outer.aggregation clip does not take pushes in parts yet; push in one stream"));
-    }
     if (absl::Status admitted = AdmitToClip(header, t); !admitted.ok()) return admitted;
   }
   if (CoordinateWiseRounds()) {

@@ -17,7 +17,11 @@ namespace diloco {
 absl::Status CoordinatorCore::FoldSparseChunk(PushTicket& ticket, size_t index, int64_t offset, int64_t count,
                                               const SparseChunk& sparse, int64_t wire_bytes) {
   if (CoordinateWiseRounds()) {  // issue 32: the window holds dense chunks (coordinator_window.cc)
-    return absl::FailedPreconditionError("a coordinate-wise outer.aggregation does not take topk pushes; push dense");
+    return absl::InvalidArgumentError(absl::StrCat("outer.aggregation ",
+                                                   std::string(EnumName(config_.outer.aggregation)),
+                                                   " does not take topk pushes; set the worker's comm.codec to the "
+                                                   "coordinator's (",
+                                                   std::string(EnumName(config_.comm.codec)), ")"));
   }
   if (index >= model_.specs.size() || offset < 0 || count < 0 || offset + count > model_.specs[index].numel()) {
     return absl::InvalidArgumentError(

@@ -25,11 +25,6 @@ bool CoordinatorCore::CoordinateWiseRounds() const {
 
 absl::Status CoordinatorCore::AdmitToWindow(const PushHeader& header, PushTicket& ticket) {
   const std::string& id = header.meta().worker_id();
-  if (header.parts() > 1) {
-    return absl::FailedPreconditionError(absl::StrCat("worker '", id,
-                                                      "': a coordinate-wise outer.aggregation does not take pushes in "
-                                                      "parts; push in one stream"));
-  }
   const bool norm_clip = config_.outer.aggregation == Aggregation::kCenteredClip && config_.outer.cclip_norm_clip;
   if (norm_clip) {  // centered_clip's inputs bounded first, as clip bounds its pushes (ClipGate)
     const double norm = header.claimed_norm();

@@ -16,9 +16,9 @@ std::string RangeText(const FlatRange& r) { return absl::StrCat("[", r.begin, ",
 
 absl::StatusOr<int64_t> PushParts::Begin(const PartHeader& h, double now) {
   if (h.parts != h.declared) {
-    return absl::FailedPreconditionError(absl::StrCat("push part ", h.part, " of ", h.parts, " from worker '", h.member,
-                                                      "' refused: it joined with cluster_size ", h.declared,
-                                                      ", so its push has ", h.declared, " part(s)"));
+    return absl::InvalidArgumentError(absl::StrCat("push part ", h.part, " of ", h.parts, " from worker '", h.member,
+                                                   "' refused: it joined with cluster_size ", h.declared,
+                                                   ", so its push has ", h.declared, " part(s)"));
   }
   if (h.part < 0 || h.part >= h.parts) {
     return absl::InvalidArgumentError(absl::StrCat("push part ", h.part, " refused: worker '", h.member, "' pushes ",

@@ -59,7 +59,7 @@ CommandWords EncodeCommand(const ClusterCommand& command) {
   } else if (const auto* c = std::get_if<SettleCommand>(&command)) {
     w = {kSettle, c->counted ? 1 : 0, 0, 0};
   } else {
-    w[0] = kStop;
+    w = {kStop, std::get<StopCommand>(command).exit_code, 0, 0};
   }
   return w;
 }
@@ -78,7 +78,7 @@ ClusterCommand DecodeCommand(const CommandWords& w) {
       return c;
     }
     case kStop:
-      return StopCommand{};
+      return StopCommand{w[1]};
     case kSave:
       return SaveCommand{w[1]};
     case kPushPart:
@@ -194,9 +194,15 @@ absl::Status RunClusterFollower(const Config& config, const TokenCache& cache, c
     // The leader's Join tells it the worker's shard: it may take as long as the coordinator takes to answer.
     const ClusterCommand first = DecodeCommand(cluster.ReceiveWords());
     const auto* shard = std::get_if<ShardCommand>(&first);
-    if (shard == nullptr) {
+    if (shard == nullptr) {  // StopCommand: the leader could not join (or was asked to stop before it joined)
       cluster.Acknowledge();
-      return absl::OkStatus();  // StopCommand: the leader could not join
+      const int64_t code = std::get<StopCommand>(first).exit_code;
+      if (code == 0) return absl::OkStatus();
+      const std::string why = code == kWorkerInterrupted
+                                  ? "was asked to stop before it joined the coordinator"
+                                  : absl::StrCat("could not join the coordinator (exit ", code, "; its log says why)");
+      return WorkerError(static_cast<WorkerExit>(code),
+                         absl::StrCat("rank 0 of worker ", options.id, " ", why, "; leaving"));
     }
     auto trainer =
         InnerTrainer::ForShard(config, cache.meta_path(), static_cast<int>(shard->shard_index),

@@ -5,7 +5,7 @@
 //   LoadCommand   then a Broadcast of all of theta (parameter order): every rank loads it
 //   TrainCommand  train `steps` inner steps from global inner step `first_step` (gradients averaged every step)
 //   MergeCommand  then a Broadcast of fragment `fragment`'s tensors: every rank merges them with `alpha`
-//   StopCommand   the follower leaves (exit 0)
+//   StopCommand   the follower leaves with the leader's exit code (0, or the code of the leader's failed Join)
 //   SaveCommand   after the leader saved its local state for `round` (the round's push counted): every rank saves its
 //                 own (worker/local_state.h), so that a cluster restarted with its id resumes every rank's state
 //   PushPartCommand  comm.cluster_parts (worker/part_exchange.h): push this rank's part of round `round` with the
@@ -18,11 +18,11 @@
 // On the wire a command is 4 int64 words [kind, w1, w2, w3] set in the cluster's store (WorkerCluster::SendWords and
 // ReceiveWords: a follower may wait for the next one for a whole round, longer than any collective may take):
 //   kind 1 shard: w1 shard_index, w2 shard_count, w3 shard_reader; kind 2 load; kind 3 train: w1 first_step, w2 steps;
-//   kind 4 merge: w1 fragment, w3 the bits of alpha (IEEE double); kind 5 stop; kind 6 save: w1 round; kind 7 push
-//   part: w1 round, w2 seq; kind 8 pull part: w2 seq; kind 9 gather; kind 10 reset moments; kind 11 settle: w1 1
-//   (counted) or 0. Unused words are 0. The
-//   store keys of a part exchange (values set with WorkerCluster::Put, taken once): "hdr/<seq>/<rank>" the serialized
-//   PushHeader for that rank, "out/<seq>/<rank>" that rank's outcome (worker/part_exchange.h EncodePartOutcome).
+//   kind 4 merge: w1 fragment, w3 the bits of alpha (IEEE double); kind 5 stop: w1 exit code; kind 6 save: w1 round;
+//   kind 7 push part: w1 round, w2 seq; kind 8 pull part: w2 seq; kind 9 gather; kind 10 reset moments; kind 11 settle:
+//   w1 1 (counted) or 0. Unused words are 0. The store keys of a part exchange (values set with WorkerCluster::Put,
+//   taken once): "hdr/<seq>/<rank>" the serialized PushHeader for that rank, "out/<seq>/<rank>" that rank's outcome
+//   (worker/part_exchange.h EncodePartOutcome).
 // Thread-safety: ClusterLeader is used by the leader's inner-loop thread only; RunClusterFollower once per process.
 #pragma once
 
@@ -56,7 +56,9 @@ struct MergeCommand {
   int64_t fragment = 0;
   double alpha = 0;  // comm.merge_alpha (0: replace)
 };
-struct StopCommand {};
+struct StopCommand {
+  int64_t exit_code = 0;  // the leader's (worker/worker_options.h WorkerExit): 0 after a run
+};
 struct SaveCommand {
   int64_t round = 0;  // 1-based: the round whose push counted (LocalState::Save)
 };
@@ -94,7 +96,7 @@ class ClusterLeader {
   void Load(const NamedTensors& theta);  // theta: all of the parameters (the leader's loaded ones, on its device)
   void Train(int64_t first_step, int64_t steps) { Send(TrainCommand{first_step, steps}); }
   void Merge(int fragment, double alpha, const NamedTensors& incoming);  // incoming: the fragment's tensors
-  void Stop() { Send(StopCommand{}); }
+  void Stop(int64_t exit_code = 0) { Send(StopCommand{exit_code}); }
   void Save(int64_t round) { Send(SaveCommand{round}); }
   void ResetMoments() { Send(ResetMomentsCommand{}); }
   // comm.cluster_parts: the commands only (PartLeader, worker/part_exchange.h, does the rest).
@@ -121,8 +123,8 @@ using FollowerPartsFactory =
     std::function<absl::StatusOr<std::unique_ptr<FollowerParts>>(InnerTrainer& trainer, LocalState& local)>;
 
 // The life of a rank > 0: waits (as long as the leader lives) for the leader's commands and does them until
-// StopCommand (exit 0), a training abandoned by the cluster's stop wish (both OK: exit 0), or a dead leader or
-// rank (exit 5, kWorkerClusterFailed), as a status
+// StopCommand (exit 0; before the ShardCommand, the leader's exit code: its Join failed), a training abandoned by
+// the cluster's stop wish (OK: exit 0), or a dead leader or rank (exit 5, kWorkerClusterFailed), as a status
 // carrying its exit code (worker/worker_options.h).
 // With comm.cluster_parts `parts` makes the rank's side of the part commands.
 absl::Status RunClusterFollower(const Config& config, const TokenCache& cache, const WorkerOptions& options,

@@ -331,6 +331,38 @@ TEST(ClusterParts, ARefusedPushGivesEveryRankItsResidualBack) {
   EXPECT_GT(fast_state->error_feedback[0].norm().item<double>(), 0);
 }
 
+// A worker cluster whose config pushes in parts (comm.cluster_parts, outer.aggregation mean) joins a coordinator whose
+// config says outer.aggregation clip, which takes each push in one stream: the Join is refused (JoinRequest.push_parts)
+// and rank 0 exits at once with the one line that names the setting to change (exit 3, refused), before it trains a
+// round; rank 1 leaves with the same exit code. Before, every push was refused FAILED_PRECONDITION and the cluster
+// retrained every round for nothing.
+TEST(ClusterParts, AClusterThatPushesInPartsIsRefusedAtJoinByARuleThatTakesOneStream) {
+  const std::string dir = ScratchDir("cluster_parts_one_stream_rule");
+  const auto args = TinyArgs(dir, {"outer.rounds=3", "workers.count=1", "coordinator.min_workers=1"});
+  RunningProcess coordinator("diloco-coordinator",
+                             With(args, {"--port-file", dir + "/addr", "--set", "outer.aggregation=clip"}));
+  const std::string address = WaitForAddress(coordinator, dir + "/addr");
+  ASSERT_FALSE(address.empty()) << coordinator.output();
+  const std::string store = "127.0.0.1:" + std::to_string(FreePort());
+  std::vector<std::unique_ptr<RunningProcess>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.push_back(std::make_unique<RunningProcess>(
+        "diloco-worker",
+        With(args, {"--set", "workers.cluster_size=2", "--set", "comm.cluster_parts=true", "--coordinator", address,
+                    "--id", "parts", "--rank", std::to_string(r), "--cluster-store", store})));
+  }
+  EXPECT_EQ(ranks[0]->Wait(120), 3) << ranks[0]->output();
+  EXPECT_NE(ranks[0]->output().find("outer.aggregation clip takes each push in one stream"), std::string::npos)
+      << ranks[0]->output();
+  EXPECT_NE(ranks[0]->output().find("set comm.cluster_parts false"), std::string::npos) << ranks[0]->output();
+  EXPECT_EQ(ranks[0]->output().find("round 1: pushed"), std::string::npos) << ranks[0]->output();
+  // Rank 1 leaves with rank 0's exit code and a line that points at rank 0's (before: exit 0, silently).
+  EXPECT_EQ(ranks[1]->Wait(120), 3) << ranks[1]->output();
+  EXPECT_NE(ranks[1]->output().find("rank 0 of worker parts could not join the coordinator (exit 3"), std::string::npos)
+      << ranks[1]->output();
+  EXPECT_EQ(coordinator.output().find("joined: worker parts"), std::string::npos) << coordinator.output();
+}
+
 // comm.codec topk in parts on a GPT-2 (model.arch gpt): its biases and norms put rank 1's slice start inside a block
 // of comm.topk_chunk (element 864 of blocks.0.attn_out.weight with these settings). The rank sends that block's
 // head raw, then topk chunks from the block boundary; the run completes and trains. Before, the rank's own round

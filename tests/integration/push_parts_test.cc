@@ -295,7 +295,7 @@ TEST(PushParts, TwoPartPushesGiveTheThetaOfOneStreamAndHostilePartsAreRefusedWit
        [&](const Member& h) {
          return std::vector<std::vector<PushMessage>>{part(h, 0, 2, s0), part(h, 2, 2, s1)};
        }},
-      {"more parts than declared at Join", grpc::StatusCode::FAILED_PRECONDITION, "cluster_size 2",
+      {"more parts than declared at Join", grpc::StatusCode::INVALID_ARGUMENT, "cluster_size 2",
        [&](const Member& h) {
          return std::vector<std::vector<PushMessage>>{part(h, 0, 2, s0), part(h, 1, 3, s1)};
        }},

@@ -21,6 +21,7 @@ TEST(ClusterProtocolTest, WordsFollowTheDocumentedLayout) {
   std::memcpy(&bits, &alpha, sizeof(bits));
   EXPECT_EQ(merge, (CommandWords{4, 2, 0, bits}));
   EXPECT_EQ(EncodeCommand(StopCommand{}), (CommandWords{5, 0, 0, 0}));
+  EXPECT_EQ(EncodeCommand(StopCommand{3}), (CommandWords{5, 3, 0, 0}));
   EXPECT_EQ(EncodeCommand(SaveCommand{12}), (CommandWords{6, 12, 0, 0}));
   EXPECT_EQ(EncodeCommand(PushPartCommand{12, 4}), (CommandWords{7, 12, 4, 0}));
   EXPECT_EQ(EncodeCommand(PullPartCommand{5}), (CommandWords{8, 0, 5, 0}));
@@ -42,7 +43,8 @@ TEST(ClusterProtocolTest, EveryKindRoundTrips) {
   EXPECT_EQ(merge.fragment, 3);
   EXPECT_EQ(merge.alpha, 0.1);  // bit for bit
   EXPECT_TRUE(std::holds_alternative<LoadCommand>(DecodeCommand(EncodeCommand(LoadCommand{}))));
-  EXPECT_TRUE(std::holds_alternative<StopCommand>(DecodeCommand(EncodeCommand(StopCommand{}))));
+  EXPECT_EQ(std::get<StopCommand>(DecodeCommand(EncodeCommand(StopCommand{}))).exit_code, 0);
+  EXPECT_EQ(std::get<StopCommand>(DecodeCommand(EncodeCommand(StopCommand{3}))).exit_code, 3);
   EXPECT_EQ(std::get<SaveCommand>(DecodeCommand(EncodeCommand(SaveCommand{987654321}))).round, 987654321);
   const auto push = std::get<PushPartCommand>(DecodeCommand(EncodeCommand(PushPartCommand{77, 9})));
   EXPECT_EQ(push.round, 77);

@@ -49,6 +49,11 @@ class CoordinatorPartsTest : public ScratchDirTest {
     return meta;
   }
   void Join(const std::string& id, int cluster_size) {
+    auto joined = TryJoin(id, cluster_size, /*push_parts=*/0);
+    ASSERT_TRUE(joined.ok()) << id << ": " << joined.status();
+  }
+  // push_parts 0: not said (an older client), as Join above.
+  absl::StatusOr<JoinReply> TryJoin(const std::string& id, int cluster_size, int push_parts) {
     JoinRequest r;
     *r.mutable_meta() = Meta(id);
     r.mutable_model()->set_vocab_size(config_.model.vocab_size);
@@ -57,7 +62,8 @@ class CoordinatorPartsTest : public ScratchDirTest {
     r.mutable_model()->set_n_head(config_.model.n_head);
     r.mutable_model()->set_d_model(config_.model.d_model);
     r.set_cluster_size(cluster_size);
-    ASSERT_TRUE(core_->Join(r).ok()) << id;
+    r.set_push_parts(push_parts);
+    return core_->Join(r);
   }
   bool Pushed(const std::string& id) {
     HeartbeatRequest r;
@@ -342,7 +348,8 @@ TEST_F(CoordinatorPartsTest, StalledPartsAreCutWhenTheRoundIsDue) {
 }
 
 // outer.aggregation clip takes a claimed norm per stream, not per member: a push in parts is refused under it with a
-// line that says so, and nothing of it is folded (the same member's one-stream push is admitted).
+// line that names the worker's setting to change, as INVALID_ARGUMENT (the worker gives up instead of retraining
+// every round to be refused again), and nothing of it is folded (the same member's one-stream push is admitted).
 TEST_F(CoordinatorPartsTest, ClipRefusesAPushInParts) {
   config_.outer.aggregation = Aggregation::kClip;
   auto core = CoordinatorCore::Create(config_, TinyTheta0(config_.model), nullptr, false, [this] { return now_; });
@@ -352,11 +359,40 @@ TEST_F(CoordinatorPartsTest, ClipRefusesAPushInParts) {
   const SlicePlan plan(numel_, 2, 1);
   const auto refused = core_->BeginPush(Header("A", 3000, 0, 2, plan.slice(0)));
   ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("clip does not take pushes in parts"));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("clip takes each push in one stream"));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("set comm.cluster_parts false"));
   PushHeader whole = Header("A", 3000);
   whole.set_claimed_norm(1.0);
   EXPECT_TRUE(core_->BeginPush(whole).ok());
+}
+
+// A worker that says at Join it will push in parts (JoinRequest.push_parts) is refused there under clip and the
+// coordinate-wise rules, before it trains a round, with the line that names its setting; one that pushes in one
+// stream, or says nothing (an older client), joins; under mean a push in parts joins.
+TEST_F(CoordinatorPartsTest, ARuleThatTakesOneStreamRefusesAtJoinAWorkerThatPushesInParts) {
+  for (Aggregation rule : {Aggregation::kClip, Aggregation::kTrimmedMean, Aggregation::kCenteredClip}) {
+    const std::string name(EnumName(rule));
+    SCOPED_TRACE(name);
+    config_.outer.aggregation = rule;
+    auto core = CoordinatorCore::Create(config_, TinyTheta0(config_.model), nullptr, false, [this] { return now_; });
+    ASSERT_TRUE(core.ok()) << core.status();
+    core_ = std::move(*core);
+    const auto refused = TryJoin("A", 4, /*push_parts=*/4);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(refused.status().message()),
+                HasSubstr("outer.aggregation " + name + " takes each push in one stream"));
+    EXPECT_THAT(std::string(refused.status().message()), HasSubstr("pushes in 4 parts"));
+    EXPECT_EQ(core_->Status().workers_size(), 0) << "a refused Join makes no member";
+    EXPECT_TRUE(TryJoin("B", 4, /*push_parts=*/1).ok());
+    EXPECT_TRUE(TryJoin("C", 4, /*push_parts=*/0).ok());
+  }
+  config_.outer.aggregation = Aggregation::kMean;
+  auto core = CoordinatorCore::Create(config_, TinyTheta0(config_.model), nullptr, false, [this] { return now_; });
+  ASSERT_TRUE(core.ok()) << core.status();
+  core_ = std::move(*core);
+  EXPECT_TRUE(TryJoin("A", 4, /*push_parts=*/4).ok());
 }
 
 }  // namespace

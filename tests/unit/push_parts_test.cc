@@ -63,7 +63,7 @@ TEST(PushParts, RefusesHostileParts) {
   const std::vector<Case> cases = {
       {"overlap", Part(1, {40, 100}), absl::StatusCode::kInvalidArgument, "overlaps part 0's [0, 50)"},
       {"part index", Part(2, {50, 100}), absl::StatusCode::kInvalidArgument, "pushes 2 parts"},
-      {"not declared", Part(1, {50, 100}, /*parts=*/3), absl::StatusCode::kFailedPrecondition, "cluster_size 2"},
+      {"not declared", Part(1, {50, 100}, /*parts=*/3), absl::StatusCode::kInvalidArgument, "cluster_size 2"},
       {"two rounds", Part(1, {50, 100}, 2, /*round=*/4), absl::StatusCode::kFailedPrecondition, "for round 5"},
       {"twice", Part(0, {0, 50}), absl::StatusCode::kFailedPrecondition, "already pushed"},
       {"two attempts", Part(1, {50, 100}, 2, 5, 100, /*attempt=*/3), absl::StatusCode::kFailedPrecondition,
