@@ -58,6 +58,7 @@ absl::Status Resume(const Config& config, const std::string& fingerprint, BootSt
   boot.evals = std::move(loaded->data.evals);
   boot.members_config = std::move(loaded->data.members_config);
   boot.members = std::move(loaded->data.members);
+  boot.earlier_theta_ids = std::move(loaded->data.earlier_theta_ids);
   if (!boot.evals.empty() && boot.evals.back().round == snapshot.round) {  // the totals go on from the checkpoint
     boot.tokens_committed = boot.evals.back().tokens;
     boot.bytes_pushed_committed = boot.evals.back().bytes_pushed_committed;

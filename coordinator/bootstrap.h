@@ -27,8 +27,9 @@ struct BootState {
   std::vector<EvalRecord> evals;
   int64_t tokens_committed = 0;  // totals carried on from the checkpoint's newest eval
   int64_t bytes_pushed_committed = 0;
-  std::string members_config;         // the checkpoint's active members and the config they joined under
-  std::vector<MemberRecord> members;  // (CoordinatorCore::RestoreMembers)
+  std::string members_config;                    // the checkpoint's active members and the config they joined under
+  std::vector<MemberRecord> members;             // (CoordinatorCore::RestoreMembers)
+  std::vector<ThetaIdRecord> earlier_theta_ids;  // the checkpoint's (CheckpointData::earlier_theta_ids)
 };
 
 // theta_0 must be a non-empty list of defined float32 tensors with distinct, non-empty names.

@@ -142,8 +142,8 @@ void CoordinatorCore::AddSinks(std::unique_ptr<Evaluator> evaluator) {
         sinks_.Add(std::make_unique<EvaluationSink>(config_.coordinator.eval_every, std::move(evaluator), evals_));
   }
   checkpoints_ = sinks_.Add(std::make_unique<CheckpointWriter>(
-      config_, model_.fingerprint, theta_.get(), evals_, [this](int64_t round) { return MembersAt(round); },
-      ConfigHash(config_)));
+      config_, model_.fingerprint, theta_.get(), evals_,
+      [this](int64_t round, CheckpointData& data) { RecordsAt(round, data); }, ConfigHash(config_)));
   sinks_.Add(std::make_unique<SummarySink>([this] { WriteSummary(); }));
 }
 
@@ -176,8 +176,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const C
     if (c->complete_) c->round_.set_phase(RoundPhase::kComplete);
     c->round_.set_opened_at(c->clock_());
     c->RestoreMembers(boot->members_config, boot->members);
-    c->RecordMembersAt(snapshot->round);
+    for (const ThetaIdRecord& earlier : boot->earlier_theta_ids) {
+      if (earlier.round < snapshot->round) c->theta_ids_[earlier.round] = earlier.id;
+    }
     c->RecordThetaId(*snapshot);
+    c->RecordMembersAt(snapshot->round);
   }
   ClosedRound start;
   start.theta = snapshot;
@@ -189,49 +192,65 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const C
 }
 
 void CoordinatorCore::RecordMembersAt(int64_t round, const RoundState::Pushes* counted) {
-  std::vector<MemberRecord> records;
-  for (const std::string& id : membership_.ActiveIds()) {
-    const Member* m = membership_.Find(id);
-    int64_t base = m->last_applied_base;
+  RoundRecords records;
+  // Lost members too (a lease that ran out, or restored under a changed config and not joined again): a restart
+  // keeps their shard and counted pushes as this process does, not only across one restart.
+  for (const auto& [id, m] : membership_.members()) {
+    if (m.state == MemberState::kLeft) continue;
+    int64_t base = m.last_applied_base;
     if (counted != nullptr && counted->count(id) != 0) base = std::max(base, counted->at(id).base);
-    records.push_back({m->id, m->shard_index, m->shard_reader, m->cluster_size, m->inner_steps, base});
+    records.members.push_back(
+        {m.id, m.shard_index, m.shard_reader, m.cluster_size, m.inner_steps, base, m.state == MemberState::kActive});
+  }
+  // The thetas of the rounds before `round` that a push may still be computed against (theta_ids_ may hold one more
+  // when called before `round`'s theta is recorded).
+  for (const auto& [r, id] : theta_ids_) {
+    if (r < round && r > round - ThetaIdsKept()) records.earlier_theta_ids.push_back({r, id});
   }
   absl::MutexLock lock(&members_mu_);
-  members_at_[round] = std::move(records);
-  while (members_at_.size() > 4) members_at_.erase(members_at_.begin());
+  records_at_[round] = std::move(records);
+  while (records_at_.size() > 4) records_at_.erase(records_at_.begin());
+}
+
+int64_t CoordinatorCore::ThetaIdsKept() const {
+  return config_.outer.mode == OuterMode::kAsync ? config_.outer.max_staleness + 1 : 1;
 }
 
 void CoordinatorCore::RecordThetaId(const ParamSnapshot& theta) {
   theta_ids_[theta.round] = theta.id;
-  const int64_t keep = config_.outer.mode == OuterMode::kAsync ? config_.outer.max_staleness + 1 : 1;
-  while (static_cast<int64_t>(theta_ids_.size()) > keep) theta_ids_.erase(theta_ids_.begin());
+  while (static_cast<int64_t>(theta_ids_.size()) > ThetaIdsKept()) theta_ids_.erase(theta_ids_.begin());
 }
 
-std::vector<MemberRecord> CoordinatorCore::MembersAt(int64_t round) const {
+void CoordinatorCore::RecordsAt(int64_t round, CheckpointData& data) const {
   absl::MutexLock lock(&members_mu_);
-  const auto it = members_at_.find(round);
-  return it == members_at_.end() ? std::vector<MemberRecord>() : it->second;
+  const auto it = records_at_.find(round);
+  if (it == records_at_.end()) return;
+  data.members = it->second.members;
+  data.earlier_theta_ids = it->second.earlier_theta_ids;
 }
 
 void CoordinatorCore::RestoreMembers(const std::string& members_config, const std::vector<MemberRecord>& members) {
   if (members.empty()) return;
   const bool active = members_config == ConfigHash(config_);
   std::vector<std::string> ids;  // the first 8 named in the log line
+  size_t lost = 0;               // lost when the checkpoint's round committed: they join again, as after a lease
   for (const MemberRecord& m : members) {
-    membership_.Restore(m, clock_(), active);
+    membership_.Restore(m, clock_(), active && m.active);
+    if (!m.active) ++lost;
     if (ids.size() < 8) ids.push_back(Truncated(m.id, 64));
   }
   if (members.size() > ids.size()) ids.push_back(absl::StrCat("and ", members.size() - ids.size(), " more"));
+  const std::string lost_text = lost == 0 ? "" : absl::StrCat(" (", lost, " of them lost then: they join again)");
   if (active) {
     spdlog::info(
-        "members of the checkpoint: {} ({}); a round waits for them as before the restart, and a member silent for "
-        "coordinator.lease_s from now is lost",
-        members.size(), absl::StrJoin(ids, ", "));
+        "members of the checkpoint: {} ({}){}; a round waits for the active ones as before the restart, and a member "
+        "silent for coordinator.lease_s from now is lost",
+        members.size(), absl::StrJoin(ids, ", "), lost_text);
   } else {
     spdlog::info(
-        "members of the checkpoint: {} ({}); the config changed since, so each joins again (its shard and "
+        "members of the checkpoint: {} ({}){}; the config changed since, so each joins again (its shard and "
         "counted pushes are kept)",
-        members.size(), absl::StrJoin(ids, ", "));
+        members.size(), absl::StrJoin(ids, ", "), lost_text);
   }
 }
 

@@ -267,14 +267,17 @@ class CoordinatorCore {
   std::shared_ptr<const SparseUpdate> BuildRoundUpdate(const ParamSnapshot& theta,
                                                        const std::vector<at::Tensor>& delta) const;
   void AssignAdaptiveSteps() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // DyLU: next round's H of every active worker
-  // Members across a restart: the active members as round `round` commits, kept for that round's checkpoint
-  // (members_at_, the last few rounds); MembersAt reads them (a leaf lock: the checkpoint writer calls it while it
-  // reads theta). RestoreMembers (Create): a checkpoint's members become active again when it was written under this
-  // config (ConfigHash), else lost until they join again; either way their records (shard, counted pushes) stand.
+  // Members across a restart: the members (active and lost, not those that left) as round `round` commits, and the
+  // ids of the thetas before it that pushes may still be computed against, kept for that round's checkpoint
+  // (records_at_, the last few rounds); RecordsAt reads them into a checkpoint's data (a leaf lock: the checkpoint
+  // writer calls it while it reads theta). RestoreMembers (Create): a checkpoint's active members become active
+  // again when it was written under this config (ConfigHash), else lost until they join again, and its lost ones
+  // stay lost; either way their records (shard, counted pushes) stand.
   // `counted` (optional): the round's contributors, whose last counted round is taken as their pushes' base.
   void RecordMembersAt(int64_t round, const RoundState::Pushes* counted = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecordThetaId(const ParamSnapshot& theta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // into theta_ids_
-  std::vector<MemberRecord> MembersAt(int64_t round) const ABSL_LOCKS_EXCLUDED(members_mu_);
+  int64_t ThetaIdsKept() const;  // how many rounds' theta ids theta_ids_ keeps (sync 1, async max_staleness + 1)
+  void RecordsAt(int64_t round, CheckpointData& data) const ABSL_LOCKS_EXCLUDED(members_mu_);
   void RestoreMembers(const std::string& members_config, const std::vector<MemberRecord>& members)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The non-finite guard (issue 32): round `round`'s step would have made theta or the momentum non-finite, or the
@@ -383,8 +386,12 @@ class CoordinatorCore {
   // The ids of the last published thetas by round (ParamSnapshot::id; sync: the current one, async: as far back as
   // outer.max_staleness): a push whose RequestMeta.theta_id names another theta of its round is refused.
   std::map<int64_t, uint64_t> theta_ids_ ABSL_GUARDED_BY(mu_);
-  mutable absl::Mutex members_mu_;  // a leaf: taken under mu_ (RecordMembersAt) and alone (MembersAt)
-  std::map<int64_t, std::vector<MemberRecord>> members_at_ ABSL_GUARDED_BY(members_mu_);
+  struct RoundRecords {
+    std::vector<MemberRecord> members;
+    std::vector<ThetaIdRecord> earlier_theta_ids;
+  };
+  mutable absl::Mutex members_mu_;  // a leaf: taken under mu_ (RecordMembersAt) and alone (RecordsAt)
+  std::map<int64_t, RoundRecords> records_at_ ABSL_GUARDED_BY(members_mu_);
 };
 
 }  // namespace diloco

@@ -124,14 +124,14 @@ void EvaluationSink::OnCommitted(const ClosedRound& round) {
 }
 
 CheckpointWriter::CheckpointWriter(const Config& config, std::string fingerprint, ThetaStore* theta,
-                                   std::shared_ptr<EvalHistory> history, MembersAt members, std::string members_config)
+                                   std::shared_ptr<EvalHistory> history, RecordsAt records, std::string members_config)
     : dir_(config.CheckpointDir()),
       every_(config.coordinator.checkpoint_every),
       keep_(config.coordinator.keep_checkpoints),
       fingerprint_(std::move(fingerprint)),
       theta_(theta),
       history_(std::move(history)),
-      members_(std::move(members)),
+      records_(std::move(records)),
       members_config_(std::move(members_config)) {}
 
 void CheckpointWriter::OnCommitted(const ClosedRound& round) {
@@ -173,8 +173,8 @@ absl::StatusOr<WrittenCheckpoint> CheckpointWriter::Write() {
       data.params = theta.params;
       data.momentum = theta.momentum;
       data.evals = history_->Records();
-      if (members_) {
-        data.members = members_(theta.round);
+      if (records_) {
+        records_(theta.round, data);
         data.members_config = members_config_;
       }
       written = SaveAndLog(dir_, keep_, data);

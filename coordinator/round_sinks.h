@@ -102,11 +102,12 @@ struct WrittenCheckpoint {
 
 class CheckpointWriter : public RoundSink {
  public:
-  // The active members a checkpoint of `round` records (thread-safe; called while theta is read).
-  using MembersAt = std::function<std::vector<MemberRecord>(int64_t round)>;
+  // Fills in what a checkpoint of `round` records of the run besides theta: its members (active and lost) and the
+  // ids of the earlier thetas pushes may be computed against (thread-safe; called while theta is read).
+  using RecordsAt = std::function<void(int64_t round, CheckpointData& data)>;
   // Reads theta through `theta` (not owned; outlives the writer); `members_config`: the ConfigHash they joined under.
   CheckpointWriter(const Config& config, std::string fingerprint, ThetaStore* theta,
-                   std::shared_ptr<EvalHistory> history, MembersAt members = nullptr, std::string members_config = "");
+                   std::shared_ptr<EvalHistory> history, RecordsAt records = nullptr, std::string members_config = "");
   // Writes the published theta_t, its momentum and the evals now (blocking file I/O; one write at a time). In
   // synchronous rounds the next outer step waits for it (ThetaStore::ReadSteady).
   absl::StatusOr<WrittenCheckpoint> Write() ABSL_LOCKS_EXCLUDED(mu_);
@@ -123,7 +124,7 @@ class CheckpointWriter : public RoundSink {
   const std::string fingerprint_;
   ThetaStore* const theta_;
   const std::shared_ptr<EvalHistory> history_;
-  const MembersAt members_;
+  const RecordsAt records_;
   const std::string members_config_;
   mutable absl::Mutex mu_;  // one write at a time (the round thread and operator requests)
   std::string final_error_ ABSL_GUARDED_BY(mu_);

@@ -29,8 +29,9 @@ namespace {
 constexpr char kMagic[8] = {'D', 'L', 'C', 'O', 'C', 'K', 'P', 'T'};
 // Every version keeps the magic, the version right after it and the xxh64 trailer: a newer file is told from a
 // corrupt one by its checksum (LoadCheckpoint).
-constexpr uint32_t kVersion = 3;            // 2: evals carry tokens and bytes; 3: members; versions 1 and 2 still load
-constexpr uint32_t kMaxMembers = 1u << 20;  // a bound on a corrupt count (coordinator.max_members is far below)
+constexpr uint32_t kVersion = 4;  // 2: evals carry tokens and bytes; 3: members; 4: lost members, earlier theta ids
+constexpr uint32_t kMaxThetaIds = 1u << 20;  // a bound on a corrupt count (outer.max_staleness + 1 are written)
+constexpr uint32_t kMaxMembers = 1u << 20;   // a bound on a corrupt count (coordinator.max_members is far below)
 
 // Appends to a file while hashing every byte.
 class HashingWriter {
@@ -312,6 +313,12 @@ absl::Status SaveCheckpoint(const std::string& path, const CheckpointData& data)
       w.Pod<int32_t>(m.cluster_size);
       w.Pod<int64_t>(m.inner_steps);
       w.Pod<int64_t>(m.last_applied_base);
+      w.Pod<uint8_t>(m.active ? 1 : 0);
+    }
+    w.Pod<uint32_t>(static_cast<uint32_t>(data.earlier_theta_ids.size()));
+    for (const ThetaIdRecord& t : data.earlier_theta_ids) {
+      w.Pod<int64_t>(t.round);
+      w.Pod<uint64_t>(t.id);
     }
     w.Finish();
   } catch (const std::exception& e) {
@@ -398,7 +405,19 @@ absl::Status ParseBody(ScanningReader& r, const std::string& path, CheckpointDat
           !r.Pod(&m.inner_steps) || !r.Pod(&m.last_applied_base)) {
         return Corrupt(path, "member section truncated");
       }
+      uint8_t active = 1;
+      if (version >= 4 && (!r.Pod(&active) || active > 1)) return Corrupt(path, "member section truncated");
+      m.active = active == 1;
       data->members.push_back(std::move(m));
+    }
+  }
+  if (version >= 4) {
+    uint32_t id_count = 0;
+    if (!r.Pod(&id_count) || id_count > kMaxThetaIds) return Corrupt(path, "bad theta id section");
+    for (uint32_t i = 0; i < id_count; ++i) {
+      ThetaIdRecord t;
+      if (!r.Pod(&t.round) || !r.Pod(&t.id)) return Corrupt(path, "theta id section truncated");
+      data->earlier_theta_ids.push_back(t);
     }
   }
   if (!r.AtEnd()) return Corrupt(path, "trailing bytes before the checksum");

@@ -2,13 +2,14 @@
 // in worker/ read them): the global parameters theta_t, the outer momentum, the round t and the evaluation
 // history, in one self-checking file.
 //
-// Format (little endian): magic "DLCOCKPT", uint32 version (3), int64 round, string fingerprint, uint32 tensor count,
+// Format (little endian): magic "DLCOCKPT", uint32 version (4), int64 round, string fingerprint, uint32 tensor count,
 // per tensor {string name, uint32 ndim, int64 dims[ndim], float32 data}, uint32 momentum count (0 or tensor count),
 // per momentum tensor float32 data, uint32 eval count, per eval {int64 round, float64 val_loss,
 // int64 tokens, int64 bytes_pushed_committed} (version 1: without the last two; still loaded), then (version 3) uint64
 // theta_id, string members_config, uint32 member count, per member {string id, int32 shard_index, int32 shard_reader,
-// int32 cluster_size, int64 inner_steps, int64 last_applied_base} (versions 1 and 2: none), then an xxHash64 of every
-// byte before it. Strings are uint32 length + bytes. Writes go to "<path>.tmp", are fsynced, renamed over <path>, and
+// int32 cluster_size, int64 inner_steps, int64 last_applied_base, (version 4) uint8 active} (versions 1 and 2: none),
+// then (version 4) uint32 count, per earlier theta {int64 round, uint64 theta_id}, then an xxHash64 of every byte
+// before it. Strings are uint32 length + bytes. Writes go to "<path>.tmp", are fsynced, renamed over <path>, and
 // the directory is fsynced: a crash leaves the old file or the new one, never a torn one. Loading checks magic,
 // version, sizes and the checksum. Neither holds a whole-file image in memory: writes go through a 1 MiB buffer
 // straight from the tensors; loads read the small fields first, then the tensors' data with parallel preads straight
@@ -35,8 +36,8 @@ struct EvalRecord {
   int64_t bytes_pushed_committed = 0;  // pseudo-gradient bytes of the rounds committed so far (version 2)
 };
 
-// An active member of the run as the checkpoint's round committed (coordinator/membership.h), so that a restarted
-// coordinator expects it and still knows which of its pushes counted.
+// A member of the run as the checkpoint's round committed (coordinator/membership.h), active or lost (not one that
+// left), so that a restarted coordinator expects the active ones and still knows which pushes of each counted.
 struct MemberRecord {
   std::string id;
   int32_t shard_index = 0;
@@ -44,6 +45,13 @@ struct MemberRecord {
   int32_t cluster_size = 1;
   int64_t inner_steps = 0;         // its H for the next round (inner.adaptive_steps); 0 = inner.steps
   int64_t last_applied_base = -1;  // the newest round one of its counted pushes was computed against
+  bool active = true;              // false: lost (its lease ran out, or restored and not joined again); version 3: true
+};
+
+// The id of a theta before the checkpoint's round that a push may still be computed against (outer.mode async).
+struct ThetaIdRecord {
+  int64_t round = 0;
+  uint64_t id = 0;
 };
 
 struct CheckpointData {
@@ -55,6 +63,10 @@ struct CheckpointData {
   uint64_t theta_id = 0;              // theta_round's id (PullHeader.theta_id; 0: none, version 1 and 2 files)
   std::string members_config;         // the coordinator's ConfigHash the members joined under ("": none recorded)
   std::vector<MemberRecord> members;  // version 3
+  // Version 4: the ids of the thetas of the rounds before `round` that pushes may still be computed against (async:
+  // up to outer.max_staleness back; sync: none), oldest first, so that a restart refuses a push against another theta
+  // of those rounds too (PullHeader.theta_id).
+  std::vector<ThetaIdRecord> earlier_theta_ids;
 };
 
 absl::Status SaveCheckpoint(const std::string& path, const CheckpointData& data);

@@ -127,9 +127,9 @@ TEST_F(CheckpointTest, VersionOneFileStillLoads) {
   const std::string path = CheckpointPath(dir_.string(), saved.round);
   ASSERT_TRUE(SaveCheckpoint(path, saved).ok());
   std::string bytes = ReadAll(path);
-  // Tail of version 3: ... uint32 count, int64 round, f64 loss, int64 tokens, int64 bytes, then the member section
-  // (uint64 theta_id 0, uint32 0: members_config "", uint32 0 members), uint64 xxh64.
-  bytes.erase(bytes.size() - 8 - 16, 16);  // drop the member section
+  // Tail of version 4: ... uint32 count, int64 round, f64 loss, int64 tokens, int64 bytes, then the member section
+  // (uint64 theta_id 0, uint32 0: members_config "", uint32 0 members), the theta id section (uint32 0), uint64 xxh64.
+  bytes.erase(bytes.size() - 8 - 20, 20);  // drop the member and theta id sections
   bytes.erase(bytes.size() - 8 - 16, 16);  // and tokens and bytes
   WriteAsVersion(path, 1, bytes);
   absl::StatusOr<CheckpointData> loaded = LoadCheckpoint(path);
@@ -169,12 +169,53 @@ TEST_F(CheckpointTest, MembersRoundTripAndAVersionTwoFileLoadsWithNone) {
   saved.theta_id = 0;
   ASSERT_TRUE(SaveCheckpoint(path, saved).ok());
   std::string bytes = ReadAll(path);
-  bytes.erase(bytes.size() - 8 - 16, 16);  // the (empty) member section
+  bytes.erase(bytes.size() - 8 - 20, 20);  // the (empty) member and theta id sections
   WriteAsVersion(path, 2, bytes);
   loaded = LoadCheckpoint(path);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_TRUE(loaded->members.empty());
   EXPECT_EQ(loaded->evals.size(), saved.evals.size());
+}
+
+// Version 4 keeps lost members (their `active` false) and the ids of the earlier thetas pushes may be computed
+// against; a version-3 file (a member record without the flag, no theta id section) loads with every member active
+// and no earlier ids.
+TEST_F(CheckpointTest, LostMembersAndEarlierThetaIdsRoundTripAndAVersionThreeFileLoadsAsActive) {
+  CheckpointData saved = Sample();
+  saved.theta_id = 77;
+  saved.members_config = "cfg";
+  saved.members = {{"worker-0", 0, 0, 1, 0, 6, /*active=*/true}, {"worker-1", 1, 0, 1, 0, 4, /*active=*/false}};
+  saved.earlier_theta_ids = {{5, 0x1111222233334444ULL}, {6, 55}};
+  const std::string path = CheckpointPath(dir_.string(), saved.round);
+  ASSERT_TRUE(SaveCheckpoint(path, saved).ok());
+  absl::StatusOr<CheckpointData> loaded = LoadCheckpoint(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->members.size(), 2u);
+  EXPECT_TRUE(loaded->members[0].active);
+  EXPECT_FALSE(loaded->members[1].active);
+  EXPECT_EQ(loaded->members[1].last_applied_base, 4);
+  ASSERT_EQ(loaded->earlier_theta_ids.size(), 2u);
+  EXPECT_EQ(loaded->earlier_theta_ids[0].round, 5);
+  EXPECT_EQ(loaded->earlier_theta_ids[0].id, 0x1111222233334444ULL);
+  EXPECT_EQ(loaded->earlier_theta_ids[1].round, 6);
+  EXPECT_EQ(loaded->earlier_theta_ids[1].id, 55u);
+
+  // The same file as version 3 wrote it: each member record 1 byte shorter, no theta id section.
+  saved.earlier_theta_ids.clear();
+  ASSERT_TRUE(SaveCheckpoint(path, saved).ok());
+  std::string bytes = ReadAll(path);
+  bytes.erase(bytes.size() - 8 - 4, 4);                 // the (empty) theta id section
+  const size_t record = 4 + 8 + 4 + 4 + 4 + 8 + 8 + 1;  // "worker-1" with its fields and flag
+  bytes.erase(bytes.size() - 8 - 1, 1);                 // worker-1's flag
+  bytes.erase(bytes.size() - 8 - record, 1);            // worker-0's flag
+  WriteAsVersion(path, 3, bytes);
+  loaded = LoadCheckpoint(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->members.size(), 2u);
+  EXPECT_EQ(loaded->members[0].last_applied_base, 6);
+  EXPECT_EQ(loaded->members[1].last_applied_base, 4);
+  EXPECT_TRUE(loaded->members[0].active && loaded->members[1].active) << "version 3 recorded active members only";
+  EXPECT_TRUE(loaded->earlier_theta_ids.empty());
 }
 
 TEST_F(CheckpointTest, RoundTripWithoutMomentumOrEvals) {
@@ -312,13 +353,13 @@ TEST_F(CheckpointTest, LoadNewestStopsAtACheckpointOfANewerFormat) {
     ASSERT_TRUE(SaveCheckpoint(CheckpointPath(dir_.string(), round), d).ok());
   }
   const std::string newest = CheckpointPath(dir_.string(), 2);
-  WriteAsVersion(newest, 4, ReadAll(newest));
+  WriteAsVersion(newest, 5, ReadAll(newest));
   std::vector<std::string> skipped;
   absl::StatusOr<LoadedCheckpoint> loaded = LoadNewestCheckpoint(dir_.string(), &skipped);
   ASSERT_FALSE(loaded.ok()) << "resumed from " << loaded->path;
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(loaded.status().message()),
-              HasSubstr("ckpt-00000002.bin: format version 4 was written by a newer diloco"));
+              HasSubstr("ckpt-00000002.bin: format version 5 was written by a newer diloco"));
   EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("run that version, or start with --fresh"));
   EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("an older checkpoint"));
   EXPECT_TRUE(skipped.empty());

@@ -815,7 +815,9 @@ TEST_F(CoordinatorCoreTest, CheckpointNowAndResumeRestoreThetaMomentumAndEvals) 
 // (async would apply it a second time; sync workers would roll their error feedback back), a member that lives
 // heartbeats on without joining again, and a round waits for every restored member as before the restart, until one
 // is silent for lease_s (min_workers 1 here: before, the first member to join again closed the round alone while
-// the other was still training). Started on a changed config, the members must join again, keeping their records.
+// the other was still training). Started on a changed config, the members must join again, keeping their records,
+// also across a second restart before they joined (checkpoint version 4 keeps lost members: before, the checkpoint
+// of the first restart held active members only, none, and the second one forgot A's counted pushes).
 TEST_F(CoordinatorCoreTest, MembersAndTheirCountedPushesSurviveARestart) {
   config_.coordinator.min_workers = 1;
   config_.coordinator.lease_s = 10;
@@ -846,6 +848,12 @@ TEST_F(CoordinatorCoreTest, MembersAndTheirCountedPushesSurviveARestart) {
   core_ = MakeCore(/*resume=*/true);
   ASSERT_NE(core_, nullptr);
   EXPECT_EQ(Worker(core_->Status(), "A").state(), "lost");
+  ASSERT_TRUE(core_->CheckpointNow().ok());  // before anyone joined again
+  config_.outer.rounds += 1;                 // and again changed
+  core_ = MakeCore(/*resume=*/true);
+  ASSERT_NE(core_, nullptr);
+  EXPECT_EQ(Worker(core_->Status(), "A").state(), "lost");
+  EXPECT_EQ(Worker(core_->Status(), "B").shard_index(), shard_b);
   HeartbeatRequest beat;
   *beat.mutable_meta() = Meta("A");
   EXPECT_EQ(core_->Heartbeat(beat).status().code(), absl::StatusCode::kNotFound);
@@ -898,6 +906,62 @@ TEST_F(CoordinatorCoreTest, APushAgainstAThetaOfItsRoundFromBeforeARestartIsRefu
   EXPECT_THAT(std::string(refused.message()), HasSubstr("computed against another theta of that round"));
   PushHeader fresh = Header("B", 2, 1000);
   fresh.mutable_meta()->set_theta_id(second_id);
+  EXPECT_TRUE(core_->BeginPush(fresh).ok());
+}
+
+// Async takes pushes against the last max_staleness versions, so the checkpoint (version 4) keeps their theta ids:
+// after a second restart a push against a version the first restart stepped again is still refused. Version 2 is
+// stepped (id x) and the coordinator killed before its checkpoint; the first restart resumes version 1, steps 2
+// again (id y) and 3, and checkpoints 3; the second restart resumes version 3. A push against version 2 with id x (a
+// worker that pulled before the kill) is refused, one with y is taken. Before, the second restart knew version 3's
+// id only and took both.
+TEST_F(CoordinatorCoreTest, AsyncThetaIdsWithinTheStalenessBoundSurviveTwoRestarts) {
+  config_.outer.mode = OuterMode::kAsync;
+  config_.outer.max_staleness = 3;
+  config_.coordinator.min_workers = 1;
+  Start();
+  Join("A");
+  PullRequest pull;
+  *pull.mutable_meta() = Meta("A");
+  auto step = [&](int64_t base) {  // one version per push
+    ASSERT_TRUE(Push("A", base, 1000, RandomDelta()).ok());
+    core_->Poll();
+  };
+  auto current_id = [&](int64_t round) {
+    auto theta = core_->BeginPull(pull);
+    EXPECT_TRUE(theta.ok()) << theta.status();
+    if (!theta.ok()) return uint64_t{0};
+    EXPECT_EQ((*theta)->round, round);
+    return (*theta)->id;
+  };
+  ASSERT_NO_FATAL_FAILURE(step(0));
+  ASSERT_TRUE(core_->CheckpointNow().ok());  // version 1 on disk
+  ASSERT_NO_FATAL_FAILURE(step(1));
+  const uint64_t x = current_id(2);
+  for (const auto& entry : std::filesystem::directory_iterator(config_.CheckpointDir())) {  // killed before ckpt 2
+    if (entry.path().filename().string() != "ckpt-00000001.bin") std::filesystem::remove_all(entry.path());
+  }
+
+  core_ = MakeCore(/*resume=*/true);
+  ASSERT_NE(core_, nullptr);
+  ASSERT_NO_FATAL_FAILURE(step(1));
+  const uint64_t y = current_id(2);
+  ASSERT_NE(x, y);
+  ASSERT_NO_FATAL_FAILURE(step(2));
+  ASSERT_EQ(core_->Status().round(), 3);
+  ASSERT_TRUE(core_->CheckpointNow().ok());
+
+  core_ = MakeCore(/*resume=*/true);
+  ASSERT_NE(core_, nullptr);
+  ASSERT_EQ(core_->Status().round(), 3);
+  Join("B");
+  PushHeader stale = Header("B", 2, 1000);
+  stale.mutable_meta()->set_theta_id(x);
+  const absl::Status refused = core_->BeginPush(stale).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("computed against another theta of that round"));
+  PushHeader fresh = Header("B", 2, 1000);
+  fresh.mutable_meta()->set_theta_id(y);
   EXPECT_TRUE(core_->BeginPush(fresh).ok());
 }
 

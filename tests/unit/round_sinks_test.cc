@@ -175,7 +175,7 @@ TEST_F(CheckpointWriterTest, AWriteThatThrowsReturnsItsError) {
   config.coordinator.checkpoint_dir = Path("ckpt");
   std::unique_ptr<ThetaStore> store = ThetaStore::Create(config, Theta(0), {});
   auto history = std::make_shared<EvalHistory>(std::vector<EvalRecord>{});
-  CheckpointWriter writer(config, "fp", store.get(), history, [](int64_t round) -> std::vector<MemberRecord> {
+  CheckpointWriter writer(config, "fp", store.get(), history, [](int64_t round, CheckpointData&) {
     throw std::runtime_error("no members record for round " + std::to_string(round));
   });
   store->Publish(store->Step({at::full({3}, 1.0f)}, nullptr));

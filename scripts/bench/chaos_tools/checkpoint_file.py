@@ -1,7 +1,8 @@
 """Reader of the coordinator's checkpoint format (proto/checkpoint.h), written from the format description alone, with
 its own xxHash64 (the checksum the file ends with), so that a checkpoint can be checked without our C++ reader.
 read_checkpoint(path) -> dict(round, fingerprint, params [(name, torch.Tensor)], momentum [...], evals [...],
-theta_id, members_config, members [dict(id, shard_index, shard_reader, cluster_size, inner_steps, last_applied_base)]);
+theta_id, members_config, members [dict(id, shard_index, shard_reader, cluster_size, inner_steps, last_applied_base,
+active)], earlier_theta_ids [dict(round, theta_id)]);
 raises CheckpointError for any file that does not verify. Stateless; thread-safe."""
 import struct
 
@@ -112,7 +113,7 @@ def read_checkpoint(path):
     c = _Cursor(memoryview(data)[:len(data) - 8])
     c.pos = 8
     version = c.take("<I")
-    if version not in (1, 2, 3):
+    if version not in (1, 2, 3, 4):
         raise CheckpointError(f"{path}: version {version}")
     out = {"round": c.take("<q"), "fingerprint": c.string(), "params": [], "momentum": [], "evals": []}
     for _ in range(c.take("<I")):
@@ -144,7 +145,13 @@ def read_checkpoint(path):
             member = {"id": c.string()}
             (member["shard_index"], member["shard_reader"], member["cluster_size"], member["inner_steps"],
              member["last_applied_base"]) = c.take("<iiiqq")
+            member["active"] = version < 4 or c.take("<B") == 1
             out["members"].append(member)
+    out["earlier_theta_ids"] = []
+    if version >= 4:
+        for _ in range(c.take("<I")):
+            r, theta_id = c.take("<qQ")
+            out["earlier_theta_ids"].append({"round": r, "theta_id": theta_id})
     if c.pos != len(c.data):
         raise CheckpointError(f"{path}: {len(c.data) - c.pos} bytes after the members")
     return out
