@@ -227,8 +227,8 @@ absl::Status RunClusterFollower(const Config& config, const TokenCache& cache, c
       own_parts = std::move(*made);
     }
     Follower follower(config, cluster, t, local, stop, std::move(own_parts));
-    spdlog::info("rank {} of {} of worker {}: shard {}/{} part {}", options.rank, cluster.size(), options.id,
-                 shard->shard_index, shard->shard_count, shard->shard_index * cluster.size() + options.rank);
+    spdlog::info("rank {} of {} of worker {}: shard {}/{}, part {} of it", options.rank, cluster.size(), options.id,
+                 shard->shard_index, shard->shard_count, options.rank);
     follower.Serve();
   } catch (const std::exception& e) {
     return WorkerError(kWorkerClusterFailed, absl::StrCat("worker cluster failed (rank ", options.rank, " of ",

@@ -1,7 +1,7 @@
 // The protocol between the ranks of one worker cluster (workers.cluster_size > 1, worker/cluster.h): rank 0, the
 // leader, joins and heartbeats (and, without comm.cluster_parts, alone pushes and pulls) and tells the followers what
 // to do; this file holds both sides.
-//   ShardCommand  after the leader's Join: the worker's shard (each rank reads part shard_index * n + rank of n)
+//   ShardCommand  after the leader's Join: the worker's shard (each rank reads its part of it: MakeRankLayout)
 //   LoadCommand   then a Broadcast of all of theta (parameter order): every rank loads it
 //   TrainCommand  train `steps` inner steps from global inner step `first_step` (gradients averaged every step)
 //   MergeCommand  then a Broadcast of fragment `fragment`'s tensors: every rank merges them with `alpha`

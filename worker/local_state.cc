@@ -53,7 +53,7 @@ StateIdentity IdentityOf(const Config& config, const TokenCache& cache, const st
           cluster_rank,
           cluster_size,
           SliceLayoutOf(trainer.optimizer()),
-          WindowsOf(config.model.seq_len, std::string(EnumName(config.data.split)))};
+          WindowsOf(config.model.seq_len, std::string(EnumName(config.data.split)), cluster_size)};
 }
 
 LocalState::LocalState(const Config& config, InnerTrainer& trainer, StateIdentity identity, int fragments,

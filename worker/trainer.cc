@@ -75,9 +75,12 @@ absl::StatusOr<std::unique_ptr<InnerTrainer>> InnerTrainer::ForShard(
     int cluster_size, LanguageModelPtr model, const std::optional<FlatShard>& shard, int shard_reader) {
   auto train = TokenData::Load(manifest_path, TokenSplit::kTrain, config.model.seq_len);
   if (!train.ok()) return train.status();
-  const int part = shard_index * cluster_size + rank;  // with one rank: the worker's shard itself
-  absl::Status s = train->SelectShard(part, shard_count * cluster_size, config.data.split == DataSplit::kContiguous);
+  // The rank's part of the worker's shard (MakeRankLayout); `part` numbers it among every rank of every worker of
+  // this cluster size (with one rank: the worker's shard itself), for its sampler's seed.
+  absl::Status s =
+      train->SelectRankShard(shard_index, shard_count, rank, cluster_size, config.data.split == DataSplit::kContiguous);
   if (!s.ok()) return s;
+  const int part = shard_index + shard_count * rank;
   uint64_t seed = static_cast<uint64_t>(config.run.seed) * 1000003ULL + static_cast<uint64_t>(part) + 1;
   if (shard_reader > 0) seed = Mix64(seed ^ Mix64(static_cast<uint64_t>(shard_reader)));
   return std::make_unique<InnerTrainer>(config, std::move(*train), torch::Device(config.workers.device), seed,

@@ -128,8 +128,9 @@ std::string WhyNotResumePosition(const StateIdentity& saved, const StateIdentity
   return absl::StrCat("the data windows differ (saved ", saved.windows, ", this run ", current.windows, ")");
 }
 
-std::string WindowsOf(int64_t seq_len, const std::string& split) {
-  return absl::StrCat("seq_len ", seq_len, ", data.split ", split);
+std::string WindowsOf(int64_t seq_len, const std::string& split, int64_t ranks) {
+  return absl::StrCat("seq_len ", seq_len, ", data.split ", split,
+                      ranks > 1 ? absl::StrCat(", the shard cut among ", ranks, " ranks") : std::string());
 }
 
 std::string SliceLayout(int64_t numel, bool sharded, bool own_gradient_slice, int64_t parts, int64_t slice_length) {

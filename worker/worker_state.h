@@ -47,8 +47,9 @@ struct StateIdentity {
   // resumed only by the same rank of a cluster of the same size and the same workers.sharding and slice layout.
   int64_t cluster_rank = 0, cluster_size = 1;
   std::string slice_layout = "none";
-  // The windows a data position counts (WindowsOf): "seq_len <N>, data.split <S>". A position is resumed only into the
-  // same windows (the moments are resumed either way); "" in a file saved before it was recorded (not compared).
+  // The windows a data position counts (WindowsOf): "seq_len <N>, data.split <S>" (a cluster's rank: then ", the
+  // shard cut among <n> ranks"). A position is resumed only into the same windows (the moments are resumed either way);
+  // "" in a file saved before it was recorded (not compared).
   std::string windows;
 };
 
@@ -78,8 +79,9 @@ std::string WhyNotResume(const StateIdentity& saved, const StateIdentity& curren
 // Why the data position of `saved` cannot resume into `current` although its state can ("" when it can): the windows
 // differ (model.seq_len or data.split changed), so its window count would name other tokens.
 std::string WhyNotResumePosition(const StateIdentity& saved, const StateIdentity& current);
-// StateIdentity::windows of a worker training windows of `seq_len` tokens cut by `split` (data.split's name).
-std::string WindowsOf(int64_t seq_len, const std::string& split);
+// StateIdentity::windows of a worker training windows of `seq_len` tokens cut by `split` (data.split's name), one
+// of `ranks` ranks of a worker cluster (MakeRankLayout; their cut before it was not recorded: not resumed).
+std::string WindowsOf(int64_t seq_len, const std::string& split, int64_t ranks = 1);
 
 // The optimizer's slice layout as a state records it: "none" unsharded; sharded "<sharding> <N> in <n> slices of
 // <S>" (workers.sharding, the parameters, SlicePlan's parts and slice length).

@@ -102,6 +102,55 @@ TEST(ShardRangesTest, DisjointAndCoverEverything) {
   }
 }
 
+// Workers of different cluster sizes (heterogeneous clusters: 1, 2 and 4 ranks here): every rank reads a part of its
+// worker's shard, no token is read by two ranks, and a worker's ranks together read exactly its shard, with both
+// data.split styles. Before, rank r read part shard x n + r of shard_count x n: with iid blocks the 2-rank worker 0
+// and the 1-rank worker 1 both read blocks 1 mod 6, and blocks 2 mod 6 were no one's.
+TEST(ShardRangesTest, RanksOfWorkersOfDifferentClusterSizesSplitTheirShardExactly) {
+  const int64_t seq_len = 16;
+  const std::vector<int64_t> ranks_of = {2, 1, 4};  // worker k's cluster size
+  const int64_t count = static_cast<int64_t>(ranks_of.size());
+  for (bool contiguous : {false, true}) {
+    for (int64_t n : {int64_t{200000}, int64_t{123457}}) {
+      SCOPED_TRACE(::testing::Message() << (contiguous ? "contiguous" : "iid") << ", " << n << " tokens");
+      std::vector<int> owner(static_cast<size_t>(n), -1);  // worker x 8 + rank
+      for (int64_t shard = 0; shard < count; ++shard) {
+        auto whole = MakeShardLayout(n, seq_len, shard, count, contiguous);
+        ASSERT_TRUE(whole.ok()) << whole.status();
+        std::vector<bool> in_shard(static_cast<size_t>(n), false);
+        int64_t shard_tokens = 0;
+        for (int64_t j = 0; j < whole->num_ranges(); ++j) {
+          for (int64_t t = whole->range(j).begin; t < whole->range(j).end; ++t) in_shard[t] = true;
+          shard_tokens += whole->range(j).end - whole->range(j).begin;
+        }
+        int64_t read = 0;
+        for (int64_t rank = 0; rank < ranks_of[shard]; ++rank) {
+          auto part = MakeRankLayout(n, seq_len, shard, count, rank, ranks_of[shard], contiguous);
+          ASSERT_TRUE(part.ok()) << part.status();
+          for (int64_t j = 0; j < part->num_ranges(); ++j) {
+            const TokenRange r = part->range(j);
+            ASSERT_GT(r.end - r.begin, seq_len) << "a range holds a window";
+            for (int64_t t = r.begin; t < r.end; ++t) {
+              ASSERT_TRUE(in_shard[t]) << "token " << t << " of rank " << rank << " is outside shard " << shard;
+              ASSERT_EQ(owner[t], -1) << "token " << t << " read by " << owner[t] << " and " << shard * 8 + rank;
+              owner[t] = static_cast<int>(shard * 8 + rank);
+            }
+            read += r.end - r.begin;
+          }
+        }
+        EXPECT_EQ(read, shard_tokens) << "the ranks of worker " << shard << " read all of its shard";
+      }
+    }
+  }
+  auto one = MakeRankLayout(200000, seq_len, 1, 3, 0, 1, false);
+  auto shard = MakeShardLayout(200000, seq_len, 1, 3, false);
+  ASSERT_TRUE(one.ok() && shard.ok());
+  EXPECT_EQ(one->first, shard->first) << "one rank reads its shard as before";
+  EXPECT_EQ(one->stride, shard->stride);
+  EXPECT_EQ(one->random_windows(), shard->random_windows());
+  EXPECT_EQ(MakeRankLayout(200000, seq_len, 0, 3, 2, 2, false).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ShardRangesTest, ExactBlocks) {
   const std::vector<TokenRange> r = ShardRanges(10500, 1, 3, 1000);
   ASSERT_EQ(r.size(), 4u);  // blocks 1, 4, 7, 10

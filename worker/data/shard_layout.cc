@@ -86,4 +86,27 @@ absl::StatusOr<ShardLayout> MakeShardLayout(int64_t num_tokens, int64_t seq_len,
   return layout;
 }
 
+absl::StatusOr<ShardLayout> MakeRankLayout(int64_t num_tokens, int64_t seq_len, int64_t shard, int64_t shard_count,
+                                           int64_t rank, int64_t ranks, bool contiguous) {
+  if (ranks <= 0 || rank < 0 || rank >= ranks) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of ", ranks, " does not exist"));
+  }
+  if (ranks == 1) return MakeShardLayout(num_tokens, seq_len, shard, shard_count, contiguous);
+  if (!contiguous) return MakeShardLayout(num_tokens, seq_len, shard + shard_count * rank, shard_count * ranks, false);
+  auto whole = MakeShardLayout(num_tokens, seq_len, shard, shard_count, true);
+  if (!whole.ok()) return whole.status();
+  const TokenRange region = whole->range(0);  // contiguous: the shard's one range
+  const int64_t piece = (region.end - region.begin + ranks - 1) / ranks;
+  const int64_t begin = std::min(region.end, region.begin + rank * piece);
+  const int64_t end = std::min(region.end, begin + piece);
+  if (end - begin <= seq_len) {
+    return absl::FailedPreconditionError(absl::StrCat("rank ", rank, " of ", ranks, " of shard ", shard, " of ",
+                                                      shard_count, " holds no full window (", end - begin,
+                                                      " tokens); use fewer workers or a smaller cluster"));
+  }
+  ShardLayout layout = WholeSplitLayout(end - begin, seq_len);
+  layout.first = begin;
+  return layout;
+}
+
 }  // namespace diloco

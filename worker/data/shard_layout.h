@@ -56,4 +56,14 @@ ShardLayout WholeSplitLayout(int64_t num_tokens, int64_t seq_len);
 absl::StatusOr<ShardLayout> MakeShardLayout(int64_t num_tokens, int64_t seq_len, int64_t index, int64_t count,
                                             bool contiguous);
 
+// Rank `rank` of `ranks` of a worker cluster reading shard `shard` of `shard_count` (workers.cluster_size): the
+// shard's tokens split among its ranks, so that the ranks of every worker together read exactly their shard, whatever
+// the other workers' cluster sizes. iid: the shard's blocks dealt out in turn (block j of the split goes to shard
+// j mod shard_count and, within it, to rank (j div shard_count) mod ranks: shard + shard_count x rank of
+// shard_count x ranks); contiguous: the shard's one region cut into `ranks` consecutive pieces. One rank: the shard.
+// (Before, rank r read part shard x ranks + r of shard_count x ranks: workers of different cluster sizes read
+// overlapping blocks, and some blocks no one read.) Errors as MakeShardLayout's.
+absl::StatusOr<ShardLayout> MakeRankLayout(int64_t num_tokens, int64_t seq_len, int64_t shard, int64_t shard_count,
+                                           int64_t rank, int64_t ranks, bool contiguous);
+
 }  // namespace diloco

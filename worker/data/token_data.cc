@@ -36,6 +36,13 @@ absl::Status TokenData::SelectShard(int64_t index, int64_t count, bool contiguou
   return absl::OkStatus();
 }
 
+absl::Status TokenData::SelectRankShard(int64_t index, int64_t count, int64_t rank, int64_t ranks, bool contiguous) {
+  auto layout = MakeRankLayout(size(), seq_len(), index, count, rank, ranks, contiguous);
+  if (!layout.ok()) return layout.status();
+  layout_ = *layout;
+  return absl::OkStatus();
+}
+
 Batch TokenData::Sample(int64_t batch_size, std::mt19937_64& rng) const {
   std::vector<int64_t> starts;
   starts.reserve(batch_size);

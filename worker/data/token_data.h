@@ -39,6 +39,9 @@ class TokenData {
   // region, the index-th of `count` equal parts of the split (data.split contiguous: shards differ in style, the
   // paper's non-iid case); otherwise interleaved blocks (data.split iid).
   absl::Status SelectShard(int64_t index, int64_t count, bool contiguous = false);
+  // Rank `rank` of `ranks` of a worker cluster reading shard `index` of `count` (MakeRankLayout): its part of the
+  // shard.
+  absl::Status SelectRankShard(int64_t index, int64_t count, int64_t rank, int64_t ranks, bool contiguous);
   // The selected shard (the whole split until SelectShard).
   const ShardLayout& layout() const { return layout_; }
 
