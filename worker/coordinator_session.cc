@@ -71,6 +71,13 @@ absl::Status CoordinatorSession::Join() {
     state.connect_deadline_passed = Now() > deadline;
     const ProtocolDecision decision = DecideOnStatus(ProtocolCall::kJoin, reply.status(), state);
     if (decision.action == ProtocolAction::kProceed) {
+      const JoinCheck check = CheckJoinedRun(
+          config_, {reply->inner_steps(), reply->rounds_total(), reply->chunk_bytes(), reply->max_message_bytes()});
+      if (!check.refusal.empty()) {  // a member now: leave at once, so that no round waits for it
+        client_->Leave("its config differs from the coordinator's").IgnoreError();
+        return WorkerError(kWorkerConfigError, check.refusal);
+      }
+      for (const std::string& warning : check.warnings) spdlog::warn("{}", warning);
       AcceptJoin(*std::move(reply));
       return absl::OkStatus();
     }

@@ -1,6 +1,7 @@
 #include "worker/protocol_decision.h"
 
 #include "absl/strings/str_cat.h"
+#include "config/message_limit.h"
 #include "proto/grpc_status.h"
 #include "proto/transport_security.h"
 #include "worker/worker_options.h"
@@ -162,6 +163,36 @@ WaitDecision DecideWhileWaiting(const HeartbeatView& beat, int64_t round, bool a
   }
   if (!beat.pushed) return {WaitAction::kRepush, "the coordinator restarted the round's aggregation; pushing again"};
   return {WaitAction::kKeepWaiting, "the round is open and the push counted"};
+}
+
+JoinCheck CheckJoinedRun(const Config& config, const JoinedRun& run) {
+  JoinCheck check;
+  constexpr int64_t kHeaderMargin = int64_t{64} << 10;
+  const int64_t own = config.comm.chunk_bytes;
+  const bool pushes_too_big = run.max_message_bytes > 0 && own + kHeaderMargin > run.max_message_bytes;
+  const bool pulls_too_big = run.chunk_bytes > 0 && run.chunk_bytes + kHeaderMargin > MaxMessageBytes(own);
+  if (pushes_too_big || pulls_too_big) {
+    check.refusal = absl::StrCat("comm.chunk_bytes: this worker's ", own, " and the coordinator's ", run.chunk_bytes,
+                                 " differ too much: ", pushes_too_big ? "its pushes" : "the coordinator's pulls",
+                                 " would exceed the other side's message limit (a chunk + 1 MiB); start the worker ",
+                                 "with the coordinator's config, or --set comm.chunk_bytes=", run.chunk_bytes);
+    return check;
+  }
+  if (run.inner_steps > 0 && run.inner_steps != config.inner.steps) {
+    check.warnings.push_back(absl::StrCat(
+        "inner.steps: the coordinator's run trains ", run.inner_steps, " inner steps a round and this worker's config ",
+        config.inner.steps,
+        ": its pseudo-gradients are of another H (weighed by their tokens), and late every round if ",
+        "its rounds outlast coordinator.round_timeout_s; start it with the coordinator's config, or --set inner.steps=",
+        run.inner_steps));
+  }
+  if (run.rounds_total > 0 && run.rounds_total != config.SyncRounds()) {
+    check.warnings.push_back(absl::StrCat("outer.rounds: the coordinator's run has ", run.rounds_total,
+                                          " rounds and this worker's config ", config.SyncRounds(),
+                                          ": its inner learning-rate schedule follows its own; restart it with the "
+                                          "coordinator's config to follow the run's"));
+  }
+  return check;
 }
 
 }  // namespace diloco

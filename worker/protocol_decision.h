@@ -18,8 +18,10 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "config/config.h"
 #include "config/config_enums.h"
 
 namespace diloco {
@@ -94,5 +96,28 @@ WaitDecision DecideWhileWaiting(const HeartbeatView& beat, int64_t round, bool a
 // close, or one refused while a step that was then discarded ran, counts now) and, refused again (`repushed`; e.g.
 // computed against a theta of that round from before a coordinator restart), pulls now (kRoundClosed).
 WaitDecision DecideAfterRefusal(const HeartbeatView& beat, int64_t refused_round, bool async, bool repushed = false);
+
+// The run settings a JoinReply states (0: not said, an older coordinator), as far as this worker checks its own
+// config against them.
+struct JoinedRun {
+  int64_t inner_steps = 0;        // the coordinator's inner.steps
+  int64_t rounds_total = 0;       // outer.rounds x comm.fragments
+  int64_t chunk_bytes = 0;        // the coordinator's comm.chunk_bytes (pulls come in its chunks)
+  int64_t max_message_bytes = 0;  // the largest message it accepts (MaxMessageBytes of its chunk_bytes)
+};
+
+// After a Join: why this worker must not train under its config (`refusal`, the one line to exit with; "" when it
+// may) and what it trains differently from the run (`warnings`, one line each; a slower or faster member is allowed):
+//   comm.chunk_bytes       refusal when one side's chunks would exceed the other's message limit (chunk + 1 MiB, less
+//                          a 64 KiB margin for the chunk's header): a pull or a push would be refused mid-run
+//   inner.steps differs    warning: its pseudo-gradients are of another H (weighed by their tokens), and an H that
+//                          outlasts coordinator.round_timeout_s is late every round
+//   rounds differ          warning: the inner learning-rate schedule follows this worker's outer.rounds (after a
+//                          coordinator restarted with more rounds, say); restart it with the coordinator's config
+struct JoinCheck {
+  std::string refusal;
+  std::vector<std::string> warnings;
+};
+JoinCheck CheckJoinedRun(const Config& config, const JoinedRun& run);
 
 }  // namespace diloco

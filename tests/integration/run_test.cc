@@ -111,6 +111,39 @@ TEST(Run, WorkerWithDifferentModelIsRefusedAtJoinNamingTheKey) {
   EXPECT_EQ(coordinator.Wait(30), 130) << coordinator.output();
 }
 
+// A worker whose comm.chunk_bytes makes chunks the coordinator cannot receive is stopped right after its Join (exit
+// 2, both values and the --set that fixes it) and leaves at once, before it trains a round; before, it trained a
+// round and its push was refused. One with another inner.steps and outer.rounds trains, warned that its
+// pseudo-gradients are of another H and that its learning-rate schedule follows its own rounds.
+TEST(Run, WorkerWithChunksTooLargeStopsAfterItsJoinAndAnotherHOrRoundsIsWarned) {
+  const std::string dir = ScratchDir("join_settings_mismatch");
+  const std::vector<std::string> run = {"workers.count=1", "coordinator.min_workers=1", "outer.rounds=2"};
+  RunningProcess coordinator("diloco-coordinator", With(TinyArgs(dir, run), {"--port-file", dir + "/addr"}));
+  const std::string address = WaitForAddress(coordinator, dir + "/addr");
+  ASSERT_FALSE(address.empty()) << coordinator.output();
+
+  RunningProcess big("diloco-worker", With(TinyArgs(dir, run), {"--set", "comm.chunk_bytes=8388608", "--coordinator",
+                                                                address, "--id", "big"}));
+  EXPECT_EQ(big.Wait(60), 2) << big.output();
+  EXPECT_NE(big.output().find("comm.chunk_bytes: this worker's 8388608 and the coordinator's "), std::string::npos)
+      << big.output();
+  EXPECT_NE(big.output().find("its pushes would exceed"), std::string::npos) << big.output();
+  EXPECT_EQ(big.output().find("round 1:"), std::string::npos) << "it trained: " << big.output();
+  EXPECT_TRUE(coordinator.WaitForOutput("left: worker big", 30)) << coordinator.output();
+
+  RunningProcess other("diloco-worker", With(TinyArgs(dir, run), {"--set", "inner.steps=20", "--set", "outer.rounds=3",
+                                                                  "--coordinator", address, "--id", "other"}));
+  EXPECT_EQ(other.Wait(120), 0) << other.output();
+  EXPECT_NE(other.output().find("inner.steps: the coordinator's run trains 10 inner steps a round and this worker's "
+                                "config 20"),
+            std::string::npos)
+      << other.output();
+  EXPECT_NE(other.output().find("outer.rounds: the coordinator's run has 2 rounds and this worker's config 3"),
+            std::string::npos)
+      << other.output();
+  EXPECT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+}
+
 TEST(Run, BadConfigIsOneClearLineAndExit2) {
   const std::string dir = ScratchDir("bad_config");
   RunningProcess unknown("diloco-coordinator", TinyArgs(dir, {"inner.lrr=0.1"}));

@@ -324,5 +324,48 @@ TEST(ProtocolDecisionTest, WaitingReadsTheHeartbeat) {
   EXPECT_EQ(DecideWhileWaiting(counted, 4, true).action, WaitAction::kKeepWaiting);
 }
 
+// After a Join the worker checks its config against the run the reply states: chunk sizes whose chunks one side
+// cannot receive are refused (the line names both values and the --set), another inner.steps or other rounds are
+// warnings, and a reply that says nothing (an older coordinator) passes.
+TEST(ProtocolDecisionTest, AJoinedRunWithAnotherChunkSizeIsRefusedAndOtherStepsOrRoundsWarned) {
+  Config config;
+  config.inner.steps = 100;
+  config.outer.rounds = 10;
+  config.comm.chunk_bytes = 4 << 20;
+  const JoinedRun same{100, 10, 4 << 20, (4 << 20) + (1 << 20)};
+  EXPECT_EQ(CheckJoinedRun(config, same).refusal, "");
+  EXPECT_TRUE(CheckJoinedRun(config, same).warnings.empty());
+  EXPECT_EQ(CheckJoinedRun(config, JoinedRun{}).refusal, "") << "an older coordinator says nothing";
+
+  JoinedRun other = same;
+  other.inner_steps = 500;
+  const JoinCheck steps = CheckJoinedRun(config, other);
+  EXPECT_EQ(steps.refusal, "");
+  ASSERT_EQ(steps.warnings.size(), 1u);
+  EXPECT_THAT(steps.warnings[0], HasSubstr("inner.steps: the coordinator's run trains 500 inner steps a round and "
+                                           "this worker's config 100"));
+  EXPECT_THAT(steps.warnings[0], HasSubstr("--set inner.steps=500"));
+
+  other = same;
+  other.chunk_bytes = 1 << 20;  // the coordinator takes messages up to 2 MiB; this worker's chunks are 4 MiB
+  other.max_message_bytes = 2 << 20;
+  EXPECT_THAT(CheckJoinedRun(config, other).refusal, HasSubstr("its pushes would exceed"));
+  EXPECT_THAT(CheckJoinedRun(config, other).refusal, HasSubstr("--set comm.chunk_bytes=1048576"));
+  other.chunk_bytes = 16 << 20;  // pulls of 16 MiB chunks to a worker that takes 5 MiB
+  other.max_message_bytes = 17 << 20;
+  EXPECT_THAT(CheckJoinedRun(config, other).refusal, HasSubstr("the coordinator's pulls would exceed"));
+  other.chunk_bytes = (4 << 20) + (512 << 10);  // within the 1 MiB slack either way
+  other.max_message_bytes = other.chunk_bytes + (1 << 20);
+  EXPECT_EQ(CheckJoinedRun(config, other).refusal, "");
+
+  other = same;
+  other.rounds_total = 20;
+  const JoinCheck rounds = CheckJoinedRun(config, other);
+  EXPECT_EQ(rounds.refusal, "");
+  ASSERT_EQ(rounds.warnings.size(), 1u);
+  EXPECT_THAT(rounds.warnings[0],
+              HasSubstr("outer.rounds: the coordinator's run has 20 rounds and this worker's config 10"));
+}
+
 }  // namespace
 }  // namespace diloco
