@@ -406,7 +406,8 @@ absl::Status ParseBody(ScanningReader& r, const std::string& path, CheckpointDat
         return Corrupt(path, "member section truncated");
       }
       uint8_t active = 1;
-      if (version >= 4 && (!r.Pod(&active) || active > 1)) return Corrupt(path, "member section truncated");
+      if (version >= 4 && !r.Pod(&active)) return Corrupt(path, "member section truncated");
+      if (active > 1) return Corrupt(path, absl::StrCat("bad member flag ", static_cast<int>(active)));
       m.active = active == 1;
       data->members.push_back(std::move(m));
     }

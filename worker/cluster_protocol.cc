@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
 
@@ -26,6 +27,8 @@ enum CommandKind : int64_t {
   kResetMoments = 10,
   kSettle = 11
 };
+
+constexpr char kStopReasonKey[] = "stop/reason";  // ClusterLeader::Stop's reason for a failed Join
 
 std::vector<torch::Tensor> TensorsOf(const NamedTensors& named) {
   std::vector<torch::Tensor> tensors;  // shallow handles: a broadcast into them writes the named tensors
@@ -97,6 +100,11 @@ ClusterCommand DecodeCommand(const CommandWords& w) {
 }
 
 void ClusterLeader::Send(const ClusterCommand& command) { cluster_.SendWords(EncodeCommand(command)); }
+
+void ClusterLeader::Stop(int64_t exit_code, const std::string& reason) {
+  if (exit_code != 0) cluster_.Put(kStopReasonKey, reason);  // taken before the stop is acknowledged
+  Send(StopCommand{exit_code});
+}
 
 void ClusterLeader::Load(const NamedTensors& theta) {
   Send(LoadCommand{});
@@ -195,12 +203,20 @@ absl::Status RunClusterFollower(const Config& config, const TokenCache& cache, c
     const ClusterCommand first = DecodeCommand(cluster.ReceiveWords());
     const auto* shard = std::get_if<ShardCommand>(&first);
     if (shard == nullptr) {  // StopCommand: the leader could not join (or was asked to stop before it joined)
-      cluster.Acknowledge();
       const int64_t code = std::get<StopCommand>(first).exit_code;
+      std::string reason;  // the leader's line (it waits for the acknowledgement: its store lives until then)
+      if (code != 0) {
+        try {
+          reason = cluster.Take(kStopReasonKey, std::chrono::seconds(10));
+        } catch (const std::exception&) {
+        }
+      }
+      cluster.Acknowledge();
       if (code == 0) return absl::OkStatus();
-      const std::string why = code == kWorkerInterrupted
-                                  ? "was asked to stop before it joined the coordinator"
-                                  : absl::StrCat("could not join the coordinator (exit ", code, "; its log says why)");
+      const std::string why = code == kWorkerInterrupted ? "was asked to stop before it joined the coordinator"
+                              : reason.empty()
+                                  ? absl::StrCat("could not join the coordinator (exit ", code, "; its log says why)")
+                                  : absl::StrCat("could not join (exit ", code, "): ", reason);
       return WorkerError(static_cast<WorkerExit>(code),
                          absl::StrCat("rank 0 of worker ", options.id, " ", why, "; leaving"));
     }

@@ -96,7 +96,9 @@ class ClusterLeader {
   void Load(const NamedTensors& theta);  // theta: all of the parameters (the leader's loaded ones, on its device)
   void Train(int64_t first_step, int64_t steps) { Send(TrainCommand{first_step, steps}); }
   void Merge(int fragment, double alpha, const NamedTensors& incoming);  // incoming: the fragment's tensors
-  void Stop(int64_t exit_code = 0) { Send(StopCommand{exit_code}); }
+  // exit_code != 0 (the leader's Join failed): `reason`, its error line, goes to the followers through the store, so
+  // that each says it (under diloco-launch the first rank to exit is the one whose line is shown).
+  void Stop(int64_t exit_code = 0, const std::string& reason = "");
   void Save(int64_t round) { Send(SaveCommand{round}); }
   void ResetMoments() { Send(ResetMomentsCommand{}); }
   // comm.cluster_parts: the commands only (PartLeader, worker/part_exchange.h, does the rest).

@@ -77,7 +77,7 @@ absl::Status Worker::SetUp(const TokenCache& cache) {
   session_ = std::move(*session);
   session_->PreferShard(SavedShardHint(config_, options_.id, ClusterSize(), fingerprint));
   if (absl::Status joined = session_->Join(); !joined.ok()) {
-    if (leader_) leader_->Stop(ExitCodeOf(joined));
+    if (leader_) leader_->Stop(ExitCodeOf(joined), std::string(joined.message()));
     return joined;
   }
   // The lease is kept from the Join on: the rest of the set-up can take long (a cluster's model broadcast to its

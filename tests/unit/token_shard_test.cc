@@ -149,6 +149,8 @@ TEST(ShardRangesTest, RanksOfWorkersOfDifferentClusterSizesSplitTheirShardExactl
   EXPECT_EQ(one->stride, shard->stride);
   EXPECT_EQ(one->random_windows(), shard->random_windows());
   EXPECT_EQ(MakeRankLayout(200000, seq_len, 0, 3, 2, 2, false).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeRankLayout(200000, seq_len, 3, 3, 0, 2, false).status().code(), absl::StatusCode::kInvalidArgument)
+      << "shard 3 of 3 does not exist, whatever the ranks";
 }
 
 TEST(ShardRangesTest, ExactBlocks) {

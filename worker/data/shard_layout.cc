@@ -91,14 +91,17 @@ absl::StatusOr<ShardLayout> MakeRankLayout(int64_t num_tokens, int64_t seq_len, 
   if (ranks <= 0 || rank < 0 || rank >= ranks) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of ", ranks, " does not exist"));
   }
+  if (shard_count <= 0 || shard < 0 || shard >= shard_count) {
+    return absl::InvalidArgumentError(absl::StrCat("shard ", shard, " of ", shard_count, " does not exist"));
+  }
   if (ranks == 1) return MakeShardLayout(num_tokens, seq_len, shard, shard_count, contiguous);
   if (!contiguous) return MakeShardLayout(num_tokens, seq_len, shard + shard_count * rank, shard_count * ranks, false);
   auto whole = MakeShardLayout(num_tokens, seq_len, shard, shard_count, true);
   if (!whole.ok()) return whole.status();
-  const TokenRange region = whole->range(0);  // contiguous: the shard's one range
-  const int64_t piece = (region.end - region.begin + ranks - 1) / ranks;
-  const int64_t begin = std::min(region.end, region.begin + rank * piece);
-  const int64_t end = std::min(region.end, begin + piece);
+  const TokenRange region = whole->range(0);      // contiguous: the shard's one range
+  const int64_t len = region.end - region.begin;  // pieces differ by at most one token
+  const int64_t begin = region.begin + rank * len / ranks;
+  const int64_t end = region.begin + (rank + 1) * len / ranks;
   if (end - begin <= seq_len) {
     return absl::FailedPreconditionError(absl::StrCat("rank ", rank, " of ", ranks, " of shard ", shard, " of ",
                                                       shard_count, " holds no full window (", end - begin,
