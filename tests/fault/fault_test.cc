@@ -421,7 +421,8 @@ TEST(Fault, LatePushIsRefusedAndLatePolicyDecidesTheRestart) {
     const std::string address = Loopback();
     const auto args = FaultArgs(dir, address,
                                 {"outer.rounds=3", "workers.count=2", "coordinator.min_workers=1",
-                                 "coordinator.round_timeout_s=0.2", "coordinator.lease_s=60", "inner.steps=20",
+                                 "coordinator.round_timeout_s=0.2", "coordinator.lease_s=60",
+                                 "coordinator.heartbeat_interval_s=30", "inner.steps=20",
                                  "outer.late_policy=" + policy, "comm.codec=int8", "comm.error_feedback=true"});
     auto coordinator = StartCoordinator(args);
     // The slow worker pulls round 0 and draws its first batch (its position journal exists), and is held stopped
@@ -429,7 +430,8 @@ TEST(Fault, LatePushIsRefusedAndLatePolicyDecidesTheRestart) {
     // speed. Stopped at its join instead, a loaded machine let the fast one's three rounds end before the slow one's
     // set-up and first pull, which found the run complete (no push at all); running, a fast worker slow to start
     // would find round 1 closed by the slow one alone (min_workers 1). lease_s 60 keeps the stopped worker a member;
-    // its 1000 inner steps outlast the fast one's later rounds (round_timeout_s 0.2 each).
+    // its 1000 inner steps outlast the fast one's later rounds (round_timeout_s 0.2 each), and heartbeat_interval_s
+    // 30 makes the completed coordinator wait up to 90 s (3 x that) for its late push, however loaded the machine.
     auto slow = StartWorker(With(args, {"--set", "inner.steps=1000"}), address, "slow");
     bool drawn = false;
     for (int i = 0; i < 6000 && !drawn; ++i) {
