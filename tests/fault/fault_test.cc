@@ -419,11 +419,11 @@ TEST(Fault, LatePushIsRefusedAndLatePolicyDecidesTheRestart) {
   for (const std::string policy : {"drop", "reuse_local"}) {
     const std::string dir = ScratchDir("late_" + policy);
     const std::string address = Loopback();
-    const auto args = FaultArgs(dir, address,
-                                {"outer.rounds=3", "workers.count=2", "coordinator.min_workers=1",
-                                 "coordinator.round_timeout_s=0.2", "coordinator.lease_s=60",
-                                 "coordinator.heartbeat_interval_s=30", "inner.steps=20",
-                                 "outer.late_policy=" + policy, "comm.codec=int8", "comm.error_feedback=true"});
+    const auto args =
+        FaultArgs(dir, address,
+                  {"outer.rounds=3", "workers.count=2", "coordinator.min_workers=1", "coordinator.round_timeout_s=0.2",
+                   "coordinator.lease_s=60", "coordinator.heartbeat_interval_s=30", "inner.steps=20",
+                   "outer.late_policy=" + policy, "comm.codec=int8", "comm.error_feedback=true"});
     auto coordinator = StartCoordinator(args);
     // The slow worker pulls round 0 and draws its first batch (its position journal exists), and is held stopped
     // until the fast one's round 1 closed without it: its push of round 1 is then late whatever the machine's
