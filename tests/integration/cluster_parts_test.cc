@@ -281,6 +281,21 @@ ManualRun RunThroughProxy(const std::string& name, int64_t cut_after) {
   return out;
 }
 
+// The two ranks of worker `id` (workers.cluster_size 2, comm.cluster_parts) started with `args` against the
+// coordinator at `address`, meeting at a store on a free port.
+std::vector<std::unique_ptr<RunningProcess>> StartPartsCluster(const std::vector<std::string>& args,
+                                                               const std::string& address, const std::string& id) {
+  const std::string store = "127.0.0.1:" + std::to_string(FreePort());
+  std::vector<std::unique_ptr<RunningProcess>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.push_back(std::make_unique<RunningProcess>(
+        "diloco-worker",
+        With(args, {"--set", "workers.cluster_size=2", "--set", "comm.cluster_parts=true", "--coordinator", address,
+                    "--id", id, "--rank", std::to_string(r), "--cluster-store", store})));
+  }
+  return ranks;
+}
+
 // comm.cluster_parts with int8 error feedback, for a cluster whose pushes all come late: a fast one-process worker
 // closes every round on round_timeout_s alone (min_workers 1) while the slow cluster (2 ranks, 100x the inner steps,
 // which outlast the fast one's start and three rounds) trains its first round. No push of the cluster counted, so
@@ -298,14 +313,8 @@ TEST(ClusterParts, ARefusedPushGivesEveryRankItsResidualBack) {
   RunningProcess coordinator("diloco-coordinator", With(args, {"--port-file", dir + "/addr"}));
   const std::string address = WaitForAddress(coordinator, dir + "/addr");
   ASSERT_FALSE(address.empty()) << coordinator.output();
-  const std::string store = "127.0.0.1:" + std::to_string(FreePort());
-  std::vector<std::unique_ptr<RunningProcess>> slow;
-  for (int r = 0; r < 2; ++r) {
-    slow.push_back(std::make_unique<RunningProcess>(
-        "diloco-worker",
-        With(args, {"--set", "workers.cluster_size=2", "--set", "comm.cluster_parts=true", "--set", "inner.steps=2000",
-                    "--coordinator", address, "--id", "slow", "--rank", std::to_string(r), "--cluster-store", store})));
-  }
+  std::vector<std::unique_ptr<RunningProcess>> slow =
+      StartPartsCluster(With(args, {"--set", "inner.steps=2000"}), address, "slow");
   ASSERT_TRUE(coordinator.WaitForOutput("joined: worker slow", 120)) << coordinator.output();
   // The fast worker starts once both ranks set up their parts: their pull of round 0 follows in milliseconds, while
   // the fast worker's start and join take longer. Started at the join, a loaded machine let the fast worker close
@@ -346,14 +355,7 @@ TEST(ClusterParts, AClusterThatPushesInPartsIsRefusedAtJoinByARuleThatTakesOneSt
                              With(args, {"--port-file", dir + "/addr", "--set", "outer.aggregation=clip"}));
   const std::string address = WaitForAddress(coordinator, dir + "/addr");
   ASSERT_FALSE(address.empty()) << coordinator.output();
-  const std::string store = "127.0.0.1:" + std::to_string(FreePort());
-  std::vector<std::unique_ptr<RunningProcess>> ranks;
-  for (int r = 0; r < 2; ++r) {
-    ranks.push_back(std::make_unique<RunningProcess>(
-        "diloco-worker",
-        With(args, {"--set", "workers.cluster_size=2", "--set", "comm.cluster_parts=true", "--coordinator", address,
-                    "--id", "parts", "--rank", std::to_string(r), "--cluster-store", store})));
-  }
+  std::vector<std::unique_ptr<RunningProcess>> ranks = StartPartsCluster(args, address, "parts");
   EXPECT_EQ(ranks[0]->Wait(120), 3) << ranks[0]->output();
   EXPECT_NE(ranks[0]->output().find("outer.aggregation clip takes each push in one stream"), std::string::npos)
       << ranks[0]->output();

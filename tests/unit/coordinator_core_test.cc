@@ -32,6 +32,7 @@
 #include "config/model_spec.h"
 #include "coordinator/coordinate_window.h"
 #include "coordinator/coordinator.h"
+#include "proto/checkpoint.h"
 #include "tests/unit/scratch_dir_test.h"
 #include "tests/unit/tiny_coordinator_config.h"
 
@@ -241,6 +242,25 @@ class CoordinatorCoreTest : public ScratchDirTest {
       EXPECT_TRUE(Close(got[i], want[i]))
           << "tensor " << i << " max |diff| " << (got[i] - want[i]).abs().max().item<float>();
     }
+  }
+  // A coordinator killed after round `round`'s checkpoint: every later checkpoint (and anything else) removed.
+  void KeepOnlyCheckpointOfRound(int64_t round) const {
+    const std::string keep = std::filesystem::path(CheckpointPath(config_.CheckpointDir(), round)).filename().string();
+    for (const auto& entry : std::filesystem::directory_iterator(config_.CheckpointDir())) {
+      if (entry.path().filename().string() != keep) std::filesystem::remove_all(entry.path());
+    }
+  }
+  // `id`'s push for `round` computed against the theta of id `stale_id` is refused (another theta of that round);
+  // against `current_id`, the coordinator's, it is admitted.
+  void ExpectPushAgainstThetaIdRefused(const std::string& id, int64_t round, uint64_t stale_id, uint64_t current_id) {
+    PushHeader stale = Header(id, round, 1000);
+    stale.mutable_meta()->set_theta_id(stale_id);
+    const absl::Status refused = core_->BeginPush(stale).status();
+    EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+    EXPECT_THAT(std::string(refused.message()), HasSubstr("computed against another theta of that round"));
+    PushHeader fresh = Header(id, round, 1000);
+    fresh.mutable_meta()->set_theta_id(current_id);
+    EXPECT_TRUE(core_->BeginPush(fresh).ok());
   }
   static WorkerStatus Worker(const StatusReply& s, const std::string& id) {
     for (const WorkerStatus& w : s.workers()) {
@@ -883,9 +903,7 @@ TEST_F(CoordinatorCoreTest, APushAgainstAThetaOfItsRoundFromBeforeARestartIsRefu
   const uint64_t first_id = (*first)->id;
   EXPECT_NE(first_id, 0u);
   first->reset();
-  for (const auto& entry : std::filesystem::directory_iterator(config_.CheckpointDir())) {  // killed before ckpt 2
-    if (entry.path().filename().string() != "ckpt-00000001.bin") std::filesystem::remove_all(entry.path());
-  }
+  KeepOnlyCheckpointOfRound(1);  // killed before the checkpoint of round 2
 
   core_ = MakeCore(/*resume=*/true);
   ASSERT_NE(core_, nullptr);
@@ -899,14 +917,7 @@ TEST_F(CoordinatorCoreTest, APushAgainstAThetaOfItsRoundFromBeforeARestartIsRefu
   second->reset();
   EXPECT_NE(second_id, first_id);
   Join("B");
-  PushHeader stale = Header("B", 2, 1000);
-  stale.mutable_meta()->set_theta_id(first_id);
-  const absl::Status refused = core_->BeginPush(stale).status();
-  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
-  EXPECT_THAT(std::string(refused.message()), HasSubstr("computed against another theta of that round"));
-  PushHeader fresh = Header("B", 2, 1000);
-  fresh.mutable_meta()->set_theta_id(second_id);
-  EXPECT_TRUE(core_->BeginPush(fresh).ok());
+  ExpectPushAgainstThetaIdRefused("B", 2, /*stale_id=*/first_id, /*current_id=*/second_id);
 }
 
 // Async takes pushes against the last max_staleness versions, so the checkpoint (version 4) keeps their theta ids:
@@ -938,9 +949,7 @@ TEST_F(CoordinatorCoreTest, AsyncThetaIdsWithinTheStalenessBoundSurviveTwoRestar
   ASSERT_TRUE(core_->CheckpointNow().ok());  // version 1 on disk
   ASSERT_NO_FATAL_FAILURE(step(1));
   const uint64_t x = current_id(2);
-  for (const auto& entry : std::filesystem::directory_iterator(config_.CheckpointDir())) {  // killed before ckpt 2
-    if (entry.path().filename().string() != "ckpt-00000001.bin") std::filesystem::remove_all(entry.path());
-  }
+  KeepOnlyCheckpointOfRound(1);  // killed before the checkpoint of round 2
 
   core_ = MakeCore(/*resume=*/true);
   ASSERT_NE(core_, nullptr);
@@ -955,14 +964,7 @@ TEST_F(CoordinatorCoreTest, AsyncThetaIdsWithinTheStalenessBoundSurviveTwoRestar
   ASSERT_NE(core_, nullptr);
   ASSERT_EQ(core_->Status().round(), 3);
   Join("B");
-  PushHeader stale = Header("B", 2, 1000);
-  stale.mutable_meta()->set_theta_id(x);
-  const absl::Status refused = core_->BeginPush(stale).status();
-  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
-  EXPECT_THAT(std::string(refused.message()), HasSubstr("computed against another theta of that round"));
-  PushHeader fresh = Header("B", 2, 1000);
-  fresh.mutable_meta()->set_theta_id(y);
-  EXPECT_TRUE(core_->BeginPush(fresh).ok());
+  ExpectPushAgainstThetaIdRefused("B", 2, /*stale_id=*/x, /*current_id=*/y);
 }
 
 // The phase in heartbeats and Status is RoundPhase's name (proto/round_phase.h): training while the round is open,
