@@ -32,6 +32,14 @@ void HeartbeatThread::Loop() {
       flags_.drain = true;
       flags_.quit = true;
     }
+    // The run's last round closed without this worker's push: a push now could not count, so the round's training is
+    // abandoned and the worker leaves (before, it trained on and pushed to a coordinator that may have exited).
+    if (beat.ok() && beat->run_complete() && !flags_.complete) {
+      spdlog::info("the run completed (round {}) while this worker trained round {}; abandoning the round",
+                   beat->round(), flags_.round + 1);
+      flags_.complete = true;
+      flags_.quit = true;
+    }
   }
 }
 

@@ -14,11 +14,13 @@ namespace diloco {
 struct RunFlags {
   explicit RunFlags(const std::atomic<bool>& signal) : stop(signal) {}
 
-  const std::atomic<bool>& stop;    // set by: signal (SIGINT/SIGTERM)
-  std::atomic<bool> drain{false};   // set by: heartbeat, exchange (the coordinator asks this worker to leave)
-  std::atomic<bool> quit{false};    // set by: heartbeat, exchange (stop or drain); the inner loop abandons its round
-  std::atomic<bool> failed{false};  // set by: main (a collective of the cluster failed: the exchange gives up too)
-  std::atomic<int64_t> round{0};    // set by: main (the round being trained; heartbeats name it)
+  const std::atomic<bool>& stop;   // set by: signal (SIGINT/SIGTERM)
+  std::atomic<bool> drain{false};  // set by: heartbeat, exchange (the coordinator asks this worker to leave)
+  std::atomic<bool> quit{false};   // set by: heartbeat, exchange (stop, drain, run complete); the inner loop abandons
+                                   // its round
+  std::atomic<bool> complete{false};  // set by: heartbeat (the run completed while this worker trained)
+  std::atomic<bool> failed{false};    // set by: main (a collective of the cluster failed: the exchange gives up too)
+  std::atomic<int64_t> round{0};      // set by: main (the round being trained; heartbeats name it)
 
   // True once a signal or an operator's drain asks this worker to go, or its cluster failed.
   bool Stopping() const { return stop || drain || failed; }

@@ -410,28 +410,28 @@ TEST(Fault, OperatorLeaveDrainsAWorkerAndCheckpointIsWrittenOnRequest) {
               std::filesystem::exists(dir + "/checkpoints/ckpt-00000002.bin"));
 }
 
-// A slow worker (10x the inner steps) always misses rounds that close on round_timeout_s with the fast one alone:
-// its late push is refused, nothing of it is applied, and outer.late_policy decides where it goes on from. With
-// int8 error feedback, what a refused push left out of its residual comes back: none of the slow worker's pushes
-// counted, so its saved residual is none at all (the fast one's is not zero). Before, each refused push kept
-// compensated - sent as the residual, though nothing of it was received.
+// A slow worker (50x the inner steps) misses a round that closed on round_timeout_s with the fast one alone: its late
+// push is refused, nothing of it is applied, and outer.late_policy decides where it goes on from. With int8 error
+// feedback, what a refused push left out of its residual comes back: none of the slow worker's pushes counted, so its
+// saved residual is none at all (the fast one's is not zero). Before, each refused push kept compensated - sent as
+// the residual, though nothing of it was received. The run then completes while the slow worker trains its next
+// round: the run-complete heartbeat makes it abandon that round and leave (exit 0). Before, it trained on and pushed
+// to a coordinator that had exited after waiting max(15 s, 3 heartbeats) for it, and exited 4 after
+// workers.connect_timeout_s of retries.
 TEST(Fault, LatePushIsRefusedAndLatePolicyDecidesTheRestart) {
   for (const std::string policy : {"drop", "reuse_local"}) {
     const std::string dir = ScratchDir("late_" + policy);
     const std::string address = Loopback();
-    const auto args =
-        FaultArgs(dir, address,
-                  {"outer.rounds=3", "workers.count=2", "coordinator.min_workers=1", "coordinator.round_timeout_s=0.2",
-                   "coordinator.lease_s=60", "coordinator.heartbeat_interval_s=30", "inner.steps=20",
-                   "outer.late_policy=" + policy, "comm.codec=int8", "comm.error_feedback=true"});
+    const auto args = FaultArgs(dir, address,
+                                {"outer.rounds=6", "workers.count=2", "coordinator.min_workers=1",
+                                 "coordinator.round_timeout_s=0.2", "coordinator.lease_s=120", "inner.steps=20",
+                                 "outer.late_policy=" + policy, "comm.codec=int8", "comm.error_feedback=true"});
     auto coordinator = StartCoordinator(args);
     // The slow worker pulls round 0 and draws its first batch (its position journal exists), and is held stopped
     // until the fast one's round 1 closed without it: its push of round 1 is then late whatever the machine's
-    // speed. Stopped at its join instead, a loaded machine let the fast one's three rounds end before the slow one's
-    // set-up and first pull, which found the run complete (no push at all); running, a fast worker slow to start
-    // would find round 1 closed by the slow one alone (min_workers 1). lease_s 60 keeps the stopped worker a member;
-    // its 1000 inner steps outlast the fast one's later rounds (round_timeout_s 0.2 each), and heartbeat_interval_s
-    // 30 makes the completed coordinator wait up to 90 s (3 x that) for its late push, however loaded the machine.
+    // speed. The fast worker is held stopped from then until that push was refused, so that the run goes on (five
+    // rounds to go: the fast worker cannot close them all before it is stopped) and the late push finds it open.
+    // lease_s 120 keeps each stopped worker a member.
     auto slow = StartWorker(With(args, {"--set", "inner.steps=1000"}), address, "slow");
     bool drawn = false;
     for (int i = 0; i < 6000 && !drawn; ++i) {
@@ -441,21 +441,27 @@ TEST(Fault, LatePushIsRefusedAndLatePolicyDecidesTheRestart) {
     ASSERT_TRUE(drawn) << slow->output();
     slow->Signal(SIGSTOP);
     auto fast = StartWorker(args, address, "fast");
-    const bool closed = coordinator->WaitForOutput("round 1/3 closed", 60);
+    const bool closed = coordinator->WaitForOutput("round 1/6 closed", 60);
+    fast->Signal(SIGSTOP);
     slow->Signal(SIGCONT);
+    const std::string expected = policy == "drop" ? "restarting from the new global parameters"
+                                                  : "continuing from local parameters (late_policy reuse_local)";
+    const bool refused = closed && slow->WaitForOutput(expected, 240);
+    fast->Signal(SIGCONT);
     ASSERT_TRUE(closed) << coordinator->output() << fast->output();
+    ASSERT_TRUE(refused) << slow->output();
     EXPECT_EQ(fast->Wait(120), 0) << fast->output();
     EXPECT_EQ(slow->Wait(120), 0) << slow->output();
     ASSERT_EQ(coordinator->Wait(60), 0) << coordinator->output();
-    const std::string expected = policy == "drop" ? "restarting from the new global parameters"
-                                                  : "continuing from local parameters (late_policy reuse_local)";
     EXPECT_NE(slow->output().find("push not counted"), std::string::npos) << slow->output();
-    EXPECT_NE(slow->output().find(expected), std::string::npos) << slow->output();
+    EXPECT_NE(slow->output().find("the run completed (round 6) while this worker trained round"), std::string::npos)
+        << slow->output();
     const nlohmann::json summary = ReadJson(dir + "/summary.json");
-    EXPECT_EQ(summary["round"], 3);
-    EXPECT_EQ((*FindWorker(summary, "fast"))["rounds_contributed"], 3);
+    EXPECT_EQ(summary["round"], 6);
+    EXPECT_EQ((*FindWorker(summary, "fast"))["rounds_contributed"], 6);
     EXPECT_EQ((*FindWorker(summary, "slow"))["rounds_contributed"], 0);
     EXPECT_EQ((*FindWorker(summary, "slow"))["bytes_pushed"], 0) << "a refused push is never credited";
+    EXPECT_EQ((*FindWorker(summary, "slow"))["state"], "left") << "it left at once, before the coordinator ended";
     auto residual = [&](const std::string& id) {
       auto state = LoadWorkerState(StatePath(dir + "/worker-state", id));
       EXPECT_TRUE(state.ok()) << id << ": " << state.status();

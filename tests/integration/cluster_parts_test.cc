@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -296,20 +297,18 @@ std::vector<std::unique_ptr<RunningProcess>> StartPartsCluster(const std::vector
   return ranks;
 }
 
-// comm.cluster_parts with int8 error feedback, for a cluster whose pushes all come late: a fast one-process worker
-// closes every round on round_timeout_s alone (min_workers 1) while the slow cluster (2 ranks, 100x the inner steps,
-// which outlast the fast one's start and three rounds) trains its first round. No push of the cluster counted, so
-// the leader tells every rank to take back the residual from before its push (cluster command kind 11): each rank's
-// saved slice residual is none. Before, each rank kept compensated - sent of the refused push. The fast worker's
-// own residual is not zero (error feedback is on). heartbeat_interval_s 30: the completed coordinator waits up to
-// 3 x that (90 s) for the cluster to push and leave; at the default (15 s) a loaded machine's 2000 steps outlasted it
-// and the push found no coordinator.
+// comm.cluster_parts with int8 error feedback, for a cluster whose push comes late: a fast one-process worker closes
+// round 1 on round_timeout_s alone (min_workers 1) while the slow cluster (2 ranks, 100x the inner steps, which
+// outlast the fast one's start and first round) trains it. The push of the cluster did not count, so the leader tells
+// every rank to take back the residual from before its push (cluster command kind 11): each rank's saved slice
+// residual is none. Before, each rank kept compensated - sent of the refused push. The fast worker's own residual is
+// not zero (error feedback is on). The run then completes while the cluster trains its next round: the run-complete
+// heartbeat makes rank 0 abandon it, every rank stops at the same step and exits 0.
 TEST(ClusterParts, ARefusedPushGivesEveryRankItsResidualBack) {
   const std::string dir = ScratchDir("cluster_parts_refused");
-  const auto args =
-      TinyArgs(dir, {"outer.rounds=3", "workers.count=2", "coordinator.min_workers=1",
-                     "coordinator.round_timeout_s=0.2", "coordinator.lease_s=60", "coordinator.heartbeat_interval_s=30",
-                     "inner.steps=20", "comm.codec=int8", "comm.error_feedback=true"});
+  const auto args = TinyArgs(
+      dir, {"outer.rounds=6", "workers.count=2", "coordinator.min_workers=1", "coordinator.round_timeout_s=0.2",
+            "coordinator.lease_s=120", "inner.steps=20", "comm.codec=int8", "comm.error_feedback=true"});
   RunningProcess coordinator("diloco-coordinator", With(args, {"--port-file", dir + "/addr"}));
   const std::string address = WaitForAddress(coordinator, dir + "/addr");
   ASSERT_FALSE(address.empty()) << coordinator.output();
@@ -318,13 +317,24 @@ TEST(ClusterParts, ARefusedPushGivesEveryRankItsResidualBack) {
   ASSERT_TRUE(coordinator.WaitForOutput("joined: worker slow", 120)) << coordinator.output();
   // The fast worker starts once both ranks set up their parts: their pull of round 0 follows in milliseconds, while
   // the fast worker's start and join take longer. Started at the join, a loaded machine let the fast worker close
-  // the run's rounds before the ranks' set-up ended, and the cluster pulled the complete run and never pushed.
+  // rounds before the ranks' set-up ended, and the cluster pulled a later round. Once round 1 closed the fast worker
+  // is held stopped until the cluster's push was refused, so that the run is still going when it comes (five rounds
+  // to go: the fast worker cannot close them all before it is stopped). lease_s 120 keeps it a member meanwhile.
   ASSERT_TRUE(slow[0]->WaitForOutput("cluster pushes and pulls in 2 parts", 120)) << slow[0]->output();
   ASSERT_TRUE(slow[1]->WaitForOutput("rank 1 of 2 of worker slow", 120)) << slow[1]->output();
   RunningProcess fast("diloco-worker", With(args, {"--coordinator", address, "--id", "fast"}));
+  const bool closed = coordinator.WaitForOutput("round 1/6 closed", 120);
+  fast.Signal(SIGSTOP);
+  const bool refused = closed && slow[0]->WaitForOutput("push not counted", 240);
+  fast.Signal(SIGCONT);
+  ASSERT_TRUE(closed) << coordinator.output() << fast.output();
+  ASSERT_TRUE(refused) << slow[0]->output();
   EXPECT_EQ(fast.Wait(240), 0) << fast.output();
   for (auto& rank : slow) EXPECT_EQ(rank->Wait(240), 0) << rank->output();
   ASSERT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+  EXPECT_NE(slow[0]->output().find("the run completed (round 6) while this worker trained round"), std::string::npos)
+      << slow[0]->output();
+  EXPECT_NE(slow[1]->output().find("the cluster stopped training; leaving"), std::string::npos) << slow[1]->output();
   EXPECT_NE(slow[0]->output().find("push not counted"), std::string::npos) << slow[0]->output();
   const nlohmann::json summary = ReadJson(dir + "/summary.json");
   for (const auto& w : summary["workers"]) {
