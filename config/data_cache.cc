@@ -219,4 +219,21 @@ absl::StatusOr<TokenCache> EnsureTokenized(const Config& config, const std::stri
   return cache;
 }
 
+absl::StatusOr<std::string> VocabDigestOf(const TokenCache& cache, const std::string& tokenizer_exe) {
+  const std::string tokenizer = cache.tokenizer_path();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(tokenizer, ec)) return std::string();
+  auto out = RunForOutput({tokenizer_exe, "digest", "--model", tokenizer});
+  if (!out.ok()) return absl::InternalError(absl::StrCat("token cache: ", out.status().message()));
+  // The digest is the last line (a library may have logged before it).
+  std::string text = *out;
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  const std::string digest = text.substr(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
+  if (digest.size() != 16 || digest.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    return absl::InternalError(
+        absl::StrCat("token cache: ", tokenizer_exe, " digest printed '", text.substr(0, 200), "', not a digest"));
+  }
+  return digest;
+}
+
 }  // namespace diloco

@@ -45,4 +45,9 @@ absl::StatusOr<TokenCache> LocateTokenCache(const Config& config);
 // Returns the cache, tokenizing first if it does not exist yet. `tokenizer_exe` is the diloco-tokenize binary.
 absl::StatusOr<TokenCache> EnsureTokenized(const Config& config, const std::string& tokenizer_exe);
 
+// The vocabulary digest of the cache's tokenizer (`tokenizer_exe digest`, a child process: SentencePiece cannot be
+// loaded here), 16 hex digits; "" when the cache has no tokenizer (data.format tokens). What the coordinator and
+// workers compare at Join (proto/diloco.proto DataSpec).
+absl::StatusOr<std::string> VocabDigestOf(const TokenCache& cache, const std::string& tokenizer_exe);
+
 }  // namespace diloco

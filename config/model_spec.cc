@@ -34,4 +34,11 @@ ModelSpec ModelSpecOf(const ModelConfig& m) {
   return spec;
 }
 
+DataSpec DataSpecOf(const Config& config, const std::string& vocab_digest) {
+  DataSpec spec;
+  spec.set_vocab_digest(vocab_digest);
+  spec.set_split(std::string(EnumName(config.data.split)));
+  return spec;
+}
+
 }  // namespace diloco

@@ -111,6 +111,20 @@ void Subprocess::Signal(int sig) const {
   if (pid_ > 0 && !exited_) kill(pid_, sig);
 }
 
+absl::StatusOr<std::string> RunForOutput(const std::vector<std::string>& argv) {
+  Subprocess::Options options;
+  options.capture_output = true;
+  auto child = Subprocess::Start(argv, options);
+  if (!child.ok()) return child.status();
+  const std::string out = child->ReadOutputToEnd();
+  if (const int code = child->Wait(); code != 0) {
+    const std::string name = argv.empty() ? "" : argv[0].substr(argv[0].rfind('/') + 1);
+    return absl::InternalError(
+        absl::StrCat(name, argv.size() > 1 ? " " + argv[1] : "", " exited with code ", code, ": ", out));
+  }
+  return out;
+}
+
 std::string SelfDir() {
   char buf[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);

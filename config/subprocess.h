@@ -47,6 +47,10 @@ class Subprocess {
   int exit_code_ = 0;
 };
 
+// Runs argv to its end and returns what it printed (stdout and stderr together); a start failure or an exit code other
+// than 0 is an error whose message has the program's name, the code and what it printed.
+absl::StatusOr<std::string> RunForOutput(const std::vector<std::string>& argv);
+
 // Directory holding the running executable (from /proc/self/exe).
 std::string SelfDir();
 

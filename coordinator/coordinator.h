@@ -101,6 +101,9 @@ class CoordinatorCore {
   absl::StatusOr<JoinReply> Join(const JoinRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
   // comm.transport tcp: the port Join replies name for pushes (TcpPushListener's); 0 = push over gRPC.
   void set_push_port(int port) { push_port_ = port; }
+  // The coordinator's own data (join_check.h DataSpecOf), which Join compares with each worker's. Call before serving
+  // (Join reads it without a lock); unset, no worker's data is checked.
+  void set_data(DataSpec data) { data_ = std::move(data); }
   absl::Status Leave(const LeaveRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<HeartbeatReply> Heartbeat(const HeartbeatRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
   // The same, answered through `answer`: at once, or, when the request's wait_ms > 0 and the answer is Holdable
@@ -113,7 +116,8 @@ class CoordinatorCore {
   // the request may have it (whole model, no range, have_round = round - 1); else null (the pull is dense).
   std::shared_ptr<const SparseUpdate> SparseUpdateFor(const PullRequest& request, int64_t round) const
       ABSL_LOCKS_EXCLUDED(mu_);
-  // The inner steps this worker should train next (DyLU with inner.adaptive_steps; else inner.steps).
+  // The inner steps this worker should train next (DyLU with inner.adaptive_steps: its share, inner.steps before
+  // it is measured); 0 without inner.adaptive_steps: the worker trains its own inner.steps (PullHeader.inner_steps).
   int64_t InnerStepsFor(const std::string& worker_id) const ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::StatusOr<PushTicket> BeginPush(const PushHeader& header) ABSL_LOCKS_EXCLUDED(mu_);
@@ -362,6 +366,7 @@ class CoordinatorCore {
   EvaluationSink* evaluation_ = nullptr;     // in sinks_ (null without coordinator.eval_every); the round thread's
 
   std::atomic<int> push_port_{0};
+  DataSpec data_;  // set_data's, before serving; then read-only
   mutable absl::Mutex mu_;
   absl::CondVar cv_;  // signalled on membership changes, commits, completion and Stop
   RoundAccumulator accumulator_ ABSL_GUARDED_BY(mu_);

@@ -116,7 +116,7 @@ void CoordinatorClient::PrepareStream(grpc::ClientContext* ctx) const { AttachTo
 
 absl::StatusOr<JoinReply> CoordinatorClient::Join(const ModelSpec& model, int32_t threads, const std::string& device,
                                                   int32_t shard_hint, int32_t fragments, int32_t cluster_size,
-                                                  int32_t reader_hint, int32_t push_parts) {
+                                                  int32_t reader_hint, int32_t push_parts, const DataSpec& data) {
   grpc::ClientContext ctx;
   Prepare(&ctx);
   JoinRequest request;
@@ -129,6 +129,7 @@ absl::StatusOr<JoinReply> CoordinatorClient::Join(const ModelSpec& model, int32_
   request.set_fragments(fragments);
   request.set_cluster_size(cluster_size);
   request.set_push_parts(push_parts);
+  *request.mutable_data() = data;
   request.set_push_codec(push_codec_);
   request.set_chunk_bytes(std::max<int64_t>(chunk_bytes_, 1));
   JoinReply reply;

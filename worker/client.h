@@ -83,9 +83,10 @@ class CoordinatorClient {
 
   // shard_hint >= 0: the shard this worker had (after a coordinator restart), kept if it is free; likewise
   // reader_hint, its JoinReply.shard_reader. push_parts: the part streams of each push (JoinRequest.push_parts).
+  // data: the worker's tokenizer digest and data.split (JoinRequest.data; empty: not said).
   absl::StatusOr<JoinReply> Join(const ModelSpec& model, int32_t threads, const std::string& device,
                                  int32_t shard_hint = -1, int32_t fragments = 1, int32_t cluster_size = 1,
-                                 int32_t reader_hint = -1, int32_t push_parts = 1);
+                                 int32_t reader_hint = -1, int32_t push_parts = 1, const DataSpec& data = DataSpec());
   absl::Status Leave(const std::string& reason);
   // wait_ms > 0: the coordinator may hold the answer while it would say "round `round` open, push counted"
   // (HeartbeatRequest.wait_ms); the call's deadline is the usual rpc_timeout_s plus wait_ms.

@@ -63,10 +63,11 @@ absl::Status CoordinatorSession::Join() {
   bool warned = false, hinted = false;
   backoff_.Reset();
   while (!flags_.Stopping()) {
-    auto reply = client_->Join(
-        ModelSpecOf(config_.model), static_cast<int32_t>(config_.workers.threads), config_.workers.device,
-        joined_ ? join_.shard_index() : first_shard_hint_, static_cast<int32_t>(config_.comm.fragments), cluster_size_,
-        joined_ ? join_.shard_reader() : -1, config_.comm.cluster_parts && cluster_size_ > 1 ? cluster_size_ : 1);
+    auto reply =
+        client_->Join(ModelSpecOf(config_.model), static_cast<int32_t>(config_.workers.threads), config_.workers.device,
+                      joined_ ? join_.shard_index() : first_shard_hint_, static_cast<int32_t>(config_.comm.fragments),
+                      cluster_size_, joined_ ? join_.shard_reader() : -1,
+                      config_.comm.cluster_parts && cluster_size_ > 1 ? cluster_size_ : 1, data_);
     ProtocolState state = protocol_;
     state.connect_deadline_passed = Now() > deadline;
     const ProtocolDecision decision = DecideOnStatus(ProtocolCall::kJoin, reply.status(), state);

@@ -41,6 +41,8 @@ class CoordinatorSession {
   absl::Status Join();
   // The shard the first Join asks for (the one a restarted worker read before: SavedShardHint); -1, none.
   void PreferShard(int shard) { first_shard_hint_ = shard; }
+  // What every Join says of the worker's data (JoinRequest.data: its tokenizer's digest and data.split).
+  void DeclareData(DataSpec data) { data_ = std::move(data); }
   // Pulls all of theta (fragment -1) or one fragment into `dest`, joining again or retrying as needed; nullopt when
   // the worker must stop. With parts (UseParts), all of theta into an empty `dest` is the ranks' part pulls.
   // have_round >= 0: dest holds theta_{have_round} bit for bit, so the first attempt may be a sparse pull
@@ -117,6 +119,7 @@ class CoordinatorSession {
   JoinReply join_;
   bool joined_ = false;                  // a Join succeeded once: later ones keep its shard
   int first_shard_hint_ = -1;            // the shard the first Join asks for (PreferShard)
+  DataSpec data_;                        // DeclareData's
   bool keep_local_ = false;              // outer.late_policy reuse_local after a late push
   bool full_pull_ = false;               // TakeFullPull()
   int64_t repushed_after_refusal_ = -1;  // the round whose refused push was pushed again (DecideAfterRefusal)

@@ -9,6 +9,8 @@
 #include <future>
 
 #include "absl/strings/str_cat.h"
+#include "config/model_spec.h"
+#include "config/subprocess.h"
 #include "proto/all_finite.h"
 #include "proto/codec.h"
 #include "proto/tensor_chunks.h"
@@ -76,6 +78,9 @@ absl::Status Worker::SetUp(const TokenCache& cache) {
   if (!session.ok()) return session.status();
   session_ = std::move(*session);
   session_->PreferShard(SavedShardHint(config_, options_.id, ClusterSize(), fingerprint));
+  auto digest = VocabDigestOf(cache, SiblingExecutable("diloco-tokenize"));  // the coordinator compares it at Join
+  if (!digest.ok()) return WithExitCode(digest.status(), kWorkerConfigError);
+  session_->DeclareData(DataSpecOf(config_, *digest));
   if (absl::Status joined = session_->Join(); !joined.ok()) {
     if (leader_) leader_->Stop(ExitCodeOf(joined), std::string(joined.message()));
     return joined;
@@ -212,8 +217,11 @@ bool Worker::PullAll(int64_t* round) {
 }
 
 StepStats Worker::Train(int64_t round) {
-  // This round's H: the coordinator's (DyLU) or inner.steps; the schedule follows the global progress.
-  const int64_t steps = config_.inner.adaptive_steps && assigned_steps_ > 0 ? assigned_steps_ : config_.StepsPerSync();
+  // This round's H: the coordinator's (DyLU: whatever this worker's own inner.adaptive_steps says; not with
+  // comm.overlap_steps, whose steps of the next round are trained before its H is known) or this worker's
+  // inner.steps; the schedule follows the global progress.
+  const bool assigned = assigned_steps_ > 0 && config_.comm.overlap_steps == 0;
+  const int64_t steps = assigned ? assigned_steps_ : config_.StepsPerSync();
   const int64_t first = ScheduleStart(config_, round, carried_.steps);
   StepStats stats = carried_;
   stats.Add(TrainSteps(first, steps - carried_.steps));

@@ -49,15 +49,7 @@ std::string FindTokenizer(const Config& config) {
 absl::StatusOr<std::string> RunTokenizer(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {SiblingExecutable("diloco-tokenize")};
   argv.insert(argv.end(), args.begin(), args.end());
-  Subprocess::Options options;
-  options.capture_output = true;
-  auto child = Subprocess::Start(argv, options);
-  if (!child.ok()) return child.status();
-  const std::string out = child->ReadOutputToEnd();
-  if (int code = child->Wait(); code != 0) {
-    return absl::InternalError(absl::StrCat("diloco-tokenize ", args[0], " exited with code ", code, ": ", out));
-  }
-  return out;
+  return RunForOutput(argv);
 }
 
 absl::StatusOr<std::vector<int64_t>> ParseIds(const std::string& text, const char* what) {

@@ -31,10 +31,13 @@ const nlohmann::json& WorkerNamed(const nlohmann::json& summary, const std::stri
 }
 
 // With DyLU the coordinator measures both workers after round 1 and gives the slow one (about 4x slower) a
-// fraction of H = 20 inner steps; the fast one keeps 20. The run completes and its loss falls.
+// fraction of H = 20 inner steps; the fast one keeps 20. The run completes and its loss falls. The slow worker's own
+// config says inner.adaptive_steps false: it trains the H it is given all the same (it read fewer tokens). Before, a
+// worker trained the coordinator's H only when its own config said adaptive_steps too.
 TEST(Hetero, AdaptiveStepsGiveTheSlowWorkerFewerInnerSteps) {
   const std::string dir = ScratchDir("hetero_dylu");
-  RunningProcess launch("diloco-launch", LaunchArgs(dir, {"inner.adaptive_steps=true"}));
+  RunningProcess launch("diloco-launch", With(LaunchArgs(dir, {"inner.adaptive_steps=true"}),
+                                              {"--worker-set", "1:inner.adaptive_steps=false"}));
   ASSERT_EQ(launch.Wait(240), 0) << launch.output();
   EXPECT_NE(launch.output().find("DyLU: worker worker-1 trains"), std::string::npos) << launch.output();
   const nlohmann::json s = ReadJson(dir + "/summary.json");

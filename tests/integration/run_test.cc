@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -141,6 +142,43 @@ TEST(Run, WorkerWithChunksTooLargeStopsAfterItsJoinAndAnotherHOrRoundsIsWarned) 
   EXPECT_NE(other.output().find("outer.rounds: the coordinator's run has 2 rounds and this worker's config 3"),
             std::string::npos)
       << other.output();
+  EXPECT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+}
+
+// A worker whose tokenizer differs from the coordinator's (trained on other text: the same token id stands for
+// another piece) is refused at Join with the line that names both vocabulary digests (exit 3), before it trains a
+// round; one with another data.split likewise. Before, both trained: the first on ids the coordinator's validation
+// data means otherwise, the second on shards that overlap the other workers'.
+TEST(Run, AWorkerWithAnotherTokenizerOrDataSplitIsRefusedAtJoin) {
+  const std::string dir = ScratchDir("join_data_mismatch");
+  const std::vector<std::string> run = {"workers.count=1", "coordinator.min_workers=1", "outer.rounds=2"};
+  RunningProcess coordinator("diloco-coordinator", With(TinyArgs(dir, run), {"--port-file", dir + "/addr"}));
+  const std::string address = WaitForAddress(coordinator, dir + "/addr");
+  ASSERT_FALSE(address.empty()) << coordinator.output();
+
+  std::string upper = ReadFile(SourceDir() + "/tests/data/tinyshakespeare.txt");
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  std::ofstream(dir + "/upper.txt") << upper;
+  RunningProcess other_text("diloco-worker", With(TinyArgs(dir, run), {"--set", "data.text=" + dir + "/upper.txt",
+                                                                       "--coordinator", address, "--id", "upper"}));
+  EXPECT_EQ(other_text.Wait(120), 3) << other_text.output();
+  EXPECT_NE(other_text.output().find("data differs from the coordinator's: the tokenizer: worker's vocabulary digest "
+                                     "is "),
+            std::string::npos)
+      << other_text.output();
+  EXPECT_NE(other_text.output().find("give every process the same data.tokenizer file"), std::string::npos)
+      << other_text.output();
+  EXPECT_EQ(other_text.output().find("round 1:"), std::string::npos) << "it trained: " << other_text.output();
+
+  RunningProcess split("diloco-worker", With(TinyArgs(dir, run), {"--set", "data.split=contiguous", "--coordinator",
+                                                                  address, "--id", "split"}));
+  EXPECT_EQ(split.Wait(60), 3) << split.output();
+  EXPECT_NE(split.output().find("data.split: worker has contiguous, coordinator has iid"), std::string::npos)
+      << split.output();
+  EXPECT_EQ(coordinator.output().find("joined: worker"), std::string::npos) << coordinator.output();
+
+  RunningProcess same("diloco-worker", With(TinyArgs(dir, run), {"--coordinator", address, "--id", "same"}));
+  EXPECT_EQ(same.Wait(120), 0) << same.output();
   EXPECT_EQ(coordinator.Wait(60), 0) << coordinator.output();
 }
 

@@ -5,10 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "config/config_loader.h"
@@ -118,6 +121,42 @@ TEST(Tokenize, GivenModelIdsAppearUnchangedInTheShards) {
   expected.insert(expected.end(), {3, 2});
   ASSERT_GT(expected.size(), 12u);
   EXPECT_EQ(SplitIds(manifest.train), expected);
+}
+
+// diloco-tokenize digest, which the coordinator and workers compare at Join: a trained SentencePiece model's is the
+// reference digest (tests/golden/vocab_digest.py) of the pieces sentencepiece's id_to_piece gives. The same text
+// trained on 1 and on 2 threads gives files that differ (each records its trainer's thread count) and one digest, so
+// hosts with other core counts agree; another text gives another vocabulary and another digest.
+TEST(Tokenize, TheVocabularyDigestIsTheReferencesAndIgnoresTheTrainingThreads) {
+  if (!std::filesystem::exists(DILOCO_PYTHON)) GTEST_SKIP() << "no Python with sentencepiece at " << DILOCO_PYTHON;
+  const std::string dir = ScratchDir("tok_digest");
+  std::map<std::string, std::string> models;  // by name: the model's path
+  for (const auto& [name, threads, text] :
+       {std::tuple{"one", "1", Shakespeare()}, std::tuple{"two", "2", Shakespeare()},
+        std::tuple{"other", "1", dir + "/other.txt"}}) {
+    if (std::string(name) == "other") {
+      std::string upper = ReadFile(Shakespeare());
+      for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      WriteText(text, upper);
+    }
+    RunningProcess made(kTokenizer,
+                        {"--text", text, "--vocab-size", "100", "--threads", threads, "--out", dir + "/" + name});
+    ASSERT_EQ(made.Wait(120), 0) << made.output();
+    models[name] = dir + "/" + name + "/tokenizer.model";
+  }
+  std::map<std::string, std::string> digests;
+  for (const auto& [name, model] : models) {
+    const auto [code, ours] = RunToEnd(kTokenizer, {"digest", "--model", model});
+    ASSERT_EQ(code, 0) << ours;
+    ASSERT_EQ(Shell(std::string(DILOCO_PYTHON) + " " + SourceDir() + "/tests/golden/vocab_digest.py " + model + " > " +
+                    dir + "/" + name + ".txt"),
+              0);
+    EXPECT_EQ(ours, ReadFile(dir + "/" + name + ".txt")) << name;
+    digests[name] = ours;
+  }
+  EXPECT_NE(ReadFile(models["one"]), ReadFile(models["two"])) << "the trainer's thread count is in the file";
+  EXPECT_EQ(digests["one"], digests["two"]);
+  EXPECT_NE(digests["one"], digests["other"]);
 }
 
 // A prompt's special tokens from a SentencePiece model, as transformers 5.25 reads a tokenizer.model directory: the

@@ -12,6 +12,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -196,6 +198,30 @@ TEST_F(TokenizerJsonTest, EncodeWithSpecialTokensPrintsTheLibrarysIds) {
       EXPECT_EQ(ids_line, JoinIds(k.at("special_ids")[i].get<std::vector<int>>()) + "\n") << kind << ": " << texts[i];
     }
   }
+}
+
+// diloco-tokenize digest, which the coordinator and workers compare at Join: the reference digest
+// (tests/golden/vocab_digest.py) of the pieces tokenizers' id_to_token gives, added tokens included (llama2's
+// normalized added tokens in their normalized form, "▁sword"); every kind's vocabulary differs, and so does its
+// digest, but lookahead's, gpt2's vocabulary under another pre-tokenizer (the ids stand for the same pieces).
+TEST_F(TokenizerJsonTest, TheVocabularyDigestIsTheReferencesOverTheLibrarysTokens) {
+  std::map<std::string, std::string> digests;  // by kind
+  for (const char* kind : kEncodeKinds) {
+    const auto [code, ours] = RunTokenizer({"digest", "--model", Model(kind)});
+    ASSERT_EQ(code, 0) << ours;
+    const std::string reference = dir_ + "/" + kind + "/digest.txt";
+    ASSERT_EQ(Shell(std::string(DILOCO_PYTHON) + " " + SourceDir() + "/tests/golden/vocab_digest.py " + Model(kind) +
+                    " > " + reference),
+              0);
+    EXPECT_EQ(ours, ReadFile(reference)) << kind;
+    EXPECT_EQ(ours.size(), 17u) << ours;  // 16 hex digits and a newline
+    digests[kind] = ours;
+  }
+  EXPECT_EQ(digests["lookahead"], digests["gpt2"]);
+  digests.erase("lookahead");
+  std::set<std::string> distinct;
+  for (const auto& [kind, digest] : digests) distinct.insert(digest);
+  EXPECT_EQ(distinct.size(), digests.size());
 }
 
 // A post-processor we do not read does not stop the file from tokenizing text (training adds no special tokens);

@@ -1305,6 +1305,18 @@ TEST_F(CoordinatorCoreTest, AdaptiveStepsGiveTheSlowerWorkerFewerInnerSteps) {
   EXPECT_EQ(Worker(core_->Status(), "B").inner_steps(), 10);
 }
 
+// Without inner.adaptive_steps the coordinator assigns no H (PullHeader.inner_steps 0): each worker trains its own
+// inner.steps, as it did when the header carried the coordinator's.
+TEST_F(CoordinatorCoreTest, WithoutAdaptiveStepsNoInnerStepsAreAssigned) {
+  config_.inner.steps = 40;
+  Start();
+  Join("A");
+  EXPECT_EQ(core_->InnerStepsFor("A"), 0);
+  ASSERT_TRUE(Push("A", 0, 1000, RandomDelta(), /*inner_steps=*/40, /*seconds=*/2.0).ok());
+  core_->Poll();
+  EXPECT_EQ(core_->InnerStepsFor("A"), 0);
+}
+
 }  // namespace
 }  // namespace diloco
 
@@ -1920,6 +1932,40 @@ TEST_F(CoordinatorCoreTest, CoordinateWiseRulesRefuseAtJoinAWorkerWhoseChunksWou
   EXPECT_TRUE(join("F", CODEC_FP16, 128).ok()) << "other codec, the same chunks";
   EXPECT_TRUE(join("G", CODEC_INT8, 64).ok()) << "other codec, the same chunks";
   EXPECT_TRUE(join("H", CODEC_RAW, 0).ok()) << "not said: checked at its first push";
+}
+
+// A worker whose token ids mean other pieces (another tokenizer: another vocabulary digest) or that splits the data
+// another way (data.split) is refused at Join with one line naming each; what one side did not say (an older client,
+// data.format tokens, a coordinator that set no data) is not checked.
+TEST_F(CoordinatorCoreTest, AWorkerWithAnotherTokenizerOrDataSplitIsRefusedAtJoin) {
+  Start();
+  DataSpec mine;
+  mine.set_vocab_digest("0123456789abcdef");
+  mine.set_split("iid");
+  core_->set_data(mine);
+  auto join = [&](const std::string& id, const std::string& digest, const std::string& split) {
+    JoinRequest r = JoinReq(id);
+    r.mutable_data()->set_vocab_digest(digest);
+    r.mutable_data()->set_split(split);
+    return core_->Join(r).status();
+  };
+  const absl::Status tokenizer = join("A", "fedcba9876543210", "iid");
+  EXPECT_EQ(tokenizer.code(), absl::StatusCode::kFailedPrecondition) << tokenizer;
+  EXPECT_THAT(std::string(tokenizer.message()),
+              HasSubstr("data differs from the coordinator's: the tokenizer: worker's vocabulary digest is "
+                        "fedcba9876543210, coordinator's 0123456789abcdef"));
+  const absl::Status split = join("B", "0123456789abcdef", "contiguous");
+  EXPECT_EQ(split.code(), absl::StatusCode::kFailedPrecondition) << split;
+  EXPECT_THAT(std::string(split.message()), HasSubstr("data.split: worker has contiguous, coordinator has iid"));
+  const absl::Status both = join("C", "fedcba9876543210", "contiguous");
+  EXPECT_THAT(std::string(both.message()), HasSubstr("coordinator's 0123456789abcdef"));
+  EXPECT_THAT(std::string(both.message()), HasSubstr("; data.split: worker has contiguous"));
+  EXPECT_TRUE(core_->Status().workers().empty()) << "a refused join must not add a member";
+  EXPECT_TRUE(join("D", "0123456789abcdef", "iid").ok());
+  EXPECT_TRUE(join("E", "", "").ok()) << "not said";
+  EXPECT_TRUE(join("F", "", "iid").ok()) << "no tokenizer (data.format tokens)";
+  core_->set_data(DataSpec());  // a coordinator that says nothing checks nothing
+  EXPECT_TRUE(join("G", "fedcba9876543210", "contiguous").ok());
 }
 
 // Under mean (and clip) each push is folded where its chunks say: any chunking joins.

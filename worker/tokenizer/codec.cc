@@ -37,4 +37,11 @@ int RunCodec(bool encode, const std::string& model_path, const std::string& inpu
   return 0;
 }
 
+int RunDigest(const std::string& model_path) {
+  std::unique_ptr<TextTokenizer> tokenizer;
+  ThrowIfError(LoadTextTokenizer(model_path, &tokenizer));
+  std::cout << VocabDigest(*tokenizer) << "\n";
+  return 0;
+}
+
 }  // namespace diloco::tokenize

@@ -8,7 +8,8 @@
 //     --threads encoder threads (parallel_encoder.h), into shards written and resumed by shard_output.h; progress on
 //     stderr (progress_meter.h).
 //   --format tokens: pre-tokenized files used in place (token_files.h); no SentencePiece involved.
-//   encode / decode: one prompt through a model, for `diloco-ctl generate` (codec.h).
+//   encode / decode: one prompt through a model, for `diloco-ctl generate` (codec.h); digest: a model's vocabulary
+//     digest, which the coordinator and workers compare at Join.
 //
 // It runs as its own process and links nothing that loads protobuf or abseil: Debian's libsentencepiece carries its
 // own protobuf-lite and crashes next to libprotobuf (docs/development.md, "Platform hazards"). The final summary is one
@@ -247,16 +248,17 @@ int RunTokens(const Options& o) {
   return 0;
 }
 
-// The flags of the encode / decode subcommands.
+// The flags of the encode / decode / digest subcommands.
 struct CodecFlags {
   std::string model_path, input;
   bool add_special_tokens = false;
   CLI::App* encode = nullptr;
   CLI::App* decode = nullptr;
+  CLI::App* digest = nullptr;
 };
 
-// The tokenizing flags into `o` (--text into `text`) and the encode / decode subcommands into `codec`; returns the
-// options that must be given unless a subcommand runs (--vocab-size, --out).
+// The tokenizing flags into `o` (--text into `text`) and the encode / decode / digest subcommands into `codec`; returns
+// the options that must be given unless a subcommand runs (--vocab-size, --out).
 std::vector<CLI::Option*> AddFlags(CLI::App& app, Options& o, std::string& text, CodecFlags& codec) {
   app.add_option("--text", text, "one input text file (the same as --input FILE --format text)");
   app.add_option("--input", o.inputs, "an input file (repeatable)");
@@ -286,6 +288,8 @@ std::vector<CLI::Option*> AddFlags(CLI::App& app, Options& o, std::string& text,
   codec.decode = app.add_subcommand("decode", "print the text of token ids");
   codec.decode->add_option("--model", codec.model_path, "SentencePiece model or tokenizer.json")->required();
   codec.decode->add_option("--ids", codec.input, "token ids, space- or comma-separated")->required();
+  codec.digest = app.add_subcommand("digest", "print the vocabulary digest the coordinator compares at Join");
+  codec.digest->add_option("--model", codec.model_path, "SentencePiece model or tokenizer.json")->required();
   return {vocab_opt, out_opt};
 }
 
@@ -297,13 +301,14 @@ int Main(int argc, char** argv) {
   CodecFlags codec;
   const std::vector<CLI::Option*> required = AddFlags(app, o, text, codec);
   if (const int code = diloco::ParseFlags(app, argc, argv); code >= 0) return code;
+  if (*codec.digest) return RunDigest(codec.model_path);
   if (*codec.encode || *codec.decode) {
     if (*codec.decode) std::replace(codec.input.begin(), codec.input.end(), ',', ' ');
     return RunCodec(static_cast<bool>(*codec.encode), codec.model_path, codec.input, codec.add_special_tokens);
   }
   for (CLI::Option* opt : required) {
     if (opt->count() == 0)
-      throw TokenizeError(opt->get_name() + " is required (or use the encode / decode subcommand)");
+      throw TokenizeError(opt->get_name() + " is required (or use the encode / decode / digest subcommand)");
   }
   if (!text.empty()) o.inputs.insert(o.inputs.begin(), text);
   ThrowIfError(ReadList(o.input_list, &o.inputs));

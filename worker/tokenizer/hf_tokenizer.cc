@@ -136,6 +136,12 @@ int HfTokenizer::TokenToId(const std::string& token) const {
   return model_.TokenToId(token);
 }
 
+std::string HfTokenizer::IdToToken(int id) const {
+  if (const auto it = added_by_id_.find(id); it != added_by_id_.end()) return added_[it->second].match;
+  const std::string* token = model_.IdToToken(id);
+  return token != nullptr ? *token : std::string();
+}
+
 const HfTokenizer::AddedToken* HfTokenizer::MatchAdded(std::string_view text, size_t at, size_t floor, bool normalized,
                                                        size_t* begin, size_t* end) const {
   for (int index : added_by_first_byte_[static_cast<unsigned char>(text[at])]) {

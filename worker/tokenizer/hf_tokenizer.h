@@ -47,6 +47,9 @@ class HfTokenizer {
   std::string Decode(const std::vector<int>& ids, std::string* error) const;
   // The id of a token (added or in the model), or -1.
   int TokenToId(const std::string& token) const;
+  // The token of an id as tokenizers' id_to_token gives it: an added token's content, normalized when the token is
+  // (its match: "sword" under a Prepend normalizer is "▁sword"), else the model's token; "" when no token has it.
+  std::string IdToToken(int id) const;
   // One more than the largest id (model or added token).
   int size() const { return size_; }
   int bos_id() const { return bos_id_; }

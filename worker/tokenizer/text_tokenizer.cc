@@ -1,7 +1,9 @@
 #include "worker/tokenizer/text_tokenizer.h"
 
 #include <sentencepiece_processor.h>
+#include <xxhash.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -85,6 +87,7 @@ class SentencePieceTokenizer : public TextTokenizer {
   }
 
   int size() const override { return sp_.GetPieceSize(); }
+  std::string Piece(int id) const override { return sp_.IdToPiece(id); }
   SpecialIds special() const override { return special_; }
   const char* cache_file_name() const override { return "tokenizer.model"; }
 
@@ -155,6 +158,7 @@ class JsonTokenizer : public TextTokenizer {
     return error;
   }
   int size() const override { return hf_.size(); }
+  std::string Piece(int id) const override { return hf_.IdToToken(id); }
   SpecialIds special() const override { return {hf_.bos_id(), hf_.eos_id(), -1}; }
   const char* cache_file_name() const override { return "tokenizer.json"; }
 
@@ -163,6 +167,24 @@ class JsonTokenizer : public TextTokenizer {
 };
 
 }  // namespace
+
+std::string VocabDigest(const TextTokenizer& tokenizer) {
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  for (int id = 0; id < tokenizer.size(); ++id) {
+    const std::string piece = tokenizer.Piece(id);
+    const uint32_t n = static_cast<uint32_t>(piece.size());
+    const unsigned char length[4] = {static_cast<unsigned char>(n), static_cast<unsigned char>(n >> 8),
+                                     static_cast<unsigned char>(n >> 16), static_cast<unsigned char>(n >> 24)};
+    XXH3_64bits_update(state, length, sizeof(length));
+    XXH3_64bits_update(state, piece.data(), piece.size());
+  }
+  const unsigned long long digest = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", digest);
+  return hex;
+}
 
 std::string CacheFileNameOf(const std::string& path) {
   return IsTokenizerJson(path) ? "tokenizer.json" : "tokenizer.model";

@@ -37,11 +37,21 @@ class TextTokenizer {
   virtual std::string Decode(const std::vector<int>& ids, std::string* text) const = 0;
   // The number of ids the tokenizer can produce (one more than its largest id).
   virtual int size() const = 0;
+  // The piece an id stands for, as the file names it (a SentencePiece piece; a tokenizer.json token, added or of the
+  // model); "" for an id the file leaves out.
+  virtual std::string Piece(int id) const = 0;
   // BOS / EOS for documents, and the newline id (-1 when newlines are part of the encoded text).
   virtual SpecialIds special() const = 0;
   // The file name a token cache keeps it under: "tokenizer.model" or "tokenizer.json".
   virtual const char* cache_file_name() const = 0;
 };
+
+// The vocabulary digest of a tokenizer: XXH3-64 of its pieces in id order (for each id from 0 to size() - 1: the
+// piece's length as 4 little-endian bytes, then its bytes), as 16 lowercase hex digits. Two tokenizers with the same
+// digest give every id the same piece, whatever their files' other bytes (a trained SentencePiece model records its
+// training settings, thread count included). The coordinator compares its own with each worker's at Join
+// (JoinRequest.data, proto/PROTOCOL.md).
+std::string VocabDigest(const TextTokenizer& tokenizer);
 
 // Loads a SentencePiece model or a tokenizer.json into *out; "" or one line naming the problem.
 std::string LoadTextTokenizer(const std::string& path, std::unique_ptr<TextTokenizer>* out);
