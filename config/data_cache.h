@@ -47,7 +47,8 @@ absl::StatusOr<TokenCache> EnsureTokenized(const Config& config, const std::stri
 
 // The vocabulary digest of the cache's tokenizer (`tokenizer_exe digest`, a child process: SentencePiece cannot be
 // loaded here), 16 hex digits; "" when the cache has no tokenizer (data.format tokens). What the coordinator and
-// workers compare at Join (proto/diloco.proto DataSpec).
+// workers compare at Join (proto/diloco.proto DataSpec). An error (the tool missing or failing) names the tool and
+// what it printed; the callers then warn and do not check.
 absl::StatusOr<std::string> VocabDigestOf(const TokenCache& cache, const std::string& tokenizer_exe);
 
 }  // namespace diloco

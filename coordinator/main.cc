@@ -98,14 +98,16 @@ absl::Status BuildCore(const Flags& flags, Process& p) {
   auto cache = diloco::EnsureTokenized(p.config, diloco::SiblingExecutable("diloco-tokenize"));
   if (!cache.ok()) return cache.status();
   auto digest = diloco::VocabDigestOf(*cache, diloco::SiblingExecutable("diloco-tokenize"));  // checked at Join
-  if (!digest.ok()) return digest.status();
+  if (!digest.ok()) {
+    spdlog::warn("{}; no worker's tokenizer is checked at Join", std::string(digest.status().message()));
+  }
   auto model = diloco::HostModel(p.config, *cache);  // theta_0 (or model.init_from) and the validation evaluator
   if (!model.ok()) return model.status();
   auto core = diloco::CoordinatorCore::Create(p.config, std::move(model->theta_0), std::move(model->evaluator),
                                               /*resume=*/!flags.fresh);
   if (!core.ok()) return core.status();
   p.core = std::move(*core);
-  p.core->set_data(diloco::DataSpecOf(p.config, *digest));
+  p.core->set_data(diloco::DataSpecOf(p.config, digest.ok() ? *digest : std::string()));
   spdlog::info("model: {} parameters, fingerprint {}", diloco::TotalElements(p.core->specs()), p.core->fingerprint());
   p.host = p.config.coordinator.listen.substr(0, p.config.coordinator.listen.rfind(':'));
   return absl::OkStatus();

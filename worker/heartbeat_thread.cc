@@ -32,9 +32,10 @@ void HeartbeatThread::Loop() {
       flags_.drain = true;
       flags_.quit = true;
     }
-    // The run's last round closed without this worker's push: a push now could not count, so the round's training is
-    // abandoned and the worker leaves (before, it trained on and pushed to a coordinator that may have exited).
-    if (beat.ok() && beat->run_complete() && !flags_.complete) {
+    // The run's last round closed while this worker trains a round: its push could not count, so the training is
+    // abandoned and the worker leaves (before, it trained on and pushed to a coordinator that may have exited). Not
+    // otherwise: after its push the pull says the run is complete, and the worker saves its state first.
+    if (beat.ok() && beat->run_complete() && flags_.training && !flags_.complete) {
       spdlog::info("the run completed (round {}) while this worker trained round {}; abandoning the round",
                    beat->round(), flags_.round + 1);
       flags_.complete = true;

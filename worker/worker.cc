@@ -57,6 +57,12 @@ absl::Status Worker::Run(const TokenCache& cache) {
 }
 
 absl::Status Worker::SetUp(const TokenCache& cache) {
+  // The tokenizer's digest, which the coordinator compares at Join: first, before this process holds a model (it
+  // forks a diloco-tokenize).
+  auto digest = VocabDigestOf(cache, SiblingExecutable("diloco-tokenize"));
+  if (!digest.ok()) {
+    spdlog::warn("{}; the coordinator will not check this worker's tokenizer", std::string(digest.status().message()));
+  }
   auto attack = ParseAttack(options_.attack);
   if (!attack.ok()) return WithExitCode(attack.status(), kWorkerConfigError);
   if (attack->kind == AttackSpec::Kind::kNanStep) {
@@ -78,9 +84,7 @@ absl::Status Worker::SetUp(const TokenCache& cache) {
   if (!session.ok()) return session.status();
   session_ = std::move(*session);
   session_->PreferShard(SavedShardHint(config_, options_.id, ClusterSize(), fingerprint));
-  auto digest = VocabDigestOf(cache, SiblingExecutable("diloco-tokenize"));  // the coordinator compares it at Join
-  if (!digest.ok()) return WithExitCode(digest.status(), kWorkerConfigError);
-  session_->DeclareData(DataSpecOf(config_, *digest));
+  session_->DeclareData(DataSpecOf(config_, digest.ok() ? *digest : std::string()));
   if (absl::Status joined = session_->Join(); !joined.ok()) {
     if (leader_) leader_->Stop(ExitCodeOf(joined), std::string(joined.message()));
     return joined;
@@ -156,7 +160,7 @@ void Worker::RunRounds() {
     flags_.round = round;
     const int f = plan_.FragmentOfRound(round);
     const StepStats stats = Train(round);
-    if (stats.abandoned) return;
+    if (stats.abandoned) return;  // stopped, drained, or the run completed meanwhile (flags_.complete)
     if (!TrainingStayedFinite(round, stats)) {
       need_full_pull = true;
       continue;
@@ -224,7 +228,9 @@ StepStats Worker::Train(int64_t round) {
   const int64_t steps = assigned ? assigned_steps_ : config_.StepsPerSync();
   const int64_t first = ScheduleStart(config_, round, carried_.steps);
   StepStats stats = carried_;
+  flags_.training = true;  // a run-complete heartbeat now abandons the round (not comm.overlap_steps' steps)
   stats.Add(TrainSteps(first, steps - carried_.steps));
+  flags_.training = false;
   carried_ = StepStats();
   return stats;
 }

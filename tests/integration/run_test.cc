@@ -159,7 +159,9 @@ TEST(Run, AWorkerWithAnotherTokenizerOrDataSplitIsRefusedAtJoin) {
   std::string upper = ReadFile(SourceDir() + "/tests/data/tinyshakespeare.txt");
   for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   std::ofstream(dir + "/upper.txt") << upper;
+  // Its own token cache (the shared one's key has the text's mtime: each run would add a directory to it).
   RunningProcess other_text("diloco-worker", With(TinyArgs(dir, run), {"--set", "data.text=" + dir + "/upper.txt",
+                                                                       "--set", "data.cache_dir=" + dir + "/cache",
                                                                        "--coordinator", address, "--id", "upper"}));
   EXPECT_EQ(other_text.Wait(120), 3) << other_text.output();
   EXPECT_NE(other_text.output().find("data differs from the coordinator's: the tokenizer: worker's vocabulary digest "
