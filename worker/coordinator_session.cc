@@ -78,7 +78,9 @@ absl::Status CoordinatorSession::Join() {
         client_->Leave("its config differs from the coordinator's").IgnoreError();
         return WorkerError(kWorkerConfigError, check.refusal);
       }
-      for (const std::string& warning : check.warnings) spdlog::warn("{}", warning);
+      for (const std::string& warning : check.warnings) {  // once each (a rejoin would say them again)
+        if (join_warned_.insert(warning).second) spdlog::warn("{}", warning);
+      }
       AcceptJoin(*std::move(reply));
       return absl::OkStatus();
     }

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "absl/status/status.h"
@@ -120,6 +121,7 @@ class CoordinatorSession {
   bool joined_ = false;                  // a Join succeeded once: later ones keep its shard
   int first_shard_hint_ = -1;            // the shard the first Join asks for (PreferShard)
   DataSpec data_;                        // DeclareData's
+  std::set<std::string> join_warned_;    // CheckJoinedRun's warnings printed so far
   bool keep_local_ = false;              // outer.late_policy reuse_local after a late push
   bool full_pull_ = false;               // TakeFullPull()
   int64_t repushed_after_refusal_ = -1;  // the round whose refused push was pushed again (DecideAfterRefusal)

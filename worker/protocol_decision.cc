@@ -195,4 +195,14 @@ JoinCheck CheckJoinedRun(const Config& config, const JoinedRun& run) {
   return check;
 }
 
+std::string UncountedStreak::Note(int64_t round, bool counted) {
+  in_a_row_ = counted ? 0 : in_a_row_ + 1;
+  if (in_a_row_ < kWarnAfter || (in_a_row_ - kWarnAfter) % kWarnEvery != 0) return "";
+  return absl::StrCat("round ", round + 1, ": the last ", in_a_row_,
+                      " pushes of this worker did not count (each came after its round closed, or was refused): its "
+                      "rounds take longer than the run's. Lower its inner.steps, let the coordinator size them "
+                      "(inner.adaptive_steps in the coordinator's config), or raise the coordinator's "
+                      "coordinator.round_timeout_s");
+}
+
 }  // namespace diloco

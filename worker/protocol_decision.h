@@ -120,4 +120,20 @@ struct JoinCheck {
 };
 JoinCheck CheckJoinedRun(const Config& config, const JoinedRun& run);
 
+// The rounds in a row whose push of this worker did not count (it came after its round closed, or was refused): a
+// worker whose rounds outlast the others' (slower hardware, a larger inner.steps) is late every round and contributes
+// nothing, with one "push not counted" line a round. Note returns one warning line that says so and what to change
+// when the run reaches kWarnAfter rounds, and again every kWarnEvery after; "" otherwise. A counted push ends the run.
+// Not thread-safe (the worker's main thread).
+class UncountedStreak {
+ public:
+  static constexpr int64_t kWarnAfter = 3;
+  static constexpr int64_t kWarnEvery = 10;
+  // After the push of round `round` (0-based): whether it counted.
+  std::string Note(int64_t round, bool counted);
+
+ private:
+  int64_t in_a_row_ = 0;
+};
+
 }  // namespace diloco

@@ -177,6 +177,9 @@ void Worker::RunRounds() {
       SaveLocalState(round + 1);
     }
     if (!pulled || carried_.abandoned) return;
+    if (const std::string late = uncounted_.Note(round, session_->push_counted()); !late.empty()) {
+      spdlog::warn("{}", late);
+    }
     if (pulled->run_complete) {
       spdlog::info("run complete at round {}; leaving", pulled->round);
       return;

@@ -30,6 +30,7 @@
 #include "worker/heartbeat_thread.h"
 #include "worker/local_state.h"
 #include "worker/part_exchange.h"
+#include "worker/protocol_decision.h"
 #include "worker/round_result.h"
 #include "worker/run_flags.h"
 #include "worker/trainer.h"
@@ -103,6 +104,7 @@ class Worker {
   std::vector<NamedTensors> fragment_theta_;    // [main] (the vector; its tensors as theta_'s)
   StepStats carried_;                           // [main] inner steps already trained toward the next push (the overlap)
   int64_t assigned_steps_ = 0;                  // [main] H from the last pull (inner.adaptive_steps); 0 = inner.steps
+  UncountedStreak uncounted_;                   // [main] rounds in a row whose push did not count
   double compute_seconds_ = 0;                  // [main] inner steps, less the cluster's all-reduce waits
   absl::Status failure_;                        // [main] the cluster failed (the session's failures are its own)
   std::unique_ptr<HeartbeatThread> heartbeat_;  // [main] last: stopped before the session it uses goes

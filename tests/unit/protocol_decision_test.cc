@@ -367,5 +367,29 @@ TEST(ProtocolDecisionTest, AJoinedRunWithAnotherChunkSizeIsRefusedAndOtherStepsO
               HasSubstr("outer.rounds: the coordinator's run has 20 rounds and this worker's config 10"));
 }
 
+// A worker whose pushes keep coming after their round closed is told so once 3 rounds in a row did not count, then
+// every 10 rounds; a counted push starts the count over.
+TEST(ProtocolDecisionTest, PushesThatDoNotCountRoundsInARowAreWarnedAfterThreeThenEveryTen) {
+  UncountedStreak streak;
+  std::vector<int64_t> warned;  // the rounds (1-based) with a warning
+  auto note = [&](int64_t round, bool counted) {
+    const std::string line = streak.Note(round, counted);
+    if (line.empty()) return;
+    warned.push_back(round + 1);
+    EXPECT_THAT(line, HasSubstr("did not count"));
+    EXPECT_THAT(line, HasSubstr("coordinator.round_timeout_s"));
+  };
+  note(0, false);
+  note(1, false);
+  note(2, true);  // the run is over: three more before a warning
+  for (int64_t r = 3; r < 30; ++r) note(r, false);
+  EXPECT_EQ(warned, (std::vector<int64_t>{6, 16, 26}));
+  EXPECT_THAT(UncountedStreak().Note(0, false), ::testing::IsEmpty());
+  UncountedStreak three;
+  three.Note(0, false);
+  three.Note(1, false);
+  EXPECT_THAT(three.Note(2, false), HasSubstr("round 3: the last 3 pushes of this worker did not count"));
+}
+
 }  // namespace
 }  // namespace diloco
