@@ -101,8 +101,8 @@ class CoordinatorCore {
   absl::StatusOr<JoinReply> Join(const JoinRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
   // comm.transport tcp: the port Join replies name for pushes (TcpPushListener's); 0 = push over gRPC.
   void set_push_port(int port) { push_port_ = port; }
-  // The coordinator's own data (join_check.h DataSpecOf), which Join compares with each worker's. Call before serving
-  // (Join reads it without a lock); unset, no worker's data is checked.
+  // The coordinator's own data (config/model_spec.h DataSpecOf), which Join compares with each worker's. Call before
+  // serving (Join reads it without a lock); unset, no worker's data is checked.
   void set_data(DataSpec data) { data_ = std::move(data); }
   absl::Status Leave(const LeaveRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<HeartbeatReply> Heartbeat(const HeartbeatRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
