@@ -121,7 +121,9 @@ const std::vector<Field>& Fields() {
                 "batch at once"),
       MakeField("inner.steps", &Config::inner, &InnerConfig::steps, Above(0), "H: inner steps per round"),
       MakeField("inner.adaptive_steps", &Config::inner, &InnerConfig::adaptive_steps,
-                "DyLU: the coordinator gives each worker H_i = floor(v_i / v_max x H) steps from its measured speed"),
+                "DyLU: the coordinator gives each worker H_i = floor(v_i / v_max x H) steps from its measured speed "
+                "(the coordinator's setting: a worker trains the H it is given whatever its own config says, except "
+                "with comm.overlap_steps)"),
       MakeField("outer.optimizer", &Config::outer, &OuterConfig::optimizer,
                 "Nesterov momentum SGD, or plain sgd (sgd with lr 1 and momentum 0 is FedAvg)"),
       MakeField("outer.lr", &Config::outer, &OuterConfig::lr, Above(0), "outer learning rate"),
