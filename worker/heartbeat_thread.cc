@@ -35,10 +35,10 @@ void HeartbeatThread::Loop() {
     // The run's last round closed while this worker trains a round: its push could not count, so the training is
     // abandoned and the worker leaves (before, it trained on and pushed to a coordinator that may have exited). Not
     // otherwise: after its push the pull says the run is complete, and the worker saves its state first.
-    if (beat.ok() && beat->run_complete() && flags_.training && !flags_.complete) {
+    if (beat.ok() && beat->run_complete() && flags_.training && !completed_) {
       spdlog::info("the run completed (round {}) while this worker trained round {}; abandoning the round",
                    beat->round(), flags_.round + 1);
-      flags_.complete = true;
+      completed_ = true;
       flags_.quit = true;
     }
   }

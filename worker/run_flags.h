@@ -19,7 +19,6 @@ struct RunFlags {
   std::atomic<bool> quit{false};   // set by: heartbeat, exchange (stop, drain, run complete); the inner loop abandons
                                    // its round
   std::atomic<bool> training{false};  // set by: main (it trains a round's steps, not comm.overlap_steps' next ones)
-  std::atomic<bool> complete{false};  // set by: heartbeat (the run completed while main trained: it abandons the round)
   std::atomic<bool> failed{false};    // set by: main (a collective of the cluster failed: the exchange gives up too)
   std::atomic<int64_t> round{0};      // set by: main (the round being trained; heartbeats name it)
 

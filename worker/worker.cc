@@ -160,7 +160,7 @@ void Worker::RunRounds() {
     flags_.round = round;
     const int f = plan_.FragmentOfRound(round);
     const StepStats stats = Train(round);
-    if (stats.abandoned) return;  // stopped, drained, or the run completed meanwhile (flags_.complete)
+    if (stats.abandoned) return;  // stopped, drained, or the run completed meanwhile
     if (!TrainingStayedFinite(round, stats)) {
       need_full_pull = true;
       continue;
