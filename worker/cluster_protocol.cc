@@ -158,7 +158,7 @@ class Follower {
         parts_->Settle(settle->counted);
       } else if (const auto* train = std::get_if<TrainCommand>(&command)) {
         local_.BeforeFirstStep();
-        if (trainer_.TrainSteps(train->first_step, train->steps, &stop_).abandoned) {
+        if (trainer_.TrainSteps(train->first_step, train->steps, [this] { return stop_.load(); }).abandoned) {
           spdlog::info("the cluster stopped training; leaving");
           return;
         }

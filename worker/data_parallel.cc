@@ -196,7 +196,8 @@ absl::Status DataParallelRun::TrainRounds() {
     if (eval_every > 0) EvaluateWhileOthersWait(0);
     for (; rounds_done_ < config_.outer.rounds; ++rounds_done_) {
       const int64_t round = rounds_done_;
-      const StepStats s = trainer_->TrainSteps(round * config_.inner.steps, config_.inner.steps, &stop_);
+      const StepStats s =
+          trainer_->TrainSteps(round * config_.inner.steps, config_.inner.steps, [this] { return stop_.load(); });
       if (s.abandoned) {
         spdlog::info("stopped at round {} (a rank was signalled)", round);
         break;

@@ -24,7 +24,6 @@ void HeartbeatThread::Loop() {
          waited += std::chrono::milliseconds(50)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    if (stop) flags_.quit = true;
     if (done_ || stop) break;
     auto beat = client_.Heartbeat(flags_.round);  // failures are handled by the exchange's own calls
     if (beat.ok() && beat->drain() && !flags_.drain) {
@@ -42,6 +41,9 @@ void HeartbeatThread::Loop() {
       flags_.quit = true;
     }
   }
+  // A signal ends the round being trained, whether it came during the wait or during a heartbeat call (which a
+  // coordinator that does not answer holds for workers.rpc_timeout_s).
+  if (stop) flags_.quit = true;
 }
 
 }  // namespace diloco

@@ -168,7 +168,7 @@ void InnerTrainer::ClippedStep(double lr) {
   }
 }
 
-StepStats InnerTrainer::TrainSteps(int64_t first_step, int64_t n, const std::atomic<bool>* stop) {
+StepStats InnerTrainer::TrainSteps(int64_t first_step, int64_t n, const StopWish& stop) {
   const auto start = std::chrono::steady_clock::now();
   const int64_t total_steps = config_.outer.rounds * config_.inner.steps;
   const auto params = model_->parameters();
@@ -176,7 +176,7 @@ StepStats InnerTrainer::TrainSteps(int64_t first_step, int64_t n, const std::ato
   std::vector<torch::Tensor> losses;  // on the device; read once, after the steps (no host sync per step on a GPU)
   for (int64_t i = 0; i < n; ++i) {
     const auto step_start = std::chrono::steady_clock::now();
-    const bool want_stop = stop != nullptr && *stop;
+    const bool want_stop = stop && stop();
     if (want_stop && !gradient_hook_) {
       stats.abandoned = true;
       break;
@@ -250,7 +250,7 @@ void InnerTrainer::Merge(const NamedTensors& global, const std::vector<size_t>& 
 }
 
 std::optional<RoundResult> InnerTrainer::TrainRound(const NamedTensors& theta, int64_t round, bool load_theta,
-                                                    const std::atomic<bool>* stop) {
+                                                    const StopWish& stop) {
   if (load_theta) Load(theta);
   const int64_t H = config_.inner.steps;
   const StepStats stats = TrainSteps(round * H, H, stop);

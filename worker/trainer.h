@@ -69,12 +69,14 @@ class InnerTrainer {
 
   // Trains H inner steps starting from theta (theta_round); global inner steps start at round x H.
   // With load_theta false the model keeps its own parameters (outer.late_policy reuse_local) and the
-  // pseudo-gradient is still theta - local. Returns early, nullopt (abandoned), once *stop becomes true.
+  // pseudo-gradient is still theta - local. Returns early, nullopt (abandoned), once stop() says so (asked before
+  // each step).
+  using StopWish = std::function<bool()>;
   std::optional<RoundResult> TrainRound(const NamedTensors& theta, int64_t round, bool load_theta = true,
-                                        const std::atomic<bool>* stop = nullptr);
+                                        const StopWish& stop = {});
 
   // The pieces TrainRound is made of. TrainSteps runs n steps, the first at global inner step first_step.
-  StepStats TrainSteps(int64_t first_step, int64_t n, const std::atomic<bool>* stop = nullptr);
+  StepStats TrainSteps(int64_t first_step, int64_t n, const StopWish& stop = {});
   // Copies theta (all parameters, in order) into the model.
   void Load(const NamedTensors& theta);
   // theta[j] - local[which[j]] for each j (theta holds the tensors at positions `which`), float32 on the CPU.
@@ -85,8 +87,8 @@ class InnerTrainer {
 
   // Worker clusters (worker/cluster.h). The gradient hook runs after each backward, before clipping, with the inner
   // optimizer's flat gradient buffer (all gradients, on the model's device; the hook may change it in place) and this
-  // rank's wish to stop (*stop); it returns whether the cluster stops (then the step is not taken and TrainSteps
-  // returns abandoned). With a gradient hook, *stop is only acted on through it, so all ranks stop at the same step.
+  // rank's wish to stop (stop()); it returns whether the cluster stops (then the step is not taken and TrainSteps
+  // returns abandoned). With a gradient hook, stop() is only acted on through it, so all ranks stop at the same step.
   // The step hook runs after each optimizer step with the global step index.
   using GradientHook = std::function<bool(const torch::Tensor& flat_gradients, bool want_stop)>;
   using StepHook = std::function<void(const std::vector<torch::Tensor>& params, int64_t step)>;

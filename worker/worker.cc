@@ -8,6 +8,7 @@
 #include <cmath>
 #include <future>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "config/model_spec.h"
 #include "config/subprocess.h"
@@ -23,6 +24,11 @@ namespace {
 
 double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
+// Rounds in a row whose training turned non-finite, each from a freshly pulled global model with the moments started
+// over, after which the worker leaves (exit 1): the divergence is this worker's settings or data, not chance, and
+// every synchronous round would otherwise wait for its push until coordinator.round_timeout_s, forever.
+constexpr int kNonFiniteRoundsToLeave = 3;
+
 }  // namespace
 
 Worker::Worker(const Config& config, const WorkerOptions& options, const std::atomic<bool>& stop,
@@ -36,7 +42,9 @@ absl::Status Worker::Run(const TokenCache& cache) {
   try {  // with a cluster, set-up commands the followers (a dead follower throws from the collective)
     set_up = SetUp(cache);
   } catch (const std::exception& e) {
-    set_up = WorkerError(kWorkerClusterFailed, absl::StrCat("worker cluster failed while setting up: ", e.what()));
+    set_up = cluster_
+                 ? WorkerError(kWorkerClusterFailed, absl::StrCat("worker cluster failed while setting up: ", e.what()))
+                 : WorkerError(kWorkerFailed, absl::StrCat("worker failed while setting up: ", e.what()));
   }
   if (!set_up.ok()) {
     // Failed after the Join: leave at once, so that the round does not wait coordinator.lease_s for this worker.
@@ -48,10 +56,13 @@ absl::Status Worker::Run(const TokenCache& cache) {
   try {
     RunRounds();
     if (leader_ && !followers_left_) leader_->Stop();
-  } catch (const std::exception& e) {
+  } catch (const std::exception& e) {  // a device error (out of memory); with a cluster, a dead rank or collective
     flags_.failed = true;
-    const std::string why = absl::StrCat("worker cluster failed (a rank died or a collective broke): ", e.what());
-    failure_ = WorkerError(kWorkerClusterFailed, why + "; leaving the run");
+    failure_ = cluster_
+                   ? WorkerError(kWorkerClusterFailed,
+                                 absl::StrCat("worker cluster failed (a rank died or a collective broke): ", e.what(),
+                                              "; leaving the run"))
+                   : WorkerError(kWorkerFailed, absl::StrCat("worker failed: ", e.what(), "; leaving the run"));
   }
   return ShutDown(started);
 }
@@ -162,9 +173,20 @@ void Worker::RunRounds() {
     const StepStats stats = Train(round);
     if (stats.abandoned) return;  // stopped, drained, or the run completed meanwhile
     if (!TrainingStayedFinite(round, stats)) {
+      if (++non_finite_rounds_ >= kNonFiniteRoundsToLeave) {
+        failure_ = WorkerError(
+            kWorkerFailed,
+            absl::StrCat(
+                "training turned non-finite in ", non_finite_rounds_,
+                " rounds in a row, each from the "
+                "global model with the AdamW moments started over: this worker's settings diverge (lower "
+                "inner.lr, set inner.grad_clip, raise inner.warmup_steps, or check its data); leaving the run"));
+        return;
+      }
       need_full_pull = true;
       continue;
     }
+    non_finite_rounds_ = 0;
     const RoundResult result = Pack(round, f, stats);
     const std::optional<PullResult> pulled = ExchangeRound(round, f, result);
     // Error feedback: the residual this push left stands only if the push was counted.
@@ -232,8 +254,10 @@ StepStats Worker::Train(int64_t round) {
   const int64_t first = ScheduleStart(config_, round, carried_.steps);
   StepStats stats = carried_;
   flags_.training = true;  // a run-complete heartbeat now abandons the round (not comm.overlap_steps' steps)
-  stats.Add(TrainSteps(first, steps - carried_.steps));
-  flags_.training = false;
+  {
+    absl::Cleanup trained = [this] { flags_.training = false; };  // also when a collective throws mid-round
+    stats.Add(TrainSteps(first, steps - carried_.steps));
+  }
   carried_ = StepStats();
   return stats;
 }
@@ -350,7 +374,9 @@ absl::Status Worker::ShutDown(double started) {
   if (code != kWorkerRefused) {
     session_->Leave(stop                           ? "signal"
                     : drain                        ? "drained by operator"
+                    : rank_stopped_                ? "a rank of its cluster stopped"
                     : code == kWorkerClusterFailed ? "its cluster failed"
+                    : code == kWorkerFailed        ? "it failed"
                     : code == kWorkerDone          ? "run complete"
                                                    : "error");
   }
@@ -361,9 +387,17 @@ StepStats Worker::TrainSteps(int64_t first_step, int64_t n) {
   local_->BeforeFirstStep();
   if (leader_) leader_->Train(first_step, n);
   const double waited = cluster_ ? cluster_->collective_seconds() : 0;
-  StepStats stats = trainer_->TrainSteps(first_step, n, &flags_.quit);
+  // A signal acts at the next step, not only once the heartbeat thread (maybe inside a call) turns it into quit.
+  StepStats stats = trainer_->TrainSteps(first_step, n, [this] { return flags_.quit || flags_.stop; });
   compute_seconds_ += stats.seconds - ((cluster_ ? cluster_->collective_seconds() : 0) - waited);
-  if (stats.abandoned && cluster_) followers_left_ = true;  // they stopped at the same step and left
+  if (stats.abandoned && cluster_) {
+    followers_left_ = true;  // they stopped at the same step and left
+    // No wish of this rank stopped it: another rank's (a signal to that process).
+    if (!flags_.quit && !flags_.stop && !rank_stopped_) {
+      rank_stopped_ = true;
+      spdlog::info("another rank of this cluster stopped (a signal to it); the cluster leaves the run");
+    }
+  }
   return stats;
 }
 

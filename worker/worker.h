@@ -87,6 +87,7 @@ class Worker {
   WorkerCluster* const cluster_;                 // [main] null for a one-process worker
   std::unique_ptr<ClusterLeader> leader_;        // [main] set with cluster_
   bool followers_left_ = false;                  // [main] the cluster stopped together (no StopCommand to send)
+  bool rank_stopped_ = false;                    // [main] ... because another rank wished it (a signal to it)
   std::unique_ptr<CoordinatorSession> session_;  // [exchange] (see above; set in SetUp)
   std::unique_ptr<InnerTrainer> trainer_;        // [main]
   std::unique_ptr<LocalState> local_;            // [main]
@@ -105,6 +106,7 @@ class Worker {
   StepStats carried_;                           // [main] inner steps already trained toward the next push (the overlap)
   int64_t assigned_steps_ = 0;                  // [main] H from the last pull (inner.adaptive_steps); 0 = inner.steps
   UncountedStreak uncounted_;                   // [main] rounds in a row whose push did not count
+  int non_finite_rounds_ = 0;                   // [main] rounds in a row whose training turned non-finite
   double compute_seconds_ = 0;                  // [main] inner steps, less the cluster's all-reduce waits
   absl::Status failure_;                        // [main] the cluster failed (the session's failures are its own)
   std::unique_ptr<HeartbeatThread> heartbeat_;  // [main] last: stopped before the session it uses goes

@@ -14,6 +14,8 @@ absl::StatusCode CodeFor(WorkerExit exit) {
   switch (exit) {
     case kWorkerDone:
       return absl::StatusCode::kOk;
+    case kWorkerFailed:
+      return absl::StatusCode::kInternal;
     case kWorkerConfigError:
       return absl::StatusCode::kInvalidArgument;
     case kWorkerRefused:

@@ -22,9 +22,12 @@ struct WorkerOptions {
   std::string dump_delta;     // TEST-ONLY (--dump-delta): write each pushed pseudo-gradient there (attack copy:PATH)
 };
 
+// kWorkerFailed: an error while training (a device error such as out of memory, a training that turns non-finite
+// round after round from the global model); the worker left the run.
 // kWorkerClusterFailed: a rank of this worker's cluster died or a collective failed; the cluster left the run.
 enum WorkerExit {
   kWorkerDone = 0,
+  kWorkerFailed = 1,
   kWorkerConfigError = 2,
   kWorkerRefused = 3,
   kWorkerUnreachable = 4,

@@ -1,12 +1,15 @@
 // How a worker leaves when something goes wrong after its Join (real coordinator and worker processes on 127.0.0.1):
-// a set-up that fails after the Join tells the coordinator at once, and a signal while the worker joins again
-// mid-run (the coordinator forgot it and is full) ends it as any signal mid-run does, with exit 0.
+// a set-up that fails after the Join tells the coordinator at once, a signal while the worker joins again mid-run
+// (the coordinator forgot it and is full) or while its coordinator does not answer ends it as any signal mid-run
+// does, with exit 0, and a training that diverges round after round ends it with exit 1.
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <chrono>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/process_harness.h"
@@ -91,6 +94,51 @@ TEST(WorkerLeave, ASignalWhileJoiningAgainMidRunExitsZero) {
   EXPECT_NE(w0->output().find("signal received: leaving the run"), std::string::npos) << w0->output();
   w1->Signal(SIGTERM);
   EXPECT_EQ(w1->Wait(60), 0) << w1->output();
+  coordinator.Signal(SIGTERM);
+  coordinator.Wait(60);
+}
+
+// A SIGTERM while the coordinator does not answer (SIGSTOPped: a partition) ends the round at the next inner step.
+// Before, only the heartbeat thread turned the signal into the inner loop's stop, after its sleep: a signal that came
+// while it sat in a heartbeat call (held workers.rpc_timeout_s by a coordinator that does not answer) was never
+// passed on, and the worker trained the rest of its round (here a million steps) before it saw it.
+TEST(WorkerLeave, ASignalWhileTheCoordinatorDoesNotAnswerEndsTheRound) {
+  const std::string dir = ScratchDir("signal_while_partitioned");
+  const std::string address = "127.0.0.1:" + std::to_string(FreePort());
+  const auto args = Args(dir, address, {"inner.steps=1000000", "workers.rpc_timeout_s=5"});
+  RunningProcess coordinator("diloco-coordinator", args);
+  ASSERT_TRUE(coordinator.WaitForOutput("listening on", 120)) << coordinator.output();
+  auto w0 = StartWorker(args, address, "w0");
+  ASSERT_TRUE(coordinator.WaitForOutput("joined: worker w0", 120)) << coordinator.output();
+  ASSERT_TRUE(w0->WaitForOutput("joined ", 60)) << w0->output();  // then it pulls theta and trains round 1
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  coordinator.Signal(SIGSTOP);
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // > heartbeat_interval_s: a heartbeat call now waits
+  w0->Signal(SIGTERM);
+  const int code = w0->Wait(60);  // the Leave to the stopped coordinator takes up to rpc_timeout_s
+  coordinator.Signal(SIGCONT);
+  EXPECT_EQ(code, 0) << w0->output();
+  EXPECT_NE(w0->output().find("signal received: leaving the run"), std::string::npos) << w0->output();
+  coordinator.Signal(SIGTERM);
+  coordinator.Wait(60);
+}
+
+// A worker whose training turns non-finite every round (inner.lr 1e30), each time from the pulled global model with
+// its moments started over, leaves after three rounds in a row with one line and exit 1 (and the coordinator sees it
+// leave, so the rounds stop waiting for it). Before, it pulled and diverged again forever, pushing nothing, and
+// every synchronous round waited coordinator.round_timeout_s for it.
+TEST(WorkerLeave, ATrainingThatDivergesEveryRoundLeavesWithExit1) {
+  const std::string dir = ScratchDir("diverges_every_round");
+  const std::string address = "127.0.0.1:" + std::to_string(FreePort());
+  const auto args = Args(dir, address, {"inner.steps=10"});
+  RunningProcess coordinator("diloco-coordinator", args);
+  ASSERT_TRUE(coordinator.WaitForOutput("listening on", 120)) << coordinator.output();
+  auto w0 = StartWorker(With(args, {"--set", "inner.lr=1e30"}), address, "w0");
+  EXPECT_EQ(w0->Wait(120), 1) << w0->output();
+  const std::string out = w0->output();
+  EXPECT_NE(out.find("training turned non-finite in 3 rounds in a row"), std::string::npos) << out;
+  EXPECT_NE(out.find("lower inner.lr"), std::string::npos) << out;
+  ASSERT_TRUE(coordinator.WaitForOutput("left: worker w0 (it failed)", 30)) << coordinator.output();
   coordinator.Signal(SIGTERM);
   coordinator.Wait(60);
 }

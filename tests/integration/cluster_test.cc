@@ -152,6 +152,36 @@ TEST(Cluster, FollowersOutwaitARoundLongerThanTheCollectiveTimeout) {
   }
 }
 
+// A signal to one follower only (one pod evicted) stops the whole cluster at the same inner step: the leader says why
+// and leaves with that reason, and every rank exits 0. Before, the leader said nothing and told the coordinator "run
+// complete" in the middle of the run.
+TEST(Cluster, ASignalToAFollowerStopsTheClusterAndTheLeaderSaysWhy) {
+  const std::string dir = ScratchDir("cluster_follower_signal");
+  const std::string address = "127.0.0.1:" + std::to_string(FreePort());
+  const auto args =
+      TinyArgs(dir, {"coordinator.listen=" + address, "coordinator.min_workers=1", "inner.steps=1000000"});
+  RunningProcess coordinator("diloco-coordinator", args);
+  ASSERT_TRUE(coordinator.WaitForOutput("listening on", 120)) << coordinator.output();
+  const std::string store = "127.0.0.1:" + std::to_string(FreePort());
+  auto rank = [&](int r) {
+    return std::make_unique<RunningProcess>(
+        "diloco-worker", With(args, {"--set", "workers.cluster_size=2", "--coordinator", address, "--id", "c", "--rank",
+                                     std::to_string(r), "--cluster-store", store}));
+  };
+  auto leader = rank(0);
+  auto follower = rank(1);
+  ASSERT_TRUE(coordinator.WaitForOutput("joined: worker c", 120)) << coordinator.output() << leader->output();
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // the cluster trains round 1
+  follower->Signal(SIGTERM);
+  EXPECT_EQ(follower->Wait(60), 0) << follower->output();
+  EXPECT_EQ(leader->Wait(60), 0) << leader->output();
+  EXPECT_NE(leader->output().find("another rank of this cluster stopped (a signal to it)"), std::string::npos)
+      << leader->output();
+  ASSERT_TRUE(coordinator.WaitForOutput("left: worker c (a rank of its cluster stopped)", 30)) << coordinator.output();
+  coordinator.Signal(SIGTERM);
+  coordinator.Wait(60);
+}
+
 // A leader killed while its follower waits for a command (here: while the leader still tries to reach a coordinator
 // that is not there, longer than workers.cluster_timeout_s) ends the follower at once, with exit 5
 // (kWorkerClusterFailed) and one line: the store it polls was the leader's.
