@@ -13,8 +13,8 @@
 // left; 130 SIGINT or SIGTERM. main() prints the one fatal line ("diloco-launch: error: ...") and picks the code.
 // --mode ddp runs the data-parallel baseline instead (worker/data_parallel.h): workers.count x cluster_size ranks
 // of diloco-worker --mode ddp meeting at a c10d store, no coordinator; it ends when every rank has exited.
-// --check-config only loads and validates the config (the strict loader) and exits: 0 if valid, 2 if not.
-// A thin front end: it uses config/ only and starts the other binaries; it never links coordinator/ or worker/.
+// --check-config only loads and validates the config (the strict loader, the input files) and exits: 0 if valid, 2 if
+// not. A thin front end: it uses config/ only and starts the other binaries; it never links coordinator/ or worker/.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -249,6 +249,7 @@ absl::StatusOr<int> RunDiloco(const Flags& flags, const diloco::Config& config, 
   diloco::SupervisionOptions options;
   // A completing coordinator waits up to max(15 s, 3 heartbeats) for the workers to leave, then writes its summary.
   options.completion_grace_s = std::max(30.0, 3 * config.coordinator.heartbeat_interval_s + 15);
+  options.min_workers = static_cast<int>(config.coordinator.min_workers);
   absl::StatusOr<int> end = Supervise(children, options);
   if (end.ok() && *end == 0) PrintSummary(config.run.output_dir + "/summary.json");
   return end;
@@ -279,6 +280,10 @@ absl::StatusOr<int> Launch(const Flags& flags) {
         "), the workers this launch starts: no round could close; lower min_workers or raise workers.count"));
   }
   if (flags.check_config) {
+    // The input files too (data.text, data.files, data.val_files, data.tokenizer): what the launch would need first.
+    if (auto inputs = diloco::LocateTokenCache(*config); !inputs.ok()) {
+      return absl::InvalidArgumentError(inputs.status().message());
+    }
     std::cout << "config OK: " << flags.config_path << "\n";
     return 0;
   }
@@ -328,7 +333,9 @@ int main(int argc, char** argv) {
   app.add_option("--worker-arg", flags.worker_args,
                  "TEST-ONLY: append ARG to one worker's command line: I:ARG (repeatable), e.g. "
                  "7:--attack=scale:-1000 (scripts/experiments/attacks)");
-  app.add_flag("--check-config", flags.check_config, "only load and validate the config (strict loader), then exit 0");
+  app.add_flag("--check-config", flags.check_config,
+               "only load and validate the config (strict loader, --worker-sets, the input files), then exit 0 if "
+               "valid, 2 if not");
   if (const int code = diloco::ParseFlags(app, argc, argv); code >= 0) return code;
   return Finish(Launch(flags));
 }

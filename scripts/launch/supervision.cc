@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <set>
+#include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -28,6 +30,29 @@ const ChildView* FirstConfigError(const std::vector<ChildView>& workers) {
   const ChildView* first = nullptr;
   for (const ChildView& w : workers) {
     if (!w.running && w.exit_code == kWorkerConfigErrorExit && (first == nullptr || w.exited_at < first->exited_at)) {
+      first = &w;
+    }
+  }
+  return first;
+}
+
+// The worker a process belongs to: "worker-1" for "worker-1" and for its cluster's ranks "worker-1.0", "worker-1.1".
+std::string WorkerOf(const std::string& name) { return name.substr(0, name.find('.')); }
+
+// Workers (not processes: a cluster's ranks are one) with a process still running.
+int RunningWorkers(const std::vector<ChildView>& workers) {
+  std::set<std::string> running;
+  for (const ChildView& w : workers) {
+    if (w.running) running.insert(WorkerOf(w.name));
+  }
+  return static_cast<int>(running.size());
+}
+
+// The worker that the coordinator refused first, or nullptr.
+const ChildView* FirstRefused(const std::vector<ChildView>& workers) {
+  const ChildView* first = nullptr;
+  for (const ChildView& w : workers) {
+    if (!w.running && w.exit_code == kWorkerRefusedExit && (first == nullptr || w.exited_at < first->exited_at)) {
       first = &w;
     }
   }
@@ -96,6 +121,15 @@ SupervisionDecision DecideSupervision(const SupervisionView& view, double now, c
   const size_t running =
       std::count_if(view.workers.begin(), view.workers.end(), [](const ChildView& w) { return w.running; });
   if (!view.coordinator.running) return AfterCoordinator(view, running, now, options);
+  if (const ChildView* w = FirstRefused(view.workers); w && RunningWorkers(view.workers) < options.min_workers) {
+    const std::string line = w->error_line.empty() ? "exited with code 3 (refused by the coordinator)" : w->error_line;
+    return Stop(absl::InvalidArgumentError(absl::StrCat(
+                    w->name, ": ", line, " (", RunningWorkers(view.workers), " worker(s) still running, fewer than ",
+                    "coordinator.min_workers ", options.min_workers, ": no round could close)")),
+                absl::StrCat(w->name,
+                             " was refused by the coordinator and no round can close without it: stopping "
+                             "workers and coordinator"));
+  }
   if (view.workers.empty() || running > 0) {
     std::vector<ChildView> left;
     for (const ChildView& w : view.workers) {

@@ -5,6 +5,10 @@
 //   a signal (SIGINT, SIGTERM)                    -> stop every child; exit 130;
 //   a worker exited with a configuration error    -> stop every child; exit 2 with the first such worker's error line
 //     (its code 2: a key, a file or a device it cannot use; the same error would stop every worker it starts);
+//   a worker refused by the coordinator, and the workers still running are fewer than coordinator.min_workers
+//                                                 -> stop every child; exit 2 with its error line (its code 3: its
+//     config differs from the coordinator's, or a token or certificate is wrong; no round could close without it,
+//     and nothing restarts it). With enough workers left, it is elastic membership like any worker that leaves;
 //   the coordinator exited                        -> the run ended: once every worker has exited, or after
 //     worker_grace_s (workers see the end of the run at their next heartbeat); exit 0 if every child exited 0;
 //   every worker exited, the coordinator runs     -> the run has rounds left and no one to train them: stop; exit 3.
@@ -27,6 +31,8 @@ namespace diloco {
 
 // diloco-worker's exit code for a configuration error at start-up (WorkerExit kWorkerConfigError).
 inline constexpr int kWorkerConfigErrorExit = 2;
+// ... when the coordinator refused it (WorkerExit kWorkerRefused).
+inline constexpr int kWorkerRefusedExit = 3;
 
 // One child process as the supervisor sees it.
 struct ChildView {
@@ -46,6 +52,7 @@ struct SupervisionView {
 struct SupervisionOptions {
   double worker_grace_s = 30;      // after the coordinator exited: how long the workers still running get to exit
   double completion_grace_s = 30;  // after every worker exited 0: how long the coordinator gets to exit by itself
+  int min_workers = 1;             // coordinator.min_workers: pushes a round needs before it can close
 };
 
 enum class SupervisionAction {

@@ -82,6 +82,23 @@ TEST(LaunchSupervision, AWorkersConfigErrorEndsTheLaunch) {
   ExpectCoordinatorGone(dir);
 }
 
+// A worker the coordinator refuses at Join (here its model.d_model differs) under min_workers 2: no round can close
+// without it and nothing restarts it, so the launch ends with its refusal line and exit 2. Before, it waited forever.
+TEST(LaunchSupervision, ARefusedWorkerWithoutWhichNoRoundClosesEndsTheLaunch) {
+  const std::string dir = ScratchDir("launch_worker_refused");
+  RunningProcess launch("diloco-launch", With(LongRun(dir), {"--worker-set", "1:model.d_model=64"}));
+  ASSERT_EQ(launch.Wait(180), 2) << launch.output();
+  const std::string out = launch.output();
+  const std::vector<std::string> fatal = LinesWith(out, "diloco-launch: error: ");
+  ASSERT_EQ(fatal.size(), 1u) << out;
+  EXPECT_NE(fatal[0].find("diloco-launch: error: worker-1: coordinator 127.0.0.1:"), std::string::npos) << out;
+  EXPECT_NE(fatal[0].find("refused worker worker-1: model config differs"), std::string::npos) << out;
+  EXPECT_NE(fatal[0].find("(1 worker(s) still running, fewer than coordinator.min_workers 2: no round could close)"),
+            std::string::npos)
+      << out;
+  ExpectCoordinatorGone(dir);
+}
+
 // kill -9 of every worker (the launcher's diloco-worker children) after a round: the run has rounds left and nobody
 // to train them, so the launch ends with exit 3 and a line that says so.
 TEST(LaunchSupervision, EveryWorkerKilledEndsTheLaunch) {

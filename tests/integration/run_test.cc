@@ -605,6 +605,17 @@ TEST(Launch, MinWorkersAboveTheWorkersItStartsIsAConfigError) {
   EXPECT_NE(output.find("coordinator.min_workers (2) is more than workers.count (1)"), std::string::npos) << output;
 }
 
+// --check-config checks the input files the launch would read first: a misspelled data.text is exit 2 and the line
+// the launch itself would print. Before, it said "config OK" and the launch then failed.
+TEST(Launch, CheckConfigChecksTheInputFiles) {
+  const auto [code, output] =
+      RunToEnd("diloco-launch", {SourceDir() + "/config/tiny.yaml", "--set",
+                                 "data.text=" + SourceDir() + "/tests/data/tinyshakespear.txt", "--check-config"});
+  EXPECT_EQ(code, 2) << output;
+  EXPECT_NE(output.find("diloco-launch: error: data.text: cannot read '"), std::string::npos) << output;
+  EXPECT_EQ(output.find("config OK"), std::string::npos) << output;
+}
+
 TEST(Launch, TinyRunEndsWithExit0AndPrefixedLogs) {
   const std::string dir = ScratchDir("launch");
   std::vector<std::string> args = TinyArgs(dir);

@@ -70,6 +70,32 @@ TEST(LaunchSupervisionTest, AWorkerThatFailsOrLeavesWhileOthersGoOnDoesNotEndThe
   EXPECT_THAT(killed.reason, HasSubstr("worker-0: code 137 (signal 9)"));
 }
 
+// A worker refused at Join (its config differs from the coordinator's) while the others cannot close a round without
+// it: nothing would restart it, so the launch stops with its line and exit 2. Before, the launch waited forever. A
+// cluster counts once however many of its ranks run.
+TEST(LaunchSupervisionTest, ARefusedWorkerWithoutWhichNoRoundClosesStopsWithItsLineAndExit2) {
+  SupervisionOptions options = Options();
+  options.min_workers = 2;
+  const std::string line = "coordinator 127.0.0.1:5 refused worker worker-1: model config differs";
+  const SupervisionDecision d = DecideSupervision(
+      Launch({Running("worker-0.0"), Running("worker-0.1"), Exited("worker-1", 3, 2, line)}), 3, options);
+  EXPECT_EQ(d.action, SupervisionAction::kStop);
+  EXPECT_EQ(ExitCodeOf(d.status), 2);
+  EXPECT_EQ(d.status.message(), "worker-1: " + line +
+                                    " (1 worker(s) still running, fewer than coordinator.min_workers 2: no round "
+                                    "could close)");
+  EXPECT_EQ(d.reason,
+            "worker-1 was refused by the coordinator and no round can close without it: stopping workers and "
+            "coordinator");
+  // Enough workers left (min_workers 1), or a worker that failed otherwise (killed): elastic membership, wait.
+  options.min_workers = 1;
+  EXPECT_EQ(DecideSupervision(Launch({Running("worker-0"), Exited("worker-1", 3, 2, line)}), 3, options).action,
+            SupervisionAction::kWait);
+  options.min_workers = 2;
+  EXPECT_EQ(DecideSupervision(Launch({Running("worker-0"), Exited("worker-1", 137, 2)}), 3, options).action,
+            SupervisionAction::kWait);
+}
+
 TEST(LaunchSupervisionTest, EveryWorkerGoneWithAFailureStopsAtOnceWithExit3) {
   const SupervisionView view = Launch({Exited("worker-0", 137, 10), Exited("worker-1", 137, 11)});
   const SupervisionDecision d = DecideSupervision(view, 11, Options());
