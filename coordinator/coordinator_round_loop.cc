@@ -323,4 +323,21 @@ void CoordinatorCore::WaitForWorkersToLeave(double timeout_s) {
   }
 }
 
+void CoordinatorCore::NoteWatcher(int64_t interval_ms, bool answered_complete) {
+  if (interval_ms <= 0) return;
+  absl::MutexLock lock(&mu_);
+  watch_until_ = clock_() + std::min(30.0, 2.0 * static_cast<double>(interval_ms) / 1000 + 1);
+  watcher_saw_complete_ = answered_complete;
+}
+
+void CoordinatorCore::WaitForWatchers() {
+  absl::MutexLock lock(&mu_);
+  if (stop_ || watcher_saw_complete_ || clock_() >= watch_until_) return;
+  spdlog::info("waiting up to {:.1f} s for a status watcher (diloco-ctl status --watch) to see the run complete",
+               watch_until_ - clock_());
+  while (!stop_ && !watcher_saw_complete_ && clock_() < watch_until_) {
+    cv_.WaitWithTimeout(&mu_, absl::Milliseconds(50));
+  }
+}
+
 }  // namespace diloco

@@ -274,6 +274,7 @@ int ServeUntilDone(Process& p) {
     spdlog::info("run complete; waiting for workers to leave");
     core->WaitForWorkersToLeave(std::max(15.0, 3 * p.config.coordinator.heartbeat_interval_s));
     core->WriteSummary();
+    core->WaitForWatchers();
   }
   StopServing(p);
   watcher.join();

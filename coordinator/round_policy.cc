@@ -23,8 +23,15 @@ RoundDecision DecideRoundClose(const RoundView& round, double now, const RoundPo
     const std::string excused = needed < options.min_workers
                                     ? absl::StrCat(" less ", options.min_workers - needed, " quarantined")
                                     : std::string();
-    return {false, absl::StrCat("waiting for pushes: ", pushed, " of min_workers ", options.min_workers, excused,
-                                " received (", round.active.size(), " active)")};
+    std::string reason = absl::StrCat("waiting for pushes: ", pushed, " of min_workers ", options.min_workers, excused,
+                                      " received (", round.active.size(), " active)");
+    // Past the timeout with too few members to ever close: say so once (the reason changes, so it is logged).
+    if (timed_out && static_cast<int64_t>(could_push) < needed) {
+      absl::StrAppend(&reason,
+                      "; round_timeout_s passed and fewer members than min_workers can push: the round waits "
+                      "until a worker joins (diloco-worker --coordinator ... --id ...)");
+    }
+    return {false, reason};
   }
   if (missing.empty()) {
     return {true, absl::StrCat("all ", round.active.size(), " active members pushed")};

@@ -260,11 +260,12 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
   return reactor;
 }
 
-grpc::ServerUnaryReactor* CoordinatorService::GetStatus(grpc::CallbackServerContext* ctx, const StatusRequest*,
+grpc::ServerUnaryReactor* CoordinatorService::GetStatus(grpc::CallbackServerContext* ctx, const StatusRequest* request,
                                                         StatusReply* reply) {
   if (auto* refused = RefuseUnary(auth_, ctx, "GetStatus")) return refused;
   return Unary(ctx, [&] {
     *reply = coordinator_->Status();
+    coordinator_->NoteWatcher(request->watch_interval_ms(), reply->phase() == "complete");
     return absl::OkStatus();
   });
 }

@@ -12,9 +12,16 @@ namespace diloco {
 
 std::string StatusToText(const StatusReply& s) {
   std::string out;
-  absl::StrAppendFormat(&out, "run %s: round %lld/%lld, phase %s%s%s\n", s.run_name(),
-                        static_cast<long long>(s.round()), static_cast<long long>(s.rounds_total()), s.phase(),
-                        s.phase_reason().empty() ? "" : ": ", s.phase_reason());
+  // `round` counts the committed outer steps; the round under way is the next one, numbered as the logs number it
+  // ("round 25: waiting for pushes" while 24 are done).
+  absl::StrAppendFormat(&out, "run %s: %lld/%lld rounds done; ", s.run_name(), static_cast<long long>(s.round()),
+                        static_cast<long long>(s.rounds_total()));
+  if (s.phase() == "complete") {
+    absl::StrAppend(&out, "complete\n");
+  } else {
+    absl::StrAppendFormat(&out, "round %lld %s%s%s\n", static_cast<long long>(s.round() + 1), s.phase(),
+                          s.phase_reason().empty() ? "" : ": ", s.phase_reason());
+  }
   absl::StrAppendFormat(&out, "model: %lld parameters, fingerprint %s\n", static_cast<long long>(s.params()),
                         s.fingerprint());
   const ModelSpec& m = s.model();

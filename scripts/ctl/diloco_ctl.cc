@@ -20,8 +20,10 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "config/cli_flags.h"
 #include "config/config_loader.h"
@@ -37,26 +39,31 @@ namespace {
 
 void PrintHuman(const diloco::StatusReply& s) { fputs(diloco::StatusToText(s).c_str(), stdout); }
 
-// Redraws the status table every interval_s until the run is complete; an error once the coordinator cannot be
-// reached (after it was complete, OK: the coordinator exits at the end of a run).
+// Redraws the status table every interval_s until the run is complete. The request names the interval, so a
+// completing coordinator waits for this watch to see `complete` before it exits (StatusRequest.watch_interval_ms); a
+// coordinator gone before that (stopped, killed) is an error naming what was seen last.
 absl::Status Watch(diloco::Coordinator::Stub& stub, const std::string& addr, double timeout_s, double interval_s,
                    const diloco::TransportSecurity& security) {
-  bool complete = false;
+  std::optional<diloco::StatusReply> last;
+  diloco::StatusRequest request;
+  request.set_watch_interval_ms(std::max<int64_t>(1, static_cast<int64_t>(interval_s * 1000)));
   while (true) {
     grpc::ClientContext ctx;
     diloco::AttachToken(security, &ctx);
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int>(timeout_s * 1000)));
     diloco::StatusReply reply;
-    grpc::Status s = stub.GetStatus(&ctx, diloco::StatusRequest(), &reply);
+    grpc::Status s = stub.GetStatus(&ctx, request, &reply);
     if (!s.ok()) {
-      if (complete) return absl::OkStatus();
-      return absl::UnavailableError("coordinator " + addr + ": " + s.error_message());
+      if (!last) return absl::UnavailableError("coordinator " + addr + ": " + s.error_message());
+      return absl::UnavailableError(absl::StrCat("coordinator ", addr, " stopped answering (last seen: ", last->round(),
+                                                 "/", last->rounds_total(), " rounds done, ", last->phase(),
+                                                 "): ", s.error_message()));
     }
     printf("\033[H\033[2J");  // clear the terminal
     PrintHuman(reply);
     fflush(stdout);
-    complete = reply.phase() == "complete";
-    if (complete) return absl::OkStatus();
+    if (reply.phase() == "complete") return absl::OkStatus();
+    last = std::move(reply);
     std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(interval_s * 1000)));
   }
 }

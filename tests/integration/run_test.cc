@@ -39,6 +39,9 @@ TEST(Run, TwoWorkersTrainThreeRoundsAndLossFalls) {
   ASSERT_TRUE(coordinator.WaitForOutput("joined: worker", 60));
   RunningProcess ctl("diloco-ctl", {"status", "--addr", address, "--json"});
   ASSERT_EQ(ctl.Wait(30), 0) << ctl.output();
+  // An operator watches the run to its end: the watch ends with exit 0 on the completed run (the coordinator waits
+  // for it). Before, the coordinator exited between two polls and the watch ended with "failed to connect", exit 1.
+  RunningProcess watch("diloco-ctl", {"status", "--addr", address, "--watch", "--interval", "2"});
   RunningProcess w1("diloco-worker", With(TinyArgs(dir), {"--coordinator", address, "--id", "w1"}));
   const nlohmann::json live = nlohmann::json::parse(ctl.output());
   for (const char* key :
@@ -50,6 +53,8 @@ TEST(Run, TwoWorkersTrainThreeRoundsAndLossFalls) {
   ASSERT_EQ(w0.Wait(120), 0) << w0.output();
   ASSERT_EQ(w1.Wait(120), 0) << w1.output();
   ASSERT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+  EXPECT_EQ(watch.Wait(30), 0) << watch.output();
+  EXPECT_NE(watch.output().find("run tiny: 3/3 rounds done; complete"), std::string::npos) << watch.output();
 
   const nlohmann::json summary = ReadJson(dir + "/summary.json");
   EXPECT_EQ(summary["round"].get<int64_t>(), 3);

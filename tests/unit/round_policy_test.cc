@@ -45,6 +45,21 @@ TEST(RoundPolicyTest, WaitsBelowMinWorkersEvenPastTheTimeout) {
   RoundDecision d = DecideRoundClose(round, 1000.0, Options(2, 60));
   EXPECT_FALSE(d.close);
   EXPECT_THAT(d.reason, HasSubstr("min_workers"));
+  EXPECT_THAT(d.reason, Not(HasSubstr("until a worker joins"))) << "w1 and w2 may still push";
+}
+
+// One active member left of min_workers 2 (the other left or was lost): past round_timeout_s the reason says the
+// round cannot close until a worker joins, so the log says it once more than "waiting for pushes" (which it said
+// when the round opened, and then nothing for as long as the run stalled).
+TEST(RoundPolicyTest, PastTheTimeoutWithTooFewMembersTheReasonSaysAWorkerMustJoin) {
+  RoundView round{{"w0"}, {"w0"}, 0.0};
+  EXPECT_EQ(DecideRoundClose(round, 59.0, Options(2, 60)).reason,
+            "waiting for pushes: 1 of min_workers 2 received (1 active)");
+  const RoundDecision d = DecideRoundClose(round, 60.0, Options(2, 60));
+  EXPECT_FALSE(d.close);
+  EXPECT_EQ(d.reason,
+            "waiting for pushes: 1 of min_workers 2 received (1 active); round_timeout_s passed and fewer members than "
+            "min_workers can push: the round waits until a worker joins (diloco-worker --coordinator ... --id ...)");
 }
 
 // Active members quarantined for the round may not push before it closes: past round_timeout_s they are excused

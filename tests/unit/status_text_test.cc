@@ -25,6 +25,24 @@ WorkerStatus* AddMember(StatusReply& s, const std::string& id, double clip_scale
   return w;
 }
 
+// The first line numbers the round under way as the logs do: with 24 of 40 rounds done, round 25 waits for its
+// pushes (the coordinator logs "round 25: waiting for pushes"). Before, it read "round 24/40, phase training".
+TEST(StatusTextTest, TheFirstLineNumbersTheRoundUnderWayAsTheLogsDo) {
+  StatusReply s;
+  s.set_run_name("tiny");
+  s.set_round(24);
+  s.set_rounds_total(40);
+  s.set_phase("training");
+  s.set_phase_reason("waiting for pushes: 1 of min_workers 2 received");
+  EXPECT_THAT(StatusToText(s),
+              ::testing::StartsWith("run tiny: 24/40 rounds done; round 25 training: waiting for pushes: 1 of "
+                                    "min_workers 2 received\n"));
+  s.set_round(40);
+  s.set_phase("complete");
+  s.set_phase_reason("");
+  EXPECT_THAT(StatusToText(s), ::testing::StartsWith("run tiny: 40/40 rounds done; complete\n"));
+}
+
 TEST(StatusTextTest, OnlyMembersFarBeyondTheLimitsGetALineOfTheirOwn) {
   StatusReply s;
   s.set_run_name("r");
