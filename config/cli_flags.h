@@ -22,6 +22,23 @@ inline CLI::Validator PositiveSeconds() {
       "SECONDS > 0");
 }
 
+// An address flag: HOST:PORT with a port in 1..65535 ("--coordinator: must be HOST:PORT, got 127.0.0.1"). Without
+// it gRPC dials port 443 (or 0) and the caller waits for a reason it never prints.
+inline CLI::Validator HostPortFlag() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        const size_t colon = value.rfind(':');
+        int port = 0;
+        if (colon != std::string::npos && colon > 0 && colon + 1 < value.size() && colon + 6 >= value.size() &&
+            value.find_first_not_of("0123456789", colon + 1) == std::string::npos) {
+          port = std::stoi(value.substr(colon + 1));
+        }
+        if (port >= 1 && port <= 65535) return "";
+        return "must be HOST:PORT with a port in 1..65535, got " + value;
+      },
+      "HOST:PORT");
+}
+
 // -1 when argv parsed (go on); else the exit code main returns.
 inline int ParseFlags(CLI::App& app, int argc, char** argv) {
   try {

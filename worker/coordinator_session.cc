@@ -90,7 +90,10 @@ absl::Status CoordinatorSession::Join() {
     if (!decision.hint.empty() && !hinted)
       spdlog::warn("coordinator {}: {}; retrying", protocol_.coordinator, decision.hint);
     hinted = hinted || !decision.hint.empty();
-    if (!warned) spdlog::info("waiting for coordinator {} ...", protocol_.coordinator);
+    if (!warned) {  // the first answer's words: a user who pointed the worker at the wrong port sees why at once
+      spdlog::info("waiting for coordinator {} ({}); retrying for workers.connect_timeout_s = {} s",
+                   protocol_.coordinator, std::string(reply.status().message()), protocol_.connect_timeout_s);
+    }
     warned = true;
     backoff_.Sleep(flags_.stop);
   }

@@ -44,7 +44,8 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "diloco (default): a DiLoCo worker; ddp: a rank of the data-parallel baseline "
                  "(no coordinator; --rank and --cluster-store over workers.count x cluster_size ranks)")
       ->check(CLI::IsMember({"diloco", "ddp"}));
-  app.add_option("--coordinator", f.options.coordinator, "coordinator address HOST:PORT (required with --mode diloco)");
+  app.add_option("--coordinator", f.options.coordinator, "coordinator address HOST:PORT (required with --mode diloco)")
+      ->check(diloco::HostPortFlag());
   app.add_option("--id", f.options.id, "worker id, unique in the run (a restarted worker reuses its id)");
   app.add_option("--set", f.overrides, "override a config key: section.key=value (repeatable)");
   app.add_option("--attack", f.options.attack,
@@ -54,7 +55,8 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "TEST-ONLY: write each pushed pseudo-gradient to PATH (read by another worker's --attack copy:PATH)");
   app.add_option("--rank", f.options.rank, "workers.cluster_size > 1: this process's rank in the worker's cluster");
   app.add_option("--cluster-store", f.options.cluster_store,
-                 "workers.cluster_size > 1: HOST:PORT of the cluster's c10d store (rank 0 listens there)");
+                 "workers.cluster_size > 1: HOST:PORT of the cluster's c10d store (rank 0 listens there)")
+      ->check(diloco::HostPortFlag());
   app.add_option("--cluster-bind", f.options.cluster_bind,
                  "this rank's own IP address for the cluster's connections (default: the --cluster-store host; set it "
                  "when ranks are on different hosts)");

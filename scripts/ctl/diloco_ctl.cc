@@ -123,7 +123,7 @@ RpcCommands AddRpcCommands(CLI::App& app, RpcFlags& f) {
   leave->add_option("--id", f.worker_id, "worker id")->required();
   CLI::App* checkpoint = app.add_subcommand("checkpoint", "write a checkpoint now");
   for (CLI::App* sub : {status, leave, checkpoint}) {
-    sub->add_option("--addr", f.addr, "coordinator address HOST:PORT")->required();
+    sub->add_option("--addr", f.addr, "coordinator address HOST:PORT")->required()->check(diloco::HostPortFlag());
     sub->add_option("--timeout", f.timeout_s, "seconds to wait for the coordinator")->check(diloco::PositiveSeconds());
     sub->add_option("--config", f.run_config, "the run's YAML config: its security.* keys (TLS, token) are used");
     sub->add_option("--set", f.run_overrides, "section.key=value override of --config (repeatable)");

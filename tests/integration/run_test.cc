@@ -90,6 +90,11 @@ TEST(Run, WorkerStartedBeforeCoordinatorWaitsAndConnects) {
                                               "workers.count=1", "outer.rounds=1"};
   RunningProcess worker("diloco-worker", With(TinyArgs(dir, overrides), {"--coordinator", address, "--id", "early"}));
   ASSERT_TRUE(worker.WaitForOutput("waiting for coordinator", 60)) << worker.output();
+  // The line says why at once (before, only the give-up after workers.connect_timeout_s did).
+  EXPECT_NE(worker.output().find("waiting for coordinator " + address + " ("), std::string::npos) << worker.output();
+  EXPECT_NE(worker.output().find("Connection refused); retrying for workers.connect_timeout_s = 60 s"),
+            std::string::npos)
+      << worker.output();
   std::this_thread::sleep_for(std::chrono::seconds(2));
   ASSERT_TRUE(worker.Running()) << worker.output();
 
@@ -599,6 +604,18 @@ TEST(Launch, AWrongFlagIsOneLineAndExitCode2InEveryBinary) {
       RunToEnd("diloco-ctl", {"status", "--addr", "127.0.0.1:1", "--watch", "--interval", "0"});
   EXPECT_EQ(watch_code, 2) << watch;
   EXPECT_EQ(watch, "diloco-ctl: error: --interval: must be a number of seconds > 0, got 0; --help lists the flags\n");
+  // An address without its port: gRPC dialled port 0 (the worker) or 443 (ctl) and waited for a reason it never said.
+  const auto [worker_code, worker] =
+      RunToEnd("diloco-worker", {"--config", tiny, "--coordinator", "127.0.0.1", "--id", "w"});
+  EXPECT_EQ(worker_code, 2) << worker;
+  EXPECT_EQ(worker,
+            "diloco-worker: error: --coordinator: must be HOST:PORT with a port in 1..65535, got 127.0.0.1; --help "
+            "lists the flags\n");
+  const auto [addr_code, addr] = RunToEnd("diloco-ctl", {"status", "--addr", "localhost"});
+  EXPECT_EQ(addr_code, 2) << addr;
+  EXPECT_EQ(addr,
+            "diloco-ctl: error: --addr: must be HOST:PORT with a port in 1..65535, got localhost; --help lists "
+            "the flags\n");
 }
 
 // The launcher starts workers.count workers: a min_workers above it could never close a round (the launch waited
