@@ -25,6 +25,7 @@
 #include "config/subprocess.h"
 #include "config/text_file.h"
 #include "coordinator/bootstrap.h"
+#include "coordinator/checkpoint_dir_lock.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/http_status.h"
 #include "coordinator/model_host.h"
@@ -74,7 +75,9 @@ struct Process {
   std::unique_ptr<diloco::CoordinatorService> service;
   std::unique_ptr<diloco::TcpPushListener> push_listener;  // destroyed before the service, after the server
   std::unique_ptr<grpc::Server> server;
-  std::string host;  // of coordinator.listen
+  std::unique_ptr<diloco::CheckpointDirLock>
+      checkpoint_lock;  // held until the process exits (null: none could be made)
+  std::string host;     // of coordinator.listen
   std::string address;
 };
 
@@ -85,6 +88,10 @@ absl::Status BuildCore(const Flags& flags, Process& p) {
   p.config = *config;
   spdlog::info("config {} (hash {}):\n{}", flags.config_path, diloco::ConfigHash(p.config),
                diloco::RenderConfig(p.config));
+  // Before anything reads or moves its checkpoints: one coordinator per checkpoint directory.
+  auto lock = diloco::CheckpointDirLock::Acquire(p.config.CheckpointDir());
+  if (!lock.ok()) return lock.status();
+  p.checkpoint_lock = *std::move(lock);
   diloco::SetComputeThreads(static_cast<int>(p.config.coordinator.threads));
   // Transport security (docs/operations.md "Security"): TLS identity, mutual TLS with security.tls_ca, the shared
   // token.

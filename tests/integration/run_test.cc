@@ -538,10 +538,12 @@ TEST(Launch, RelaunchOfACompletedRunEndsCleanly) {
   EXPECT_NE(after.output().find("is already complete (round 2 of 2)"), std::string::npos) << after.output();
 }
 
-// A --fresh start beside a coordinator still serving the run (the same port and checkpoint directory) fails to bind
-// and touches nothing: the directory is tidied (leftover .tmp removed, old checkpoints moved aside) only once the
-// port is this process's. Before, the live run's checkpoints were moved away by the start that then failed; and
-// gRPC's default SO_REUSEPORT let the second coordinator bind the live one's port and serve beside it.
+// A --fresh start beside a coordinator still serving the run (the same port and checkpoint directory) fails and
+// touches nothing: the directory is locked by the live coordinator (and tidied, leftover .tmp removed and old
+// checkpoints moved aside, only once the port is this process's). Before, the live run's checkpoints were moved away
+// by the start that then failed; and gRPC's default SO_REUSEPORT let the second coordinator bind the live one's port
+// and serve beside it. On port 0 (the examples' listen) no port clash stops a second coordinator: the lock does
+// (before, both ran and wrote their checkpoints and summary.json over each other's).
 TEST(Launch, AFreshStartThatCannotListenLeavesTheCheckpointsAlone) {
   const std::string dir = ScratchDir("fresh_busy_port");
   const std::string listen = "coordinator.listen=127.0.0.1:" + std::to_string(FreePort());
@@ -552,10 +554,16 @@ TEST(Launch, AFreshStartThatCannotListenLeavesTheCheckpointsAlone) {
   std::ofstream(dir + "/checkpoints/ckpt-00000008.bin.tmp") << "a save under way";
   const auto [code, output] = RunToEnd("diloco-coordinator", With(TinyArgs(dir, {listen}), {"--fresh"}));
   EXPECT_EQ(code, 2) << output;
-  EXPECT_NE(output.find("listen"), std::string::npos) << output;
+  const std::string in_use = "coordinator.checkpoint_dir: " + dir +
+                             "/checkpoints is in use by another coordinator (pid " + std::to_string(live.pid()) +
+                             ", lock ";
+  EXPECT_NE(output.find(in_use), std::string::npos) << output;
   EXPECT_TRUE(std::filesystem::exists(dir + "/checkpoints/ckpt-00000007.bin")) << output;
   EXPECT_TRUE(std::filesystem::exists(dir + "/checkpoints/ckpt-00000008.bin.tmp")) << output;
   EXPECT_EQ(output.find("before-fresh"), std::string::npos) << output;
+  const auto [port0_code, port0] = RunToEnd("diloco-coordinator", TinyArgs(dir, {"coordinator.listen=127.0.0.1:0"}));
+  EXPECT_EQ(port0_code, 2) << port0;
+  EXPECT_NE(port0.find(in_use), std::string::npos) << port0;
   live.Signal(SIGTERM);
   EXPECT_EQ(live.Wait(60), 130) << live.output();
 }
