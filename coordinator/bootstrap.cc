@@ -59,7 +59,11 @@ absl::Status Resume(const Config& config, const std::string& fingerprint, BootSt
   boot.members_config = std::move(loaded->data.members_config);
   boot.members = std::move(loaded->data.members);
   boot.earlier_theta_ids = std::move(loaded->data.earlier_theta_ids);
-  if (!boot.evals.empty() && boot.evals.back().round == snapshot.round) {  // the totals go on from the checkpoint
+  if (loaded->data.totals) {  // the totals go on from the checkpoint (version 5)
+    boot.tokens_committed = loaded->data.totals->tokens_committed;
+    boot.bytes_pushed_committed = loaded->data.totals->bytes_pushed_committed;
+    boot.dp_equivalent_bytes = loaded->data.totals->dp_equivalent_bytes;
+  } else if (!boot.evals.empty() && boot.evals.back().round == snapshot.round) {  // older files: the newest eval's
     boot.tokens_committed = boot.evals.back().tokens;
     boot.bytes_pushed_committed = boot.evals.back().bytes_pushed_committed;
   }

@@ -25,8 +25,11 @@ struct BootState {
   std::shared_ptr<ParamSnapshot> snapshot;  // theta_0 at round 0, or theta_t of the checkpoint
   std::vector<at::Tensor> momentum;         // outer momentum of the checkpoint (empty: none yet)
   std::vector<EvalRecord> evals;
-  int64_t tokens_committed = 0;  // totals carried on from the checkpoint's newest eval
+  // Totals carried on from the checkpoint (its run totals; a file before version 5: its newest eval's, when of its
+  // round, and no data-parallel figure).
+  int64_t tokens_committed = 0;
   int64_t bytes_pushed_committed = 0;
+  int64_t dp_equivalent_bytes = 0;
   std::string members_config;                    // the checkpoint's active members and the config they joined under
   std::vector<MemberRecord> members;             // (CoordinatorCore::RestoreMembers)
   std::vector<ThetaIdRecord> earlier_theta_ids;  // the checkpoint's (CheckpointData::earlier_theta_ids)

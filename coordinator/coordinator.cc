@@ -100,6 +100,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const C
     c->axis_ = std::move(axis);
     c->stats_.tokens_committed = boot->tokens_committed;
     c->stats_.bytes_pushed_committed = boot->bytes_pushed_committed;
+    c->stats_.dp_equivalent_bytes = boot->dp_equivalent_bytes;
     c->complete_ = snapshot->complete;
     if (c->complete_) c->round_.set_phase(RoundPhase::kComplete);
     c->round_.set_opened_at(c->clock_());
@@ -121,15 +122,24 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const C
 
 void CoordinatorCore::RecordMembersAt(int64_t round, const RoundState::Pushes* counted) {
   RoundRecords records;
+  // With `counted`: the contributions and totals as they will stand once that round commits (credited on copies).
+  std::optional<Membership> credited_members;
+  RunStats credited = stats_;
+  if (counted != nullptr) {
+    credited_members.emplace(membership_);
+    credited.CreditRound(*counted, model_.num_params, *credited_members);
+  }
+  const Membership& membership = credited_members ? *credited_members : membership_;
   // Lost members too (a lease that ran out, or restored under a changed config and not joined again): a restart
   // keeps their shard and counted pushes as this process does, not only across one restart.
-  for (const auto& [id, m] : membership_.members()) {
+  for (const auto& [id, m] : membership.members()) {
     if (m.state == MemberState::kLeft) continue;
     int64_t base = m.last_applied_base;
     if (counted != nullptr && counted->count(id) != 0) base = std::max(base, counted->at(id).base);
-    records.members.push_back(
-        {m.id, m.shard_index, m.shard_reader, m.cluster_size, m.inner_steps, base, m.state == MemberState::kActive});
+    records.members.push_back({m.id, m.shard_index, m.shard_reader, m.cluster_size, m.inner_steps, base,
+                               m.state == MemberState::kActive, m.rounds_contributed, m.tokens, m.bytes_pushed});
   }
+  records.totals = {credited.tokens_committed, credited.bytes_pushed_committed, credited.dp_equivalent_bytes};
   // The thetas of the rounds before `round` that a push may still be computed against (theta_ids_ may hold one more
   // when called before `round`'s theta is recorded).
   for (const auto& [r, id] : theta_ids_) {
@@ -155,6 +165,7 @@ void CoordinatorCore::RecordsAt(int64_t round, CheckpointData& data) const {
   if (it == records_at_.end()) return;
   data.members = it->second.members;
   data.earlier_theta_ids = it->second.earlier_theta_ids;
+  data.totals = it->second.totals;
 }
 
 void CoordinatorCore::RestoreMembers(const std::string& members_config, const std::vector<MemberRecord>& members) {

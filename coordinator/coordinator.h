@@ -401,6 +401,7 @@ class CoordinatorCore {
   struct RoundRecords {
     std::vector<MemberRecord> members;
     std::vector<ThetaIdRecord> earlier_theta_ids;
+    RunTotalsRecord totals;
   };
   mutable absl::Mutex members_mu_;  // a leaf: taken under mu_ (RecordMembersAt) and alone (RecordsAt)
   std::map<int64_t, RoundRecords> records_at_ ABSL_GUARDED_BY(members_mu_);

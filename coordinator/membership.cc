@@ -65,6 +65,9 @@ void Membership::Restore(const MemberRecord& record, double now, bool active) {
   m.cluster_size = std::max(record.cluster_size, 1);
   m.inner_steps = std::max<int64_t>(record.inner_steps, 0);
   m.last_applied_base = record.last_applied_base;
+  m.rounds_contributed = std::max<int64_t>(record.rounds_contributed, 0);
+  m.tokens = std::max<int64_t>(record.tokens, 0);
+  m.bytes_pushed = std::max<int64_t>(record.bytes_pushed, 0);
   members_.emplace(m.id, m);
 }
 

@@ -29,7 +29,8 @@ namespace {
 constexpr char kMagic[8] = {'D', 'L', 'C', 'O', 'C', 'K', 'P', 'T'};
 // Every version keeps the magic, the version right after it and the xxh64 trailer: a newer file is told from a
 // corrupt one by its checksum (LoadCheckpoint).
-constexpr uint32_t kVersion = 4;  // 2: evals carry tokens and bytes; 3: members; 4: lost members, earlier theta ids
+constexpr uint32_t kVersion = 5;  // 2: evals carry tokens and bytes; 3: members; 4: lost members, earlier theta ids;
+                                  // 5: members' contributions, the run's totals
 constexpr uint32_t kMaxThetaIds = 1u << 20;  // a bound on a corrupt count (outer.max_staleness + 1 are written)
 constexpr uint32_t kMaxMembers = 1u << 20;   // a bound on a corrupt count (coordinator.max_members is far below)
 
@@ -314,12 +315,20 @@ absl::Status SaveCheckpoint(const std::string& path, const CheckpointData& data)
       w.Pod<int64_t>(m.inner_steps);
       w.Pod<int64_t>(m.last_applied_base);
       w.Pod<uint8_t>(m.active ? 1 : 0);
+      w.Pod<int64_t>(m.rounds_contributed);
+      w.Pod<int64_t>(m.tokens);
+      w.Pod<int64_t>(m.bytes_pushed);
     }
     w.Pod<uint32_t>(static_cast<uint32_t>(data.earlier_theta_ids.size()));
     for (const ThetaIdRecord& t : data.earlier_theta_ids) {
       w.Pod<int64_t>(t.round);
       w.Pod<uint64_t>(t.id);
     }
+    const RunTotalsRecord totals = data.totals.value_or(RunTotalsRecord{});
+    w.Pod<uint8_t>(data.totals ? 1 : 0);
+    w.Pod<int64_t>(totals.tokens_committed);
+    w.Pod<int64_t>(totals.bytes_pushed_committed);
+    w.Pod<int64_t>(totals.dp_equivalent_bytes);
     w.Finish();
   } catch (const std::exception& e) {
     fclose(f);
@@ -409,6 +418,9 @@ absl::Status ParseBody(ScanningReader& r, const std::string& path, CheckpointDat
       if (version >= 4 && !r.Pod(&active)) return Corrupt(path, "member section truncated");
       if (active > 1) return Corrupt(path, absl::StrCat("bad member flag ", static_cast<int>(active)));
       m.active = active == 1;
+      if (version >= 5 && (!r.Pod(&m.rounds_contributed) || !r.Pod(&m.tokens) || !r.Pod(&m.bytes_pushed))) {
+        return Corrupt(path, "member section truncated");
+      }
       data->members.push_back(std::move(m));
     }
   }
@@ -420,6 +432,15 @@ absl::Status ParseBody(ScanningReader& r, const std::string& path, CheckpointDat
       if (!r.Pod(&t.round) || !r.Pod(&t.id)) return Corrupt(path, "theta id section truncated");
       data->earlier_theta_ids.push_back(t);
     }
+  }
+  if (version >= 5) {
+    uint8_t recorded = 0;
+    RunTotalsRecord totals;
+    if (!r.Pod(&recorded) || recorded > 1 || !r.Pod(&totals.tokens_committed) ||
+        !r.Pod(&totals.bytes_pushed_committed) || !r.Pod(&totals.dp_equivalent_bytes)) {
+      return Corrupt(path, "bad run totals section");
+    }
+    if (recorded == 1) data->totals = totals;
   }
   if (!r.AtEnd()) return Corrupt(path, "trailing bytes before the checksum");
   return absl::OkStatus();

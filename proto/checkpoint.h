@@ -20,6 +20,7 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +47,20 @@ struct MemberRecord {
   int64_t inner_steps = 0;         // its H for the next round (inner.adaptive_steps); 0 = inner.steps
   int64_t last_applied_base = -1;  // the newest round one of its counted pushes was computed against
   bool active = true;              // false: lost (its lease ran out, or restored and not joined again); version 3: true
+  // Version 5: what it contributed to the committed rounds (status and summary.json go on from these after a
+  // restart); 0 in older files.
+  int64_t rounds_contributed = 0;
+  int64_t tokens = 0;
+  int64_t bytes_pushed = 0;
+};
+
+// Version 5: the run's totals over its committed rounds, as of the checkpoint's round. Before, a restart took the
+// tokens and bytes from the newest evaluation record (only when it was of that round) and the data-parallel figure
+// from nowhere: they started over from 0.
+struct RunTotalsRecord {
+  int64_t tokens_committed = 0;
+  int64_t bytes_pushed_committed = 0;
+  int64_t dp_equivalent_bytes = 0;
 };
 
 // The id of a theta before the checkpoint's round that a push may still be computed against (outer.mode async).
@@ -67,6 +82,7 @@ struct CheckpointData {
   // up to outer.max_staleness back; sync: none), oldest first, so that a restart refuses a push against another theta
   // of those rounds too (PullHeader.theta_id).
   std::vector<ThetaIdRecord> earlier_theta_ids;
+  std::optional<RunTotalsRecord> totals;  // version 5 (unset: an older file, or not recorded)
 };
 
 absl::Status SaveCheckpoint(const std::string& path, const CheckpointData& data);

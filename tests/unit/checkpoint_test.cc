@@ -127,9 +127,11 @@ TEST_F(CheckpointTest, VersionOneFileStillLoads) {
   const std::string path = CheckpointPath(dir_.string(), saved.round);
   ASSERT_TRUE(SaveCheckpoint(path, saved).ok());
   std::string bytes = ReadAll(path);
-  // Tail of version 4: ... uint32 count, int64 round, f64 loss, int64 tokens, int64 bytes, then the member section
-  // (uint64 theta_id 0, uint32 0: members_config "", uint32 0 members), the theta id section (uint32 0), uint64 xxh64.
-  bytes.erase(bytes.size() - 8 - 20, 20);  // drop the member and theta id sections
+  // Tail of version 5: ... uint32 count, int64 round, f64 loss, int64 tokens, int64 bytes, then the member section
+  // (uint64 theta_id 0, uint32 0: members_config "", uint32 0 members), the theta id section (uint32 0), the run
+  // totals (uint8 flag, 3 x int64), uint64 xxh64.
+  bytes.erase(bytes.size() - 8 - 25, 25);  // drop the run totals
+  bytes.erase(bytes.size() - 8 - 20, 20);  // the member and theta id sections
   bytes.erase(bytes.size() - 8 - 16, 16);  // and tokens and bytes
   WriteAsVersion(path, 1, bytes);
   absl::StatusOr<CheckpointData> loaded = LoadCheckpoint(path);
@@ -169,6 +171,7 @@ TEST_F(CheckpointTest, MembersRoundTripAndAVersionTwoFileLoadsWithNone) {
   saved.theta_id = 0;
   ASSERT_TRUE(SaveCheckpoint(path, saved).ok());
   std::string bytes = ReadAll(path);
+  bytes.erase(bytes.size() - 8 - 25, 25);  // version 5's run totals
   bytes.erase(bytes.size() - 8 - 20, 20);  // the (empty) member and theta id sections
   WriteAsVersion(path, 2, bytes);
   loaded = LoadCheckpoint(path);
@@ -200,14 +203,16 @@ TEST_F(CheckpointTest, LostMembersAndEarlierThetaIdsRoundTripAndAVersionThreeFil
   EXPECT_EQ(loaded->earlier_theta_ids[1].round, 6);
   EXPECT_EQ(loaded->earlier_theta_ids[1].id, 55u);
 
-  // The same file as version 3 wrote it: each member record 1 byte shorter, no theta id section.
+  // The same file as version 3 wrote it: each member record without its flag (nor version 5's contributions), no
+  // theta id section (nor run totals).
   saved.earlier_theta_ids.clear();
   ASSERT_TRUE(SaveCheckpoint(path, saved).ok());
   std::string bytes = ReadAll(path);
-  bytes.erase(bytes.size() - 8 - 4, 4);                 // the (empty) theta id section
-  const size_t record = 4 + 8 + 4 + 4 + 4 + 8 + 8 + 1;  // "worker-1" with its fields and flag
-  bytes.erase(bytes.size() - 8 - 1, 1);                 // worker-1's flag
-  bytes.erase(bytes.size() - 8 - record, 1);            // worker-0's flag
+  bytes.erase(bytes.size() - 8 - 25, 25);           // version 5's run totals
+  bytes.erase(bytes.size() - 8 - 4, 4);             // the (empty) theta id section
+  const size_t record = 4 + 8 + 4 + 4 + 4 + 8 + 8;  // "worker-1" with its version 3 fields
+  bytes.erase(bytes.size() - 8 - 25, 25);           // worker-1's flag and contributions
+  bytes.erase(bytes.size() - 8 - record - 25, 25);  // worker-0's
   WriteAsVersion(path, 3, bytes);
   loaded = LoadCheckpoint(path);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -216,6 +221,52 @@ TEST_F(CheckpointTest, LostMembersAndEarlierThetaIdsRoundTripAndAVersionThreeFil
   EXPECT_EQ(loaded->members[1].last_applied_base, 4);
   EXPECT_TRUE(loaded->members[0].active && loaded->members[1].active) << "version 3 recorded active members only";
   EXPECT_TRUE(loaded->earlier_theta_ids.empty());
+}
+
+// Version 5 keeps what each member contributed and the run's totals (status and summary.json go on from them after a
+// restart; before, they started over from 0, the data-parallel figure always); a version-4 file loads with neither.
+TEST_F(CheckpointTest, ContributionsAndRunTotalsRoundTripAndAVersionFourFileLoadsWithout) {
+  CheckpointData saved = Sample();
+  saved.members = {{"worker-0", 0, 0, 1, 0, 6, true, 7, 17920, 3000000},
+                   {"worker-1", 1, 0, 1, 0, 6, false, 5, 12800, 1}};
+  saved.totals = RunTotalsRecord{30720, 3000001, 9876543210LL};
+  const std::string path = CheckpointPath(dir_.string(), saved.round);
+  ASSERT_TRUE(SaveCheckpoint(path, saved).ok());
+  absl::StatusOr<CheckpointData> loaded = LoadCheckpoint(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->members.size(), 2u);
+  EXPECT_EQ(loaded->members[0].rounds_contributed, 7);
+  EXPECT_EQ(loaded->members[0].tokens, 17920);
+  EXPECT_EQ(loaded->members[0].bytes_pushed, 3000000);
+  EXPECT_EQ(loaded->members[1].rounds_contributed, 5);
+  EXPECT_FALSE(loaded->members[1].active);
+  ASSERT_TRUE(loaded->totals.has_value());
+  EXPECT_EQ(loaded->totals->tokens_committed, 30720);
+  EXPECT_EQ(loaded->totals->bytes_pushed_committed, 3000001);
+  EXPECT_EQ(loaded->totals->dp_equivalent_bytes, 9876543210LL);
+
+  // Not recorded: a flag says so.
+  saved.totals.reset();
+  ASSERT_TRUE(SaveCheckpoint(path, saved).ok());
+  loaded = LoadCheckpoint(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_FALSE(loaded->totals.has_value());
+
+  // The same file as version 4 wrote it.
+  std::string bytes = ReadAll(path);
+  bytes.erase(bytes.size() - 8 - 25, 25);               // the run totals
+  const size_t record = 4 + 8 + 4 + 4 + 4 + 8 + 8 + 1;  // "worker-1" with its version 4 fields
+  bytes.erase(bytes.size() - 8 - 4 - 24, 24);           // worker-1's contributions (before the empty theta id section)
+  bytes.erase(bytes.size() - 8 - 4 - record - 24, 24);  // worker-0's
+  WriteAsVersion(path, 4, bytes);
+  loaded = LoadCheckpoint(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->members.size(), 2u);
+  EXPECT_EQ(loaded->members[0].last_applied_base, 6);
+  EXPECT_TRUE(loaded->members[0].active);
+  EXPECT_FALSE(loaded->members[1].active);
+  EXPECT_EQ(loaded->members[0].rounds_contributed, 0);
+  EXPECT_FALSE(loaded->totals.has_value());
 }
 
 TEST_F(CheckpointTest, RoundTripWithoutMomentumOrEvals) {
@@ -353,13 +404,13 @@ TEST_F(CheckpointTest, LoadNewestStopsAtACheckpointOfANewerFormat) {
     ASSERT_TRUE(SaveCheckpoint(CheckpointPath(dir_.string(), round), d).ok());
   }
   const std::string newest = CheckpointPath(dir_.string(), 2);
-  WriteAsVersion(newest, 5, ReadAll(newest));
+  WriteAsVersion(newest, 6, ReadAll(newest));
   std::vector<std::string> skipped;
   absl::StatusOr<LoadedCheckpoint> loaded = LoadNewestCheckpoint(dir_.string(), &skipped);
   ASSERT_FALSE(loaded.ok()) << "resumed from " << loaded->path;
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(loaded.status().message()),
-              HasSubstr("ckpt-00000002.bin: format version 5 was written by a newer diloco"));
+              HasSubstr("ckpt-00000002.bin: format version 6 was written by a newer diloco"));
   EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("run that version, or start with --fresh"));
   EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("an older checkpoint"));
   EXPECT_TRUE(skipped.empty());

@@ -881,6 +881,33 @@ TEST_F(CoordinatorCoreTest, MembersAndTheirCountedPushesSurviveARestart) {
   EXPECT_EQ(Push("A", 1, 1000, dA).code(), absl::StatusCode::kAlreadyExists) << "its record stands";
 }
 
+// The run's totals and each member's contributions go on from the checkpoint (version 5), whatever the evaluations:
+// here eval_every 0 (there are none). Before, tokens and bytes came back only from an evaluation record of the
+// checkpoint's round, the data-parallel figure and the members' rounds, tokens and bytes never: summary.json of a run
+// restarted once showed rounds_contributed 34 of 40 and a data-parallel ratio off by as much.
+TEST_F(CoordinatorCoreTest, RunTotalsAndContributionsSurviveARestart) {
+  config_.coordinator.eval_every = 0;
+  Tensors dA, dB;
+  ASSERT_NO_FATAL_FAILURE(CloseRoundOneWithAB(&dA, &dB));
+  const StatusReply before = core_->Status();
+  ASSERT_GT(before.dp_equivalent_bytes(), 0);
+  ASSERT_GT(before.bytes_pushed_committed(), 0);
+  ASSERT_EQ(Worker(before, "A").rounds_contributed(), 1);
+  ASSERT_TRUE(core_->CheckpointNow().ok());
+
+  core_ = MakeCore(/*resume=*/true);
+  ASSERT_NE(core_, nullptr);
+  const StatusReply after = core_->Status();
+  EXPECT_EQ(after.round(), 1);
+  EXPECT_EQ(after.dp_equivalent_bytes(), before.dp_equivalent_bytes());
+  EXPECT_EQ(after.bytes_pushed_committed(), before.bytes_pushed_committed());
+  for (const char* id : {"A", "B"}) {
+    EXPECT_EQ(Worker(after, id).rounds_contributed(), 1) << id;
+    EXPECT_EQ(Worker(after, id).tokens(), Worker(before, id).tokens()) << id;
+    EXPECT_EQ(Worker(after, id).bytes_pushed(), Worker(before, id).bytes_pushed()) << id;
+  }
+}
+
 // A coordinator killed after publishing round 2 but before its checkpoint resumes from round 1 and steps round 2
 // again, to another theta under the same number. A worker that pulled the first theta_2 (and slept past its lease,
 // so that the round went on without it) pushes "round 2": its pseudo-gradient is against a theta this coordinator
