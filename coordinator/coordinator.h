@@ -167,10 +167,11 @@ class CoordinatorCore {
   // After completion: waits until workers.count members have joined and none is active (they saw run_complete and
   // left), or timeout_s passes.
   void WaitForWorkersToLeave(double timeout_s) ABSL_LOCKS_EXCLUDED(mu_);
-  // A status answered to a watcher polling every interval_ms (StatusRequest.watch_interval_ms > 0), with phase
-  // complete or not. After completion, WaitForWatchers waits until the latest watcher was answered complete, or 2 of
-  // its intervals plus 1 s (at most 30 s) after its last poll; at once when none polled.
-  void NoteWatcher(int64_t interval_ms, bool answered_complete) ABSL_LOCKS_EXCLUDED(mu_);
+  // A status answered to the watcher at `peer` polling every interval_ms (StatusRequest.watch_interval_ms > 0), with
+  // phase complete or not. After completion, WaitForWatchers waits until every watcher was answered complete, or 2 of
+  // its intervals plus 1 s (at most 30 s) passed since its last poll; at once when none polled. At most
+  // kMaxWatchers are remembered (the one due soonest makes room).
+  void NoteWatcher(const std::string& peer, int64_t interval_ms, bool answered_complete) ABSL_LOCKS_EXCLUDED(mu_);
   void WaitForWatchers() ABSL_LOCKS_EXCLUDED(mu_);
   // Writes Status() as JSON to <run.output_dir>/summary.json (atomically). Done at completion; call again to record
   // the final member states.
@@ -383,8 +384,12 @@ class CoordinatorCore {
   double aggregation_restarted_at_ ABSL_GUARDED_BY(mu_) = -1e300;  // clock_() at the last DiscardAggregation
   RunStats stats_ ABSL_GUARDED_BY(mu_);
   bool complete_ ABSL_GUARDED_BY(mu_) = false;
-  double watch_until_ ABSL_GUARDED_BY(mu_) = 0;             // NoteWatcher: wait for the watcher until then (clock_)
-  bool watcher_saw_complete_ ABSL_GUARDED_BY(mu_) = false;  // ... unless its last answer said complete
+  struct Watcher {
+    double until = 0;           // wait for it until then (clock_)
+    bool saw_complete = false;  // ... unless its last answer said complete
+  };
+  static constexpr size_t kMaxWatchers = 64;
+  std::map<std::string, Watcher> watchers_ ABSL_GUARDED_BY(mu_);  // by peer address (NoteWatcher)
   // Sparse pulls: the last committed round's update (null: none, or too large), built by the round thread.
   std::shared_ptr<const SparseUpdate> sparse_update_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -323,21 +323,32 @@ void CoordinatorCore::WaitForWorkersToLeave(double timeout_s) {
   }
 }
 
-void CoordinatorCore::NoteWatcher(int64_t interval_ms, bool answered_complete) {
+void CoordinatorCore::NoteWatcher(const std::string& peer, int64_t interval_ms, bool answered_complete) {
   if (interval_ms <= 0) return;
   absl::MutexLock lock(&mu_);
-  watch_until_ = clock_() + std::min(30.0, 2.0 * static_cast<double>(interval_ms) / 1000 + 1);
-  watcher_saw_complete_ = answered_complete;
+  const double now = clock_();
+  for (auto it = watchers_.begin(); it != watchers_.end();) it = it->second.until <= now ? watchers_.erase(it) : ++it;
+  if (watchers_.size() >= kMaxWatchers && watchers_.count(peer) == 0) {
+    watchers_.erase(std::min_element(watchers_.begin(), watchers_.end(),
+                                     [](const auto& a, const auto& b) { return a.second.until < b.second.until; }));
+  }
+  watchers_[peer] = {now + std::min(30.0, 2.0 * static_cast<double>(interval_ms) / 1000 + 1), answered_complete};
 }
 
 void CoordinatorCore::WaitForWatchers() {
   absl::MutexLock lock(&mu_);
-  if (stop_ || watcher_saw_complete_ || clock_() >= watch_until_) return;
-  spdlog::info("waiting up to {:.1f} s for a status watcher (diloco-ctl status --watch) to see the run complete",
-               watch_until_ - clock_());
-  while (!stop_ && !watcher_saw_complete_ && clock_() < watch_until_) {
-    cv_.WaitWithTimeout(&mu_, absl::Milliseconds(50));
-  }
+  // The latest time a watcher that has not seen `complete` may still poll; <= now: none.
+  const auto waiting_until = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    double until = 0;
+    for (const auto& [peer, w] : watchers_) {
+      if (!w.saw_complete) until = std::max(until, w.until);
+    }
+    return until;
+  };
+  if (stop_ || waiting_until() <= clock_()) return;
+  spdlog::info("waiting up to {:.1f} s for status watchers (diloco-ctl status --watch) to see the run complete",
+               waiting_until() - clock_());
+  while (!stop_ && waiting_until() > clock_()) cv_.WaitWithTimeout(&mu_, absl::Milliseconds(50));
 }
 
 }  // namespace diloco

@@ -268,8 +268,10 @@ int ServeUntilDone(Process& p) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   diloco::CoordinatorCore* core = p.core.get();
-  std::thread watcher([core] {
-    while (!core->complete() && g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // A signal stops the core, also once the run is complete (the waits for workers and watchers then end at once).
+  std::atomic<bool> done{false};
+  std::thread watcher([core, &done] {
+    while (!done && g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (g_signal != 0) {
       spdlog::warn("signal {}: stopping (the last checkpoint stays on disk)", g_signal.load());
       core->Stop();
@@ -283,6 +285,7 @@ int ServeUntilDone(Process& p) {
     core->WriteSummary();
     core->WaitForWatchers();
   }
+  done = true;
   StopServing(p);
   watcher.join();
   const std::string final_error = complete ? core->final_checkpoint_error() : "";

@@ -265,7 +265,7 @@ grpc::ServerUnaryReactor* CoordinatorService::GetStatus(grpc::CallbackServerCont
   if (auto* refused = RefuseUnary(auth_, ctx, "GetStatus")) return refused;
   return Unary(ctx, [&] {
     *reply = coordinator_->Status();
-    coordinator_->NoteWatcher(request->watch_interval_ms(), reply->phase() == "complete");
+    coordinator_->NoteWatcher(ctx->peer(), request->watch_interval_ms(), reply->phase() == "complete");
     return absl::OkStatus();
   });
 }

@@ -56,16 +56,31 @@ class SyncThetaStore : public ThetaStore {
     next->guard = guard_;
     next->params = base->params;  // the same tensors, which now hold theta_{t+1}
     const std::vector<at::Tensor> theta = TensorsOf(base->params);
-    std::unique_ptr<ThetaSpill> spill = check ? Spill(theta, only) : nullptr;
-    OuterStepState before = check ? outer_step_->SaveState() : OuterStepState{};
+    std::unique_ptr<ThetaSpill> spill;
+    if (check) {
+      absl::StatusOr<std::unique_ptr<ThetaSpill>> spilled = Spill(theta, only);
+      if (spilled.ok()) {
+        spill = *std::move(spilled);
+      } else {  // a full or read-only checkpoint_dir: refusing the round would refuse its redo the same way, forever
+        spdlog::warn(
+            "round {}: {}; stepping without the evaluation's guard (a non-finite evaluation of this round "
+            "cannot send it back)",
+            next->round, std::string(spilled.status().message()));
+      }
+    }
+    OuterStepState before = spill ? outer_step_->SaveState() : OuterStepState{};
     {
       absl::MutexLock stepping(&guard_->mu);  // pulls and checkpoints of theta_t wait, then find it moved on
       outer_step_->StepInPlace(theta, delta, only);
       ++guard_->writes;
       // Without a check the tensors and their round change in one critical section: a steady read (a checkpoint)
       // between two would save theta_{t+1} as round t.
-      if (!check) return Settle(std::move(next));
-      guard_->vetting = true;
+      if (!spill) next = Settle(std::move(next));
+      if (spill) guard_->vetting = true;
+    }
+    if (!spill) {
+      if (check) CheckCommitted(check, *next);
+      return next;
     }
     try {
       check(*next);  // readers of theta_t find it moved on meanwhile; a steady read waits
@@ -103,10 +118,22 @@ class SyncThetaStore : public ThetaStore {
     return next;
   }
 
+  // The check of a step that could not be spilled, after it is committed: nothing can undo it, so a refusal (or an
+  // evaluation that throws) is logged, not thrown (a throw would send a stepped round back to be stepped again).
+  static void CheckCommitted(const CandidateCheck& check, const ParamSnapshot& committed) {
+    try {
+      check(committed);
+    } catch (const std::exception& e) {
+      spdlog::error("round {}: {}; the round stays committed (its step could not be set aside to undo)",
+                    committed.round, e.what());
+    }
+  }
+
   // The stepped tensors' theta and momentum (none before the first step: the optimizer state's handles undo that),
-  // spilled before a checked step. Throws std::runtime_error when the file cannot be written: the round is then
-  // discarded before anything was stepped.
-  std::unique_ptr<ThetaSpill> Spill(const std::vector<at::Tensor>& theta, const std::vector<size_t>* only) const {
+  // spilled before a checked step. An error when the file cannot be written (a full or read-only checkpoint_dir):
+  // the step then goes on without the guard.
+  absl::StatusOr<std::unique_ptr<ThetaSpill>> Spill(const std::vector<at::Tensor>& theta,
+                                                    const std::vector<size_t>* only) const {
     const std::vector<at::Tensor>& momentum = outer_step_->momentum_buffers();
     std::vector<at::Tensor> tensors;
     for (size_t i = 0; i < theta.size(); ++i) {
@@ -114,9 +141,7 @@ class SyncThetaStore : public ThetaStore {
       tensors.push_back(theta[i]);
       if (i < momentum.size()) tensors.push_back(momentum[i]);
     }
-    absl::StatusOr<std::unique_ptr<ThetaSpill>> spill = ThetaSpill::Write(spill_dir_, std::move(tensors));
-    if (!spill.ok()) throw std::runtime_error(std::string(spill.status().message()));
-    return *std::move(spill);
+    return ThetaSpill::Write(spill_dir_, std::move(tensors));
   }
 
   // A checked step was refused: theta_t and the momentum back from the spill, the optimizer state's handles, and

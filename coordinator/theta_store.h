@@ -120,6 +120,9 @@ class ThetaStore {
   // checkpoint directory; asynchronous: theta_t was never touched and the optimizer state's handles are restored),
   // theta_t is published again as a new snapshot (pulls that read it meanwhile start over) and the exception
   // propagates. No pull or checkpoint reads theta_{t+1} while the check runs (they see theta moved on, or wait).
+  // Synchronous, when the spill file cannot be written (a full or read-only checkpoint directory): a warning, the
+  // step commits, and the check runs after it with its refusal logged, not thrown (before, the round was refused and
+  // its redo failed the same way, forever).
   virtual std::shared_ptr<ParamSnapshot> Step(const std::vector<at::Tensor>& delta, const std::vector<size_t>* only,
                                               const CandidateCheck& check = nullptr) ABSL_LOCKS_EXCLUDED(mu_) = 0;
   // Round thread: makes `next` (Step's result) the published theta.

@@ -2,13 +2,15 @@
 // in worker/ read them): the global parameters theta_t, the outer momentum, the round t and the evaluation
 // history, in one self-checking file.
 //
-// Format (little endian): magic "DLCOCKPT", uint32 version (4), int64 round, string fingerprint, uint32 tensor count,
+// Format (little endian): magic "DLCOCKPT", uint32 version (5), int64 round, string fingerprint, uint32 tensor count,
 // per tensor {string name, uint32 ndim, int64 dims[ndim], float32 data}, uint32 momentum count (0 or tensor count),
 // per momentum tensor float32 data, uint32 eval count, per eval {int64 round, float64 val_loss,
 // int64 tokens, int64 bytes_pushed_committed} (version 1: without the last two; still loaded), then (version 3) uint64
 // theta_id, string members_config, uint32 member count, per member {string id, int32 shard_index, int32 shard_reader,
-// int32 cluster_size, int64 inner_steps, int64 last_applied_base, (version 4) uint8 active} (versions 1 and 2: none),
-// then (version 4) uint32 count, per earlier theta {int64 round, uint64 theta_id}, then an xxHash64 of every byte
+// int32 cluster_size, int64 inner_steps, int64 last_applied_base, (version 4) uint8 active, (version 5) int64
+// rounds_contributed, int64 tokens, int64 bytes_pushed} (versions 1 and 2: none), then (version 4) uint32 count, per
+// earlier theta {int64 round, uint64 theta_id}, then (version 5) the run totals {uint8 recorded, int64
+// tokens_committed, int64 bytes_pushed_committed, int64 dp_equivalent_bytes}, then an xxHash64 of every byte
 // before it. Strings are uint32 length + bytes. Writes go to "<path>.tmp", are fsynced, renamed over <path>, and
 // the directory is fsynced: a crash leaves the old file or the new one, never a torn one. Loading checks magic,
 // version, sizes and the checksum. Neither holds a whole-file image in memory: writes go through a 1 MiB buffer

@@ -16,8 +16,8 @@ std::string StatusToText(const StatusReply& s) {
   // ("round 25: waiting for pushes" while 24 are done).
   absl::StrAppendFormat(&out, "run %s: %lld/%lld rounds done; ", s.run_name(), static_cast<long long>(s.round()),
                         static_cast<long long>(s.rounds_total()));
-  if (s.phase() == "complete") {
-    absl::StrAppend(&out, "complete\n");
+  if (s.phase() == "complete" || s.round() >= s.rounds_total()) {  // finishing: the last round's checkpoint
+    absl::StrAppend(&out, s.phase(), s.phase_reason().empty() ? "" : ": ", s.phase_reason(), "\n");
   } else {
     absl::StrAppendFormat(&out, "round %lld %s%s%s\n", static_cast<long long>(s.round() + 1), s.phase(),
                           s.phase_reason().empty() ? "" : ": ", s.phase_reason());

@@ -121,7 +121,11 @@ SupervisionDecision DecideSupervision(const SupervisionView& view, double now, c
   const size_t running =
       std::count_if(view.workers.begin(), view.workers.end(), [](const ChildView& w) { return w.running; });
   if (!view.coordinator.running) return AfterCoordinator(view, running, now, options);
-  if (const ChildView* w = FirstRefused(view.workers); w && RunningWorkers(view.workers) < options.min_workers) {
+  // Not once a worker exited 0: the run completed (the workers leave before the coordinator exits) or one was drained.
+  const bool one_left_cleanly = std::any_of(view.workers.begin(), view.workers.end(),
+                                            [](const ChildView& c) { return !c.running && c.exit_code == 0; });
+  if (const ChildView* w = FirstRefused(view.workers);
+      w && !one_left_cleanly && RunningWorkers(view.workers) < options.min_workers) {
     const std::string line = w->error_line.empty() ? "exited with code 3 (refused by the coordinator)" : w->error_line;
     return Stop(absl::InvalidArgumentError(absl::StrCat(
                     w->name, ": ", line, " (", RunningWorkers(view.workers), " worker(s) still running, fewer than ",

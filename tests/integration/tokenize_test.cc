@@ -400,6 +400,19 @@ TEST(Tokenize, InputErrorsNameTheKeyAndThePath) {
   config.data.files = {Shakespeare()};
   config.data.val_files = {dir + "/val.txt"};
   EXPECT_EQ(message(), "data.val_files: '" + dir + "/val.txt' does not exist; fix the path in data.val_files");
+  // A text too small for the vocabulary: the hint says so (before, it said the vocabulary had to be larger).
+  {
+    std::ofstream small(dir + "/small.txt");
+    for (int i = 0; i < 200; ++i) small << "to be or not to be, that is the question.\n";
+  }
+  RunningProcess made(kTokenizer, {"--text", dir + "/small.txt", "--vocab-size", "128", "--out", dir + "/small"});
+  EXPECT_EQ(made.Wait(120), 1) << made.output();
+  const std::string small = made.output();
+  EXPECT_NE(small.find("the text is too small to learn that many pieces: give more text (data.text, data.files) or a "
+                       "smaller model.vocab_size"),
+            std::string::npos)
+      << small;
+  EXPECT_NE(small.find("Vocabulary size too high (128)"), std::string::npos) << small;
 }
 
 }  // namespace

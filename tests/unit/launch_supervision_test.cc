@@ -94,6 +94,18 @@ TEST(LaunchSupervisionTest, ARefusedWorkerWithoutWhichNoRoundClosesStopsWithItsL
   options.min_workers = 2;
   EXPECT_EQ(DecideSupervision(Launch({Running("worker-0"), Exited("worker-1", 137, 2)}), 3, options).action,
             SupervisionAction::kWait);
+  // The end of a run where a worker was refused long before (min_workers 1 carried on without it): the others exit 0
+  // before the coordinator does; that is the run completing, not a refusal to stop on.
+  options.min_workers = 1;
+  EXPECT_EQ(DecideSupervision(Launch({Exited("worker-0", 0, 50), Exited("worker-1", 3, 2, line), Running("worker-2")}),
+                              51, options)
+                .action,
+            SupervisionAction::kWait);
+  options.min_workers = 2;
+  EXPECT_EQ(DecideSupervision(Launch({Exited("worker-0", 0, 50), Exited("worker-1", 3, 2, line), Running("worker-2")}),
+                              51, options)
+                .action,
+            SupervisionAction::kWait);
 }
 
 TEST(LaunchSupervisionTest, EveryWorkerGoneWithAFailureStopsAtOnceWithExit3) {

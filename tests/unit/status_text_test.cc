@@ -38,8 +38,10 @@ TEST(StatusTextTest, TheFirstLineNumbersTheRoundUnderWayAsTheLogsDo) {
               ::testing::StartsWith("run tiny: 24/40 rounds done; round 25 training: waiting for pushes: 1 of "
                                     "min_workers 2 received\n"));
   s.set_round(40);
-  s.set_phase("complete");
+  s.set_phase("finishing");  // the last round is published, its checkpoint under way: no round 41
   s.set_phase_reason("");
+  EXPECT_THAT(StatusToText(s), ::testing::StartsWith("run tiny: 40/40 rounds done; finishing\n"));
+  s.set_phase("complete");
   EXPECT_THAT(StatusToText(s), ::testing::StartsWith("run tiny: 40/40 rounds done; complete\n"));
 }
 

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -231,6 +232,32 @@ TEST_P(CheckedStepTest, ARefusedStepLeavesThetaAndTheMomentumBitForBit) {
   accepted_step(-0.125f);
   EXPECT_EQ(checks, 2);
   EXPECT_EQ(store->round(), 3);
+}
+
+// A synchronous checked step whose spill file cannot be written (checkpoint_dir under a regular file here; a full
+// disk alike) steps without the guard: it commits as an unchecked step would, and the check still runs, its refusal
+// logged instead of thrown. Before, the step threw: the round was discarded and its redo failed the same way,
+// forever.
+TEST(ThetaStoreTest, ASyncStepThatCannotSpillCommitsAndStillRunsTheCheck) {
+  Config config = StoreConfig(OuterMode::kSync, OuterOptimizerKind::kNesterov);
+  config.outer.rounds = 10;
+  const std::string file = ::testing::TempDir() + "/spill_dir_is_a_file";
+  { std::ofstream(file) << "not a directory"; }
+  config.coordinator.checkpoint_dir = file + "/checkpoints";
+  std::unique_ptr<ThetaStore> store = ThetaStore::Create(config, Theta0(), {});
+  std::unique_ptr<ThetaStore> reference = ThetaStore::Create(config, Theta0(), {});
+  int checks = 0;
+  std::shared_ptr<ParamSnapshot> next;
+  ASSERT_NO_THROW(next = store->Step(Delta(0.5f), nullptr, [&](const ParamSnapshot& candidate) {
+    ++checks;
+    EXPECT_EQ(candidate.round, 1);
+    throw NonFiniteStep("refused");
+  }));
+  store->Publish(next);
+  reference->Publish(reference->Step(Delta(0.5f), nullptr));
+  EXPECT_EQ(checks, 1);
+  EXPECT_EQ(store->round(), 1);
+  ExpectSameBits(*store, *reference);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, CheckedStepTest, ::testing::Values(OuterMode::kSync, OuterMode::kAsync));

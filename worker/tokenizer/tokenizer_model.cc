@@ -90,8 +90,14 @@ std::string TrainTokenizer(const std::string& dir, const std::vector<InputRange>
   std::filesystem::remove(sample, ec);
   std::filesystem::remove(dir + "/tokenizer.vocab", ec);
   if (!trained.ok()) {
-    return "SentencePiece training failed for --vocab-size " + std::to_string(vocab_size) +
-           " (model.vocab_size; it must exceed the number of distinct characters): " + trained.ToString();
+    // SentencePiece says "Vocabulary size too high" when the text holds fewer pieces than asked for, and "too small"
+    // (or fails otherwise) when the vocabulary cannot hold the text's distinct characters.
+    const std::string why = trained.ToString();
+    const std::string hint = why.find("too high") != std::string::npos
+                                 ? "model.vocab_size; the text is too small to learn that many pieces: give more text "
+                                   "(data.text, data.files) or a smaller model.vocab_size"
+                                 : "model.vocab_size; it must exceed the number of distinct characters";
+    return "SentencePiece training failed for --vocab-size " + std::to_string(vocab_size) + " (" + hint + "): " + why;
   }
   return "";
 }

@@ -113,7 +113,7 @@ def read_checkpoint(path):
     c = _Cursor(memoryview(data)[:len(data) - 8])
     c.pos = 8
     version = c.take("<I")
-    if version not in (1, 2, 3, 4):
+    if version not in (1, 2, 3, 4, 5):
         raise CheckpointError(f"{path}: version {version}")
     out = {"round": c.take("<q"), "fingerprint": c.string(), "params": [], "momentum": [], "evals": []}
     for _ in range(c.take("<I")):
@@ -146,12 +146,19 @@ def read_checkpoint(path):
             (member["shard_index"], member["shard_reader"], member["cluster_size"], member["inner_steps"],
              member["last_applied_base"]) = c.take("<iiiqq")
             member["active"] = version < 4 or c.take("<B") == 1
+            if version >= 5:
+                member["rounds_contributed"], member["tokens"], member["bytes_pushed"] = c.take("<qqq")
             out["members"].append(member)
     out["earlier_theta_ids"] = []
     if version >= 4:
         for _ in range(c.take("<I")):
             r, theta_id = c.take("<qQ")
             out["earlier_theta_ids"].append({"round": r, "theta_id": theta_id})
+    out["totals"] = None
+    if version >= 5:
+        recorded, tokens, pushed, dp = c.take("<Bqqq")
+        if recorded:
+            out["totals"] = {"tokens_committed": tokens, "bytes_pushed_committed": pushed, "dp_equivalent_bytes": dp}
     if c.pos != len(c.data):
         raise CheckpointError(f"{path}: {len(c.data) - c.pos} bytes after the members")
     return out
