@@ -25,13 +25,11 @@ std::string CodeText(int code) {
   return absl::StrCat("code ", code);
 }
 
-// The worker that exited first with a configuration error, or nullptr.
-const ChildView* FirstConfigError(const std::vector<ChildView>& workers) {
+// The worker that exited first with `code` (a configuration error, a refusal), or nullptr.
+const ChildView* FirstExitedWith(const std::vector<ChildView>& workers, int code) {
   const ChildView* first = nullptr;
   for (const ChildView& w : workers) {
-    if (!w.running && w.exit_code == kWorkerConfigErrorExit && (first == nullptr || w.exited_at < first->exited_at)) {
-      first = &w;
-    }
+    if (!w.running && w.exit_code == code && (first == nullptr || w.exited_at < first->exited_at)) first = &w;
   }
   return first;
 }
@@ -46,17 +44,6 @@ int RunningWorkers(const std::vector<ChildView>& workers) {
     if (w.running) running.insert(WorkerOf(w.name));
   }
   return static_cast<int>(running.size());
-}
-
-// The worker that the coordinator refused first, or nullptr.
-const ChildView* FirstRefused(const std::vector<ChildView>& workers) {
-  const ChildView* first = nullptr;
-  for (const ChildView& w : workers) {
-    if (!w.running && w.exit_code == kWorkerRefusedExit && (first == nullptr || w.exited_at < first->exited_at)) {
-      first = &w;
-    }
-  }
-  return first;
 }
 
 // "worker-0: code 137 (signal 9), worker-1: code 0".
@@ -111,7 +98,7 @@ SupervisionDecision DecideSupervision(const SupervisionView& view, double now, c
     return Stop(absl::CancelledError(absl::StrCat("signal ", view.signal)),
                 absl::StrCat("signal ", view.signal, ": stopping workers and coordinator"));
   }
-  if (const ChildView* w = FirstConfigError(view.workers)) {
+  if (const ChildView* w = FirstExitedWith(view.workers, kWorkerConfigErrorExit)) {
     const std::string line = w->error_line.empty()
                                  ? "exited with code 2 (a configuration error; its output above says which)"
                                  : w->error_line;
@@ -124,7 +111,7 @@ SupervisionDecision DecideSupervision(const SupervisionView& view, double now, c
   // Not once a worker exited 0: the run completed (the workers leave before the coordinator exits) or one was drained.
   const bool one_left_cleanly = std::any_of(view.workers.begin(), view.workers.end(),
                                             [](const ChildView& c) { return !c.running && c.exit_code == 0; });
-  if (const ChildView* w = FirstRefused(view.workers);
+  if (const ChildView* w = FirstExitedWith(view.workers, kWorkerRefusedExit);
       w && !one_left_cleanly && RunningWorkers(view.workers) < options.min_workers) {
     const std::string line = w->error_line.empty() ? "exited with code 3 (refused by the coordinator)" : w->error_line;
     return Stop(absl::InvalidArgumentError(absl::StrCat(
