@@ -264,7 +264,8 @@ class CoordinatorCore {
   ClosingRound BeginClose() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // On success, closing.delta has gone back to the accumulator; after a throw it is still in `closing`. When an
   // evaluation is due for the round, it runs on the stepped theta before it is published (the store's check,
-  // theta_store.h): a non-finite loss throws NonFiniteStep with theta and the momentum put back.
+  // theta_store.h): a non-finite loss throws NonFiniteStep with theta and the momentum put back (unless the step
+  // could not be spilled: then it stays committed and the loss is logged).
   void FinishClose(ClosingRound& closing, const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
   // The positions the next step updates: the round's fragment (Streaming DiLoCo), or null for all.
   const std::vector<size_t>* FragmentToStep() const;

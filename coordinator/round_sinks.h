@@ -68,7 +68,8 @@ class RoundLogSink : public RoundSink {
 // The evaluation of a round runs before the round is published (issue 32 item 4): the core asks DueAt, and when due
 // hands Vet to the theta store as the stepped theta's check (ThetaStore::Step), so that a non-finite validation loss
 // refuses the step (theta and the momentum are put back, the round is discarded and redone) and no pull, checkpoint
-// or status ever shows that theta. OnCommitted then records and logs the vetted loss of the round it committed.
+// or status ever shows that theta; only when the store could not spill the step (a full checkpoint_dir) does it stay
+// committed, the loss logged. OnCommitted then records and logs the vetted loss of the round it committed.
 class EvaluationSink : public RoundSink {
  public:
   // every: coordinator.eval_every (> 0).

@@ -108,11 +108,15 @@ SupervisionDecision DecideSupervision(const SupervisionView& view, double now, c
   const size_t running =
       std::count_if(view.workers.begin(), view.workers.end(), [](const ChildView& w) { return w.running; });
   if (!view.coordinator.running) return AfterCoordinator(view, running, now, options);
-  // Not once a worker exited 0: the run completed (the workers leave before the coordinator exits) or one was drained.
-  const bool one_left_cleanly = std::any_of(view.workers.begin(), view.workers.end(),
-                                            [](const ChildView& c) { return !c.running && c.exit_code == 0; });
-  if (const ChildView* w = FirstExitedWith(view.workers, kWorkerRefusedExit);
-      w && !one_left_cleanly && RunningWorkers(view.workers) < options.min_workers) {
+  // Not once another worker exited 0 after the refusal: the run completed (the workers leave before the coordinator
+  // exits) or one was drained since. (The refused worker's own cluster ranks exit 0 after it; a drain before it does
+  // not make up for it.)
+  const ChildView* w = FirstExitedWith(view.workers, kWorkerRefusedExit);
+  const bool left_cleanly_since =
+      w != nullptr && std::any_of(view.workers.begin(), view.workers.end(), [&](const ChildView& c) {
+        return !c.running && c.exit_code == 0 && c.exited_at >= w->exited_at && WorkerOf(c.name) != WorkerOf(w->name);
+      });
+  if (w != nullptr && !left_cleanly_since && RunningWorkers(view.workers) < options.min_workers) {
     const std::string line = w->error_line.empty() ? "exited with code 3 (refused by the coordinator)" : w->error_line;
     return Stop(absl::InvalidArgumentError(absl::StrCat(
                     w->name, ": ", line, " (", RunningWorkers(view.workers), " worker(s) still running, fewer than ",

@@ -5,8 +5,8 @@
 //   a signal (SIGINT, SIGTERM)                    -> stop every child; exit 130;
 //   a worker exited with a configuration error    -> stop every child; exit 2 with the first such worker's error line
 //     (its code 2: a key, a file or a device it cannot use; the same error would stop every worker it starts);
-//   a worker refused by the coordinator, the workers still running fewer than coordinator.min_workers, and none
-//   exited 0 (the run completing, or a drain)
+//   a worker refused by the coordinator, the workers still running fewer than coordinator.min_workers, and no other
+//   worker exited 0 since (the run completing, or a drain)
 //                                                 -> stop every child; exit 2 with its error line (its code 3: its
 //     config differs from the coordinator's, or a token or certificate is wrong; no round could close without it,
 //     and nothing restarts it). With enough workers left, it is elastic membership like any worker that leaves;

@@ -106,6 +106,16 @@ TEST(LaunchSupervisionTest, ARefusedWorkerWithoutWhichNoRoundClosesStopsWithItsL
                               51, options)
                 .action,
             SupervisionAction::kWait);
+  // A drain before the refusal does not make up for it, nor do the refused cluster's own ranks exiting 0 after it
+  // (a leader refused mid-run stops its followers with code 0).
+  EXPECT_EQ(DecideSupervision(Launch({Exited("worker-0", 0, 1), Exited("worker-1", 3, 2, line), Running("worker-2")}),
+                              3, options)
+                .action,
+            SupervisionAction::kStop);
+  EXPECT_EQ(DecideSupervision(
+                Launch({Running("worker-0"), Exited("worker-1.0", 3, 2, line), Exited("worker-1.1", 0, 3)}), 4, options)
+                .action,
+            SupervisionAction::kStop);
 }
 
 TEST(LaunchSupervisionTest, EveryWorkerGoneWithAFailureStopsAtOnceWithExit3) {
