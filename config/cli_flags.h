@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <iostream>
 
+#include "config/config_field.h"
+
 namespace diloco {
 
 // A number flag that must be > 0 ("--interval: must be a number > 0, got 0"; CLI11's PositiveNumber prints the
@@ -24,16 +26,12 @@ inline CLI::Validator PositiveSeconds() {
 
 // An address flag: HOST:PORT with a port in 1..65535 ("--coordinator: must be HOST:PORT, got 127.0.0.1"). Without
 // it gRPC dials port 443 (or 0) and the caller waits for a reason it never prints.
+// The config's own HOST:PORT rule (coordinator.listen), less port 0, which a dialled address cannot have.
 inline CLI::Validator HostPortFlag() {
   return CLI::Validator(
       [](std::string& value) -> std::string {
-        const size_t colon = value.rfind(':');
-        int port = 0;
-        if (colon != std::string::npos && colon > 0 && colon + 1 < value.size() && colon + 6 >= value.size() &&
-            value.find_first_not_of("0123456789", colon + 1) == std::string::npos) {
-          port = std::stoi(value.substr(colon + 1));
-        }
-        if (port >= 1 && port <= 65535) return "";
+        const bool port_zero = value.find_first_not_of('0', value.rfind(':') + 1) == std::string::npos;
+        if (HostPort().allows(value) && !port_zero) return "";
         return "must be HOST:PORT with a port in 1..65535, got " + value;
       },
       "HOST:PORT");

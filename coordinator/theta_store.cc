@@ -75,8 +75,11 @@ class SyncThetaStore : public ThetaStore {
       ++guard_->writes;
       // Without a check the tensors and their round change in one critical section: a steady read (a checkpoint)
       // between two would save theta_{t+1} as round t.
-      if (!spill) next = Settle(std::move(next));
-      if (spill) guard_->vetting = true;
+      if (spill) {
+        guard_->vetting = true;
+      } else {
+        next = Settle(std::move(next));
+      }
     }
     if (!spill) {
       if (check) CheckCommitted(check, *next);

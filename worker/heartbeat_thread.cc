@@ -41,9 +41,6 @@ void HeartbeatThread::Loop() {
       flags_.quit = true;
     }
   }
-  // A signal ends the round being trained, whether it came during the wait or during a heartbeat call (which a
-  // coordinator that does not answer holds for workers.rpc_timeout_s).
-  if (stop) flags_.quit = true;
 }
 
 }  // namespace diloco

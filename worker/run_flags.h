@@ -14,10 +14,10 @@ namespace diloco {
 struct RunFlags {
   explicit RunFlags(const std::atomic<bool>& signal) : stop(signal) {}
 
-  const std::atomic<bool>& stop;   // set by: signal (SIGINT/SIGTERM)
-  std::atomic<bool> drain{false};  // set by: heartbeat, exchange (the coordinator asks this worker to leave)
-  std::atomic<bool> quit{false};   // set by: heartbeat, exchange (stop, drain, run complete); the inner loop abandons
-                                   // its round
+  const std::atomic<bool>& stop;      // set by: signal (SIGINT/SIGTERM)
+  std::atomic<bool> drain{false};     // set by: heartbeat, exchange (the coordinator asks this worker to leave)
+  std::atomic<bool> quit{false};      // set by: heartbeat, exchange (drain, run complete); the inner loop abandons its
+                                      // round (on quit or stop)
   std::atomic<bool> training{false};  // set by: main (it trains a round's steps, not comm.overlap_steps' next ones)
   std::atomic<bool> failed{false};    // set by: main (a collective of the cluster failed: the exchange gives up too)
   std::atomic<int64_t> round{0};      // set by: main (the round being trained; heartbeats name it)
