@@ -256,7 +256,8 @@ absl::StatusOr<JoinReply> CoordinatorCore::Join(const JoinRequest& request) {
                m.shard_index, membership_.shard_count(),
                m.shard_reader > 0 ? absl::StrCat(" shared, reader ", m.shard_reader) : std::string(), request.threads(),
                Truncated(request.device(), 64),
-               m.cluster_size > 1 ? absl::StrCat(", a cluster of ", m.cluster_size) : std::string(), theta_->round());
+               m.cluster_size > 1 ? absl::StrCat(", a cluster of ", m.cluster_size) : std::string(),
+               theta_->round() + 1);
   cv_.SignalAll();
   JoinReply reply;
   reply.set_round(theta_->round());

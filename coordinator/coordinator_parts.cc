@@ -70,7 +70,7 @@ absl::Status CoordinatorCore::CommitPart(PushTicket& ticket) {
   }
   if (!whole->has_value()) {  // accepted; the member counts when its last part commits
     spdlog::debug("push part {} of {} from {} for round {} in", ticket.part, ticket.parts, ticket.worker_id,
-                  ticket.round);
+                  ticket.round + 1);
     return absl::OkStatus();
   }
   const std::string id = ticket.worker_id;
@@ -91,7 +91,7 @@ void CoordinatorCore::DiscardParts(const std::string& id, const std::string& why
     RestartAggregation(id, theta_->round(), why, /*cut_as_stalled=*/false);
   } else {
     spdlog::warn("push in parts from {} for round {} broken ({}); none of its parts was in the sums", id,
-                 theta_->round(), Truncated(why, 512));
+                 theta_->round() + 1, Truncated(why, 512));
   }
 }
 

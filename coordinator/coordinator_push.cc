@@ -25,9 +25,9 @@ absl::Status CoordinatorCore::CheckPushHeader(const PushHeader& header) {
   }
   if (complete_) return absl::FailedPreconditionError("the run is complete");
   if (m != nullptr && m->quarantined_until_round > theta_->round()) {
-    return absl::FailedPreconditionError(absl::StrCat("worker '", id, "' is quarantined until round ",
-                                                      m->quarantined_until_round, " (", m->quarantine_reason,
-                                                      "); pull the current parameters and push from that round on"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker '", id, "' is quarantined through round ", m->quarantined_until_round, " (", m->quarantine_reason,
+        "); pull the current parameters and push from round ", m->quarantined_until_round + 1, " on"));
   }
   // A resend of a push that counted (its reply was lost: the stream broke or timed out after its last chunk, or the
   // member rejoined) is answered "counted", before the round rules, which would call it late: the worker would take
@@ -36,8 +36,8 @@ absl::Status CoordinatorCore::CheckPushHeader(const PushHeader& header) {
   const bool async = config_.outer.mode == OuterMode::kAsync;
   if (m != nullptr && header.meta().round() <= m->last_applied_base) {
     if (!async) {
-      return absl::AlreadyExistsError(absl::StrCat("worker '", id, "' already pushed for round ", header.meta().round(),
-                                                   " (counted in that round's outer step)"));
+      return absl::AlreadyExistsError(absl::StrCat("worker '", id, "' already pushed for round ",
+                                                   header.meta().round() + 1, " (counted in that round's outer step)"));
     }
     return absl::AlreadyExistsError(absl::StrCat(
         "worker '", id, "''s push computed against version ", header.meta().round(),
@@ -46,7 +46,7 @@ absl::Status CoordinatorCore::CheckPushHeader(const PushHeader& header) {
   if (!async && header.meta().round() == theta_->round() && round_.CountsAsPushed(id)) {
     // Counted in the open round, or among the contributors being stepped (if that step is discarded, a non-finite
     // result, heartbeats say `pushed = false` and the member pushes again for the redo).
-    return absl::AlreadyExistsError(absl::StrCat("worker '", id, "' already pushed for round ", theta_->round(),
+    return absl::AlreadyExistsError(absl::StrCat("worker '", id, "' already pushed for round ", theta_->round() + 1,
                                                  round_.HasPushed(id) ? "" : " (its outer step is under way)"));
   }
   absl::Status s =
@@ -58,13 +58,13 @@ absl::Status CoordinatorCore::CheckPushHeader(const PushHeader& header) {
       // The worker's theta of that round came from before a restart that resumed from an older checkpoint and
       // stepped the round again: its pseudo-gradient is against another theta.
       return absl::FailedPreconditionError(absl::StrCat(
-          "push for round ", header.meta().round(), " refused: computed against another theta of that round than ",
+          "push for round ", header.meta().round() + 1, " refused: computed against another theta of that round than ",
           "this coordinator's (it resumed from an older checkpoint and stepped the round again); pull the current ",
           "parameters"));
     }
   }
   if (round_.HasPushed(id)) {  // async (sync: above)
-    return absl::AlreadyExistsError(absl::StrCat("worker '", id, "' already pushed for round ", theta_->round()));
+    return absl::AlreadyExistsError(absl::StrCat("worker '", id, "' already pushed for round ", theta_->round() + 1));
   }
   if (header.parts() < 0 || (header.parts() <= 1 && (header.part() != 0 || header.has_range()))) {
     return absl::InvalidArgumentError(absl::StrCat("push header: part ", header.part(), " of ", header.parts(),
@@ -72,11 +72,11 @@ absl::Status CoordinatorCore::CheckPushHeader(const PushHeader& header) {
   }
   if (header.parts() <= 1 && parts_.Progress(id).second > 0) {
     return absl::FailedPreconditionError(absl::StrCat("worker '", id, "' has a push in parts under way for round ",
-                                                      theta_->round(), "; finish it or let it break first"));
+                                                      theta_->round() + 1, "; finish it or let it break first"));
   }
   if (round_.IsStreaming(id)) {  // e.g. a retry while the first stream is still open: never count a worker twice
-    return absl::UnavailableError(
-        absl::StrCat("a push from worker '", id, "' for round ", theta_->round(), " is still streaming; retry later"));
+    return absl::UnavailableError(absl::StrCat("a push from worker '", id, "' for round ", theta_->round() + 1,
+                                               " is still streaming; retry later"));
   }
   if (header.tokens() <= 0 || header.tokens() > (int64_t{1} << 40) || header.inner_steps() < 0 ||
       header.inner_steps() > (int64_t{1} << 31)) {
@@ -176,7 +176,8 @@ absl::Status CoordinatorCore::FoldChunk(PushTicket& ticket, size_t index, int64_
 
 absl::Status CoordinatorCore::AdmitFold(const PushTicket& ticket) const {
   if (ticket.round != theta_->round() || round_.phase() != RoundPhase::kTraining) {
-    return absl::FailedPreconditionError(absl::StrCat("round ", ticket.round, " closed while the push was streaming"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("round ", ticket.round + 1, " closed while the push was streaming"));
   }
   // A part of a discarded assembly first: its stream may have been replaced by the same part of a newer attempt.
   if (absl::Status s = StalePartRefusal(ticket); !s.ok()) return s;
@@ -203,7 +204,7 @@ absl::Status CoordinatorCore::CommitPush(PushTicket& ticket) {
   if (!ticket.finished) round_.EndStream(ticket.stream_key, ticket.stream);
   ticket.finished = true;
   if (ticket.round != theta_->round() || round_.phase() != RoundPhase::kTraining) {
-    return absl::FailedPreconditionError(absl::StrCat("round ", ticket.round, " closed before the push completed"));
+    return absl::FailedPreconditionError(absl::StrCat("round ", ticket.round + 1, " closed before the push completed"));
   }
   if (absl::Status s = StalePartRefusal(ticket); !s.ok()) return s;
   if (!current) return CutRefusal(ticket);
@@ -256,7 +257,7 @@ void CoordinatorCore::RestartAggregation(const std::string& id, int64_t round, c
                                          bool cut_as_stalled) {
   const size_t dropped = DiscardAggregation();
   spdlog::warn("push from {} for round {} broke off ({}); restarting the round's aggregation, {} worker(s) push again",
-               id, round, Truncated(why, 512), dropped);
+               id, round + 1, Truncated(why, 512), dropped);
   RecordBrokenPush(id, cut_as_stalled);
   cv_.SignalAll();
 }
@@ -271,7 +272,7 @@ void CoordinatorCore::RecordBrokenPush(const std::string& id, bool cut_as_stalle
   m->quarantined_until_round = theta_->round() + rounds;
   m->quarantine_reason =
       absl::StrCat(m->strikes, " broken pushes in a row", cut_as_stalled ? ", the last one stalled" : "");
-  spdlog::warn("quarantined: worker {} until round {} ({}); its pushes are refused and no round waits for it", id,
+  spdlog::warn("quarantined: worker {} through round {} ({}); its pushes are refused and no round waits for it", id,
                m->quarantined_until_round, m->quarantine_reason);
 }
 
@@ -348,9 +349,10 @@ std::vector<std::string> CoordinatorCore::UnquarantinedActiveIds() const {
 
 absl::Status CoordinatorCore::CutRefusal(const PushTicket& ticket) const {
   return absl::FailedPreconditionError(absl::StrCat(
-      "push from worker '", ticket.worker_id, "' for round ", ticket.round,
+      "push from worker '", ticket.worker_id, "' for round ", ticket.round + 1,
       " cut as late: the round was due to close and this stream made no progress for coordinator.lease_s (",
-      config_.coordinator.lease_s, " s); pull the current parameters"));
+      config_.coordinator.lease_s, " s) or was open longer than round_timeout_s (", config_.coordinator.round_timeout_s,
+      " s); pull the current parameters"));
 }
 
 absl::Status CoordinatorCore::AdmitToClip(const PushHeader& header, PushTicket& ticket) {

@@ -137,7 +137,7 @@ void CoordinatorCore::QuarantineForRound(const std::string& id, const std::strin
   // At once (as a push cut as stalled), or the same push would come back and the round would never close.
   m->quarantined_until_round = theta_->round() + QuarantineRounds(m->strikes, /*cut_as_stalled=*/true);
   m->quarantine_reason = reason;
-  spdlog::warn("quarantined: worker {} until round {} ({}); the other workers push again", id,
+  spdlog::warn("quarantined: worker {} through round {} ({}); the other workers push again", id,
                m->quarantined_until_round, reason);
 }
 

@@ -72,7 +72,7 @@ absl::Status DecidePushRound(const PushRoundView& push, const PushRoundOptions& 
   if (!options.async) {
     if (push.push_round == push.version && push.phase == RoundPhase::kTraining) return absl::OkStatus();
     return absl::FailedPreconditionError(
-        absl::StrCat("push for round ", push.push_round, " refused: the open round is based on round ", push.version,
+        absl::StrCat("push for round ", push.push_round + 1, " refused: the coordinator's round is ", push.version + 1,
                      " (phase ", std::string(RoundPhaseName(push.phase)), "); pull the current parameters"));
   }
   if (push.phase == RoundPhase::kFinishing || push.phase == RoundPhase::kComplete) {

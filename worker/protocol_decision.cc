@@ -120,8 +120,8 @@ WaitDecision DecideAfterRefusal(const HeartbeatView& beat, int64_t refused_round
   if (beat.run_complete) return {WaitAction::kRoundClosed, "the run is complete"};
   if (beat.quarantined_until_round > beat.round) {
     return {WaitAction::kKeepWaiting,
-            absl::StrCat("quarantined until round ", beat.quarantined_until_round, " (the coordinator is at round ",
-                         beat.round, "): waiting instead of training pushes that would be refused")};
+            absl::StrCat("quarantined through round ", beat.quarantined_until_round, " (the coordinator's round is ",
+                         beat.round + 1, "): waiting instead of training pushes that would be refused")};
   }
   // (Below it: a coordinator resumed from an older checkpoint.)
   if (!async && beat.round == refused_round) {
@@ -145,9 +145,10 @@ WaitDecision DecideAfterRefusal(const HeartbeatView& beat, int64_t refused_round
 WaitDecision DecideWhileWaiting(const HeartbeatView& beat, int64_t round, bool async) {
   if (beat.run_complete) return {WaitAction::kRoundClosed, "the run is complete"};
   if (!beat.pushed && beat.quarantined_until_round > beat.round) {
-    return {WaitAction::kQuarantined, absl::StrCat("the push was discarded and this worker is quarantined until round ",
-                                                   beat.quarantined_until_round, " (the coordinator is at round ",
-                                                   beat.round, "); waiting, then pulling the global model")};
+    return {WaitAction::kQuarantined,
+            absl::StrCat("the push was discarded and this worker is quarantined through round ",
+                         beat.quarantined_until_round, " (the coordinator's round is ", beat.round + 1,
+                         "); waiting, then pulling the global model")};
   }
   if (async) {  // our push is applied once it is no longer pending (others' may be too)
     if (beat.pushed) return {WaitAction::kKeepWaiting, "the push is pending"};

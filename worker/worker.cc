@@ -203,7 +203,7 @@ void Worker::RunRounds() {
       spdlog::warn("{}", late);
     }
     if (pulled->run_complete) {
-      spdlog::info("run complete at round {}; leaving", pulled->round);
+      spdlog::info("run complete after round {}; leaving", pulled->round);
       return;
     }
     assigned_steps_ = pulled->inner_steps;
@@ -215,7 +215,8 @@ void Worker::RunRounds() {
     // The run went on without us (or the coordinator restarted): start over. With one fragment and no overlap the
     // pull just made holds all of theta: go on from it.
     if (pulled->round != round + 1 && (P > 1 || config_.comm.overlap_steps > 0)) {
-      spdlog::info("round {}: the global model is at round {}; pulling all of it", round + 1, pulled->round);
+      spdlog::info("round {}: the coordinator's next round is {}, not {}; pulling all of the global model", round + 1,
+                   pulled->round + 1, round + 2);
       need_full_pull = true;
       continue;
     }
@@ -229,7 +230,7 @@ bool Worker::PullAll(int64_t* round) {
   const std::optional<PullResult> pulled = session_->Pull(theta_, -1);
   if (!pulled) return false;
   if (pulled->run_complete) {
-    spdlog::info("run complete at round {}; leaving", pulled->round);
+    spdlog::info("run complete after round {}; leaving", pulled->round);
     return false;
   }
   if (parts_) {

@@ -250,7 +250,7 @@ TEST(HostileInput, EveryBadPushGetsItsOwnErrorWhileTheGoodWorkersFinishTheRun) {
         "model fingerprint 0123456789abcdef does not match the coordinator's " + fp,
         [](auto& m) { m[0].mutable_header()->mutable_meta()->set_fingerprint("0123456789abcdef"); });
     add("stale round", grpc::StatusCode::FAILED_PRECONDITION,
-        "push for round " + std::to_string(r - 1) + " refused: the open round is based on round " + std::to_string(r),
+        "push for round " + std::to_string(r) + " refused: the coordinator's round is " + std::to_string(r + 1),
         [r](auto& m) { m[0].mutable_header()->mutable_meta()->set_round(r - 1); });
     add("unknown worker", grpc::StatusCode::NOT_FOUND, "worker 'intruder' is not an active member",
         [](auto& m) { m[0].mutable_header()->mutable_meta()->set_worker_id("intruder"); });
@@ -509,7 +509,7 @@ TEST_P(BrokenPushes, AMemberWhosePushesBreakOffEveryRoundIsQuarantinedAndTheOthe
   }
   EXPECT_GE(record.attempts, 2);
   // (record.seen_quarantined is only printed: a one-round quarantine can pass between two status polls under load.)
-  EXPECT_NE(run.coordinator_log.find("quarantined: worker breaker until round"), std::string::npos);
+  EXPECT_NE(run.coordinator_log.find("quarantined: worker breaker through round"), std::string::npos);
   if (GetParam() == Misbehaviour::kHoldOpen) {
     EXPECT_NE(run.coordinator_log.find("push from breaker for round"), std::string::npos);
     EXPECT_NE(run.coordinator_log.find("cut as late"), std::string::npos) << "the held stream was never cut";

@@ -56,7 +56,7 @@ TEST(Robust, OverflowingPushesAreNeverCommittedAndTheHonestMembersCompleteTheRun
   EXPECT_NE(log.find("quarantined: worker bad"), std::string::npos) << log;
   // The attacker, waiting on its discarded push, reads the quarantine from its heartbeat and waits it out. Before, it
   // pushed the same pseudo-gradient again, to be refused ("push not counted (worker 'bad' is quarantined ...").
-  EXPECT_NE(bad.find("the push was discarded and this worker is quarantined until round"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("the push was discarded and this worker is quarantined through round"), std::string::npos) << bad;
   EXPECT_EQ(bad.find("push not counted"), std::string::npos) << bad;
   const nlohmann::json summary = ReadJson(dir + "/summary.json");
   ASSERT_TRUE(summary.is_object()) << log;

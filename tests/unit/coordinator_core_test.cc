@@ -461,7 +461,7 @@ TEST_F(CoordinatorCoreTest, AStalledPartialPushIsCutAtTheTimeoutAndItsMemberQuar
   absl::Status quarantined = Push("B", 0, 1000, partial);
   EXPECT_EQ(quarantined.code(), absl::StatusCode::kFailedPrecondition) << quarantined;
   EXPECT_THAT(std::string(quarantined.message()),
-              HasSubstr("worker 'B' is quarantined until round 1 (1 broken pushes in a row, the last one stalled)"));
+              HasSubstr("worker 'B' is quarantined through round 1 (1 broken pushes in a row, the last one stalled)"));
   EXPECT_EQ(Beat("B").quarantined_until_round(), 1) << "the heartbeat tells the worker to wait";
   EXPECT_EQ(Beat("A").quarantined_until_round(), 0);
   ASSERT_TRUE(Push("A", 0, 3000, d1).ok());
@@ -494,7 +494,7 @@ TEST_F(CoordinatorCoreTest, LatePushIsRefusedAndLeavesNoTrace) {
   EXPECT_EQ(core_->CommitPush(*in_flight).code(), absl::StatusCode::kFailedPrecondition);
   s = Push("B", /*round=*/0, 1000, late);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-  EXPECT_THAT(std::string(s.message()), HasSubstr("round 0"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("push for round 1 refused: the coordinator's round is 2"));
   ExpectAllClose(Theta(), theta1);
 
   // Round 2 (A alone, by timeout) must see only A's round-1 push, no leftover of the late chunks.
@@ -1224,7 +1224,7 @@ TEST_F(CoordinatorCoreTest, SyncResendOfACountedPushAfterItsRoundClosedIsAlready
   const absl::Status resent = Push("A", 0, 1000, dA);
   EXPECT_EQ(resent.code(), absl::StatusCode::kAlreadyExists) << resent;
   EXPECT_THAT(std::string(resent.message()),
-              HasSubstr("worker 'A' already pushed for round 0 (counted in that round's outer step)"));
+              HasSubstr("worker 'A' already pushed for round 1 (counted in that round's outer step)"));
   core_->Poll();
   ExpectAllClose(Theta(), theta1);
   EXPECT_EQ(core_->Status().round(), 1);
@@ -1785,7 +1785,7 @@ TEST_F(ClipAggregationTest, AByteIdenticalCopyOrReplayIsRefusedAndTheRoundRedone
   const absl::Status sits_out = PushClaimed("C", 1000, RandomDelta());
   EXPECT_EQ(sits_out.code(), absl::StatusCode::kFailedPrecondition) << "C sits out the round";
   EXPECT_THAT(std::string(sits_out.message()),
-              HasSubstr("quarantined until round 1 (its push was a copy or a replay)"));
+              HasSubstr("quarantined through round 1 (its push was a copy or a replay)"));
   // The restart forgot the gate's headers (C's claim among them): the gate opens again once A and B, the members
   // that may push, have declared.
   EXPECT_EQ(PushClaimed("A", 1000, dA).code(), absl::StatusCode::kUnavailable);

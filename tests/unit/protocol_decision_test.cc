@@ -47,9 +47,9 @@ TEST(ProtocolDecisionTest, PushErrorsTheCoordinatorDocuments) {
        "not a member (worker 'w7' lease expired); joining again to push again"},
       {absl::FailedPreconditionError("the run is complete"), ProtocolAction::kNextRound,
        "push not counted (the run is complete); restarting from the new global parameters"},
-      {absl::FailedPreconditionError("push for round 3 refused: the open round is based on round 4"),
+      {absl::FailedPreconditionError("push for round 4 refused: the coordinator's round is 5"),
        ProtocolAction::kNextRound,
-       "push not counted (push for round 3 refused: the open round is based on round 4); restarting from the new "
+       "push not counted (push for round 4 refused: the coordinator's round is 5); restarting from the new "
        "global parameters"},
       {absl::AlreadyExistsError("worker 'w7' already pushed for round 4"), ProtocolAction::kCounted,
        "push already counted (worker 'w7' already pushed for round 4)"},
@@ -77,8 +77,7 @@ TEST(ProtocolDecisionTest, PushErrorsTheCoordinatorDocuments) {
 }
 
 TEST(ProtocolDecisionTest, LatePushFollowsLatePolicy) {
-  const absl::Status late =
-      absl::FailedPreconditionError("push for round 3 refused: the open round is based on round 4");
+  const absl::Status late = absl::FailedPreconditionError("push for round 4 refused: the coordinator's round is 5");
   const ProtocolDecision drop = Push(late, LatePolicy::kDrop);
   EXPECT_EQ(drop.action, ProtocolAction::kNextRound);
   EXPECT_FALSE(drop.keep_local);
@@ -87,7 +86,7 @@ TEST(ProtocolDecisionTest, LatePushFollowsLatePolicy) {
   EXPECT_EQ(reuse.action, ProtocolAction::kNextRound);
   EXPECT_TRUE(reuse.keep_local);
   EXPECT_EQ(reuse.reason,
-            "push not counted (push for round 3 refused: the open round is based on round 4); "
+            "push not counted (push for round 4 refused: the coordinator's round is 5); "
             "continuing from local parameters (late_policy reuse_local)");
 }
 
@@ -203,7 +202,7 @@ TEST(ProtocolDecisionTest, AQuarantinedWorkerWaitsInsteadOfTraining) {
   const WaitDecision wait = DecideAfterRefusal({3, false, false, 5}, 2, false);
   EXPECT_EQ(wait.action, WaitAction::kKeepWaiting);
   EXPECT_EQ(wait.reason,
-            "quarantined until round 5 (the coordinator is at round 3): waiting instead of training pushes that would "
+            "quarantined through round 5 (the coordinator's round is 4): waiting instead of training pushes that would "
             "be refused");
   EXPECT_EQ(DecideAfterRefusal({5, false, false, 5}, 2, false).action, WaitAction::kRoundClosed) << "over at round 5";
   EXPECT_EQ(DecideAfterRefusal({3, false, false, 0}, 2, false).action, WaitAction::kRoundClosed)
@@ -279,7 +278,7 @@ TEST(ProtocolDecisionTest, WaitingWorkerQuarantinedAfterADiscardedStepDoesNotPus
     const WaitDecision wait = DecideWhileWaiting({3, false, false, 4}, 3, async);
     EXPECT_EQ(wait.action, WaitAction::kQuarantined) << async;
     EXPECT_EQ(wait.reason,
-              "the push was discarded and this worker is quarantined until round 4 (the coordinator is at round 3); "
+              "the push was discarded and this worker is quarantined through round 4 (the coordinator's round is 4); "
               "waiting, then pulling the global model");
     EXPECT_EQ(DecideWhileWaiting({3, false, false, 3}, 3, async).action, WaitAction::kRepush) << "quarantine over";
     EXPECT_EQ(DecideWhileWaiting({3, false, true, 4}, 3, async).action, WaitAction::kRoundClosed) << "complete";

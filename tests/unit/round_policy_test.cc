@@ -148,7 +148,7 @@ TEST(PushRoundPolicyTest, SyncAcceptsOnlyTheOpenRoundWhileTraining) {
   absl::Status late = DecidePushRound({3, 2, RoundPhase::kTraining}, sync);
   EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(late.message(),
-            "push for round 2 refused: the open round is based on round 3 (phase training); pull the current "
+            "push for round 3 refused: the coordinator's round is 4 (phase training); pull the current "
             "parameters");
   EXPECT_EQ(DecidePushRound({3, 4, RoundPhase::kTraining}, sync).code(), absl::StatusCode::kFailedPrecondition);
   absl::Status stepping = DecidePushRound({3, 3, RoundPhase::kStepping}, sync);
