@@ -29,13 +29,15 @@ absl::StatusOr<AttackSpec> ParseAttack(const std::string& text) {
   if (kind == "tokens") spec.kind = AttackSpec::Kind::kTokens;
   if (kind == "copy") spec.kind = AttackSpec::Kind::kCopy;
   if (kind == "nan-step") spec.kind = AttackSpec::Kind::kNanStep;
+  if (kind == "throw-step") spec.kind = AttackSpec::Kind::kThrowStep;
   if (spec.kind == AttackSpec::Kind::kNone) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--attack '", text, "': KIND must be scale, max, random, stale, tokens, copy or nan-step (test-only)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--attack '", text,
+                     "': KIND must be scale, max, random, stale, tokens, copy, nan-step or throw-step (test-only)"));
   }
-  if (spec.kind == AttackSpec::Kind::kNanStep) {
-    if (!absl::SimpleAtoi(parts.second, &spec.nan_step) || spec.nan_step < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("--attack '", text, "': nan-step needs :N, an inner step >= 0"));
+  if (spec.kind == AttackSpec::Kind::kNanStep || spec.kind == AttackSpec::Kind::kThrowStep) {
+    if (!absl::SimpleAtoi(parts.second, &spec.fault_step) || spec.fault_step < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--attack '", text, "': ", kind, " needs :N, an inner step >= 0"));
     }
     return spec;
   }
@@ -104,7 +106,8 @@ void Attacker::Apply(RoundResult& result, int64_t round) {
   NamedTensors& delta = result.pseudo_gradient;
   switch (spec_.kind) {
     case AttackSpec::Kind::kNone:
-    case AttackSpec::Kind::kNanStep:  // a training fault (InnerTrainer::set_nan_step): the push is the honest one
+    case AttackSpec::Kind::kNanStep:  // training faults (InnerTrainer::set_step_fault): the push is the honest one
+    case AttackSpec::Kind::kThrowStep:
       return;
     case AttackSpec::Kind::kScale:
       for (auto& [name, d] : delta) d = d * spec_.factor;

@@ -17,9 +17,11 @@
 //             with a warning. Chosen over training on the named worker's shard: the Join reply assigns shards and
 //             the inner loop's sampling differs per worker, so that would be a near-copy at best.
 //   nan-step:N not a push attack but a training fault: the loss of global inner step N (0-based), the first time
-//             it is trained, is made NaN before its backward (InnerTrainer::set_nan_step), so the round's training
+//             it is trained, is made NaN before its backward (InnerTrainer::set_step_fault), so the round's training
 //             turns non-finite as a divergence would; the worker must say so, start its moments over (every rank of a
 //             cluster) and train on.
+//   throw-step:N another training fault: global inner step N, the first time it is trained, throws as a device
+//             error (CUDA out of memory) would; a one-process worker must leave with `worker failed: ...` (exit 1).
 // Not thread-safe: the worker's round loop owns it.
 #pragma once
 
@@ -32,11 +34,11 @@
 namespace diloco {
 
 struct AttackSpec {
-  enum class Kind { kNone, kScale, kMax, kRandom, kStale, kTokens, kCopy, kNanStep };
+  enum class Kind { kNone, kScale, kMax, kRandom, kStale, kTokens, kCopy, kNanStep, kThrowStep };
   Kind kind = Kind::kNone;
   double factor = 1;
   std::string copy_path;          // kCopy: the file another worker's --dump-delta writes
-  int64_t nan_step = -1;          // kNanStep: the global inner step whose loss is made NaN
+  int64_t fault_step = -1;        // kNanStep, kThrowStep: the global inner step that fails
   int64_t copy_wait_ms = 600000;  // kCopy: how long to wait for the file to hold this round
 };
 

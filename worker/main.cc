@@ -50,7 +50,7 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--set", f.overrides, "override a config key: section.key=value (repeatable)");
   app.add_option("--attack", f.options.attack,
                  "TEST-ONLY: push a wrong pseudo-gradient, KIND[:FACTOR] (scale, max, random, stale, tokens, "
-                 "copy:PATH; worker/attack.h)");
+                 "copy:PATH), or fail a training step (nan-step:N, throw-step:N); worker/attack.h");
   app.add_option("--dump-delta", f.options.dump_delta,
                  "TEST-ONLY: write each pushed pseudo-gradient to PATH (read by another worker's --attack copy:PATH)");
   app.add_option("--rank", f.options.rank, "workers.cluster_size > 1: this process's rank in the worker's cluster");

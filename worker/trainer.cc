@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "worker/data/keyed_permutation.h"
 #include "worker/lm/torch_compat.h"
 #include "worker/lr_schedule.h"
@@ -184,8 +185,13 @@ StepStats InnerTrainer::TrainSteps(int64_t first_step, int64_t n, const StopWish
     const double lr = InnerLearningRate(config_.inner, first_step + i, total_steps);
     Batch batch = NextBatch();
     optimizer_->ZeroGrad();
-    const bool poison = first_step + i == nan_step_;
-    if (poison) nan_step_ = -1;  // once: the round is trained again from the same step
+    const bool faulty = first_step + i == fault_step_;
+    if (faulty) fault_step_ = -1;  // once: the round is trained again from the same step
+    if (faulty && fault_ == StepFault::kThrow) {
+      throw std::runtime_error(absl::StrCat("test-only --attack throw-step: inner step ", first_step + i,
+                                            " failed (as a device error would)"));
+    }
+    const bool poison = faulty && fault_ == StepFault::kNan;
     const torch::Tensor loss = ForwardBackward(batch, poison);
     if (gradient_hook_ && gradient_hook_(optimizer_->flat_gradients(), want_stop)) {
       stats.abandoned = true;

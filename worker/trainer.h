@@ -101,17 +101,22 @@ class InnerTrainer {
   // The inner AdamW (its moments and step count: the worker's local state, worker/worker_state.h).
   FlatAdamW& optimizer() { return *optimizer_; }
   const Config& config() const { return config_; }
-  // TEST-ONLY (diloco-worker --attack nan-step:N, worker/attack.h): the loss of global inner step `step`, the first
-  // time it is trained, is made NaN before its backward, so that the step's gradients (in a cluster, through the
-  // averaging, every rank's), the parameters and the moments turn NaN, as a real divergence would.
-  void set_nan_step(int64_t step) { nan_step_ = step; }
+  // TEST-ONLY (diloco-worker --attack nan-step:N or throw-step:N, worker/attack.h), at global inner step `step`, the
+  // first time it is trained: kNan makes its loss NaN before its backward, so that the step's gradients (in a
+  // cluster, through the averaging, every rank's), the parameters and the moments turn NaN, as a real divergence
+  // would; kThrow throws std::runtime_error before its forward, as a device error (CUDA out of memory) would.
+  enum class StepFault { kNone, kNan, kThrow };
+  void set_step_fault(int64_t step, StepFault fault) {
+    fault_step_ = step;
+    fault_ = fault;
+  }
 
  private:
   Batch NextBatch();  // batch_size windows from the sampler
   // Forward and backward of one step's batch, inner.micro_batch_size rows at a time (0: all at once), each under
   // workers.precision's autocast: leaves the gradient of the whole batch's mean loss in .grad (zeroed before) and
   // returns that loss as a 0-dim tensor on the device (no host sync).
-  // poison: the loss is made NaN before the backward (set_nan_step).
+  // poison: the loss is made NaN before the backward (set_step_fault kNan).
   torch::Tensor ForwardBackward(const Batch& batch, bool poison = false);
   // The AdamW step on the gradients in place, clipped to inner.grad_clip over the global norm.
   void ClippedStep(double lr);
@@ -126,7 +131,8 @@ class InnerTrainer {
   GradientHook gradient_hook_;
   NormHook norm_hook_;
   StepHook step_hook_;
-  int64_t nan_step_ = -1;  // set_nan_step; -1: none
+  int64_t fault_step_ = -1;  // set_step_fault; -1: none
+  StepFault fault_ = StepFault::kNone;
 };
 
 }  // namespace diloco

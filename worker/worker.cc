@@ -76,9 +76,10 @@ absl::Status Worker::SetUp(const TokenCache& cache) {
   }
   auto attack = ParseAttack(options_.attack);
   if (!attack.ok()) return WithExitCode(attack.status(), kWorkerConfigError);
-  if (attack->kind == AttackSpec::Kind::kNanStep) {
-    spdlog::warn("test-only --attack {}: the loss of inner step {} is made NaN", options_.attack, attack->nan_step);
-    nan_step_ = attack->nan_step;
+  if (attack->kind == AttackSpec::Kind::kNanStep || attack->kind == AttackSpec::Kind::kThrowStep) {
+    spdlog::warn("test-only --attack {}: inner step {} {}", options_.attack, attack->fault_step,
+                 attack->kind == AttackSpec::Kind::kNanStep ? "has its loss made NaN" : "throws");
+    step_fault_ = *attack;
   } else if (attack->kind != AttackSpec::Kind::kNone) {
     spdlog::warn("test-only --attack {}: this worker pushes wrong pseudo-gradients", options_.attack);
     attacker_ = std::make_unique<Attacker>(*attack, static_cast<uint64_t>(config_.run.seed) + 7919);
@@ -115,7 +116,11 @@ absl::Status Worker::SetUpTrainer(const TokenCache& cache, LanguageModelPtr mode
                              std::move(model), ShardOf(config_, 0, ClusterSize()), join.shard_reader());
   if (!trainer.ok()) return WithExitCode(trainer.status(), kWorkerConfigError);
   trainer_ = std::move(*trainer);
-  trainer_->set_nan_step(nan_step_);
+  if (step_fault_.kind != AttackSpec::Kind::kNone) {
+    trainer_->set_step_fault(step_fault_.fault_step, step_fault_.kind == AttackSpec::Kind::kNanStep
+                                                         ? InnerTrainer::StepFault::kNan
+                                                         : InnerTrainer::StepFault::kThrow);
+  }
   if (leader_) {
     leader_->Shard(join.shard_index(), join.shard_count(), join.shard_reader());
     if (absl::Status s = cluster_->AttachTo(*trainer_, config_.workers.check_replicas); !s.ok()) {

@@ -92,7 +92,7 @@ class Worker {
   std::unique_ptr<InnerTrainer> trainer_;        // [main]
   std::unique_ptr<LocalState> local_;            // [main]
   std::unique_ptr<Attacker> attacker_;           // [main] test-only --attack (worker/attack.h); null without it
-  int64_t nan_step_ = -1;                        // [main] test-only --attack nan-step:N (InnerTrainer::set_nan_step)
+  AttackSpec step_fault_;                        // [main] test-only --attack nan-step:N / throw-step:N
   // comm.cluster_parts: this rank's slice (snapshot, pseudo-gradient, residual) and the driving of the others' parts;
   // then theta_ holds nothing between full pulls (every rank keeps its slice of theta in parts_).
   std::unique_ptr<PartExchange> parts_;      // [main]; [exchange] inside Exchange

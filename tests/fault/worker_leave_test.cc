@@ -143,5 +143,32 @@ TEST(WorkerLeave, ATrainingThatDivergesEveryRoundLeavesWithExit1) {
   coordinator.Wait(60);
 }
 
+// A one-process worker whose training throws mid-round (test-only --attack throw-step:N, as a CUDA out-of-memory
+// error would) says so in one line, tells the coordinator it failed and exits 1; before, it called itself a failed
+// cluster (exit 5). The other worker completes the run without waiting coordinator.lease_s for it.
+TEST(WorkerLeave, AOneProcessWorkerWhoseTrainingThrowsLeavesWithExit1) {
+  const std::string dir = ScratchDir("training_throws");
+  const std::string address = "127.0.0.1:" + std::to_string(FreePort());
+  const auto args = Args(dir, address,
+                         {"inner.steps=10", "outer.rounds=3", "coordinator.min_workers=1", "coordinator.lease_s=600",
+                          "coordinator.round_timeout_s=600"});
+  RunningProcess coordinator("diloco-coordinator", args);
+  ASSERT_TRUE(coordinator.WaitForOutput("listening on", 120)) << coordinator.output();
+  // w1 first: it trains from round 1, so it reaches global inner step 14 (round 2) whenever w0 joins.
+  auto w1 = StartWorker(With(args, {"--attack", "throw-step:14"}), address, "w1");
+  ASSERT_TRUE(coordinator.WaitForOutput("joined: worker w1", 120)) << coordinator.output();
+  auto w0 = StartWorker(args, address, "w0");
+  EXPECT_EQ(w1->Wait(120), 1) << w1->output();
+  const std::string out = w1->output();
+  EXPECT_NE(out.find("worker failed: test-only --attack throw-step: inner step 14 failed (as a device error would); "
+                     "leaving the run"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("worker cluster failed"), std::string::npos) << out;
+  ASSERT_TRUE(coordinator.WaitForOutput("left: worker w1 (it failed)", 30)) << coordinator.output();
+  EXPECT_EQ(w0->Wait(120), 0) << w0->output();
+  EXPECT_EQ(coordinator.Wait(60), 0) << coordinator.output();
+}
+
 }  // namespace
 }  // namespace diloco::testing

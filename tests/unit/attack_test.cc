@@ -29,8 +29,12 @@ TEST(AttackParseTest, KindsAndRefusals) {
   EXPECT_EQ(copy->copy_path, "/tmp/a:b.bin");  // only the first ':' separates
   EXPECT_NE(ParseAttack("copy").status().message().find("copy needs :PATH"), std::string::npos);
   EXPECT_NE(ParseAttack("copy:").status().message().find("copy needs :PATH"), std::string::npos);
-  EXPECT_NE(ParseAttack("flip:2").status().message().find("copy or nan-step"), std::string::npos);
-  EXPECT_EQ(ParseAttack("nan-step:12")->nan_step, 12);
+  EXPECT_NE(ParseAttack("flip:2").status().message().find("copy, nan-step or throw-step"), std::string::npos);
+  EXPECT_EQ(ParseAttack("nan-step:12")->fault_step, 12);
+  EXPECT_EQ(ParseAttack("throw-step:3")->kind, AttackSpec::Kind::kThrowStep);
+  EXPECT_EQ(ParseAttack("throw-step:3")->fault_step, 3);
+  EXPECT_EQ(ParseAttack("throw-step").status().message(),
+            "--attack 'throw-step': throw-step needs :N, an inner step >= 0");
   EXPECT_FALSE(ParseAttack("nan-step").ok());
   EXPECT_FALSE(ParseAttack("nan-step:-1").ok());
   EXPECT_FALSE(ParseAttack("nan-step:1.5").ok());
