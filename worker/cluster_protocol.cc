@@ -28,7 +28,27 @@ enum CommandKind : int64_t {
   kSettle = 11
 };
 
-constexpr char kStopReasonKey[] = "stop/reason";  // ClusterLeader::Stop's reason for a failed Join
+constexpr char kStopReasonKey[] = "stop/reason";  // ClusterLeader::Stop's reason for an exit code other than 0
+
+// A StopCommand as the follower leaves on it: the leader's exit code and, when not 0, its line.
+struct StopOutcome {
+  int64_t code = 0;
+  std::string reason;  // "" when the leader put none (or it could not be read)
+};
+
+// Takes the leader's line (ClusterLeader::Stop puts it before it sends the command) and then acknowledges the
+// command: the leader waits for that, so its store lives until the line is read.
+StopOutcome TakeStop(WorkerCluster& cluster, const StopCommand& stop) {
+  StopOutcome outcome{stop.exit_code, ""};
+  if (stop.exit_code != 0) {
+    try {
+      outcome.reason = cluster.Take(kStopReasonKey, std::chrono::seconds(10));
+    } catch (const std::exception&) {
+    }
+  }
+  cluster.Acknowledge();
+  return outcome;
+}
 
 std::vector<torch::Tensor> TensorsOf(const NamedTensors& named) {
   std::vector<torch::Tensor> tensors;  // shallow handles: a broadcast into them writes the named tensors
@@ -137,10 +157,12 @@ class Follower {
     plan_ = FragmentPlan(names, config.comm.fragments);
   }
 
-  // Does commands until one ends the follower's part in the run.
-  void Serve() {
+  // Does commands until one ends the follower's part in the run: the leader's StopCommand (its code and line), or
+  // code 0 when the cluster's stop wish abandoned a training.
+  StopOutcome Serve() {
     while (true) {
       const ClusterCommand command = DecodeCommand(cluster_.ReceiveWords());
+      if (const auto* stop = std::get_if<StopCommand>(&command)) return TakeStop(cluster_, *stop);
       cluster_.Acknowledge();  // before the command's collectives: the leader starts them once every rank is there
       if (std::holds_alternative<LoadCommand>(command)) {
         // Straight into the model's parameters, on their device: no host round trip on a GPU rank.
@@ -160,7 +182,7 @@ class Follower {
         local_.BeforeFirstStep();
         if (trainer_.TrainSteps(train->first_step, train->steps, [this] { return stop_.load(); }).abandoned) {
           spdlog::info("the cluster stopped training; leaving");
-          return;
+          return {};
         }
       } else if (const auto* merge = std::get_if<MergeCommand>(&command)) {
         Merge(*merge);
@@ -169,7 +191,7 @@ class Follower {
       } else if (std::holds_alternative<ResetMomentsCommand>(command)) {
         trainer_.optimizer().ResetMoments();
       } else {
-        return;  // StopCommand (a second ShardCommand never comes)
+        return {};  // a second ShardCommand never comes
       }
     }
   }
@@ -203,15 +225,7 @@ absl::Status RunClusterFollower(const Config& config, const TokenCache& cache, c
     const ClusterCommand first = DecodeCommand(cluster.ReceiveWords());
     const auto* shard = std::get_if<ShardCommand>(&first);
     if (shard == nullptr) {  // StopCommand: the leader could not join (or was asked to stop before it joined)
-      const int64_t code = std::get<StopCommand>(first).exit_code;
-      std::string reason;  // the leader's line (it waits for the acknowledgement: its store lives until then)
-      if (code != 0) {
-        try {
-          reason = cluster.Take(kStopReasonKey, std::chrono::seconds(10));
-        } catch (const std::exception&) {
-        }
-      }
-      cluster.Acknowledge();
+      const auto [code, reason] = TakeStop(cluster, std::get<StopCommand>(first));
       if (code == 0) return absl::OkStatus();
       const std::string why = code == kWorkerInterrupted ? "was asked to stop before it joined the coordinator"
                               : reason.empty()
@@ -245,7 +259,12 @@ absl::Status RunClusterFollower(const Config& config, const TokenCache& cache, c
     Follower follower(config, cluster, t, local, stop, std::move(own_parts));
     spdlog::info("rank {} of {} of worker {}: shard {}/{}, part {} of it", options.rank, cluster.size(), options.id,
                  shard->shard_index, shard->shard_count, options.rank);
-    follower.Serve();
+    if (const auto [code, reason] = follower.Serve(); code != 0) {
+      return WorkerError(static_cast<WorkerExit>(code),
+                         absl::StrCat("rank 0 of worker ", options.id, " left the run (exit ", code,
+                                      reason.empty() ? "" : "): ", reason.empty() ? "; its log says why)" : reason,
+                                      "; this rank leaves with it"));
+    }
   } catch (const std::exception& e) {
     return WorkerError(kWorkerClusterFailed, absl::StrCat("worker cluster failed (rank ", options.rank, " of ",
                                                           cluster.size(), "): ", e.what(), "; leaving"));

@@ -5,7 +5,8 @@
 //   LoadCommand   then a Broadcast of all of theta (parameter order): every rank loads it
 //   TrainCommand  train `steps` inner steps from global inner step `first_step` (gradients averaged every step)
 //   MergeCommand  then a Broadcast of fragment `fragment`'s tensors: every rank merges them with `alpha`
-//   StopCommand   the follower leaves with the leader's exit code (0, or the code of the leader's failed Join)
+//   StopCommand   the follower leaves with the leader's exit code (0 after a run; else the code of the leader's failed
+//                 Join or of its failure, with its line)
 //   SaveCommand   after the leader saved its local state for `round` (the round's push counted): every rank saves its
 //                 own (worker/local_state.h), so that a cluster restarted with its id resumes every rank's state
 //   PushPartCommand  comm.cluster_parts (worker/part_exchange.h): push this rank's part of round `round` with the
@@ -57,7 +58,7 @@ struct MergeCommand {
   double alpha = 0;  // comm.merge_alpha (0: replace)
 };
 struct StopCommand {
-  int64_t exit_code = 0;  // the leader's (worker/worker_options.h WorkerExit): 0 after a run
+  int64_t exit_code = 0;  // the leader's (worker/worker_options.h WorkerExit): 0 after a run or a signal
 };
 struct SaveCommand {
   int64_t round = 0;  // 1-based: the round whose push counted (LocalState::Save)
@@ -96,8 +97,9 @@ class ClusterLeader {
   void Load(const NamedTensors& theta);  // theta: all of the parameters (the leader's loaded ones, on its device)
   void Train(int64_t first_step, int64_t steps) { Send(TrainCommand{first_step, steps}); }
   void Merge(int fragment, double alpha, const NamedTensors& incoming);  // incoming: the fragment's tensors
-  // exit_code != 0 (the leader's Join failed): `reason`, its error line, goes to the followers through the store, so
-  // that each says it (under diloco-launch the first rank to exit is the one whose line is shown).
+  // exit_code != 0 (the leader's Join failed, or it leaves the run failed: its training diverged every round):
+  // `reason`, its error line, goes to the followers through the store, so that each says it and exits with the same
+  // code (under diloco-launch the first rank to exit is the one whose line is shown).
   void Stop(int64_t exit_code = 0, const std::string& reason = "");
   void Save(int64_t round) { Send(SaveCommand{round}); }
   void ResetMoments() { Send(ResetMomentsCommand{}); }
@@ -125,9 +127,9 @@ using FollowerPartsFactory =
     std::function<absl::StatusOr<std::unique_ptr<FollowerParts>>(InnerTrainer& trainer, LocalState& local)>;
 
 // The life of a rank > 0: waits (as long as the leader lives) for the leader's commands and does them until
-// StopCommand (exit 0; before the ShardCommand, the leader's exit code: its Join failed), a training abandoned by
-// the cluster's stop wish (OK: exit 0), or a dead leader or rank (exit 5, kWorkerClusterFailed), as a status
-// carrying its exit code (worker/worker_options.h).
+// StopCommand (the leader's exit code and line: 0 after a run; before the ShardCommand, its failed Join's; after,
+// its failure's), a training abandoned by the cluster's stop wish (OK: exit 0), or a dead leader or rank (exit 5,
+// kWorkerClusterFailed), as a status carrying its exit code (worker/worker_options.h).
 // With comm.cluster_parts `parts` makes the rank's side of the part commands.
 absl::Status RunClusterFollower(const Config& config, const TokenCache& cache, const WorkerOptions& options,
                                 WorkerCluster& cluster, const std::atomic<bool>& stop,

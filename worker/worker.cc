@@ -55,7 +55,8 @@ absl::Status Worker::Run(const TokenCache& cache) {
   const double started = Now();
   try {
     RunRounds();
-    if (leader_ && !followers_left_) leader_->Stop();
+    // The followers leave with this rank's code and line (a training that diverged every round: exit 1; refused: 3).
+    if (leader_ && !followers_left_) leader_->Stop(ExitCodeOf(Outcome()), std::string(Outcome().message()));
   } catch (const std::exception& e) {  // a device error (out of memory); with a cluster, a dead rank or collective
     flags_.failed = true;
     failure_ = cluster_
