@@ -18,6 +18,9 @@ Kinds: gpt2 (ByteLevel pre-tokenizer), llama3 and qwen2 (Split regex + ByteLevel
 (byte_fallback, Prepend + Replace normalizer), metaspace (byte_fallback, Metaspace pre-tokenizer, prepend first),
 lookahead (a gpt2 model with a Split regex that matches empty, before each 'e', put in front of its ByteLevel; tested
 for encode / decode only: the work-item cut rule knows no such split).
+Beside them, OUT/sp_llama2/tokenizer.model: Llama 2's kind of SentencePiece model (BPE, byte_fallback, the dummy
+prefix, identity normalisation, no newline piece) trained by the sentencepiece library, and golden["sentencepiece"]:
+its SentencePieceProcessor.encode(text) ids of each text and of the document, and decode(ids).
 Also OUT/refused/<component>.json: tokenizer.json files with one component we do not implement (WordPiece,
 Unigram, the Lowercase normalizer, the Whitespace pre-tokenizer, the WordPiece decoder), each to be refused by name.
 Usage: make_tokenizer_json.py OUT SHAKESPEARE
@@ -156,6 +159,25 @@ def post_processor(kind, bos, eos):
     return None
 
 
+def sentencepiece_llama2(out, text):
+    """Trains Llama 2's kind of tokenizer.model on `text` into OUT/sp_llama2 and returns its processor."""
+    import io
+
+    import sentencepiece as spm
+    model = io.BytesIO()
+    lines = [line for t in text for line in t.split("\n") if line.strip()]
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model, vocab_size=1000,
+                                   model_type="bpe", byte_fallback=True, add_dummy_prefix=True,
+                                   normalization_rule_name="identity", remove_extra_whitespaces=False,
+                                   split_digits=True, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+                                   character_coverage=1.0, minloglevel=2)
+    os.makedirs(os.path.join(out, "sp_llama2"), exist_ok=True)
+    path = os.path.join(out, "sp_llama2", "tokenizer.model")
+    with open(path, "wb") as f:
+        f.write(model.getvalue())
+    return spm.SentencePieceProcessor(model_file=path)
+
+
 def write_refused(out, text):
     os.makedirs(out, exist_ok=True)
     wordpiece = Tokenizer(models.WordPiece(unk_token="[UNK]"))
@@ -234,6 +256,10 @@ def main():
             cut = [tok.token_to_id(BYTE_CHARS[b]) for b in INVALID]
             golden["kinds"][name].update({"cut_ids": cut, "cut_decoded": tok.decode(cut)})
     golden["invalid_hex"] = INVALID.hex()
+    sp = sentencepiece_llama2(out, text)
+    sp_ids = [sp.encode(t) for t in texts]
+    golden["sentencepiece"] = {"ids": sp_ids, "decoded": [sp.decode(i) for i in sp_ids], "bos": sp.bos_id(),
+                               "eos": sp.eos_id(), "document_ids": sp.encode(golden["document"])}
     write_refused(os.path.join(out, "refused"), text)
     with open(os.path.join(out, "golden.json"), "w") as f:
         json.dump(golden, f, ensure_ascii=False, indent=1)

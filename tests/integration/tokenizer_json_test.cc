@@ -184,6 +184,43 @@ TEST_F(TokenizerJsonTest, TextShardsHoldTheIdsOfTheWholeFileHoweverItIsCut) {
   }
 }
 
+// A SentencePiece model without our "<nl>" symbol (Llama 2's, Mistral's tokenizer.model) encodes a text, and a
+// --format text document however it is cut into work items, as the sentencepiece library does: the whole text in
+// one call, the dummy prefix "▁" at its start only. Before, the text was encoded line by line: every line after the
+// first started with a "▁" neither the library nor transformers puts there.
+TEST_F(TokenizerJsonTest, ASentencePieceModelWithoutANewlineSymbolEncodesAsTheLibraryDoes) {
+  const std::string model = dir_ + "/sp_llama2/tokenizer.model";
+  const auto& sp = golden_.at("sentencepiece");
+  const auto& texts = golden_.at("texts");
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const std::string ids = JoinIds(sp.at("ids")[i].get<std::vector<int>>());
+    const auto [encoded, ids_line] = RunTokenizer({"encode", "--model", model, "--text", texts[i]});
+    ASSERT_EQ(encoded, 0) << ids_line;
+    EXPECT_EQ(ids_line, ids + "\n") << "'" << texts[i].get<std::string>() << "'";
+    const auto [decoded, back] = RunTokenizer({"decode", "--model", model, "--ids", ids});
+    ASSERT_EQ(decoded, 0) << back;
+    EXPECT_EQ(back, sp.at("decoded")[i].get<std::string>()) << "'" << texts[i].get<std::string>() << "'";
+  }
+  const std::string document = golden_.at("document").get<std::string>();
+  std::ofstream(dir_ + "/sp-document.txt") << document;
+  std::ofstream(dir_ + "/sp-val.txt") << "All:\nSpeak, speak.\n";
+  std::vector<uint32_t> expected = {sp.at("bos").get<uint32_t>()};
+  for (int id : sp.at("document_ids")) expected.push_back(static_cast<uint32_t>(id));
+  expected.push_back(sp.at("eos").get<uint32_t>());
+  for (const char* item_bytes : {"40", "97", "1048576"}) {
+    const std::string out = dir_ + "/sp-text-cache-" + item_bytes;
+    const auto [code, output] = RunTokenizer({"--format", "text", "--input", dir_ + "/sp-document.txt", "--val-input",
+                                              dir_ + "/sp-val.txt", "--vocab-size", "1000", "--tokenizer-model", model,
+                                              "--threads", "2", "--work-item-bytes", item_bytes, "--out", out});
+    ASSERT_EQ(code, 0) << output;
+    TokenManifest manifest;
+    std::string error;
+    ASSERT_TRUE(ReadTokenManifest(out + "/meta.json", &manifest, &error)) << error;
+    EXPECT_EQ(manifest.tokenizer, "tokenizer.model");
+    EXPECT_EQ(SplitIds(manifest.train), expected) << "in work items of " << item_bytes << " bytes";
+  }
+}
+
 // The prompt's ids with the special tokens the post-processor adds, as Tokenizer.encode(text).ids gives them: none
 // (gpt2's ByteLevel, qwen2's none), BOS through a Sequence (llama3), BOS and EOS from a template (llama2), cls and sep
 // (metaspace's RobertaProcessing).

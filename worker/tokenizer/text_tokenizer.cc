@@ -3,6 +3,7 @@
 #include <sentencepiece_processor.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -17,7 +18,10 @@
 namespace diloco::tokenize {
 namespace {
 
-// A SentencePiece model: lines encoded one by one and joined by the newline id when the model has one.
+// A SentencePiece model. One diloco-tokenize trained (it has our "<nl>" symbol: its trainer normalises '\n' away):
+// lines encoded one by one and joined by that symbol. Any other (Llama 2's, Mistral's tokenizer.model): the whole
+// text in one call, as the sentencepiece library and transformers encode it; before, it was encoded line by line too
+// and every line but the first got the model's dummy prefix "▁" that the library puts only at the text's start.
 class SentencePieceTokenizer : public TextTokenizer {
  public:
   std::string Load(const std::string& path) {
@@ -33,12 +37,23 @@ class SentencePieceTokenizer : public TextTokenizer {
       }
     }
     newline_symbol_ = sp_.PieceToId(kNewlineSymbol);
+    by_lines_ = newline_symbol_ != sp_.unk_id();
+    if (!by_lines_) {  // the ids "\n" starts a text with: a continuation is encoded after a "\n" that they are cut off
+      const auto status = sp_.Encode("\n", &newline_ids_);
+      if (!status.ok()) return "cannot encode a newline with the tokenizer " + path + ": " + status.ToString();
+    }
     prompt_error_ = LoadPromptSpecials(std::filesystem::path(path).parent_path());
     return "";
   }
 
   std::string Encode(std::string_view text, std::vector<int>* ids) const override {
     thread_local std::vector<int> piece_ids;
+    if (!by_lines_) {
+      const auto status = sp_.Encode(text, &piece_ids);
+      if (!status.ok()) return status.ToString();
+      ids->insert(ids->end(), piece_ids.begin(), piece_ids.end());
+      return "";
+    }
     const char* const end = text.data() + text.size();
     for (const char* line = text.data(); line < end;) {
       const char* nl = static_cast<const char*>(memchr(line, '\n', end - line));
@@ -52,6 +67,26 @@ class SentencePieceTokenizer : public TextTokenizer {
       if (special_.newline >= 0) ids->push_back(special_.newline);
       line = nl + 1;
     }
+    return "";
+  }
+
+  // Text that continues a document after a line end (a later work item): a model encoded by lines has nothing to
+  // add; else the text is encoded after a "\n" whose ids (with the dummy prefix) are then cut off, so that the
+  // items' ids together are the whole document's. Where they do not come first (a piece across the "\n"), the text
+  // is encoded alone.
+  std::string EncodeContinuation(std::string_view text, std::vector<int>* ids) const override {
+    if (by_lines_ || newline_ids_.empty()) return Encode(text, ids);
+    thread_local std::vector<int> piece_ids;
+    std::string after_newline;
+    after_newline.reserve(text.size() + 1);
+    after_newline.append("\n").append(text);
+    const auto status = sp_.Encode(after_newline, &piece_ids);
+    if (!status.ok()) return status.ToString();
+    if (piece_ids.size() < newline_ids_.size() ||
+        !std::equal(newline_ids_.begin(), newline_ids_.end(), piece_ids.begin())) {
+      return Encode(text, ids);
+    }
+    ids->insert(ids->end(), piece_ids.begin() + static_cast<std::ptrdiff_t>(newline_ids_.size()), piece_ids.end());
     return "";
   }
 
@@ -95,6 +130,8 @@ class SentencePieceTokenizer : public TextTokenizer {
   sentencepiece::SentencePieceProcessor sp_;
   SpecialIds special_;
   int newline_symbol_ = -1;
+  bool by_lines_ = true;              // the model has our "<nl>" symbol: Encode goes line by line
+  std::vector<int> newline_ids_;      // !by_lines_: the ids of "\n" alone (EncodeContinuation)
   std::vector<int> prefix_, suffix_;  // a prompt's special tokens (EncodeWithSpecialTokens)
   std::string prompt_error_;          // why the file naming them could not be read; "" when it was
 

@@ -23,7 +23,7 @@ class TextTokenizer {
   virtual std::string Encode(std::string_view text, std::vector<int>* ids) const = 0;
   // Appends the ids of text that continues a document whose earlier part was encoded before, cut at a line end (a
   // later work item of a --format text file): nothing is prepended to its start, so the parts' ids together are the
-  // whole document's. A SentencePiece model encodes line by line anyway: Encode. "" or the error.
+  // whole document's (a SentencePiece model without our "<nl>" symbol: no dummy prefix). "" or the error.
   virtual std::string EncodeContinuation(std::string_view text, std::vector<int>* ids) const {
     return Encode(text, ids);
   }
