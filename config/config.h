@@ -94,7 +94,10 @@ struct DataConfig {
   std::string tokenizer;
   int64_t tokenizer_threads = 0;    // encoding threads of diloco-tokenize; 0 = every core
   int64_t tokenizer_train_mb = 64;  // a tokenizer trained on the spot learns from the first this many MB of text
-  bool trace_windows = false;       // workers append each training window they draw to <state_dir>/<id>.windows
+  // A Hugging Face model.init_from directory without a tokenizer.model / tokenizer.json and data.tokenizer unset:
+  // false refuses the run (a new tokenizer's ids would not match the pretrained embeddings), true trains one anyway.
+  bool train_tokenizer = false;
+  bool trace_windows = false;  // workers append each training window they draw to <state_dir>/<id>.windows
 };
 
 struct InnerConfig {

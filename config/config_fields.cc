@@ -99,6 +99,11 @@ const std::vector<Field>& Fields() {
                 "encoding threads of diloco-tokenize; 0 = every core"),
       MakeField("data.tokenizer_train_mb", &Config::data, &DataConfig::tokenizer_train_mb, Above(0),
                 "a tokenizer trained on the spot learns from the first this many MB of text"),
+      MakeField("data.train_tokenizer", &Config::data, &DataConfig::train_tokenizer,
+                "with a Hugging Face model.init_from directory that ships no tokenizer.model or tokenizer.json and "
+                "data.tokenizer unset: true trains a new tokenizer (its ids do not match the pretrained embeddings: "
+                "for a model made at random), false refuses the run; without such a directory a tokenizer is "
+                "trained whenever data.tokenizer is unset"),
       MakeField("data.trace_windows", &Config::data, &DataConfig::trace_windows,
                 "workers append each training window they draw to <workers.state_dir>/<id>.windows"),
       MakeField("inner.optimizer", &Config::inner, &InnerConfig::optimizer, "the inner optimizer"),

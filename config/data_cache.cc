@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "config/config_enums.h"
 #include "config/data_inputs.h"
+#include "config/hf_model_config.h"
 #include "config/subprocess.h"
 
 namespace diloco {
@@ -32,8 +33,9 @@ namespace {
 // Bump when the tokenizer's output changes for the same inputs (v2: shards, manifest, BOS/EOS; v3: a tokenizer.json
 // text document's ids are those of one encode() of the whole file, work_items.h; v4: tokenizer.json words over 256
 // bytes and single_word added tokens as the tokenizers library encodes them; v5: tokenizer.json regexes read \s as
-// Oniguruma (not U+180E) and split at empty matches).
-constexpr int kCacheFormatVersion = 5;
+// Oniguruma (not U+180E) and split at empty matches; v6: a SentencePiece model without our <nl> symbol encodes the
+// whole document, not line by line).
+constexpr int kCacheFormatVersion = 6;
 // Longer input lists than this go to the tokenizer through a list file instead of its command line.
 constexpr size_t kMaxInlineInputChars = 32 << 10;
 
@@ -190,7 +192,22 @@ absl::StatusOr<TokenCache> LocateTokenCache(const Config& config) {
   return Locate(config, *inputs);
 }
 
+absl::Status CheckTokenizerChoice(const Config& config) {
+  const DataConfig& d = config.data;
+  if (d.format == DataFormat::kTokens || !d.tokenizer.empty() || d.train_tokenizer ||
+      !IsHfModelDir(config.model.init_from)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "model.init_from ", config.model.init_from,
+      ": the directory has no tokenizer.model or tokenizer.json, and a tokenizer trained here would not match its "
+      "embeddings; set data.tokenizer to the model's tokenizer (a vocab.json + merges.txt directory: "
+      "transformers' AutoTokenizer.from_pretrained(DIR).save_pretrained(DIR) writes its tokenizer.json), or "
+      "data.train_tokenizer: true for a model made at random"));
+}
+
 absl::StatusOr<TokenCache> EnsureTokenized(const Config& config, const std::string& tokenizer_exe) {
+  if (absl::Status s = CheckTokenizerChoice(config); !s.ok()) return s;
   auto inputs = ResolveInputs(config);
   if (!inputs.ok()) return inputs.status();
   auto cache = Locate(config, *inputs);

@@ -42,6 +42,10 @@ std::string TokenizerFileName(const std::string& path);
 // glob or an empty directory is NotFound with one line naming the key and the path or pattern.
 absl::StatusOr<TokenCache> LocateTokenCache(const Config& config);
 
+// InvalidArgument when the run would train a tokenizer for a Hugging Face model.init_from directory that ships none
+// (data.tokenizer unset, data.train_tokenizer false): one line saying what to set. EnsureTokenized checks it first.
+absl::Status CheckTokenizerChoice(const Config& config);
+
 // Returns the cache, tokenizing first if it does not exist yet. `tokenizer_exe` is the diloco-tokenize binary.
 absl::StatusOr<TokenCache> EnsureTokenized(const Config& config, const std::string& tokenizer_exe);
 

@@ -280,6 +280,7 @@ absl::StatusOr<int> Launch(const Flags& flags) {
         ") is more than workers.count (", config->workers.count,
         "), the workers this launch starts: no round could close; lower min_workers or raise workers.count"));
   }
+  if (absl::Status s = diloco::CheckTokenizerChoice(*config); !s.ok()) return s;
   if (flags.check_config) {
     std::cout << "config OK: " << flags.config_path << "\n";
     // The input files too (data.text, data.files, data.val_files, data.tokenizer): a warning, not an error, since a

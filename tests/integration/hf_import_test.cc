@@ -53,7 +53,17 @@ TEST(HfImport, LlamaDirectoryTrainsWithDiLoCoAndDataParallelAndExportsBack) {
   const std::string hf = ScratchDir("hf_llama");
   std::string made;
   ASSERT_EQ(RunPython({"-c", kMakeLlama, hf}, &made), 0) << made;
-  const std::vector<std::string> overrides = {"model.init_from=" + hf};
+  // The directory ships no tokenizer: a tokenizer trained here would not match its embeddings, so the run is refused
+  // unless data.train_tokenizer says so (before, one was trained silently).
+  std::vector<std::string> refused = TinyArgs(ScratchDir("hf_no_tokenizer"), {"model.init_from=" + hf});
+  refused.erase(refused.begin());
+  refused.insert(refused.begin(), "--check-config");
+  RunningProcess check("diloco-launch", refused);
+  EXPECT_EQ(check.Wait(60), 2) << check.output();
+  EXPECT_NE(check.output().find("model.init_from " + hf + ": the directory has no tokenizer.model or tokenizer.json"),
+            std::string::npos)
+      << check.output();
+  const std::vector<std::string> overrides = {"model.init_from=" + hf, "data.train_tokenizer=true"};
 
   std::string output;
   const std::string run = ScratchDir("hf_diloco");
@@ -139,7 +149,7 @@ TEST_P(HfFamilyRound, OneDiLoCoRoundFromTheDirectoryAndExportBack) {
   const std::string hf = ScratchDir("hf_family_" + family);
   std::string made;
   ASSERT_EQ(RunPython({"-c", kMakeFamily, family, hf}, &made), 0) << made;
-  const std::vector<std::string> overrides = {"model.init_from=" + hf, "outer.rounds=1"};
+  const std::vector<std::string> overrides = {"model.init_from=" + hf, "outer.rounds=1", "data.train_tokenizer=true"};
 
   std::string output;
   const std::string run = ScratchDir("hf_round_" + family);
