@@ -179,12 +179,15 @@ absl::StatusOr<HfExportResult> WriteHfDirectory(const HfExportOptions& options, 
     const std::string path = (fs::path(options.out) / (json ? "tokenizer.json" : "tokenizer.model")).string();
     if (absl::Status s = CopyFile(options.tokenizer, path); !s.ok()) return s;
     result.files.push_back(path);
-    // A tokenizer.json's special tokens (bos_token, eos_token, chat template) live in the files beside it: carried
-    // when present, so that AutoTokenizer knows them.
-    for (const char* sidecar : {"tokenizer_config.json", "special_tokens_map.json"}) {
+    // The tokenizer's special tokens (bos_token, eos_token, add_bos_token) and chat template live in the files beside
+    // it (transformers 5 writes the template to chat_template.jinja): carried when present, so that AutoTokenizer
+    // knows them. A tokenizer.model's directory may hold its tokenizer.json too (the hub's Llama 2 / Mistral layout),
+    // which AutoTokenizer reads first (without it, it converts the SentencePiece model, which needs protobuf).
+    for (const char* sidecar : {"tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                                "chat_template.json", "tokenizer.json"}) {
       const fs::path from = fs::path(options.tokenizer).parent_path() / sidecar;
       std::error_code ec;
-      if (!json || !fs::is_regular_file(from, ec)) continue;
+      if ((json && std::string(sidecar) == "tokenizer.json") || !fs::is_regular_file(from, ec)) continue;
       const std::string to = (fs::path(options.out) / sidecar).string();
       if (absl::Status s = CopyFile(from.string(), to); !s.ok()) return s;
       result.files.push_back(to);

@@ -25,7 +25,10 @@ struct HfExportOptions {
   std::string out;                            // the directory (created)
   std::string dtype = "fp32";                 // fp32 | bf16
   int64_t max_shard_size = int64_t{2} << 30;  // bytes of tensor data per shard file
-  std::string tokenizer;  // a SentencePiece model (copied as tokenizer.model) or tokenizer.json (as is); "" = none
+  // A SentencePiece model (copied as tokenizer.model) or tokenizer.json (as is), with the tokenizer_config.json,
+  // special_tokens_map.json, chat_template.jinja / .json (and beside a tokenizer.model, tokenizer.json) of its
+  // directory; "" = none.
+  std::string tokenizer;
 };
 
 struct HfExportResult {

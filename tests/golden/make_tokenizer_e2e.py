@@ -12,7 +12,8 @@ model.generate(ids, do_sample=False, max_new_tokens=32) past the prompt. OUT/lla
 naming BOS and EOS.
 check DIR PROMPT IDS PLAIN [BOS]: loads DIR (an export) with AutoTokenizer and prints "check_tokenizer: OK <class>"
 when tokenizer(PROMPT) gives IDS and encode(PROMPT, add_special_tokens=False) PLAIN (space-separated), decode gives
-PROMPT back and (if given) its bos_token is BOS.
+PROMPT back and (if BOS is given: llama) its bos_token is BOS and its chat template (OUT/llama/chat_template.jinja,
+where transformers 5 saves one) renders a message.
 """
 
 import json
@@ -26,6 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_tokenizer_json import LLAMA3_REGEX, QWEN2_REGEX, byte_level, training_text  # noqa: E402  shared settings
 
 PROMPT = "First Citizen:\nCafé 東京 😀 1234567 — speak, speak."
+CHAT_TEMPLATE = "{% for m in messages %}<|bos|>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+CHAT = [{"role": "user", "content": "speak"}]
 
 
 def bos_template(bos, wrap):
@@ -63,9 +66,12 @@ def make(out, shakespeare):
         d = os.path.join(out, name)
         model.save_pretrained(d)
         tok.save(os.path.join(d, "tokenizer.json"))
-        if name == "llama":  # llama's directory also names its special tokens, as real ones do (the export carries it)
+        if name == "llama":  # llama's directory also names its special tokens, as real ones do (the export carries it),
+            # and has a chat template where transformers 5 saves one (chat_template.jinja)
             with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
                 json.dump({"bos_token": "<|bos|>", "eos_token": "<|eos|>"}, f)
+            with open(os.path.join(d, "chat_template.jinja"), "w") as f:
+                f.write(CHAT_TEMPLATE)
         ids = AutoTokenizer.from_pretrained(d)(PROMPT)["input_ids"]
         if ids != ([bos] if post else []) + tok.encode(PROMPT, add_special_tokens=False).ids:
             sys.exit(f"make_tokenizer_e2e: {name}: AutoTokenizer's prompt ids {ids[:4]}... are not the template's")
@@ -85,6 +91,8 @@ def check(directory, prompt, ids, plain, bos=None):
     tok = AutoTokenizer.from_pretrained(directory)
     if bos is not None and tok.bos_token != bos:
         sys.exit(f"check_tokenizer: AutoTokenizer's bos_token is {tok.bos_token!r}, expected {bos!r}")
+    if bos is not None and tok.apply_chat_template(CHAT, tokenize=False) != "<|bos|>user: speak\n":
+        sys.exit("check_tokenizer: the chat template (chat_template.jinja) did not come along")
     with_special = tok(prompt)["input_ids"]
     if with_special != [int(i) for i in ids.split()]:
         sys.exit(f"check_tokenizer: AutoTokenizer's tokenizer(prompt) is {with_special}, expected {ids}")

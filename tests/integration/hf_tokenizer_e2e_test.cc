@@ -113,8 +113,10 @@ TEST_P(HfTokenizerE2eTest, CheckpointGeneratesAndExportCarriesTheTokenizerJson) 
       RunCtl({"export", "--checkpoint", ckpt, "--config", yaml, "--format", "hf", "--out", out});
   ASSERT_EQ(export_code, 0) << log;
   EXPECT_EQ(ReadFile(out + "/tokenizer.json"), ReadFile(ModelDir() + "/tokenizer.json"));
-  if (GetParam() == "llama") {  // the tokenizer_config.json beside it (its BOS / EOS names) comes along
+  if (GetParam() ==
+      "llama") {  // the tokenizer_config.json (its BOS / EOS names) and chat template beside it come along
     EXPECT_EQ(ReadFile(out + "/tokenizer_config.json"), ReadFile(ModelDir() + "/tokenizer_config.json"));
+    EXPECT_EQ(ReadFile(out + "/chat_template.jinja"), ReadFile(ModelDir() + "/chat_template.jinja"));
   }
   // AutoTokenizer in the export gives the prompt the same special tokens, and the same ids without them.
   const std::string check_log = dir_ + "/" + GetParam() + "_check.log";
