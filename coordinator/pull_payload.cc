@@ -39,6 +39,8 @@ std::string RawPrefix(const TensorChunk& fields, size_t data_bytes) {
 
 // A slice over theta's memory that keeps the snapshot (and so the tensors) alive until gRPC drops it.
 void ReleaseSnapshot(void* keep) { delete static_cast<std::shared_ptr<const ParamSnapshot>*>(keep); }
+// A slice over a sparse update's message that keeps the update alive until gRPC drops it.
+void ReleaseUpdate(void* keep) { delete static_cast<std::shared_ptr<const SparseUpdate>*>(keep); }
 
 }  // namespace
 
@@ -52,15 +54,17 @@ PullPayload::PullPayload(std::shared_ptr<const ParamSnapshot> snapshot, NamedTen
       chunker_(range ? std::make_unique<TensorChunker>(std::move(tensors), chunk_bytes, codec, *range)
                      : std::make_unique<TensorChunker>(std::move(tensors), chunk_bytes, codec)) {}
 
-PullPayload::PullPayload(const std::shared_ptr<const ParamSnapshot>& snapshot, const std::vector<std::string>& messages,
-                         const std::vector<int64_t>& payload_bytes)
+PullPayload::PullPayload(const std::shared_ptr<const ParamSnapshot>& snapshot,
+                         std::shared_ptr<const SparseUpdate> update)
     : key_(snapshot.get()), round_(snapshot->round), writes_(snapshot->writes), guard_(snapshot->guard) {
   absl::MutexLock lock(&mu_);
   exhausted_ = true;
-  for (size_t i = 0; i < messages.size(); ++i) {
+  for (size_t i = 0; i < update->messages.size(); ++i) {
+    const std::string& message = update->messages[i];
     Entry e;
-    e.head = grpc::Slice(messages[i]);
-    e.payload_bytes = payload_bytes[i];
+    e.head = grpc::Slice(const_cast<char*>(message.data()), message.size(), &ReleaseUpdate,
+                         new std::shared_ptr<const SparseUpdate>(update));
+    e.payload_bytes = update->payload_bytes[i];
     entries_.push_back(std::move(e));
   }
 }

@@ -36,6 +36,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/sparse_pull.h"
 #include "coordinator/theta_store.h"
 #include "proto/codec.h"
 #include "proto/tensor_chunks.h"
@@ -49,10 +50,11 @@ class PullPayload {
   PullPayload(std::shared_ptr<const ParamSnapshot> snapshot, NamedTensors tensors, int64_t chunk_bytes, Codec codec,
               std::optional<FlatRange> range = std::nullopt);
 
-  // A payload of messages built beforehand (a sparse pull's update, sparse_pull.h): serialized PullMessages with
-  // their payload bytes, of `snapshot`'s round (Current() follows its guard as for theta's own messages).
-  PullPayload(const std::shared_ptr<const ParamSnapshot>& snapshot, const std::vector<std::string>& messages,
-              const std::vector<int64_t>& payload_bytes);
+  // A payload of messages built beforehand (a sparse pull's update, sparse_pull.h: its serialized PullMessages), of
+  // `snapshot`'s round (Current() follows its guard as for theta's own messages). The slices point into the
+  // update's own bytes and keep it alive: the pulls released together by the round's close copy nothing (before,
+  // each copied the whole update, W pulls at once W copies of up to 1/8 of theta).
+  PullPayload(const std::shared_ptr<const ParamSnapshot>& snapshot, std::shared_ptr<const SparseUpdate> update);
 
   int64_t round() const { return round_; }
   // Whether this is the payload of `snapshot` (the same object, at the same round).

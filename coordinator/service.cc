@@ -338,8 +338,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* CoordinatorService::PullParameters(g
   if (auto update = coordinator_->SparseUpdateFor(request, (*snapshot)->round); update != nullptr) {
     header.set_sparse(true);
     header.set_theta_hash(update->theta_hash);
-    return new PullReactor(coordinator_, request.meta().worker_id(),
-                           std::make_shared<PullPayload>(*snapshot, update->messages, update->payload_bytes), header);
+    return new PullReactor(coordinator_, request.meta().worker_id(), std::make_shared<PullPayload>(*snapshot, update),
+                           header);
   }
   return new PullReactor(coordinator_, request.meta().worker_id(),
                          pulls_.Get(*snapshot, fragment, std::move(tensors), range), header);

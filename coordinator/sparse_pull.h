@@ -3,7 +3,8 @@
 // builds the pull messages of that step once (CODEC_UPDATE chunks over every tensor) and keeps them, with the hash
 // of the new theta, until the next round replaces them. A worker that pulls with have_round = round - 1 gets them
 // instead of theta. Memory: the encoded messages only, at most comm sparse bound (SparseUpdateLimit: 1/8 of theta's
-// fp32 bytes); a larger update is dropped and every pull is dense.
+// fp32 bytes), shared by every pull that streams them (PullPayload's slices point into them); a larger update is
+// dropped and every pull is dense.
 // SparseUpdate is immutable once built and shared by the pulls that stream it; the functions are pure.
 #pragma once
 

@@ -332,7 +332,9 @@ std::optional<PullResult> Worker::ExchangeRound(int64_t round, int f, const Roun
   // for tau steps (the first ones of the next round) meanwhile.
   NamedTensors& incoming = fragment_theta_[static_cast<size_t>(f)];  // not read by the inner loop meanwhile
   // With one fragment, incoming is all of theta_round as pulled: the pull may be the round's sparse update.
-  const int64_t have_round = plan_.fragments() == 1 ? round : -1;
+  // The round whose theta this worker holds, for a sparse pull of the next round's update (comm.sparse_pulls; the
+  // coordinator answers whole where its own setting or the run rules sparse pulls out).
+  const int64_t have_round = plan_.fragments() == 1 && config_.comm.sparse_pulls ? round : -1;
   const int64_t overlap_steps = config_.comm.overlap_steps;
   if (overlap_steps == 0) return session_->Exchange(round, result, incoming, have_round);
   std::future<std::optional<PullResult>> exchange =

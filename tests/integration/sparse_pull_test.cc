@@ -4,7 +4,7 @@
 // most 1/50 of theta's fp32 bytes, that w0's theta hash after each one is the coordinator's (the worker checks it and
 // prints it), and that its last one equals XXH64 of the theta in the coordinator's final checkpoint (computed here,
 // independently of the worker). Worker w1 joins mid-run: its first pull is whole (it held no theta), later ones
-// sparse. A second run with comm.sparse_pulls false pulls whole every round (the switch works, the sizes differ).
+// sparse. In a second run w0 has comm.sparse_pulls false (the others true): it pulls whole every round.
 #include <gtest/gtest.h>
 
 #include <csignal>
@@ -50,14 +50,17 @@ struct RunOutput {
   std::string checkpoints;
 };
 
-RunOutput TrainWithAJoiner(const std::string& name, bool sparse) {
+// `w0_sets`: --set overrides of w0 alone.
+RunOutput TrainWithAJoiner(const std::string& name, bool sparse, const std::vector<std::string>& w0_sets = {}) {
   const std::string dir = ScratchDir(name);
   const std::vector<std::string> args = SparseArgs(dir, sparse);
   RunningProcess coordinator("diloco-coordinator", With(args, {"--port-file", dir + "/addr"}));
   const std::string address = WaitForAddress(coordinator, dir + "/addr");
   EXPECT_FALSE(address.empty()) << coordinator.output();
   if (address.empty()) return {};
-  RunningProcess w0("diloco-worker", With(args, {"--coordinator", address, "--id", "w0"}));
+  std::vector<std::string> w0_args = With(args, {"--coordinator", address, "--id", "w0"});
+  for (const std::string& set : w0_sets) w0_args = With(w0_args, {"--set", set});
+  RunningProcess w0("diloco-worker", w0_args);
   // w1 joins once round 2 has closed: it holds no theta, so it pulls all of it. w0 is held (SIGSTOP; the long lease
   // keeps it a member) until w1 has joined: on a loaded machine w1's start could outlast w0's remaining rounds.
   EXPECT_TRUE(coordinator.WaitForOutput("round 2/", 240)) << coordinator.output();
@@ -108,10 +111,13 @@ TEST(SparsePull, AWorkerPullsOnlyTheUpdateAndEndsBitIdenticalToTheCoordinator) {
   EXPECT_LT(w1_pulled, 2 * fp32_bytes);
 }
 
-TEST(SparsePull, SwitchedOffEveryPullIsWhole) {
-  const RunOutput run = TrainWithAJoiner("sparse_pull_off", false);
+// comm.sparse_pulls false on a worker (here w0 alone; the coordinator and w1 have them on): its every pull is whole.
+// Before, a worker asked for sparse pulls whatever its own setting said.
+TEST(SparsePull, SwitchedOffOnAWorkerEveryPullOfItsIsWhole) {
+  const RunOutput run = TrainWithAJoiner("sparse_pull_off", true, {"comm.sparse_pulls=false"});
   ASSERT_TRUE(run.summary.is_object());
   EXPECT_TRUE(SparsePulls(run.w0).empty());
+  EXPECT_FALSE(SparsePulls(run.w1).empty()) << run.w1;
   const int64_t fp32_bytes = 4 * run.summary["params"].get<int64_t>();
   for (const auto& w : run.summary["workers"]) {
     if (w["id"] == "w0") EXPECT_GE(w["bytes_pulled"].get<int64_t>(), (kRounds + 1) * fp32_bytes);

@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coordinator/outer_optimizer.h"
@@ -99,6 +101,32 @@ void ExpectBitIdentical(double lr, int workers) {
 TEST(SparseUpdateTest, BitIdenticalToTheOuterStepAtLrOne) { ExpectBitIdentical(1.0, 1); }
 TEST(SparseUpdateTest, BitIdenticalToTheOuterStepAtAnotherLr) { ExpectBitIdentical(0.7, 3); }
 TEST(SparseUpdateTest, BitIdenticalWithFourWorkersSums) { ExpectBitIdentical(1.0, 4); }
+
+// Sparse pulls apply only where the update is the plain sum step of top-k pushes: each rule switched off in turn.
+TEST(SparseUpdateTest, SparsePullsApplyOnlyToTheRunsTheyFit) {
+  Config on;
+  on.comm.codec = WireCodec::kTopk;
+  on.comm.sparse_pulls = true;
+  on.outer.mode = OuterMode::kSync;
+  on.outer.momentum = 0;
+  on.outer.lr = 1;
+  on.comm.fragments = 1;
+  on.comm.pull_codec = WireCodec::kFp32;
+  EXPECT_TRUE(SparsePullsApply(on));
+  std::vector<std::pair<const char*, std::function<void(Config&)>>> offs = {
+      {"comm.sparse_pulls false", [](Config& c) { c.comm.sparse_pulls = false; }},
+      {"codec fp32", [](Config& c) { c.comm.codec = WireCodec::kFp32; }},
+      {"async", [](Config& c) { c.outer.mode = OuterMode::kAsync; }},
+      {"momentum", [](Config& c) { c.outer.momentum = 0.9; }},
+      {"two fragments", [](Config& c) { c.comm.fragments = 2; }},
+      {"bf16 pulls", [](Config& c) { c.comm.pull_codec = WireCodec::kBf16; }},
+  };
+  for (const auto& [what, change] : offs) {
+    Config c = on;
+    change(c);
+    EXPECT_FALSE(SparsePullsApply(c)) << what;
+  }
+}
 
 TEST(SparseUpdateTest, OneWorkerBlockCostsUnderOneHundredthOfFp32) {
   const NamedTensors theta = {{"w", at::zeros({4096 * 16})}};
