@@ -159,6 +159,7 @@ bool CoordinatorSession::PushUntilCounted(int64_t round, const RoundResult& resu
   backoff_.Reset();
   bool need_push = true;
   push_counted_ = false;
+  bool announced = false;  // on_counted_ called for this push (a re-push after a restarted aggregation is the same)
   while (!flags_.Stopping()) {
     Outcome outcome = Outcome::kGoOn;
     if (need_push) {
@@ -176,6 +177,10 @@ bool CoordinatorSession::PushUntilCounted(int64_t round, const RoundResult& resu
       }
     }
     push_counted_ = !need_push;
+    if (push_counted_ && !announced && outcome == Outcome::kGoOn && on_counted_) {
+      announced = true;
+      on_counted_(round);
+    }
     if (outcome != Outcome::kGoOn) return outcome == Outcome::kRoundOver;
   }
   failure_ = absl::OkStatus();  // asked to go (signal or drain): a clean leave

@@ -63,6 +63,9 @@ class CoordinatorSession {
     part_push_ = std::move(push);
     part_pull_ = std::move(pull);
   }
+  // Called (on Exchange's thread) the first time an Exchange's push is counted (accepted, or found already counted),
+  // before the wait for the round's close: the worker saves its local state then (worker.cc).
+  void OnPushCounted(std::function<void(int64_t round)> f) { on_counted_ = std::move(f); }
   // Leave, with the reason the coordinator logs.
   void Leave(const std::string& reason) { (void)client_->Leave(reason); }
 
@@ -118,16 +121,17 @@ class CoordinatorSession {
   // The exchange thread's (see above).
   Backoff backoff_{5.0};
   JoinReply join_;
-  bool joined_ = false;                  // a Join succeeded once: later ones keep its shard
-  int first_shard_hint_ = -1;            // the shard the first Join asks for (PreferShard)
-  DataSpec data_;                        // DeclareData's
-  std::set<std::string> join_warned_;    // CheckJoinedRun's warnings printed so far
-  bool keep_local_ = false;              // outer.late_policy reuse_local after a late push
-  bool full_pull_ = false;               // TakeFullPull()
-  int64_t repushed_after_refusal_ = -1;  // the round whose refused push was pushed again (DecideAfterRefusal)
-  bool push_counted_ = false;            // push_counted()
-  absl::Status failure_;                 // why the worker must stop (OK: asked to go, or not stopping)
-  PartPush part_push_;                   // comm.cluster_parts (empty: the client's one-stream push and pull)
+  bool joined_ = false;                      // a Join succeeded once: later ones keep its shard
+  int first_shard_hint_ = -1;                // the shard the first Join asks for (PreferShard)
+  DataSpec data_;                            // DeclareData's
+  std::set<std::string> join_warned_;        // CheckJoinedRun's warnings printed so far
+  bool keep_local_ = false;                  // outer.late_policy reuse_local after a late push
+  bool full_pull_ = false;                   // TakeFullPull()
+  int64_t repushed_after_refusal_ = -1;      // the round whose refused push was pushed again (DecideAfterRefusal)
+  bool push_counted_ = false;                // push_counted()
+  std::function<void(int64_t)> on_counted_;  // OnPushCounted
+  absl::Status failure_;                     // why the worker must stop (OK: asked to go, or not stopping)
+  PartPush part_push_;                       // comm.cluster_parts (empty: the client's one-stream push and pull)
   PartPull part_pull_;
 };
 

@@ -167,6 +167,17 @@ absl::Status Worker::SetUpParts() {
 
 void Worker::RunRounds() {
   const int P = plan_.fragments();
+  // The local state is saved as soon as a push counts, before the wait for the round's close: a worker killed while
+  // it waits then resumes the error-feedback residual and moments of the push the coordinator has (before, it resumed
+  // the round before's and sent that round's residual a second time). One process without overlap only: nothing
+  // trains meanwhile (a cluster's ranks and comm.overlap_steps' next steps save after the pull).
+  const bool save_at_count = !cluster_ && config_.comm.overlap_steps == 0;
+  if (save_at_count) {
+    session_->OnPushCounted([this](int64_t pushed_round) {
+      SaveLocalState(pushed_round + 1);
+      saved_at_count_ = true;
+    });
+  }
   bool need_full_pull = true;
   int64_t round = 0;  // the round whose fragment syncs next; theta_ holds its global parameters
   while (!flags_.Stopping()) {
@@ -194,6 +205,7 @@ void Worker::RunRounds() {
     }
     non_finite_rounds_ = 0;
     const RoundResult result = Pack(round, f, stats);
+    saved_at_count_ = false;
     const std::optional<PullResult> pulled = ExchangeRound(round, f, result);
     // Error feedback: the residual this push left stands only if the push was counted.
     local_->SettleFeedback(f, session_->push_counted());
@@ -201,7 +213,8 @@ void Worker::RunRounds() {
     // A worker stopped (signal, drain) or cut off after its push counted saves that round too, so that a restart
     // resumes the moments, data position and residual after it (a cluster's ranks and comm.overlap_steps' next
     // steps: only with a pull).
-    if (pulled || (session_->push_counted() && !cluster_ && config_.comm.overlap_steps == 0)) {
+    // (Saved already when the push counted, unless it no longer does: its residual was given back.)
+    if ((pulled || (session_->push_counted() && save_at_count)) && !(saved_at_count_ && session_->push_counted())) {
       SaveLocalState(round + 1);
     }
     if (!pulled || carried_.abandoned) return;

@@ -107,6 +107,7 @@ class Worker {
   int64_t assigned_steps_ = 0;                  // [main] H from the last pull (inner.adaptive_steps); 0 = inner.steps
   UncountedStreak uncounted_;                   // [main] rounds in a row whose push did not count
   int non_finite_rounds_ = 0;                   // [main] rounds in a row whose training turned non-finite
+  bool saved_at_count_ = false;                 // [main] this round's state was saved when its push counted
   double compute_seconds_ = 0;                  // [main] inner steps, less the cluster's all-reduce waits
   absl::Status failure_;                        // [main] the cluster failed (the session's failures are its own)
   std::unique_ptr<HeartbeatThread> heartbeat_;  // [main] last: stopped before the session it uses goes

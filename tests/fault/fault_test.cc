@@ -671,6 +671,50 @@ TEST(Fault, KilledWorkerRestartedWithItsIdResumesMomentsAndDataPosition) {
   EXPECT_GT(draws, 8 * 200 * 2) << "more than two rounds of batches were traced";
 }
 
+// A worker killed while it waits for the round its push counted in resumes the state of that push: its error-feedback
+// residual (codec topk) is what the counted push left out, so the restart does not send the residual of the round
+// before a second time. Before, the state was saved only after the round closed and the worker pulled: killed in the
+// wait (most of a round, for a fast worker), it resumed the round before's residual, half of which the counted push
+// had already delivered. Here w1 is held (SIGSTOP) so that round 1 cannot close while w0 waits in it.
+TEST(Fault, AWorkerKilledAfterItsPushCountedResumesThatPushsResidual) {
+  const std::string dir = ScratchDir("resume_after_count");
+  const std::string address = Loopback();
+  const auto args = FaultArgs(dir, address,
+                              {"outer.rounds=3", "workers.count=2", "coordinator.min_workers=2", "comm.codec=topk",
+                               "coordinator.lease_s=120", "coordinator.round_timeout_s=600"});
+  auto coordinator = StartCoordinator(args);
+  auto w0 = StartWorker(args, address, "w0");
+  auto w1 = StartWorker(args, address, "w1");
+  ASSERT_TRUE(coordinator->WaitForOutput("joined: worker w1", 120)) << coordinator->output();
+  w1->Signal(SIGSTOP);
+  const std::string state_dir = dir + "/worker-state";
+  absl::StatusOr<WorkerState> saved = absl::NotFoundError("");
+  for (int i = 0; i < 12000 && !(saved.ok() && saved->round >= 1); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    saved = LoadWorkerState(StatePath(state_dir, "w0"));
+  }
+  ASSERT_TRUE(saved.ok()) << "no state saved while round 1 waits for w1: " << saved.status() << "\n" << w0->output();
+  EXPECT_EQ(saved->round, 1);
+  ASSERT_EQ(saved->error_feedback.size(), 1u);
+  ASSERT_TRUE(saved->error_feedback[0].defined());
+  EXPECT_GT(saved->error_feedback[0].norm().item<double>(), 0) << "the residual the counted push left out";
+  EXPECT_EQ(coordinator->output().find("round 1/3 closed"), std::string::npos) << "round 1 closed without w1";
+  w0->Signal(SIGKILL);
+  ASSERT_NE(w0->Wait(30), 0);
+  w1->Signal(SIGCONT);
+  ASSERT_TRUE(coordinator->WaitForOutput("round 1/3 closed", 120)) << coordinator->output();
+
+  auto restarted = StartWorker(args, address, "w0");
+  ASSERT_TRUE(restarted->WaitForOutput("first inner step after resume", 120)) << restarted->output();
+  std::smatch m;
+  const std::string log = restarted->output();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("resuming from .*w0\\.state: last pushed round (\\d+)"))) << log;
+  EXPECT_EQ(std::stoll(m[1]), 1);
+  EXPECT_EQ(restarted->Wait(180), 0) << restarted->output();
+  EXPECT_EQ(w1->Wait(180), 0) << w1->output();
+  ASSERT_EQ(coordinator->Wait(60), 0) << coordinator->output();
+}
+
 // What each rank of a killed cluster must resume (keys: the ranks' StateKeys): the state of the newest round every
 // rank saved (a rank's current or previous state) and whether it is the previous one, and its journal's position.
 struct ResumeExpectation {
