@@ -344,6 +344,12 @@ absl::StatusOr<HfModelConfig> ParseHfModelConfig(const json& j, const std::strin
                      "'qwen2' for Qwen2ForCausalLM, 'qwen3' for Qwen3ForCausalLM, 'gpt2' for GPT2LMHeadModel)"));
   }
   if (!r.status().ok()) return r.status();
+  for (const char* key : {"attention_dropout", "attn_pdrop", "embd_pdrop", "resid_pdrop"}) {
+    const auto it = j.find(key);
+    if (it != j.end() && it->is_number() && it->get<double>() != 0) {
+      out.not_applied.push_back(absl::StrCat(key, " ", it->get<double>()));
+    }
+  }
   return out;
 }
 

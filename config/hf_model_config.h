@@ -27,6 +27,10 @@ struct HfModelConfig {
   ModelConfig model;              // the keys config.json determines; every other field keeps its default
   std::vector<std::string> keys;  // those keys, "model.<name>" (model.arch first), in schema order
   std::string dtype;              // informational: the stored weights' dtype ("float32", "bfloat16", ...; "" unknown)
+  // Training settings config.json asks for that this trainer does not apply, "key value" each: a non-zero dropout
+  // (attention_dropout; GPT-2's attn_pdrop, embd_pdrop, resid_pdrop). Training runs without dropout; the loader says
+  // so in its theta_0 line (worker/lm/init_from.h) rather than refusing GPT-2's 0.1 defaults.
+  std::vector<std::string> not_applied;
 };
 
 // `origin` names the file in error messages (e.g. "<dir>/config.json"). Errors: unknown model_type (naming the

@@ -16,6 +16,7 @@
 #include "coordinator/bootstrap.h"
 #include "coordinator/inner_steps.h"
 #include "coordinator/join_check.h"
+#include "coordinator/sparse_pull.h"
 #include "proto/peer_text.h"
 #include "proto/status_json.h"
 
@@ -94,6 +95,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(const C
                                                          std::make_shared<EvalHistory>(std::move(boot->evals)),
                                                          std::move(clock)));
   c->AddSinks(std::move(evaluator));
+  // Said where the run looks meant for them (topk pushes or an outer step without momentum) but they are off.
+  if (const std::string off = SparsePullsOffReason(config);
+      !off.empty() && config.comm.sparse_pulls &&
+      (config.comm.codec == WireCodec::kTopk || config.outer.momentum == 0)) {
+    spdlog::info("sparse pulls off: {}; pulls are dense", off);
+  }
   std::shared_ptr<const MomentumAxis> axis = c->ReadMomentumAxis();  // a resumed run's (outer.momentum_bound)
   {
     absl::MutexLock lock(&c->mu_);

@@ -6,11 +6,21 @@
 
 namespace diloco {
 
-bool SparsePullsApply(const Config& config) {
-  return config.comm.sparse_pulls && config.comm.codec == WireCodec::kTopk && config.outer.mode == OuterMode::kSync &&
-         config.outer.momentum == 0 && config.outer.lr > 0 && config.comm.fragments == 1 &&
-         config.comm.pull_codec == WireCodec::kFp32;
+std::string SparsePullsOffReason(const Config& config) {
+  if (!config.comm.sparse_pulls) return "comm.sparse_pulls is false";
+  if (config.comm.codec != WireCodec::kTopk) {
+    return "this coordinator's comm.codec is not topk (it reads its own setting, not the workers': set comm.codec: "
+           "topk on the coordinator too)";
+  }
+  if (config.outer.mode != OuterMode::kSync) return "outer.mode is async";
+  if (config.outer.momentum != 0) return "outer.momentum is not 0 (the step changes every coordinate)";
+  if (config.outer.lr <= 0) return "outer.lr is not > 0";
+  if (config.comm.fragments != 1) return "comm.fragments is not 1";
+  if (config.comm.pull_codec != WireCodec::kFp32) return "comm.pull_codec is not fp32";
+  return "";
 }
+
+bool SparsePullsApply(const Config& config) { return SparsePullsOffReason(config).empty(); }
 
 int64_t SparseUpdateLimit(int64_t num_params) { return num_params * 4 / 8; }
 

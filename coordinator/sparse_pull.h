@@ -33,6 +33,8 @@ struct SparseUpdate {
 // Whether `config`'s rounds can be pulled sparse: comm.sparse_pulls, codec topk, synchronous, outer momentum 0, a
 // positive lr, one fragment and fp32 pulls. (Any lr: the step is sent as fl(-lr * delta), see sparse_update.h.)
 bool SparsePullsApply(const Config& config);
+// Why they do not ("" when they do): the first rule `config` breaks, as a line for the coordinator's log.
+std::string SparsePullsOffReason(const Config& config);
 
 // The most bytes a kept update may take: 1/8 of theta's fp32 bytes.
 int64_t SparseUpdateLimit(int64_t num_params);

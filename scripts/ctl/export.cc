@@ -14,6 +14,7 @@
 #include "proto/checkpoint.h"
 #include "proto/tensor_spec.h"
 #include "scripts/ctl/hf_export.h"
+#include "worker/data/token_manifest.h"
 #include "worker/lm/language_model.h"
 #include "worker/lm/safetensors.h"
 
@@ -147,13 +148,32 @@ absl::StatusOr<std::string> ReadAll(const std::string& path) {
   return ss.str();
 }
 
+// config.model with the BOS / EOS ids the run's documents were written with (its token cache's manifest) where the
+// model names none (a run that trained its own tokenizer): transformers' generate then stops at the EOS the model
+// learned (before, config.json said null).
+ModelConfig ModelWithCacheTokenIds(const Config& config) {
+  ModelConfig model = config.model;
+  if (model.bos_token_id >= 0 && model.eos_token_id >= 0) return model;
+  auto cache = LocateTokenCache(config);
+  TokenManifest manifest;
+  std::string error;
+  if (!cache.ok() || !ReadTokenManifest(cache->meta_path(), &manifest, &error)) return model;
+  if (model.bos_token_id < 0 && manifest.bos_id >= 0 && manifest.bos_id < model.vocab_size) {
+    model.bos_token_id = manifest.bos_id;
+  }
+  if (model.eos_token_id < 0 && manifest.eos_id >= 0 && manifest.eos_id < model.vocab_size) {
+    model.eos_token_id = manifest.eos_id;
+  }
+  return model;
+}
+
 absl::StatusOr<ExportResult> ExportHf(const ExportOptions& options, const Config& config, const CheckpointData& ckpt) {
   HfExportOptions hf;
   hf.out = options.out;
   hf.dtype = options.dtype;
   hf.max_shard_size = options.max_shard_size;
   hf.tokenizer = config.data.tokenizer.empty() ? FindTokenizer(config) : config.data.tokenizer;
-  auto written = WriteHfDirectory(hf, config.model, ckpt.params);
+  auto written = WriteHfDirectory(hf, ModelWithCacheTokenIds(config), ckpt.params);
   if (!written.ok()) return written.status();
   ExportResult result;
   result.weights_path = options.out;

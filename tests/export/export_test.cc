@@ -231,6 +231,24 @@ TEST_F(ExportTest, HuggingFaceLoadsTheHfExportAndGivesOurLogits) {
   EXPECT_NE(check.output.find("check_hf_export: OK GPT2LMHeadModel"), std::string::npos) << check.output;
 }
 
+// A run that trained its own tokenizer writes every document as [BOS] ids [EOS] with the ids its token cache names:
+// the Hugging Face export says them in config.json and generation_config.json, so that transformers' generate
+// stops at the EOS the model learned. Before, both said null (the model config names none).
+TEST_F(ExportTest, AnHfExportNamesTheBosAndEosTheRunsDocumentsWereWrittenWith) {
+  auto cache = EnsureTokenized(config_, std::string(DILOCO_BIN_DIR) + "/diloco-tokenize");
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  const nlohmann::json meta = nlohmann::json::parse(Slurp(cache->meta_path()));
+  ASSERT_GE(meta["bos_id"].get<int>(), 0) << meta.dump();
+  ASSERT_GE(meta["eos_id"].get<int>(), 0) << meta.dump();
+  const Ran ran = Export(Path("hf"), {}, "hf");
+  ASSERT_EQ(ran.code, 0) << ran.output;
+  for (const char* file : {"hf/config.json", "hf/generation_config.json"}) {
+    const nlohmann::json j = nlohmann::json::parse(Slurp(Path(file)));
+    EXPECT_EQ(j["bos_token_id"], meta["bos_id"]) << file << ": " << j.dump();
+    EXPECT_EQ(j["eos_token_id"], meta["eos_id"]) << file << ": " << j.dump();
+  }
+}
+
 // Exported sharded into a folder that holds an earlier single-file export (then back): the earlier export's weight
 // files go, as transformers' save_pretrained removes them. Before, the old model.safetensors stayed beside the new
 // shards, and transformers (and our reader) loaded it instead of them.

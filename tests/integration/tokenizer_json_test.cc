@@ -395,6 +395,14 @@ TEST_F(TokenizerJsonTest, WhatIsNotImplementedIsRefusedWithOneLineNamingIt) {
     EXPECT_NE(output.find("diloco-tokenize: error: " + path + ": " + message), std::string::npos) << output;
     EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
   }
+  // Given for a token cache, the tokenizer is named as given (before: as its copy in the cache being written).
+  const std::string unigram = dir_ + "/refused/Unigram.json";
+  std::ofstream(dir_ + "/refused-input.txt") << "First Citizen:\nBefore we proceed.\n";
+  const auto [code, output] = RunTokenizer({"--format", "text", "--input", dir_ + "/refused-input.txt", "--val-input",
+                                            dir_ + "/refused-input.txt", "--vocab-size", "1024", "--tokenizer-model",
+                                            unigram, "--out", dir_ + "/refused-cache"});
+  EXPECT_NE(code, 0);
+  EXPECT_NE(output.find(unigram + ": the model Unigram is not supported"), std::string::npos) << output;
 }
 
 }  // namespace

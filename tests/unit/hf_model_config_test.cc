@@ -107,6 +107,9 @@ TEST(HfModelConfig, ReadsGpt2) {
   EXPECT_TRUE(m.tie_embeddings);
   EXPECT_EQ(m.bos_token_id, -1);  // 50256 is outside a 256-token vocabulary
   EXPECT_EQ(m.eos_token_id, -1);
+  // GPT2Config's dropouts are not applied (the theta_0 line says so); summary_first_dropout is the unused head's.
+  EXPECT_EQ(hf->not_applied, (std::vector<std::string>{"attn_pdrop 0.1", "embd_pdrop 0.1", "resid_pdrop 0.1"}));
+  EXPECT_TRUE(Parse(kLlama4)->not_applied.empty()) << "attention_dropout 0.0 is what we do";
 }
 
 // Our export writes both rope dicts alike (4.x rope_scaling with the top-level rope_theta, 5.x rope_parameters with

@@ -44,8 +44,10 @@ const std::vector<Rule>& Rules() {
       {"scripts/ctl",
        {"coordinator/", "worker/"},
        {},
-       {"worker/lm/generate.h", "worker/lm/init_from.h", "worker/lm/language_model.h", "worker/lm/safetensors.h"},
-       "diloco-ctl is a front end of proto/ and config/; of the worker it uses only the models and their weight I/O"},
+       {"worker/lm/generate.h", "worker/lm/init_from.h", "worker/lm/language_model.h", "worker/lm/safetensors.h",
+        "worker/data/token_manifest.h"},
+       "diloco-ctl is a front end of proto/ and config/; of the worker it uses only the models, their weight I/O and "
+       "the token cache's manifest"},
   };
   return rules;
 }

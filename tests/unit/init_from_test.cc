@@ -70,6 +70,29 @@ TEST_F(InitFromTest, DirectoryWithoutWeightsIsNotFound) {
   LanguageModelPtr model = MakeLanguageModel(m, 9);
   absl::Status s = LoadInitFrom(m, *model);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  // Weights as a pickle only (an older save): named, with how to convert them.
+  std::ofstream(Path("pytorch_model.bin")) << "not read";
+  s = LoadInitFrom(m, *model);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_NE(std::string(s.message()).find("the weights are in pytorch_model.bin, which is not read"), std::string::npos)
+      << s;
+}
+
+// config.json's GPT-2 dropouts are not applied: the theta_0 line says so.
+TEST_F(InitFromTest, TheSourceLineSaysWhichDropoutIsNotApplied) {
+  const ModelConfig m = TinyLlama(/*tied=*/false);
+  WriteHfDir(m);
+  auto j = HfConfigJson(m, "bfloat16");
+  j["attention_dropout"] = 0.1;
+  std::ofstream(Path("config.json")) << j.dump();
+  ModelConfig with = m;
+  with.init_from = dir_.string();
+  LanguageModelPtr model = MakeLanguageModel(with, 9);
+  std::string source;
+  ASSERT_TRUE(LoadInitFrom(with, *model, &source).ok());
+  EXPECT_NE(source.find("; config.json's attention_dropout 0.1 not applied: training runs without dropout"),
+            std::string::npos)
+      << source;
 }
 
 TEST_F(InitFromTest, OurCheckpointOfTheSameModelOnly) {

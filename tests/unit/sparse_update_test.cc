@@ -126,6 +126,9 @@ TEST(SparseUpdateTest, SparsePullsApplyOnlyToTheRunsTheyFit) {
     change(c);
     EXPECT_FALSE(SparsePullsApply(c)) << what;
   }
+  Config fp32 = on;
+  fp32.comm.codec = WireCodec::kFp32;  // the coordinator reads its own comm.codec: the line says so
+  EXPECT_EQ(SparsePullsOffReason(fp32).rfind("this coordinator's comm.codec is not topk", 0), 0u);
 }
 
 TEST(SparseUpdateTest, OneWorkerBlockCostsUnderOneHundredthOfFp32) {

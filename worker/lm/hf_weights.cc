@@ -122,6 +122,15 @@ absl::StatusOr<HfWeights> LoadHfWeights(const std::string& dir) {
     return out;
   }
   if (fs::exists(index)) return LoadSharded(dir, index);
+  for (const char* pickle : {"pytorch_model.bin", "pytorch_model.bin.index.json"}) {
+    if (fs::exists(fs::path(dir) / pickle)) {
+      return absl::NotFoundError(absl::StrCat(
+          dir, ": the weights are in ", pickle,
+          ", which is not read (a pickle file runs code when loaded); convert them ",
+          "to safetensors: transformers' AutoModelForCausalLM.from_pretrained(DIR).save_pretrained(DIR) writes ",
+          "model.safetensors"));
+    }
+  }
   return absl::NotFoundError(
       absl::StrCat(dir, ": no model.safetensors or model.safetensors.index.json (a Hugging Face model directory?)"));
 }

@@ -3,6 +3,8 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "config/hf_model_config.h"
 #include "proto/checkpoint.h"
 #include "proto/tensor_spec.h"
 #include "worker/lm/hf_weights.h"
@@ -35,6 +37,10 @@ absl::Status FromHfDirectory(const std::string& dir, LanguageModel& model, std::
   if (source != nullptr) {
     *source = absl::StrCat(dir, " (Hugging Face ", std::string(EnumName(model.config().arch)), ", ", weights->size(),
                            " tensors)");
+    if (auto hf = ReadHfModelConfig(dir); hf.ok() && !hf->not_applied.empty()) {
+      absl::StrAppend(source, "; config.json's ", absl::StrJoin(hf->not_applied, ", "),
+                      " not applied: training runs without dropout");
+    }
   }
   return absl::OkStatus();
 }

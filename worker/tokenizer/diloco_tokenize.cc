@@ -143,7 +143,11 @@ void PrintResume(const ShardOutput& out, const SplitPlan& plan) {
 // Loads the tokenizer of the cache being written and checks it fits model.vocab_size.
 std::unique_ptr<TextTokenizer> LoadTokenizer(const Options& o, const ShardOutput& out) {
   std::unique_ptr<TextTokenizer> tokenizer;
-  ThrowIfError(LoadTextTokenizer(CacheTokenizerPath(out), &tokenizer));
+  const std::string path = CacheTokenizerPath(out);
+  std::string error = LoadTextTokenizer(path, &tokenizer);
+  // A given tokenizer is named as the user gave it, not as its copy in the cache being written.
+  if (!o.tokenizer_model.empty() && error.rfind(path, 0) == 0) error = o.tokenizer_model + error.substr(path.size());
+  ThrowIfError(error);
   if (tokenizer->size() > o.vocab_size) {
     throw TokenizeError("the tokenizer has " + std::to_string(tokenizer->size()) +
                         " pieces, more than model.vocab_size (" + std::to_string(o.vocab_size) + ")");
