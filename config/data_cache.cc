@@ -33,9 +33,10 @@ namespace {
 // Bump when the tokenizer's output changes for the same inputs (v2: shards, manifest, BOS/EOS; v3: a tokenizer.json
 // text document's ids are those of one encode() of the whole file, work_items.h; v4: tokenizer.json words over 256
 // bytes and single_word added tokens as the tokenizers library encodes them; v5: tokenizer.json regexes read \s as
-// Oniguruma (not U+180E) and split at empty matches; v6: a SentencePiece model without our <nl> symbol encodes the
-// whole document, not line by line).
-constexpr int kCacheFormatVersion = 6;
+// Oniguruma (not U+180E) and split at empty matches). A given SentencePiece model's key says "|sp=document" since
+// such a model without our <nl> symbol encodes whole documents, not line by line: only those caches are made again
+// (a trained tokenizer's and a tokenizer.json's are not, nor retrained).
+constexpr int kCacheFormatVersion = 5;
 // Longer input lists than this go to the tokenizer through a list file instead of its command line.
 constexpr size_t kMaxInlineInputChars = 32 << 10;
 
@@ -104,6 +105,7 @@ absl::StatusOr<TokenCache> Locate(const Config& config, const Inputs& inputs) {
     auto tokenizer_hash = HashFile(d.tokenizer, "data.tokenizer");
     if (!tokenizer_hash.ok()) return tokenizer_hash.status();
     absl::StrAppend(&key_text, "|tokenizer=", *tokenizer_hash);
+    if (TokenizerFileName(d.tokenizer) == "tokenizer.model") absl::StrAppend(&key_text, "|sp=document");
     const std::filesystem::path dir = std::filesystem::path(d.tokenizer).parent_path();
     for (const char* sidecar : {"config.json", "tokenizer_config.json"}) {  // a tokenizer.json's BOS / EOS
       std::error_code ec;
@@ -197,6 +199,20 @@ absl::Status CheckTokenizerChoice(const Config& config) {
   if (d.format == DataFormat::kTokens || !d.tokenizer.empty() || d.train_tokenizer ||
       !IsHfModelDir(config.model.init_from)) {
     return absl::OkStatus();
+  }
+  std::string has;
+  for (const char* name : {"tokenizer.model", "tokenizer.json"}) {
+    std::error_code ec;
+    if (has.empty() && std::filesystem::is_regular_file(std::filesystem::path(config.model.init_from) / name, ec)) {
+      has = name;
+    }
+  }
+  if (!has.empty()) {  // data.tokenizer set to "" (unset, it is the directory's)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.tokenizer is empty, so a tokenizer would be trained here, which would not match the embeddings of "
+        "model.init_from ",
+        config.model.init_from, "; remove data.tokenizer to use its ", has,
+        ", or set data.train_tokenizer: true for a model made at random"));
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "model.init_from ", config.model.init_from,

@@ -9,8 +9,8 @@ namespace diloco {
 std::string SparsePullsOffReason(const Config& config) {
   if (!config.comm.sparse_pulls) return "comm.sparse_pulls is false";
   if (config.comm.codec != WireCodec::kTopk) {
-    return "this coordinator's comm.codec is not topk (it reads its own setting, not the workers': set comm.codec: "
-           "topk on the coordinator too)";
+    return "this coordinator's comm.codec is not topk (it reads its own comm.codec, not the workers': with topk "
+           "pushes, set it on the coordinator too)";
   }
   if (config.outer.mode != OuterMode::kSync) return "outer.mode is async";
   if (config.outer.momentum != 0) return "outer.momentum is not 0 (the step changes every coordinate)";

@@ -64,7 +64,7 @@ std::string StatusToText(const StatusReply& s) {
   std::vector<std::string> bounded;  // outer.momentum_bound: the same along the momentum
   for (const auto& w : s.workers()) {
     if (w.quarantined_until_round() > 0) {
-      absl::StrAppendFormat(&out, "quarantined: %s until round %lld (%lld broken pushes)\n", w.id(),
+      absl::StrAppendFormat(&out, "quarantined: %s through round %lld (%lld broken pushes)\n", w.id(),
                             static_cast<long long>(w.quarantined_until_round()),
                             static_cast<long long>(w.broken_pushes()));
     }

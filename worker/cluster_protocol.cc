@@ -28,7 +28,8 @@ enum CommandKind : int64_t {
   kSettle = 11
 };
 
-constexpr char kStopReasonKey[] = "stop/reason";  // ClusterLeader::Stop's reason for an exit code other than 0
+// ClusterLeader::Stop's reason for an exit code other than 0, one key per follower (Take deletes what it reads).
+std::string StopReasonKey(int rank) { return absl::StrCat("stop/reason/", rank); }
 
 // A StopCommand as the follower leaves on it: the leader's exit code and, when not 0, its line.
 struct StopOutcome {
@@ -42,7 +43,7 @@ StopOutcome TakeStop(WorkerCluster& cluster, const StopCommand& stop) {
   StopOutcome outcome{stop.exit_code, ""};
   if (stop.exit_code != 0) {
     try {
-      outcome.reason = cluster.Take(kStopReasonKey, std::chrono::seconds(10));
+      outcome.reason = cluster.Take(StopReasonKey(cluster.rank()), std::chrono::seconds(10));
     } catch (const std::exception&) {
     }
   }
@@ -122,7 +123,9 @@ ClusterCommand DecodeCommand(const CommandWords& w) {
 void ClusterLeader::Send(const ClusterCommand& command) { cluster_.SendWords(EncodeCommand(command)); }
 
 void ClusterLeader::Stop(int64_t exit_code, const std::string& reason) {
-  if (exit_code != 0) cluster_.Put(kStopReasonKey, reason);  // taken before the stop is acknowledged
+  if (exit_code != 0) {  // each follower takes its copy before it acknowledges the stop
+    for (int r = 1; r < cluster_.size(); ++r) cluster_.Put(StopReasonKey(r), reason);
+  }
   Send(StopCommand{exit_code});
 }
 

@@ -114,7 +114,7 @@ void CoordinatorSession::AcceptJoin(JoinReply reply) {
   }
   join_ = std::move(reply);
   joined_ = true;
-  spdlog::info("joined {} at round {}: shard {}/{}{}; pushes over {}", protocol_.coordinator, join_.round(),
+  spdlog::info("joined {} at round {}: shard {}/{}{}; pushes over {}", protocol_.coordinator, join_.round() + 1,
                join_.shard_index(), join_.shard_count(),
                join_.shard_reader() > 0
                    ? absl::StrCat(" (shared with other members: reader ", join_.shard_reader(), ", its own windows)")

@@ -214,7 +214,10 @@ void Worker::RunRounds() {
     // resumes the moments, data position and residual after it (a cluster's ranks and comm.overlap_steps' next
     // steps: only with a pull).
     // (Saved already when the push counted, unless it no longer does: its residual was given back.)
-    if ((pulled || (session_->push_counted() && save_at_count)) && !(saved_at_count_ && session_->push_counted())) {
+    // A state saved when the push counted is saved again where the push no longer counts (a rejoin or quarantine
+    // after it), even when the worker stops before a pull.
+    const bool counted = session_->push_counted();
+    if ((pulled || (save_at_count && (counted || saved_at_count_))) && !(saved_at_count_ && counted)) {
       SaveLocalState(round + 1);
     }
     if (!pulled || carried_.abandoned) return;

@@ -583,11 +583,12 @@ TEST(Fault, KilledClusterRankTakesOnlyItsClusterOutAndTheClusterRejoins) {
   EXPECT_EQ(summary["round"], 7);
   ASSERT_NE(FindWorker(summary, "p"), nullptr) << summary.dump();
   ASSERT_NE(FindWorker(summary, "c"), nullptr) << summary.dump();
-  // p contributed to every round from the one it joined at (the cluster may close round 1 alone while p starts).
+  // p contributed to every round from the one it joined in (the cluster may close round 1 alone while p starts; the
+  // log numbers rounds from 1).
   std::smatch joined;
   const std::string p_log = plain->output();
   ASSERT_TRUE(std::regex_search(p_log, joined, std::regex("joined \\S+ at round (\\d+)"))) << p_log;
-  EXPECT_EQ((*FindWorker(summary, "p"))["rounds_contributed"].get<int>(), 7 - std::stoi(joined[1])) << p_log;
+  EXPECT_EQ((*FindWorker(summary, "p"))["rounds_contributed"].get<int>(), 8 - std::stoi(joined[1])) << p_log;
   const auto& c = *FindWorker(summary, "c");
   EXPECT_EQ(c["cluster_size"], 2);
   EXPECT_GE(c["rounds_contributed"].get<int>(), 3);  // rounds 1-2 before the kill, and at least one after rejoining

@@ -99,12 +99,13 @@ TEST(Cluster, ANonFiniteRoundStartsEveryRanksMomentsOver) {
 }
 
 // A cluster whose training diverges every round (inner.lr 1e30) leaves the run as a one-process worker does (exit 1,
-// its line), and its follower leaves with the leader's code and line. Before, the leader's StopCommand carried code 0
-// after the ShardCommand: the follower exited 0 as if the run were complete (systemd and diloco-launch took the
-// cluster's failure for a success on every rank but rank 0).
+// its line), and each of its followers leaves with the leader's code and line (three ranks: each takes its own copy
+// of the line; one shared key, which the first reader deletes, left the second without it). Before, the leader's
+// StopCommand carried code 0 after the ShardCommand: the follower exited 0 as if the run were complete (systemd and
+// diloco-launch took the cluster's failure for a success on every rank but rank 0).
 TEST(Cluster, ALeaderThatLeavesFailedStopsItsFollowerWithItsCodeAndLine) {
   const std::string dir = ScratchDir("cluster_diverges");
-  const auto args = TinyArgs(dir, {"workers.count=1", "coordinator.min_workers=1", "workers.cluster_size=2",
+  const auto args = TinyArgs(dir, {"workers.count=1", "coordinator.min_workers=1", "workers.cluster_size=3",
                                    "inner.steps=10", "inner.lr=1e30"});
   RunningProcess coordinator("diloco-coordinator", With(args, {"--port-file", dir + "/addr"}));
   const std::string address = WaitForAddress(coordinator, dir + "/addr");
@@ -116,15 +117,18 @@ TEST(Cluster, ALeaderThatLeavesFailedStopsItsFollowerWithItsCodeAndLine) {
         With(args, {"--coordinator", address, "--id", "c", "--rank", std::to_string(r), "--cluster-store", store}));
   };
   auto leader = rank(0);
-  auto follower = rank(1);
+  auto first = rank(1);
+  auto second = rank(2);
   EXPECT_EQ(leader->Wait(240), 1) << leader->output();
-  EXPECT_EQ(follower->Wait(60), 1) << follower->output();
   EXPECT_NE(leader->output().find("training turned non-finite in 3 rounds in a row"), std::string::npos)
       << leader->output();
-  EXPECT_NE(follower->output().find("rank 0 of worker c left the run (exit 1): training turned non-finite in 3 "
-                                    "rounds in a row"),
-            std::string::npos)
-      << follower->output();
+  for (auto* follower : {first.get(), second.get()}) {
+    EXPECT_EQ(follower->Wait(60), 1) << follower->output();
+    EXPECT_NE(follower->output().find("rank 0 of worker c left the run (exit 1): training turned non-finite in 3 "
+                                      "rounds in a row"),
+              std::string::npos)
+        << follower->output();
+  }
   ASSERT_TRUE(coordinator.WaitForOutput("left: worker c (it failed)", 30)) << coordinator.output();
   coordinator.Signal(SIGTERM);
   coordinator.Wait(60);

@@ -146,7 +146,10 @@ std::unique_ptr<TextTokenizer> LoadTokenizer(const Options& o, const ShardOutput
   const std::string path = CacheTokenizerPath(out);
   std::string error = LoadTextTokenizer(path, &tokenizer);
   // A given tokenizer is named as the user gave it, not as its copy in the cache being written.
-  if (!o.tokenizer_model.empty() && error.rfind(path, 0) == 0) error = o.tokenizer_model + error.substr(path.size());
+  for (size_t at = 0; !o.tokenizer_model.empty() && (at = error.find(path, at)) != std::string::npos;) {
+    error.replace(at, path.size(), o.tokenizer_model);
+    at += o.tokenizer_model.size();
+  }
   ThrowIfError(error);
   if (tokenizer->size() > o.vocab_size) {
     throw TokenizeError("the tokenizer has " + std::to_string(tokenizer->size()) +

@@ -1,7 +1,7 @@
 // DocumentEncoder: turns one work item into token ids with a loaded tokenizer (text_tokenizer.h: SentencePiece or
-// tokenizer.json). A document is written as [BOS] ids... [EOS] (each only when the tokenizer has that id); with
-// SentencePiece its lines are encoded one by one and every '\n' becomes the newline id (our "<nl>" symbol, or "<0x0A>"
-// in a byte-fallback model; dropped when the model has neither), with a tokenizer.json the text is encoded whole:
+// tokenizer.json). A document is written as [BOS] ids... [EOS] (each only when the tokenizer has that id); with a
+// SentencePiece model diloco-tokenize trained its lines are encoded one by one and every '\n' becomes our "<nl>"
+// symbol; with any other SentencePiece model or a tokenizer.json the text is encoded whole:
 // a text document cut into work items (work_items.h cuts after a single '\n' between visible characters, a word
 // boundary of every pre-tokenizer we read) is encoded item by item, each later item as a continuation (nothing
 // prepended), which gives the ids of one encode() of the whole file. Not so when a cut falls just before an added
