@@ -299,7 +299,7 @@ TEST(PushParts, TwoPartPushesGiveTheThetaOfOneStreamAndHostilePartsAreRefusedWit
        [&](const Member& h) {
          return std::vector<std::vector<PushMessage>>{part(h, 0, 2, s0), part(h, 1, 3, s1)};
        }},
-      {"parts of two rounds", grpc::StatusCode::FAILED_PRECONDITION, "round 0",
+      {"parts of two rounds", grpc::StatusCode::FAILED_PRECONDITION, "push for round 1 refused",
        [&](const Member& h) {
          return std::vector<std::vector<PushMessage>>{part(h, 0, 2, s0), part(h, 1, 2, s1, /*round=*/0)};
        }},
