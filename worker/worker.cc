@@ -213,9 +213,8 @@ void Worker::RunRounds() {
     // A worker stopped (signal, drain) or cut off after its push counted saves that round too, so that a restart
     // resumes the moments, data position and residual after it (a cluster's ranks and comm.overlap_steps' next
     // steps: only with a pull).
-    // (Saved already when the push counted, unless it no longer does: its residual was given back.)
-    // A state saved when the push counted is saved again where the push no longer counts (a rejoin or quarantine
-    // after it), even when the worker stops before a pull.
+    // Saved already when the push counted, unless it no longer does (a rejoin or quarantine after it gave its
+    // residual back): then saved again, even when the worker stops before a pull.
     const bool counted = session_->push_counted();
     if ((pulled || (save_at_count && (counted || saved_at_count_))) && !(saved_at_count_ && counted)) {
       SaveLocalState(round + 1);
